@@ -1,0 +1,475 @@
+"""The bus: blinker is the registry of who listens; evtrain owns delivery.
+
+Each :class:`Bus` keeps one private :class:`blinker.Signal` per evtrain signal, and every
+subscription is a blinker connection on it (strong reference; ``sender`` is the behavior).  An
+``emit`` never calls blinker's ``send`` — blinker would run receivers synchronously, in
+undefined order, letting their exceptions escape — it looks up the subscriptions' inboxes
+(cached per signal and sender) and appends to each.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+import blinker
+
+from evtrain.dispatch import Dispatcher
+from evtrain.errors import BusClosedError, BusTimeoutError, SubscriberError
+from evtrain.filters import RankFilter, get_rank
+from evtrain.inbox import Inbox, Marker, Overflow, default_key
+from evtrain.isolation import FailurePolicy
+from evtrain.settings import SubscriberSettings
+from evtrain.signals import EventSignal, subscriber_failed
+from evtrain.stats import StatsWriter
+from evtrain.subscription import (
+    SubscriberMetrics,
+    Subscription,
+    SubscriptionHandle,
+    check_signature,
+    is_async_callable,
+    subscriber_name,
+)
+from evtrain.writer_adapter import WriterAdapter
+
+logger = logging.getLogger("evtrain.bus")
+
+F = TypeVar("F", bound=Callable[..., Any])
+_RouteKey = tuple[EventSignal[Any], Hashable]
+
+ANY = blinker.ANY
+"""Connect to every sender (behavior)."""
+
+_live_buses: weakref.WeakSet[Bus] = weakref.WeakSet()
+
+
+@attrs.frozen(kw_only=True)
+class CloseReport:
+    """What ``Bus.close`` could not do: per subscriber, events left undelivered."""
+
+    undelivered: dict[str, int] = attrs.field(factory=dict)
+    timed_out: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """Everything emitted was handled and every subscriber closed."""
+        return not self.undelivered and not self.timed_out
+
+
+class Bus:
+    """Typed, asynchronous, isolated delivery of training events to subscribers.
+
+    :param capacity: default inbox capacity per subscriber.
+    :param overflow: default policy when an inbox is full (``block`` loses nothing).
+    :param on_error: what a subscriber's exception does (see :class:`FailurePolicy`).
+    :param max_consecutive_failures: failures in a row after which ``disable`` stops a subscriber.
+    :param rank: this process's rank for ``ranks=`` filters; default :func:`get_rank`.
+    :param subscribers: capacity/overflow overrides by subscriber name; they win over what
+        ``connect`` was given, so options can retune plugins that connect themselves.
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity: int = 10_000,
+        overflow: Overflow | str = Overflow.BLOCK,
+        on_error: FailurePolicy | str = FailurePolicy.DISABLE,
+        max_consecutive_failures: int = 100,
+        rank: int | None = None,
+        subscribers: Mapping[str, SubscriberSettings] | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if max_consecutive_failures < 1:
+            raise ValueError(
+                f"max_consecutive_failures must be at least 1, got {max_consecutive_failures}"
+            )
+        self.capacity = capacity
+        self.overflow = Overflow(overflow)
+        self.on_error = FailurePolicy(on_error)
+        self.max_consecutive_failures = max_consecutive_failures
+        self.rank = get_rank() if rank is None else rank
+        """Rank used by ``ranks=`` filters, fixed when the bus is created."""
+        self._overrides = dict(subscribers or {})
+        self._registry: dict[EventSignal[Any], blinker.Signal] = {}
+        self._routes: dict[_RouteKey, tuple[Inbox, ...]] = {}
+        self._lock = threading.RLock()
+        self._subscriptions: list[Subscription] = []
+        self._history: list[Subscription] = []
+        """Every subscription this bus ever had, for ``metrics()`` after disconnect or close."""
+        self._internal_emits = 0
+        self._names: set[str] = set()
+        self._dispatcher = Dispatcher(self._on_fatal)
+        self._open = True
+        self._closed = False
+        self._report: CloseReport | None = None
+        self._pending_error: BaseException | None = None
+        _live_buses.add(self)
+
+    # -- subscribing -------------------------------------------------------------------------
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        """Current subscriptions (internal records; use ``metrics()`` for numbers)."""
+        return tuple(self._subscriptions)
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` has finished."""
+        return self._closed
+
+    def connect(
+        self,
+        signal: EventSignal[Any] | Iterable[EventSignal[Any]],
+        subscriber: Callable[[Any], Any],
+        *,
+        sender: Any = ANY,
+        ranks: Iterable[int] | None = None,
+        capacity: int | None = None,
+        overflow: Overflow | str | None = None,
+        name: str | None = None,
+        key: Callable[[Any], Hashable] = default_key,
+    ) -> SubscriptionHandle:
+        """Deliver events of ``signal`` (one or several) to ``subscriber``.
+
+        ``subscriber`` is called with one payload: a sync callable runs on its own worker thread,
+        an ``async def`` (or an object with an async ``__call__``) is awaited on the dispatcher
+        loop.  It is held strongly, so a lambda keeps working.  ``sender`` restricts delivery to
+        one behavior; ``ranks`` connects it only on those ranks (elsewhere the handle is inert
+        and emit pays nothing); ``capacity``/``overflow`` override the bus defaults; ``key``
+        groups events for ``overflow="latest"``.
+
+        :raises TypeError: ``subscriber`` cannot be called with a single payload.
+        :raises BusClosedError: the bus is closing or closed.
+        """
+        signals = (signal,) if isinstance(signal, EventSignal) else tuple(signal)
+        if isinstance(subscriber, RankFilter):
+            ranks = subscriber.ranks if ranks is None else ranks
+            subscriber = subscriber.subscriber
+        label = name or subscriber_name(subscriber)
+        if not isinstance(subscriber, WriterAdapter):
+            check_signature(subscriber, label)
+        hooks = {
+            hook: fn
+            for hook in ("flush", "close")
+            if callable(fn := getattr(subscriber, hook, None))
+        }
+        return self._subscribe(
+            signals, subscriber, sender, ranks, capacity, overflow, label, key, hooks
+        )
+
+    def on(
+        self, signal: EventSignal[Any] | Iterable[EventSignal[Any]], **options: Any
+    ) -> Callable[[F], F]:
+        """Decorator form of :meth:`connect`; returns the function unchanged."""
+
+        def decorate(fn: F) -> F:
+            self.connect(signal, fn, **options)
+            return fn
+
+        return decorate
+
+    def add_writer(self, writer: StatsWriter, **options: Any) -> SubscriptionHandle:
+        """Connect a :class:`StatsWriter` to ``stats`` and ``hyperparameters``.
+
+        Both signals share one inbox, so the writer sees them in emission order on one thread.
+        ``bus.flush()`` calls its ``flush()``, ``bus.close()`` its ``close()``.  Unless
+        ``ranks=`` is given, the writer's own ``ranks`` attribute applies.
+        """
+        from evtrain.signals import hyperparameters, stats
+
+        adapter = WriterAdapter(writer)
+        options.setdefault("ranks", writer.ranks)
+        options.setdefault("name", subscriber_name(writer))
+        handle = self.connect((stats, hyperparameters), adapter, **options)
+        if handle.active:
+            writer.on_connect(self)
+        return handle
+
+    def _subscribe(
+        self,
+        signals: tuple[EventSignal[Any], ...],
+        subscriber: Callable[[Any], Any],
+        sender: Any,
+        ranks: Iterable[int] | None,
+        capacity: int | None,
+        overflow: Overflow | str | None,
+        label: str,
+        key: Callable[[Any], Hashable],
+        hooks: dict[str, Callable[[], Any]],
+    ) -> SubscriptionHandle:
+        if not signals or not all(isinstance(s, EventSignal) for s in signals):
+            raise TypeError(f"connect() needs evtrain signals, got {signals!r}")
+        if ranks is not None and self.rank not in frozenset(ranks):
+            return SubscriptionHandle(self, None)
+        override = self._overrides.get(label)
+        if override is not None:
+            capacity = override.capacity or capacity
+            overflow = override.overflow or overflow
+        inbox = Inbox(capacity or self.capacity, Overflow(overflow or self.overflow), key)
+        with self._lock:
+            if not self._open:
+                raise BusClosedError("cannot connect: the bus is closing or closed")
+            unique = label
+            n = 1
+            while unique in self._names:
+                n += 1
+                unique = f"{label}#{n}"
+            self._names.add(unique)
+            sub = Subscription(
+                bus=self,
+                name=unique,
+                signals=signals,
+                sender=sender,
+                call=subscriber,
+                is_async=is_async_callable(subscriber),
+                inbox=inbox,
+                hooks=hooks,
+            )
+            self._dispatcher.start()
+            self._dispatcher.spawn(sub)
+            for signal in signals:
+                self._blinker(signal).connect(sub, sender=sender, weak=False)
+            self._subscriptions.append(sub)
+            self._history.append(sub)
+            self._routes = {}
+        return SubscriptionHandle(self, sub)
+
+    def _blinker(self, signal: EventSignal[Any]) -> blinker.Signal:
+        registry = self._registry.get(signal)
+        if registry is None:
+            registry = self._registry[signal] = blinker.Signal(signal.__doc__)
+        return registry
+
+    def has_receivers(self, signal: EventSignal[Any], sender: Any = ANY) -> bool:
+        """Whether ``emit`` on ``signal`` from ``sender`` would reach anyone (so producers can
+        skip building payloads)."""
+        return bool(self._route((signal, sender)))
+
+    def disconnect_subscription(self, sub: Subscription, timeout: float | None = None) -> None:
+        """Used by :meth:`SubscriptionHandle.disconnect`."""
+        with self._lock:
+            if sub not in self._subscriptions:
+                return
+            self._unroute(sub)
+        marker = Marker(1, close=True)
+        sub.inbox.put_marker(marker)
+        if self._on_dispatcher_thread():
+            return
+        if not marker.wait(timeout):
+            raise BusTimeoutError(
+                f"subscriber {sub.name!r} did not finish within {timeout}s", [sub.name]
+            )
+
+    def _unroute(self, sub: Subscription) -> None:
+        for signal in sub.signals:
+            self._blinker(signal).disconnect(sub, sender=sub.sender)
+        self._subscriptions.remove(sub)
+        self._routes = {}
+
+    # -- emitting ----------------------------------------------------------------------------
+
+    def emit(self, signal: EventSignal[Any], payload: Any) -> None:
+        """Queue ``payload`` for every subscriber of ``signal`` and return.
+
+        Delivery semantics:
+
+        * **Threading.**  Callable from any thread.  No subscriber code and no I/O runs on the
+          caller's thread; the caller pays a lock and an append per subscriber.
+        * **Order.**  Each subscriber receives events in the order they were emitted; with
+          several producer threads, each producer's order is kept.  No order across subscribers.
+        * **Slow subscribers.**  Each has a bounded inbox.  When it is full, ``block`` (default)
+          makes ``emit`` wait until there is room — nothing is lost; ``drop_oldest``,
+          ``drop_newest`` and ``latest`` never wait and count what they discard.  Other
+          subscribers are not delayed either way.
+        * **Raising subscribers.**  An ``Exception`` is caught, logged, counted, and emitted as
+          ``subscriber_failed``; the bus policy may disable the subscriber or, with ``raise``,
+          re-raise it from the next ``emit``/``flush``/``close``.  A ``BaseException`` raised by
+          a subscriber is re-raised here, on the producer's thread.
+
+        :raises TypeError: ``payload`` is not an instance of ``signal.payload_type``.
+        :raises BusClosedError: ``close()`` has begun.
+        """
+        expected = signal.payload_type
+        if type(payload) is not expected and not isinstance(payload, expected):
+            raise TypeError(
+                f"signal {signal.name!r} carries {signal.payload_type.__name__}, "
+                f"got {type(payload).__name__}"
+            )
+        if self._pending_error is not None:
+            self._raise_pending()
+        if not self._open:
+            raise BusClosedError(f"cannot emit {signal.name!r}: the bus is closing or closed")
+        try:
+            inboxes = self._routes[(signal, getattr(payload, "category", ANY))]
+        except KeyError:
+            inboxes = self._route((signal, getattr(payload, "category", ANY)))
+        if inboxes:
+            t = time.perf_counter()
+            for inbox in inboxes:
+                inbox.put(t, payload)
+
+    def emit_internal(self, payload: Any) -> None:
+        """The bus's own ``subscriber_failed`` events: accepted while closing, never blocking."""
+        self._internal_emits += 1
+        inboxes = self._route((subscriber_failed, ANY))
+        t = time.perf_counter()
+        for inbox in inboxes:
+            inbox.put_nowait(t, payload)
+
+    def _route(self, key: _RouteKey) -> tuple[Inbox, ...]:
+        with self._lock:
+            inboxes = self._routes.get(key)
+            if inboxes is None:
+                signal, sender = key
+                registry = self._registry.get(signal)
+                subs = () if registry is None else registry.receivers_for(sender)
+                inboxes = tuple(sub.inbox for sub in subs if isinstance(sub, Subscription))
+                if len(self._routes) > 4096:  # senders are behavior names; bound the cache anyway
+                    self._routes = {}
+                self._routes[key] = inboxes
+            return inboxes
+
+    # -- draining ----------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Return once every event emitted before the call has been handled, and every
+        subscriber with a ``flush()`` (writers) has flushed.
+
+        :raises BusTimeoutError: not done within ``timeout`` seconds; names who is behind.
+        :raises RuntimeError: called from a subscriber (it would wait for itself).
+        """
+        self._refuse_from_dispatcher("flush")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Failures found while flushing emit subscriber_failed; go round again until quiet so
+        # those are handled too.
+        while True:
+            internal = self._internal_emits
+            subs = [s for s in self.subscriptions if not s.finished]
+            marker = Marker(len(subs))
+            for sub in subs:
+                sub.inbox.put_marker(marker)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done = marker.wait(left)
+            if self._pending_error is not None:
+                self._raise_pending()
+            if not done:
+                behind = [s.name for s in subs if len(s.inbox)]
+                raise BusTimeoutError(
+                    f"flush did not finish within {timeout}s; behind: {behind}", behind
+                )
+            if internal == self._internal_emits:
+                return
+
+    def close(self, timeout: float | None = None) -> CloseReport:
+        """Stop accepting events, deliver everything queued, close each subscriber (in
+        isolation), stop the dispatcher, and report what could not be delivered.
+
+        Idempotent: a second call returns the first report.
+        """
+        self._refuse_from_dispatcher("close")
+        with self._lock:
+            if self._report is not None:
+                return self._report
+            self._open = False
+            subs = list(self._subscriptions)
+        live = [s for s in subs if not s.finished]
+        marker = Marker(len(live), close=True)
+        for sub in live:
+            sub.inbox.put_marker(marker)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        marker.wait(timeout)
+        timed_out = []
+        undelivered: dict[str, int] = {}
+        for sub in live:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not sub.task_done.wait(left):
+                timed_out.append(sub.name)
+            inbox = sub.inbox
+            dropped = inbox.dropped
+            inbox.abandon()
+            # Queued, and in flight on a stuck worker: everything neither handled nor dropped.
+            lost = inbox.accepted - sub.delivered - dropped
+            inbox.dropped = dropped + lost
+            if lost:
+                undelivered[sub.name] = lost
+        self._dispatcher.stop(timeout=1.0)
+        report = CloseReport(undelivered=undelivered, timed_out=tuple(timed_out))
+        if not report.clean:
+            logger.warning(
+                "Bus closed with events undelivered %s; subscribers not finished: %s",
+                undelivered,
+                list(timed_out),
+            )
+        with self._lock:
+            for sub in subs:
+                if sub in self._subscriptions:
+                    self._unroute(sub)
+            self._report = report
+            self._closed = True
+        if self._pending_error is not None:
+            self._raise_pending()
+        return report
+
+    def metrics(self) -> dict[str, SubscriberMetrics]:
+        """Per subscriber (by name): delivered, dropped, failed, inbox high-water, latency."""
+        return {sub.name: sub.metrics() for sub in list(self._history)}
+
+    def __enter__(self) -> Bus:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- failures ----------------------------------------------------------------------------
+
+    def raise_later(self, subscriber: str, signal: str, error: Exception) -> None:
+        """Policy ``raise``: surface ``error`` on the producer's thread at its next call."""
+        if self._pending_error is None:
+            wrapped = SubscriberError(subscriber, signal, error)
+            wrapped.__cause__ = error
+            self._pending_error = wrapped
+
+    def _on_fatal(self, sub: Subscription, error: BaseException) -> None:
+        logger.critical("Subscriber %r raised %r; it is stopped.", sub.name, error)
+        sub.finished = True
+        if self._pending_error is None:
+            self._pending_error = error
+
+    def _raise_pending(self) -> None:
+        error, self._pending_error = self._pending_error, None
+        if error is not None:
+            raise error
+
+    def _on_dispatcher_thread(self) -> bool:
+        ident = threading.get_ident()
+        if ident == self._dispatcher.thread_id:
+            return True
+        return any(s.worker is not None and s.worker.ident == ident for s in self._subscriptions)
+
+    def _refuse_from_dispatcher(self, what: str) -> None:
+        if self._on_dispatcher_thread():
+            raise RuntimeError(f"Bus.{what}() called from a subscriber would wait for itself")
+
+
+@atexit.register
+def _drain_unclosed_buses() -> None:
+    for bus in list(_live_buses):
+        if not bus.closed and bus.subscriptions:
+            warnings.warn(
+                "evtrain Bus was never closed; draining it at interpreter exit. Call bus.close() "
+                "(or use `with Bus() as bus:`) so nothing depends on exit hooks.",
+                ResourceWarning,
+                stacklevel=1,
+            )
+            try:
+                bus.close(timeout=30.0)
+            except Exception:
+                logger.exception("Draining an unclosed bus at exit failed")

@@ -1,0 +1,169 @@
+"""evtrain's cattrs converter and the error messages users see for bad options.
+
+One converter for every options class: unknown keys are refused, ints accept ``5.0e5`` (PyYAML
+reads that as a string) and integral floats, enums accept their values.  Structuring errors are
+flattened into :class:`~evtrain.errors.ConfigError` lines ``"path.to.key: what is wrong"``,
+with the closest valid key for typos.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.cols import is_mapping, is_sequence, list_structure_factory, mapping_structure_factory
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
+from cattrs.v import format_exception
+
+from evtrain.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _structure_int(value: Any, _: type) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    number = float(value) if isinstance(value, (str, float)) else None
+    if number is None or not number.is_integer():
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(number)
+
+
+def _structure_float(value: Any, _: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"expected a number, got {value!r}")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"expected a number, got {value!r}") from None
+
+
+def _structure_bool(value: Any, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _structure_str(value: Any, _: type) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise TypeError(f"expected a string, got {value!r}")
+    return str(value)
+
+
+def _structure_enum(value: Any, cls: type[enum.Enum]) -> enum.Enum:
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"expected one of {choices}, got {value!r}") from None
+
+
+def _strict_list(cl: Any, converter: cattrs.Converter) -> Any:
+    inner = list_structure_factory(cl, converter)
+
+    def structure_list(value: Any, _: type) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list, got {value!r}")
+        return inner(value, cl)
+
+    return structure_list
+
+
+def _strict_mapping(cl: Any, converter: cattrs.Converter) -> Any:
+    inner = mapping_structure_factory(cl, converter)
+
+    def structure_mapping(value: Any, _: type) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a mapping, got {value!r}")
+        return inner(value, cl)
+
+    return structure_mapping
+
+
+def make_converter() -> cattrs.Converter:
+    """A fresh converter with evtrain's strict hooks (plugins may register more on it)."""
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(int, _structure_int)
+    converter.register_structure_hook(float, _structure_float)
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook_func(
+        lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _structure_enum
+    )
+    converter.register_structure_hook_factory(is_sequence, _strict_list)
+    converter.register_structure_hook_factory(is_mapping, _strict_mapping)
+    converter.register_unstructure_hook_func(
+        lambda t: isinstance(t, type) and issubclass(t, enum.Enum), lambda e: e.value
+    )
+    return converter
+
+
+converter = make_converter()
+"""The converter used for :class:`~evtrain.settings.RunOptions`."""
+
+
+def structure(data: Any, cls: type[T], *, root: str = "") -> T:
+    """Build ``cls`` from plain data, raising :class:`ConfigError` with every problem."""
+    if not isinstance(data, dict):
+        where = f"{root}: " if root else ""
+        raise ConfigError([f"{where}expected a mapping of options, got {_kind(data)}"])
+    try:
+        return converter.structure(data, cls)
+    except (ClassValidationError, IterableValidationError) as error:
+        raise ConfigError(describe(error, root)) from None
+
+
+def describe(error: BaseException, path: str = "") -> list[str]:
+    """One line per leaf error of a cattrs exception group, each led by the key's full path."""
+    if isinstance(error, ForbiddenExtraKeysError):
+        valid = [a.name for a in attrs.fields(error.cl)] if attrs.has(error.cl) else []
+        return [_unknown_key(_join(path, key), key, valid) for key in sorted(error.extra_fields)]
+    if isinstance(error, (ClassValidationError, IterableValidationError)):
+        lines: list[str] = []
+        with_notes, without = error.group_exceptions()
+        for sub, note in with_notes:
+            step = getattr(note, "name", None)
+            if step is None:
+                step = getattr(note, "index", None)
+            lines.extend(describe(sub, _join(path, step)))
+        for sub in without:
+            lines.extend(describe(sub, path))
+        return lines
+    if isinstance(error, KeyError) and error.args:
+        return [f"{_join(path, error.args[0])}: required key is missing"]
+    message = str(error) if isinstance(error, (TypeError, ValueError)) else ""
+    field, sep, rest = message.partition(": expected")
+    if sep and field.isidentifier():
+        return [f"{_join(path, field)}: expected{rest}"]
+    if not message.startswith("expected") or "not iterable" in message:
+        message = format_exception(error, None)
+        if "not iterable" in str(error) or "mapping" in message:
+            message = "expected a mapping of options"
+    return [f"{path or '<root>'}: {message}"]
+
+
+def _unknown_key(full: str, key: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return f"{full}: unknown key (did you mean {close[0]}?)"
+    return f"{full}: unknown key (valid keys: {', '.join(valid)})"
+
+
+def _join(path: str, step: Any) -> str:
+    if step is None:
+        return path
+    return f"{path}.{step}" if path else str(step)
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"{type(value).__name__} {value!r}"

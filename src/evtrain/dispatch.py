@@ -1,0 +1,187 @@
+"""The dispatcher: one anyio event loop on a daemon thread, one task per subscriber.
+
+A subscriber's task takes its whole inbox at once and delivers the batch: async subscribers are
+awaited on the loop, sync ones run on the subscriber's own daemon :class:`Worker` thread, so a
+slow or blocking subscriber delays nobody else.  Own daemon threads (not anyio's worker pool,
+whose threads are non-daemon) let the interpreter reach ``atexit``, where unclosed buses drain.
+
+Waking the loop from another thread costs ~13 µs (``call_soon_threadsafe``) against ~0.05 µs
+for the append itself, so producers do not wake it per event.  An idle task first polls its
+inbox with a growing interval (:data:`POLL_MIN_S` doubling to :data:`POLL_MAX_S`); only after
+:data:`DEEP_SLEEP_AFTER_S` without events does it sleep until woken, and only then does the next
+``emit`` pay for a wake-up.  Flush and close markers always wake it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+import anyio
+
+from evtrain.inbox import Item
+from evtrain.isolation import deliver, deliver_async
+from evtrain.subscription import Subscription
+
+logger = logging.getLogger("evtrain.bus")
+
+POLL_MIN_S = 0.0005
+POLL_MAX_S = 0.02
+DEEP_SLEEP_AFTER_S = 0.25
+
+
+class Worker(threading.Thread):
+    """A daemon thread that runs one sync subscriber's batches, one at a time."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=f"evtrain-subscriber[{name}]", daemon=True)
+        self._jobs: queue.SimpleQueue[tuple[Subscription, list[Item], Callable[..., None]] | None]
+        self._jobs = queue.SimpleQueue()
+
+    def submit(self, sub: Subscription, batch: list[Item], done: Callable[..., None]) -> None:
+        self._jobs.put((sub, batch, done))
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            sub, batch, done = job
+            try:
+                deliver(sub, batch)
+            except BaseException as error:  # handed to the dispatcher, which re-raises it
+                done(error)
+            else:
+                done(None)
+
+
+class Dispatcher:
+    """Owns the loop thread; ``start`` it, ``spawn`` subscriber tasks, ``stop`` it."""
+
+    def __init__(self, on_fatal: Callable[[Subscription, BaseException], None]) -> None:
+        self._on_fatal = on_fatal
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: anyio.Event | None = None
+        self._spawn: Callable[[Subscription], None] | None = None
+
+    @property
+    def thread_id(self) -> int | None:
+        """Ident of the loop thread, to detect calls made from inside the dispatcher."""
+        return None if self._thread is None else self._thread.ident
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=anyio.run, args=(self._main,), name="evtrain-dispatcher", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = anyio.Event()
+        async with anyio.create_task_group() as tg:
+
+            def spawn(sub: Subscription) -> None:
+                tg.start_soon(self._run, sub, name=f"evtrain-subscriber[{sub.name}]")
+
+            self._spawn = spawn
+            self._ready.set()
+            await self._stop_event.wait()
+            tg.cancel_scope.cancel()
+
+    def spawn(self, sub: Subscription) -> None:
+        """Start delivering to ``sub`` (from any thread but the loop's)."""
+        assert self._loop is not None and self._spawn is not None
+        if not sub.is_async:
+            sub.worker = Worker(sub.name)
+            sub.worker.start()
+        self._loop.call_soon_threadsafe(self._spawn, sub)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Cancel every remaining task and end the loop thread."""
+        if self._thread is None or self._loop is None or self._stop_event is None:
+            return
+        if self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self._loop.call_soon_threadsafe(self._stop_event.set)
+            self._thread.join(timeout)
+
+    async def _run(self, sub: Subscription) -> None:
+        loop = asyncio.get_running_loop()
+        inbox = sub.inbox
+        wake = anyio.Event()
+
+        def set_wake() -> None:
+            wake.set()
+
+        def waker() -> None:
+            loop.call_soon_threadsafe(set_wake)
+
+        inbox.waker = waker
+        interval = POLL_MIN_S
+        idle = 0.0
+        batch: list[Item] = []
+        try:
+            while not sub.finished:
+                batch = inbox.take()
+                if batch:
+                    interval, idle = POLL_MIN_S, 0.0
+                    if sub.is_async:
+                        await deliver_async(sub, batch)
+                    else:
+                        await self._on_worker(sub, batch)
+                    continue
+                wake = anyio.Event()
+                if idle < DEEP_SLEEP_AFTER_S:
+                    with anyio.move_on_after(interval):
+                        await wake.wait()
+                    idle += interval
+                    interval = min(interval * 2, POLL_MAX_S)
+                    continue
+                inbox.sleeping = True
+                if len(inbox):  # an event slipped in between take() and sleeping = True
+                    inbox.sleeping = False
+                    continue
+                await wake.wait()
+                interval, idle = POLL_MIN_S, 0.0
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as error:  # not swallowed: re-raised on the producer's thread
+            self._on_fatal(sub, error)
+            for t, payload in batch:  # markers of the interrupted batch must not be waited for
+                if t is None:
+                    payload.arrive(inbox)
+        finally:
+            inbox.abandon()
+            if sub.worker is not None:
+                sub.worker.stop()
+            sub.task_done.set()
+
+    async def _on_worker(self, sub: Subscription, batch: list[Item]) -> None:
+        assert sub.worker is not None
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        def done(error: BaseException | None) -> None:
+            # RuntimeError: the loop closed while the subscriber ran; nobody waits any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, error)
+
+        sub.worker.submit(sub, batch, done)
+        await future

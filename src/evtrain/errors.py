@@ -1,0 +1,64 @@
+"""Every exception evtrain raises on purpose.
+
+::
+
+    EvtrainError
+    ├── ConfigError(ValueError)           a YAML/dict option is wrong: path, expected, fix
+    ├── PluginError(RuntimeError)         a required plugin failed to load or register
+    ├── BusClosedError(RuntimeError)      emit/connect on a bus that is closed or closing
+    ├── BusTimeoutError(TimeoutError)     flush/close did not finish within its timeout
+    └── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
+
+Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
+around config loading keeps working.  Messages say what was expected, what came, and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class EvtrainError(Exception):
+    """Base class of every error evtrain raises on purpose."""
+
+
+class ConfigError(EvtrainError, ValueError):
+    """Options are invalid. ``problems`` holds one ``"path.to.key: what is wrong"`` per error."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        """One line per problem, each starting with the full path of the bad key."""
+        super().__init__("\n".join(self.problems))
+
+
+class PluginError(EvtrainError, RuntimeError):
+    """A plugin the configuration requires could not be loaded or registered."""
+
+
+class BusClosedError(EvtrainError, RuntimeError):
+    """The bus no longer accepts events or subscribers."""
+
+
+class BusTimeoutError(EvtrainError, TimeoutError):
+    """``Bus.flush`` or ``Bus.close`` ran out of time; ``pending`` names who is behind."""
+
+    def __init__(self, message: str, pending: Sequence[str] = ()) -> None:
+        self.pending: tuple[str, ...] = tuple(pending)
+        """Names of the subscribers that had not handled everything."""
+        super().__init__(message)
+
+
+class SubscriberError(EvtrainError, RuntimeError):
+    """A subscriber raised while the bus runs with ``on_error="raise"``.
+
+    The original exception is ``__cause__``; ``subscriber`` is the subscriber's name.
+    """
+
+    def __init__(self, subscriber: str, signal: str, error: BaseException) -> None:
+        self.subscriber = subscriber
+        """Name of the subscriber that raised."""
+        self.signal = signal
+        """Name of the signal it was handling."""
+        super().__init__(
+            f"subscriber {subscriber!r} raised {type(error).__name__} handling {signal!r}: {error}"
+        )

@@ -1,0 +1,50 @@
+"""Rank filters for distributed runs: file writers run on rank 0 only.
+
+The rank is ``torch.distributed.get_rank()`` once a process group is initialised, else the
+``RANK`` environment variable ``torchrun`` sets, else 0.  torch is never imported here just to
+ask: if ``torch.distributed`` is not imported yet, no process group can exist.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def get_rank() -> int:
+    """This process's rank in the distributed job (0 when not distributed)."""
+    dist: Any = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    raw = os.environ.get("RANK", "")
+    try:
+        return int(raw) if raw else 0
+    except ValueError:
+        raise ValueError(f"RANK environment variable must be an integer, got {raw!r}") from None
+
+
+class RankFilter:
+    """Wraps a subscriber so it only acts on the given ranks.
+
+    ``Bus.connect`` reads ``ranks`` and does not connect it at all on other ranks (zero cost);
+    called directly, it checks the rank at call time.
+    """
+
+    def __init__(self, subscriber: Callable[[Any], Any], ranks: Iterable[int]) -> None:
+        self.subscriber = subscriber
+        self.ranks = frozenset(ranks)
+
+    def __call__(self, payload: Any) -> Any:
+        if get_rank() in self.ranks:
+            return self.subscriber(payload)
+        return None
+
+    def __repr__(self) -> str:
+        return f"RankFilter({self.subscriber!r}, ranks={sorted(self.ranks)})"
+
+
+def rank_zero_only(subscriber: Callable[[Any], Any]) -> RankFilter:
+    """``RankFilter(subscriber, {0})``, for anything that writes files."""
+    return RankFilter(subscriber, {0})

@@ -1,0 +1,110 @@
+"""Payloads carried by the signals: frozen, slotted, keyword-only attrs classes of plain values.
+
+Subscribers run on other threads, later, so payloads never hold live objects (tensors, the
+trainer, open files): numbers, strings, paths, mappings of those, and :class:`StatsSummary`.
+Fields a producer may omit (rank, wall time) have defaults.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from evtrain.stats import StatsPropertyType, StatsSummary
+
+
+def _default_rank() -> int:
+    # Imported lazily: filters reads torch.distributed only when torch is already imported.
+    from evtrain.filters import get_rank
+
+    return get_rank()
+
+
+class RunStatus(enum.Enum):
+    """How a run ended."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class RunStarted:
+    """A run begins: its id, resolved options (as plain data) and place in a distributed job."""
+
+    run_id: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    world_size: int = 1
+    rank: int = attrs.field(factory=_default_rank)
+    time: float = attrs.field(factory=time.time)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class PropertyEvent:
+    """A property of a behavior, e.g. its hyperparameters as a nested mapping."""
+
+    category: str
+    property_type: StatsPropertyType
+    value: Any
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class StatsEvent:
+    """One summary period of a behavior: ``values`` maps stat key to its summary."""
+
+    category: str
+    step: int
+    values: Mapping[str, StatsSummary]
+    rank: int = attrs.field(factory=_default_rank)
+    time: float = attrs.field(factory=time.time)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class SaveEvent:
+    """A checkpoint file is durable at ``path``."""
+
+    category: str
+    step: int
+    path: Path
+    reward: float | None = None
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class ExportEvent:
+    """An exported model file (e.g. ONNX) is durable at ``path``."""
+
+    category: str
+    step: int
+    path: Path
+    format: str = "onnx"
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class RunFinished:
+    """A run ended with ``status`` after ``steps`` steps (summed over behaviors)."""
+
+    run_id: str
+    status: RunStatus
+    steps: int = 0
+    time: float = attrs.field(factory=time.time)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class SubscriberFailed:
+    """A subscriber raised; the bus isolated it.
+
+    ``count`` is its total number of failures, ``disabled`` whether the bus stopped delivering
+    to it because of this one.
+    """
+
+    subscriber: str
+    signal: str
+    error: str
+    error_type: str
+    count: int
+    disabled: bool

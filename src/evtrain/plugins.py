@@ -1,0 +1,235 @@
+"""Entry-point plugins: discover, load and classify are three separate steps.
+
+======================== ================================================ =================
+group                    registration function                            used for
+======================== ================================================ =================
+``evtrain.stats_writer`` ``(RunOptions) -> list[StatsWriter]``            writers (defaults
+                                                                          register here as
+                                                                          ``default``)
+``evtrain.subscriber``   ``(RunOptions, Bus) -> None``                    any subscriber
+``evtrain.trainer``      ``() -> dict[str, type[Trainer]]``               trainer types
+``evtrain.initializer``  ``() -> Initializer``                            distributed setup
+======================== ================================================ =================
+
+A plugin that fails to import, raises, or returns the wrong thing is logged with its name and
+the reason and skipped; the others load.  Options can disable a plugin or require it (then its
+failure stops the run with :class:`~evtrain.errors.PluginError`).  ``KeyboardInterrupt`` and
+``SystemExit`` raised by a plugin are never swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import importlib_metadata
+
+from evtrain.errors import PluginError
+from evtrain.stats import StatsWriter
+
+if TYPE_CHECKING:
+    from evtrain.bus import Bus
+    from evtrain.settings import RunOptions
+
+logger = logging.getLogger("evtrain.plugins")
+
+STATS_WRITER = "evtrain.stats_writer"
+SUBSCRIBER = "evtrain.subscriber"
+TRAINER = "evtrain.trainer"
+INITIALIZER = "evtrain.initializer"
+GROUPS: tuple[str, ...] = (STATS_WRITER, SUBSCRIBER, TRAINER, INITIALIZER)
+"""Every plugin group evtrain reads, in the order ``evtrain plugins`` lists them."""
+
+
+@attrs.frozen(kw_only=True)
+class Plugin:
+    """A discovered entry point, not yet imported."""
+
+    group: str
+    name: str
+    value: str
+    """``module:attribute`` the entry point names."""
+    distribution: str | None
+    version: str | None
+    entry_point: importlib_metadata.EntryPoint = attrs.field(eq=False, repr=False)
+
+    @property
+    def qualified(self) -> str:
+        """``group:name``, the unambiguous way to name it in options."""
+        return f"{self.group}:{self.name}"
+
+    @property
+    def label(self) -> str:
+        """How log lines name it: ``'name' (group, from dist version)``."""
+        source = f", from {self.distribution} {self.version}" if self.distribution else ""
+        return f"{self.name!r} ({self.group}{source})"
+
+
+@attrs.frozen(kw_only=True)
+class LoadedPlugin:
+    """A plugin whose object imported and is callable."""
+
+    plugin: Plugin
+    obj: Callable[..., Any]
+
+
+@attrs.frozen(kw_only=True)
+class FailedPlugin:
+    """A plugin that could not be used, and why."""
+
+    plugin: Plugin
+    reason: str
+
+
+def from_entry_point(entry_point: importlib_metadata.EntryPoint) -> Plugin:
+    """Wrap one entry point (tests build ``EntryPoint`` objects directly)."""
+    dist = entry_point.dist
+    return Plugin(
+        group=entry_point.group,
+        name=entry_point.name,
+        value=entry_point.value,
+        distribution=None if dist is None else dist.name,
+        version=None if dist is None else dist.version,
+        entry_point=entry_point,
+    )
+
+
+def discover(groups: Iterable[str] = GROUPS) -> list[Plugin]:
+    """Every installed plugin of ``groups``, sorted by group, name and distribution.
+
+    The same distribution seen twice on ``sys.path`` is listed once.
+    """
+    found: dict[tuple[str, str, str, str | None], Plugin] = {}
+    for group in groups:
+        for entry_point in importlib_metadata.entry_points(group=group):
+            plugin = from_entry_point(entry_point)
+            found.setdefault((plugin.group, plugin.name, plugin.value, plugin.distribution), plugin)
+    return sorted(found.values(), key=lambda p: (p.group, p.name, p.distribution or ""))
+
+
+def load(plugin: Plugin) -> LoadedPlugin | FailedPlugin:
+    """Import ``plugin``'s object; an import error becomes a :class:`FailedPlugin`."""
+    try:
+        obj = plugin.entry_point.load()
+    except Exception as error:
+        return FailedPlugin(plugin=plugin, reason=f"import failed: {type(error).__name__}: {error}")
+    if not callable(obj):
+        return FailedPlugin(
+            plugin=plugin, reason=f"{plugin.value} is a {type(obj).__name__}, not a function"
+        )
+    return LoadedPlugin(plugin=plugin, obj=obj)
+
+
+def classify(
+    results: Iterable[LoadedPlugin | FailedPlugin],
+) -> tuple[dict[str, list[LoadedPlugin]], list[FailedPlugin]]:
+    """Split load results into loaded plugins by group, and failures."""
+    loaded: dict[str, list[LoadedPlugin]] = {group: [] for group in GROUPS}
+    failed: list[FailedPlugin] = []
+    for result in results:
+        if isinstance(result, FailedPlugin):
+            failed.append(result)
+        else:
+            loaded.setdefault(result.plugin.group, []).append(result)
+    return loaded, failed
+
+
+def _matches(plugin: Plugin, names: Sequence[str]) -> bool:
+    return plugin.name in names or plugin.qualified in names
+
+
+class _Selection:
+    """Applies ``plugins.disabled``/``plugins.required`` to one group, and reports failures."""
+
+    def __init__(self, group: str, disabled: Sequence[str], required: Sequence[str]) -> None:
+        self.group = group
+        self.required = [r for r in required if ":" not in r or r.startswith(group + ":")]
+        self.disabled = disabled
+        self.found: list[Plugin] = []
+
+    def plugins(self) -> list[Plugin]:
+        self.found = found = discover([self.group])
+        chosen = [p for p in found if not _matches(p, self.disabled)]
+        for name in self.required:
+            if not any(_matches(p, [name]) for p in chosen):
+                have = ", ".join(p.qualified for p in found) or "none"
+                raise PluginError(
+                    f"required plugin {name!r} is not installed or is disabled (installed in "
+                    f"{self.group}: {have}). Install its package, or remove it from "
+                    "plugins.required."
+                )
+        return chosen
+
+    def fail(self, plugin: Plugin, reason: str, error: BaseException | None = None) -> None:
+        message = f"Plugin {plugin.label} failed: {reason}. This plugin will not be used."
+        if _matches(plugin, self.required):
+            raise PluginError(
+                f"Plugin {plugin.label} is required but failed: {reason}. Fix the plugin, or "
+                "remove it from plugins.required."
+            ) from error
+        logger.warning(message, exc_info=error)
+
+
+def register_stats_writer_plugins(run_options: RunOptions) -> list[StatsWriter]:
+    """Call every ``evtrain.stats_writer`` plugin with ``run_options``; return all writers."""
+    selection = _Selection(STATS_WRITER, run_options.plugins.disabled, run_options.plugins.required)
+    chosen = selection.plugins()
+    writers: list[StatsWriter] = []
+    if not any(p.name == "default" for p in selection.found):
+        writers.extend(_fallback_default_writers(run_options))
+    for plugin in chosen:
+        result = load(plugin)
+        if isinstance(result, FailedPlugin):
+            selection.fail(plugin, result.reason)
+            continue
+        try:
+            made = result.obj(run_options)
+        except Exception as error:
+            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
+            continue
+        if not isinstance(made, (list, tuple)) or not all(isinstance(w, StatsWriter) for w in made):
+            selection.fail(plugin, f"returned {made!r}, expected a list of StatsWriter instances")
+            continue
+        writers.extend(made)
+    return writers
+
+
+def register_subscriber_plugins(run_options: RunOptions, bus: Bus) -> list[Plugin]:
+    """Call every ``evtrain.subscriber`` plugin with ``(run_options, bus)``; return those that
+    registered without error."""
+    selection = _Selection(SUBSCRIBER, run_options.plugins.disabled, run_options.plugins.required)
+    registered: list[Plugin] = []
+    for plugin in selection.plugins():
+        result = load(plugin)
+        if isinstance(result, FailedPlugin):
+            selection.fail(plugin, result.reason)
+            continue
+        try:
+            result.obj(run_options, bus)
+        except Exception as error:
+            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
+            continue
+        registered.append(plugin)
+    return registered
+
+
+def _fallback_default_writers(run_options: RunOptions) -> list[StatsWriter]:
+    # A stale or source-only install has no entry points at all; writing nothing would look
+    # like a silent success, so use the defaults directly and say how to repair the install.
+    if "default" in run_options.plugins.disabled or (
+        f"{STATS_WRITER}:default" in run_options.plugins.disabled
+    ):
+        return []
+    logger.warning(
+        "No 'default' entry point found in %s; the evtrain installation looks stale. "
+        "Reinstall it (pip install -e . or pip install evtrain). Using the default writers.",
+        STATS_WRITER,
+    )
+    try:
+        from evtrain_writers import get_default_stats_writers
+    except ImportError as error:
+        logger.error("The default writers cannot be imported either: %s", error)
+        return []
+    return list(get_default_stats_writers(run_options))

@@ -1,0 +1,116 @@
+"""Run options: attrs classes structured from YAML/dicts by :mod:`evtrain.config`.
+
+The shape follows ML-Agents' ``RunOptions`` so its users feel at home; this module holds the
+options of the run itself (checkpoints, the bus, plugins).  Behaviors, environments and torch
+settings join them with the trainers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from evtrain.inbox import Overflow
+from evtrain.isolation import FailurePolicy
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 1:
+        # "<name>: expected ..." is how evtrain.config puts a validator's key into the path
+        raise ValueError(f"{attribute.name}: expected an integer of at least 1, got {value}")
+
+
+@attrs.define(kw_only=True)
+class CheckpointSettings:
+    """Where a run writes, and how it relates to earlier runs."""
+
+    run_id: str = "evtrain"
+    """Name of the run; its folder is ``results_dir/run_id``."""
+    results_dir: str = "results"
+    """Parent folder of every run."""
+    resume: bool = False
+    """Continue the run ``run_id`` from its last checkpoint."""
+    force: bool = False
+    """Overwrite an existing run ``run_id``."""
+    initialize_from: str | None = None
+    """Start from the weights of this earlier run id (at step 0)."""
+    inference: bool = False
+    """Run the policy without training."""
+
+    @property
+    def write_path(self) -> Path:
+        """``results_dir/run_id``: the run folder."""
+        return Path(self.results_dir) / self.run_id
+
+    @property
+    def maybe_init_path(self) -> Path | None:
+        """``results_dir/initialize_from`` when set."""
+        return Path(self.results_dir) / self.initialize_from if self.initialize_from else None
+
+    @property
+    def run_logs_dir(self) -> Path:
+        """``write_path/run_logs``: timers.json and training_status.json."""
+        return self.write_path / "run_logs"
+
+
+@attrs.define(kw_only=True)
+class SubscriberSettings:
+    """Per-subscriber overrides, keyed by the subscriber's name on the bus."""
+
+    capacity: int | None = attrs.field(default=None)
+    overflow: Overflow | None = None
+
+
+@attrs.define(kw_only=True)
+class BusSettings:
+    """Delivery defaults for every subscriber of the run's bus."""
+
+    capacity: int = attrs.field(default=10_000, validator=_positive)
+    """Inbox capacity per subscriber."""
+    overflow: Overflow = Overflow.BLOCK
+    """What emit does when an inbox is full: block (lossless), drop_oldest, drop_newest, latest."""
+    on_error: FailurePolicy = FailurePolicy.DISABLE
+    """A subscriber's exception: log, disable (after max_consecutive_failures), raise."""
+    max_consecutive_failures: int = attrs.field(default=100, validator=_positive)
+    subscribers: dict[str, SubscriberSettings] = attrs.field(factory=dict)
+    """Overrides by subscriber name, e.g. ``{"evtrain_writers.tensorboard.TensorboardWriter":
+    {"overflow": "latest"}}``."""
+
+
+@attrs.define(kw_only=True)
+class PluginSettings:
+    """Which entry-point plugins load.  Names are ``name`` or ``group:name``."""
+
+    disabled: list[str] = attrs.field(factory=list)
+    """Plugins not loaded, e.g. ``["evtrain.stats_writer:default"]`` to drop the defaults."""
+    required: list[str] = attrs.field(factory=list)
+    """Plugins whose failure stops the run with an error instead of a warning."""
+
+
+@attrs.define(kw_only=True)
+class RunOptions:
+    """Everything ``evtrain learn`` needs; ``RunOptions()`` is a valid default run."""
+
+    checkpoint_settings: CheckpointSettings = attrs.field(factory=CheckpointSettings)
+    bus: BusSettings = attrs.field(factory=BusSettings)
+    plugins: PluginSettings = attrs.field(factory=PluginSettings)
+    debug: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunOptions:
+        """Structure options from plain data (parsed YAML).
+
+        :raises ConfigError: listing every bad key with its full path.
+        """
+        from evtrain.config import structure
+
+        return structure(data, cls)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data that :meth:`from_dict` turns back into equal options."""
+        from evtrain.config import converter
+
+        data: dict[str, Any] = converter.unstructure(self)
+        return data

@@ -1,0 +1,194 @@
+"""One subscriber's state on a bus: its inbox, counters, hooks, and the handle users hold."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from evtrain.inbox import Inbox
+
+if TYPE_CHECKING:
+    from evtrain.bus import Bus
+    from evtrain.dispatch import Worker
+    from evtrain.signals import EventSignal
+
+LATENCY_SAMPLES = 2048
+"""Handling latencies kept per subscriber (a ring) for the p50/p99 in ``Bus.metrics``."""
+LATENCY_MASK = LATENCY_SAMPLES - 1
+
+
+def subscriber_name(subscriber: object) -> str:
+    """A readable default name: ``module.qualname`` of the function or class."""
+    target = subscriber
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)):
+        target = type(subscriber)
+    module = getattr(target, "__module__", None) or "?"
+    qualname = getattr(target, "__qualname__", None) or repr(target)
+    return f"{module}.{qualname}"
+
+
+def is_async_callable(subscriber: object) -> bool:
+    """``async def`` functions, and objects whose ``__call__`` is ``async def``."""
+    if inspect.iscoroutinefunction(subscriber):
+        return True
+    call = getattr(subscriber, "__call__", None)  # noqa: B004 - we need the method itself
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def check_signature(subscriber: object, name: str) -> None:
+    """Refuse a subscriber that cannot be called with exactly one positional payload."""
+    if not callable(subscriber):
+        raise TypeError(f"subscriber {name!r} is not callable: {subscriber!r}")
+    try:
+        signature = inspect.signature(subscriber)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: trust them
+    try:
+        signature.bind(object())
+    except TypeError as error:
+        raise TypeError(
+            f"subscriber {name!r} cannot take one payload argument (signature {signature}): "
+            f"{error}. Subscribers are called as subscriber(payload)."
+        ) from None
+
+
+@attrs.frozen(kw_only=True)
+class SubscriberMetrics:
+    """What ``Bus.metrics()`` reports for one subscriber."""
+
+    name: str
+    signals: tuple[str, ...]
+    delivered: int
+    """Events handed to the subscriber (whether or not it raised)."""
+    dropped: int
+    """Events discarded: overflow policy, disabled subscriber, or undeliverable at close."""
+    failed: int
+    """Calls that raised an ``Exception``."""
+    disabled: bool
+    queued: int
+    high_water: int
+    """Largest inbox length seen."""
+    latency_p50_s: float
+    """Median seconds from ``emit`` to the end of handling, over recent events."""
+    latency_p99_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data, e.g. for ``timers.json``."""
+        return attrs.asdict(self)
+
+
+class Subscription:
+    """Internal record of one connected subscriber; ``Bus.connect`` returns its handle."""
+
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        name: str,
+        signals: tuple[EventSignal[Any], ...],
+        sender: Any,
+        call: Callable[[Any], Any],
+        is_async: bool,
+        inbox: Inbox,
+        hooks: dict[str, Callable[[], Any]],
+    ) -> None:
+        self.bus = bus
+        self.name = name
+        self.signals = signals
+        self.sender = sender
+        self.call = call
+        self.is_async = is_async
+        self.inbox = inbox
+        self.hooks = hooks
+        """Optional ``flush``/``close`` callables run at flush and close markers."""
+        self.worker: Worker | None = None
+        self.delivered = 0
+        self.failed = 0
+        self.consecutive_failures = 0
+        self.disabled = False
+        self.finished = False
+        """Its close marker was handled; the dispatcher task ends."""
+        self.task_done = threading.Event()
+        """Set when the dispatcher task for this subscriber has ended."""
+        self.last_logged = float("-inf")
+        self.suppressed = 0
+        self.latencies = array("d", bytes(8 * LATENCY_SAMPLES))
+        """Ring of recent emit-to-handled seconds, indexed by ``delivered & LATENCY_MASK``."""
+        self._by_payload = {s.payload_type: s.name for s in signals}
+
+    def __call__(self, sender: Any, payload: Any = None, **_: Any) -> None:
+        """Blinker receiver protocol: ``bus_signal.send(sender, payload=p)`` queues ``p`` here
+        like ``Bus.emit`` does (minus the type check), so the registry stays a real blinker
+        registry."""
+        self.inbox.put(time.perf_counter(), payload)
+
+    def signal_name(self, payload: Any) -> str:
+        return self._by_payload.get(type(payload), "?")
+
+    def metrics(self) -> SubscriberMetrics:
+        kept = sorted(self.latencies[: min(self.delivered, LATENCY_SAMPLES)])
+
+        def quantile(q: float) -> float:
+            return kept[min(len(kept) - 1, int(q * len(kept)))] if kept else 0.0
+
+        return SubscriberMetrics(
+            name=self.name,
+            signals=tuple(s.name for s in self.signals),
+            delivered=self.delivered,
+            dropped=self.inbox.dropped,
+            failed=self.failed,
+            disabled=self.disabled,
+            queued=len(self.inbox),
+            high_water=self.inbox.high_water,
+            latency_p50_s=quantile(0.50),
+            latency_p99_s=quantile(0.99),
+        )
+
+
+class SubscriptionHandle:
+    """Returned by ``Bus.connect``/``Bus.add_writer``; ``with`` disconnects on exit.
+
+    A handle for a subscription skipped by its ``ranks`` filter is inert: ``active`` is False.
+    """
+
+    def __init__(self, bus: Bus, subscription: Subscription | None) -> None:
+        self._bus = bus
+        self._subscription = subscription
+
+    @property
+    def active(self) -> bool:
+        """Whether events are routed to this subscriber now."""
+        sub = self._subscription
+        return sub is not None and not sub.finished and sub in self._bus.subscriptions
+
+    @property
+    def name(self) -> str | None:
+        """The subscriber's name on the bus (``None`` when skipped by a rank filter)."""
+        return None if self._subscription is None else self._subscription.name
+
+    def disconnect(self, timeout: float | None = None) -> None:
+        """Stop routing events here, deliver what is queued, close the subscriber, and wait
+        (up to ``timeout``) for that to finish."""
+        if self._subscription is not None:
+            self._bus.disconnect_subscription(self._subscription, timeout)
+
+    def __enter__(self) -> SubscriptionHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.disconnect()
+
+    def __repr__(self) -> str:
+        return f"<SubscriptionHandle {self.name!r} active={self.active}>"

@@ -23,25 +23,7 @@ from evtrain import (
 )
 from evtrain.stats import StatsPropertyType
 from evtrain.testing import Recorder
-
-
-def stats_event(step: int, category: str = "CartPole", **values: float) -> StatsEvent:
-    summaries = {k: StatsSummary(full_dist=[v]) for k, v in values.items()}
-    return StatsEvent(category=category, step=step, values=summaries, rank=0, time=0.0)
-
-
-class Gate:
-    """A subscriber that blocks on its first event until opened."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.open = threading.Event()
-        self.steps: list[int] = []
-
-    def __call__(self, event: StatsEvent) -> None:
-        self.entered.set()
-        assert self.open.wait(10)
-        self.steps.append(event.step)
+from tests.helpers import Gate, stats_event
 
 
 def test_emit_returns_without_running_subscriber_code(bus: Bus) -> None:
@@ -299,8 +281,8 @@ def test_subscriber_that_cannot_take_a_payload_is_refused(bus: Bus) -> None:
 
     def zero() -> None: ...
 
-    with pytest.raises(TypeError, match="subscriber 'tests.test_bus.two' cannot take one payload"):
-        bus.connect(signals.stats, two, name="tests.test_bus.two")
+    with pytest.raises(TypeError, match=r"subscriber 'two-args' cannot take one payload"):
+        bus.connect(signals.stats, two, name="two-args")
     with pytest.raises(TypeError, match="cannot take one payload"):
         bus.connect(signals.stats, zero)
     with pytest.raises(TypeError, match="not callable"):
@@ -342,7 +324,9 @@ def test_add_writer_delivers_stats_and_properties_in_order(bus: Bus) -> None:
     bus.add_writer(Writer())
     bus.emit(
         signals.hyperparameters,
-        PropertyEvent(category="C", property_type=StatsPropertyType.HYPERPARAMETERS, value={"a": 1}),
+        PropertyEvent(
+            category="C", property_type=StatsPropertyType.HYPERPARAMETERS, value={"a": 1}
+        ),
     )
     bus.emit(signals.stats, stats_event(10, category="C", reward=1.5))
     bus.flush()

@@ -33,7 +33,10 @@ def _structure_int(value: Any, _: type) -> int:
         raise TypeError(f"expected an integer, got {value!r}")
     if isinstance(value, int):
         return value
-    number = float(value) if isinstance(value, (str, float)) else None
+    try:
+        number = float(value) if isinstance(value, (str, float)) else None
+    except ValueError:
+        number = None
     if number is None or not number.is_integer():
         raise ValueError(f"expected an integer, got {value!r}")
     return int(number)

@@ -143,14 +143,20 @@ def _matches(plugin: Plugin, names: Sequence[str]) -> bool:
 class _Selection:
     """Applies ``plugins.disabled``/``plugins.required`` to one group, and reports failures."""
 
-    def __init__(self, group: str, disabled: Sequence[str], required: Sequence[str]) -> None:
+    def __init__(
+        self,
+        group: str,
+        run_options: RunOptions,
+        found: Sequence[Plugin] | None,
+    ) -> None:
         self.group = group
+        required = run_options.plugins.required
         self.required = [r for r in required if ":" not in r or r.startswith(group + ":")]
-        self.disabled = disabled
-        self.found: list[Plugin] = []
+        self.disabled = run_options.plugins.disabled
+        self.found = list(discover([group]) if found is None else found)
 
     def plugins(self) -> list[Plugin]:
-        self.found = found = discover([self.group])
+        found = self.found
         chosen = [p for p in found if not _matches(p, self.disabled)]
         for name in self.required:
             if not any(_matches(p, [name]) for p in chosen):
@@ -172,9 +178,14 @@ class _Selection:
         logger.warning(message, exc_info=error)
 
 
-def register_stats_writer_plugins(run_options: RunOptions) -> list[StatsWriter]:
-    """Call every ``evtrain.stats_writer`` plugin with ``run_options``; return all writers."""
-    selection = _Selection(STATS_WRITER, run_options.plugins.disabled, run_options.plugins.required)
+def register_stats_writer_plugins(
+    run_options: RunOptions, found: Sequence[Plugin] | None = None
+) -> list[StatsWriter]:
+    """Call every ``evtrain.stats_writer`` plugin with ``run_options``; return all writers.
+
+    ``found`` replaces discovery (tests pass plugins built from ``EntryPoint`` objects).
+    """
+    selection = _Selection(STATS_WRITER, run_options, found)
     chosen = selection.plugins()
     writers: list[StatsWriter] = []
     if not any(p.name == "default" for p in selection.found):
@@ -196,10 +207,12 @@ def register_stats_writer_plugins(run_options: RunOptions) -> list[StatsWriter]:
     return writers
 
 
-def register_subscriber_plugins(run_options: RunOptions, bus: Bus) -> list[Plugin]:
+def register_subscriber_plugins(
+    run_options: RunOptions, bus: Bus, found: Sequence[Plugin] | None = None
+) -> list[Plugin]:
     """Call every ``evtrain.subscriber`` plugin with ``(run_options, bus)``; return those that
-    registered without error."""
-    selection = _Selection(SUBSCRIBER, run_options.plugins.disabled, run_options.plugins.required)
+    registered without error.  ``found`` replaces discovery."""
+    selection = _Selection(SUBSCRIBER, run_options, found)
     registered: list[Plugin] = []
     for plugin in selection.plugins():
         result = load(plugin)

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import importlib_metadata
+import pytest
+
+from evtrain import Bus, PluginError, RunOptions, SaveEvent, signals
+from evtrain.plugins import (
+    STATS_WRITER,
+    SUBSCRIBER,
+    FailedPlugin,
+    LoadedPlugin,
+    Plugin,
+    classify,
+    discover,
+    from_entry_point,
+    load,
+    register_stats_writer_plugins,
+    register_subscriber_plugins,
+)
+from tests import plugin_fixtures
+
+
+def plugin(name: str, value: str, group: str = STATS_WRITER) -> Plugin:
+    return from_entry_point(importlib_metadata.EntryPoint(name=name, value=value, group=group))
+
+
+def options(**plugins: list[str]) -> RunOptions:
+    return RunOptions.from_dict({"checkpoint_settings": {"run_id": "r1"}, "plugins": plugins})
+
+
+def test_discover_finds_installed_default_writers_sorted() -> None:
+    found = discover()
+    default = [p for p in found if p.qualified == "evtrain.stats_writer:default"]
+    assert [(p.value, p.distribution) for p in default] == [
+        ("evtrain_writers:get_default_stats_writers", "evtrain")
+    ]
+    assert found == sorted(found, key=lambda p: (p.group, p.name, p.distribution or ""))
+
+
+def test_load_and_classify() -> None:
+    results = [
+        load(plugin("good", "tests.plugin_fixtures:good")),
+        load(plugin("missing", "no_such_module_xyz:fn")),
+        load(plugin("number", "tests.plugin_fixtures:NOT_CALLABLE")),
+    ]
+    loaded, failed = classify(results)
+    assert [r.plugin.name for r in loaded[STATS_WRITER]] == ["good"]
+    assert isinstance(results[0], LoadedPlugin) and results[0].obj is plugin_fixtures.good
+    assert [(f.plugin.name, f.reason) for f in failed] == [
+        ("missing", "import failed: ModuleNotFoundError: No module named 'no_such_module_xyz'"),
+        ("number", "tests.plugin_fixtures:NOT_CALLABLE is a int, not a function"),
+    ]
+    assert all(isinstance(f, FailedPlugin) for f in failed)
+
+
+def test_broken_plugins_are_logged_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    found = [
+        plugin("default", "tests.plugin_fixtures:good"),
+        plugin("missing", "no_such_module_xyz:fn"),
+        plugin("raises", "tests.plugin_fixtures:raises"),
+        plugin("scalar", "tests.plugin_fixtures:not_a_list"),
+        plugin("junk", "tests.plugin_fixtures:list_of_junk"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="evtrain.plugins"):
+        writers = register_stats_writer_plugins(options(), found)
+    assert [type(w).__name__ for w in writers] == ["ListWriter"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[:2] == [
+        "Plugin 'missing' (evtrain.stats_writer) failed: import failed: ModuleNotFoundError: "
+        "No module named 'no_such_module_xyz'. This plugin will not be used.",
+        "Plugin 'raises' (evtrain.stats_writer) failed: raised OSError: disk is read-only. "
+        "This plugin will not be used.",
+    ]
+    assert messages[2].startswith(
+        "Plugin 'scalar' (evtrain.stats_writer) failed: returned <tests.plugin_fixtures.ListWriter"
+    )
+    assert messages[2].endswith(
+        "expected a list of StatsWriter instances. This plugin will not be used."
+    )
+    assert messages[3] == (
+        "Plugin 'junk' (evtrain.stats_writer) failed: returned [<built-in function print>], "
+        "expected a list of StatsWriter instances. This plugin will not be used."
+    )
+    assert len(messages) == 4
+
+
+def test_disabled_plugins_are_not_loaded() -> None:
+    found = [plugin("default", "tests.plugin_fixtures:good"), plugin("boom", "nope_xyz:f")]
+    writers = register_stats_writer_plugins(options(disabled=["evtrain.stats_writer:boom"]), found)
+    assert len(writers) == 1
+    assert register_stats_writer_plugins(options(disabled=["default", "boom"]), found) == []
+
+
+def test_required_plugin_failure_stops_the_run() -> None:
+    found = [
+        plugin("default", "tests.plugin_fixtures:good"),
+        plugin("boom", "tests.plugin_fixtures:raises"),
+    ]
+    expected = (
+        r"Plugin 'boom' \(evtrain.stats_writer\) is required but failed: "
+        r"raised OSError: disk is read-only"
+    )
+    with pytest.raises(PluginError, match=expected):
+        register_stats_writer_plugins(options(required=["boom"]), found)
+    with pytest.raises(PluginError, match="required plugin 'wandb' is not installed"):
+        register_stats_writer_plugins(options(required=["wandb"]), found)
+
+
+def test_keyboard_interrupt_in_a_plugin_is_not_swallowed() -> None:
+    found = [
+        plugin("default", "tests.plugin_fixtures:good"),
+        plugin("ctrl-c", "tests.plugin_fixtures:interrupts"),
+    ]
+    with pytest.raises(KeyboardInterrupt):
+        register_stats_writer_plugins(options(), found)
+
+
+def test_missing_default_entry_point_falls_back_with_warning(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    run = RunOptions.from_dict({"checkpoint_settings": {"results_dir": str(tmp_path)}})
+    with caplog.at_level(logging.WARNING, logger="evtrain.plugins"):
+        writers = register_stats_writer_plugins(run, found=[])
+    assert "No 'default' entry point found in evtrain.stats_writer" in caplog.text
+    assert [type(w).__name__ for w in writers] == [
+        "TensorboardWriter",
+        "GaugeWriter",
+        "ConsoleWriter",
+    ]
+    for w in writers:
+        w.close()
+
+
+def test_subscriber_plugins_connect_to_the_bus() -> None:
+    found = [
+        plugin("save", "tests.plugin_fixtures:save_subscriber", SUBSCRIBER),
+        plugin("bad", "tests.plugin_fixtures:raises", SUBSCRIBER),
+    ]
+    plugin_fixtures.saved.clear()
+    with Bus() as bus:
+        registered = register_subscriber_plugins(options(), bus, found)
+        assert [p.name for p in registered] == ["save"]
+        bus.emit(signals.save, SaveEvent(category="C", step=7, path=Path("c.pt")))
+    assert plugin_fixtures.saved == [7]
+
+
+def test_cli_lists_plugins_per_group() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "evtrain", "plugins"], capture_output=True, text=True, check=False
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0] == "evtrain.stats_writer:"
+    assert lines[1].split() == [
+        "default",
+        "evtrain",
+        "0.1.0",
+        "evtrain_writers:get_default_stats_writers",
+        "loaded",
+    ]
+    for group in ("evtrain.subscriber:", "evtrain.trainer:", "evtrain.initializer:"):
+        assert group in lines
+    assert result.returncode == 0, result.stderr

@@ -282,9 +282,9 @@ def test_subscriber_that_cannot_take_a_payload_is_refused(bus: Bus) -> None:
     def zero() -> None: ...
 
     with pytest.raises(TypeError, match=r"subscriber 'two-args' cannot take one payload"):
-        bus.connect(signals.stats, two, name="two-args")
+        bus.connect(signals.stats, two, name="two-args")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="cannot take one payload"):
-        bus.connect(signals.stats, zero)
+        bus.connect(signals.stats, zero)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not callable"):
         bus.connect(signals.stats, 42)  # type: ignore[arg-type]
 

@@ -64,9 +64,11 @@ def test_block_waits_for_room_and_loses_nothing(bus: Bus) -> None:
     bus.connect(signals.stats, gate, capacity=2, name="gated")
     bus.emit(signals.stats, stats_event(0))
     assert gate.entered.wait(5)
-    producer = threading.Thread(
-        target=lambda: [bus.emit(signals.stats, stats_event(s)) for s in range(1, 6)]
-    )
+    def produce() -> None:
+        for step in range(1, 6):
+            bus.emit(signals.stats, stats_event(step))
+
+    producer = threading.Thread(target=produce)
     producer.start()
     time.sleep(0.2)
     assert producer.is_alive()  # blocked on the full inbox

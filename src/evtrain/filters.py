@@ -25,6 +25,23 @@ def get_rank() -> int:
         raise ValueError(f"RANK environment variable must be an integer, got {raw!r}") from None
 
 
+def get_world_size() -> int:
+    """Processes in the distributed job: the process group's size, else ``WORLD_SIZE``, else 1.
+
+    torch is never imported just to ask (as :func:`get_rank`).
+    """
+    dist: Any = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_world_size())
+    raw = os.environ.get("WORLD_SIZE", "")
+    try:
+        return int(raw) if raw else 1
+    except ValueError:
+        raise ValueError(
+            f"WORLD_SIZE environment variable must be an integer, got {raw!r}"
+        ) from None
+
+
 class RankFilter:
     """Wraps a subscriber so it only acts on the given ranks.
 

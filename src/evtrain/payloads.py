@@ -15,14 +15,8 @@ from typing import Any
 
 import attrs
 
+from evtrain.filters import get_rank
 from evtrain.stats import StatsPropertyType, StatsSummary
-
-
-def _default_rank() -> int:
-    # Imported lazily: filters reads torch.distributed only when torch is already imported.
-    from evtrain.filters import get_rank
-
-    return get_rank()
 
 
 class RunStatus(enum.Enum):
@@ -40,7 +34,7 @@ class RunStarted:
     run_id: str
     options: Mapping[str, Any] = attrs.field(factory=dict)
     world_size: int = 1
-    rank: int = attrs.field(factory=_default_rank)
+    rank: int = attrs.field(factory=get_rank)
     time: float = attrs.field(factory=time.time)
 
 
@@ -60,7 +54,7 @@ class StatsEvent:
     category: str
     step: int
     values: Mapping[str, StatsSummary]
-    rank: int = attrs.field(factory=_default_rank)
+    rank: int = attrs.field(factory=get_rank)
     time: float = attrs.field(factory=time.time)
 
 

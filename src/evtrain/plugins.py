@@ -159,6 +159,8 @@ class _Selection:
         found = self.found
         chosen = [p for p in found if not _matches(p, self.disabled)]
         for name in self.required:
+            if ":" not in name and any(_matches(p, [name]) for p in discover(GROUPS)):
+                continue  # a plain name is satisfied by whichever group provides it
             if not any(_matches(p, [name]) for p in chosen):
                 have = ", ".join(p.qualified for p in found) or "none"
                 raise PluginError(

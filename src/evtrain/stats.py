@@ -41,7 +41,7 @@ class StatsPropertyType(enum.Enum):
 
 
 def _as_floats(values: Any) -> tuple[float, ...]:
-    return tuple(float(v) for v in values)
+    return tuple(map(float, values))
 
 
 @attrs.frozen(kw_only=True, slots=True)

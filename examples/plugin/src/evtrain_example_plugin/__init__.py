@@ -1,0 +1,14 @@
+"""An example evtrain plugin: one stats writer and one subscriber, registered by entry points.
+
+* ``evtrain.stats_writer`` → ``jsonl``: :func:`~evtrain_example_plugin.jsonl.get_jsonl_writers`
+  writes every summary period to ``<run folder>/stats.jsonl``.
+* ``evtrain.subscriber`` → ``save_log``: :func:`~evtrain_example_plugin.save_log.connect_save_log`
+  appends every saved checkpoint and exported model to ``<run folder>/artifacts.jsonl``.
+"""
+
+from __future__ import annotations
+
+from evtrain_example_plugin.jsonl import JsonLinesWriter, get_jsonl_writers
+from evtrain_example_plugin.save_log import ArtifactLog, connect_save_log
+
+__all__ = ["ArtifactLog", "JsonLinesWriter", "connect_save_log", "get_jsonl_writers"]

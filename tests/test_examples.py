@@ -1,0 +1,238 @@
+"""The examples work as their users will run them: as scripts, and installed with pip."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+PLUGIN = EXAMPLES / "plugin"
+
+
+def python(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run this interpreter with warnings as errors, like the test suite itself."""
+    return subprocess.run(
+        [sys.executable, "-W", "error", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(env) if env is not None else clean_env(),
+        cwd=cwd,
+    )
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    # A RANK left in the environment (e.g. by torchrun) would make the run rank != 0, where
+    # the example's file subscribers are not connected at all.
+    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE"}}
+    env.update(extra)
+    return env
+
+
+# -- examples/custom_subscriber.py -----------------------------------------------------------
+
+CUSTOM_SUBSCRIBER_OUTPUT = """\
+subscriber_failed: broken raised KeyError: 'Losses/Value Loss' on 'stats' (failure 1, disabled: False)
+subscriber_failed: broken raised KeyError: 'Losses/Value Loss' on 'stats' (failure 2, disabled: False)
+subscriber_failed: broken raised KeyError: 'Losses/Value Loss' on 'stats' (failure 3, disabled: True)
+best mean reward: CartPole 490.0 at step 5000
+best mean reward: Walker 12.0 at step 4000
+walker_only saw steps [1000, 2000, 3000, 4000, 5000]
+dashboard drew steps [1000, 5000]
+uploads.txt: CartPole step 5000 -> s3://example-bucket/CartPole-5000.pt
+uploads.txt: Walker step 5000 -> s3://example-bucket/Walker-5000.pt
+subscriber       delivered  dropped  failed  disabled
+best_reward             10        0       0  False
+walker_only              5        0       0  False
+dashboard                2        3       0  False
+broken                   3        7       3  True
+failure_report           3        0       0  False
+upload                   2        0       0  False
+"""  # noqa: E501 - the script's exact output lines
+
+
+def test_custom_subscriber_example_output(tmp_path: Path) -> None:
+    result = python(str(EXAMPLES / "custom_subscriber.py"), "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == CUSTOM_SUBSCRIBER_OUTPUT
+    assert (tmp_path / "uploads.txt").read_text() == (
+        "CartPole step 5000 -> s3://example-bucket/CartPole-5000.pt\n"
+        "Walker step 5000 -> s3://example-bucket/Walker-5000.pt\n"
+    )
+    # The isolated failure is logged with its traceback, and the disabling said once.
+    assert result.stderr.count("[ERROR] evtrain.bus: Subscriber 'broken' raised handling") == 2
+    assert "KeyError: 'Losses/Value Loss'" in result.stderr
+    assert result.stderr.count("failed 3 times in a row and is disabled") == 1
+
+
+# -- examples/plugin, installed with pip -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the example plugin installed by pip, for ``PYTHONPATH``.
+
+    Built from a copy: building in place leaves ``build/`` and ``*.egg-info`` in the source
+    tree.  ``--no-build-isolation`` uses this venv's setuptools and ``--no-index`` keeps pip
+    off the network, so this takes about a second offline.
+    """
+    work = tmp_path_factory.mktemp("example-plugin")
+    source = work / "source"
+    shutil.copytree(
+        PLUGIN,
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".*_cache"),
+    )
+    site = work / "site"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return site
+
+
+def test_evtrain_plugins_lists_the_installed_example(plugin_site: Path) -> None:
+    result = python("-m", "evtrain", "plugins", env=clean_env(PYTHONPATH=str(plugin_site)))
+    # Not the exit status: it also reports the default writers, which are not under test here.
+    rows = [line.split() for line in result.stdout.splitlines()]
+    ours = [row for row in rows if row[1:2] == ["evtrain-example-plugin"]]
+    assert ours == [
+        [
+            "jsonl",
+            "evtrain-example-plugin",
+            "0.1.0",
+            "evtrain_example_plugin.jsonl:get_jsonl_writers",
+            "loaded",
+        ],
+        [
+            "save_log",
+            "evtrain-example-plugin",
+            "0.1.0",
+            "evtrain_example_plugin.save_log:connect_save_log",
+            "loaded",
+        ],
+    ]
+    lines = result.stdout.splitlines()
+    groups = [line for line in lines if not line.startswith(" ")]
+    assert groups[:2] == ["evtrain.stats_writer:", "evtrain.subscriber:"]
+    jsonl_at = next(i for i, row in enumerate(rows) if row[:1] == ["jsonl"])
+    save_log_at = next(i for i, row in enumerate(rows) if row[:1] == ["save_log"])
+    assert lines.index("evtrain.stats_writer:") < jsonl_at < lines.index("evtrain.subscriber:")
+    assert lines.index("evtrain.subscriber:") < save_log_at < lines.index("evtrain.trainer:")
+
+
+RUN_WITH_PLUGINS = """\
+import json
+import sys
+
+from evtrain import ExportEvent, RunOptions, SaveEvent, StatsPropertyType, StatsReporter, signals
+from evtrain.runner import attach_plugins, make_bus
+
+options = RunOptions.from_dict(
+    {
+        "checkpoint_settings": {"run_id": "run1", "results_dir": sys.argv[1]},
+        "plugins": json.loads(sys.argv[2]),
+    }
+)
+run = options.checkpoint_settings.write_path
+bus = make_bus(options)
+try:
+    attach_plugins(options, bus)
+    reporter = StatsReporter(bus, "CartPole")
+    reporter.add_property(StatsPropertyType.HYPERPARAMETERS, {"learning_rate": 0.0003})
+    for step, returns in ((1000, (1.0, 2.0)), (2000, (4.0,))):
+        for value in returns:
+            reporter.add_stat("Environment/Cumulative Reward", value)
+        reporter.write_stats(step)
+    checkpoint = run / "CartPole" / "CartPole-2000.pt"
+    bus.emit(signals.save, SaveEvent(category="CartPole", step=2000, path=checkpoint, reward=4.0))
+    model = run / "CartPole.onnx"
+    bus.emit(signals.export, ExportEvent(category="CartPole", step=2000, path=model))
+finally:
+    report = bus.close()
+print("clean:", report.clean)
+for name, metrics in bus.metrics().items():
+    print(name, metrics.delivered, metrics.failed)
+"""
+
+
+def run_with_plugins(site: Path, results: Path, plugins: Mapping[str, list[str]]) -> str:
+    result = python(
+        "-c",
+        RUN_WITH_PLUGINS,
+        str(results),
+        json.dumps(plugins),
+        env=clean_env(PYTHONPATH=str(site)),
+    )
+    assert result.returncode == 0, result.stderr
+    # A skipped plugin would only be logged; nothing may have been skipped.
+    assert "will not be used" not in result.stderr, result.stderr
+    return result.stdout
+
+
+NO_DEFAULTS = "evtrain.stats_writer:default"
+# Required by qualified name: each group applies an unqualified required name to itself.
+JSONL = "evtrain.stats_writer:jsonl"
+SAVE_LOG = "evtrain.subscriber:save_log"
+
+
+def test_a_run_loads_the_installed_plugins(plugin_site: Path, tmp_path: Path) -> None:
+    stdout = run_with_plugins(
+        plugin_site, tmp_path, {"disabled": [NO_DEFAULTS], "required": [JSONL, SAVE_LOG]}
+    )
+    assert stdout.splitlines() == [
+        "clean: True",
+        "evtrain_example_plugin.jsonl.JsonLinesWriter 3 0",
+        "evtrain_example_plugin.save_log 2 0",
+    ]
+    run = tmp_path / "run1"
+    assert (run / "stats.jsonl").read_text() == (
+        '{"category": "CartPole", "hyperparameters": {"learning_rate": 0.0003}}\n'
+        '{"category": "CartPole", "step": 1000, "values": {"Environment/Cumulative Reward": '
+        '{"mean": 1.5, "std": 0.5, "num": 2, "sum": 3.0, "aggregated": 1.5}}}\n'
+        '{"category": "CartPole", "step": 2000, "values": {"Environment/Cumulative Reward": '
+        '{"mean": 4.0, "std": 0.0, "num": 1, "sum": 4.0, "aggregated": 4.0}}}\n'
+    )
+    assert (run / "artifacts.jsonl").read_text() == (
+        f'{{"signal": "save", "category": "CartPole", "step": 2000, '
+        f'"path": "{run}/CartPole/CartPole-2000.pt", "reward": 4.0}}\n'
+        f'{{"signal": "export", "category": "CartPole", "step": 2000, '
+        f'"path": "{run}/CartPole.onnx", "format": "onnx"}}\n'
+    )
+
+
+def test_a_disabled_plugin_writes_nothing(plugin_site: Path, tmp_path: Path) -> None:
+    stdout = run_with_plugins(
+        plugin_site, tmp_path, {"disabled": [NO_DEFAULTS, "jsonl"], "required": [SAVE_LOG]}
+    )
+    assert stdout.splitlines() == ["clean: True", "evtrain_example_plugin.save_log 2 0"]
+    assert sorted(p.name for p in (tmp_path / "run1").iterdir()) == ["artifacts.jsonl"]

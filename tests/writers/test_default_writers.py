@@ -1,0 +1,54 @@
+"""The ``evtrain.stats_writer`` entry point ``default`` and the writers it returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import importlib_metadata
+import pytest
+
+import evtrain_writers
+from evtrain import RunOptions
+from evtrain_writers import (
+    ConsoleWriter,
+    GaugeWriter,
+    TensorboardWriter,
+    get_default_stats_writers,
+)
+
+
+def test_public_names() -> None:
+    assert evtrain_writers.__all__ == sorted(evtrain_writers.__all__)
+    public = {name for name in vars(evtrain_writers) if not name.startswith("_")}
+    modules = {"console", "gauge", "tensorboard", "tfrecord", "annotations", "TYPE_CHECKING"}
+    assert public - modules == set(evtrain_writers.__all__)
+
+
+def test_registered_as_the_default_entry_point() -> None:
+    (entry_point,) = importlib_metadata.entry_points(group="evtrain.stats_writer", name="default")
+    assert entry_point.value == "evtrain_writers:get_default_stats_writers"
+    assert entry_point.load() is get_default_stats_writers
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_default_writers(tmp_path: Path, resume: bool) -> None:
+    options = RunOptions.from_dict(
+        {
+            "checkpoint_settings": {
+                "run_id": "run",
+                "results_dir": str(tmp_path),
+                "resume": resume,
+            }
+        }
+    )
+    tensorboard, gauge, console = get_default_stats_writers(options)
+
+    assert isinstance(tensorboard, TensorboardWriter)
+    assert tensorboard.base_dir == tmp_path / "run"
+    assert tensorboard.clear_past_data is not resume
+    assert tensorboard.hidden_keys == frozenset({"Is Training", "Step"})
+    assert isinstance(gauge, GaugeWriter)
+    assert gauge.path == tmp_path / "run" / "run_logs" / "timers.json"
+    assert isinstance(console, ConsoleWriter)
+    for writer in (tensorboard, gauge, console):
+        writer.close()

@@ -1,0 +1,39 @@
+"""evtrain's default statistics writers: TensorBoard, gauges (``timers.json``) and the console.
+
+They are plugins like any other: evtrain finds :func:`get_default_stats_writers` through the
+``evtrain.stats_writer`` entry point ``default``, so disabling that entry point drops them all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from evtrain_writers.console import ConsoleWriter
+from evtrain_writers.gauge import GaugeWriter
+from evtrain_writers.tensorboard import TensorboardWriter
+
+if TYPE_CHECKING:
+    from evtrain.settings import RunOptions
+    from evtrain.stats import StatsWriter
+
+__all__ = [
+    "ConsoleWriter",
+    "GaugeWriter",
+    "TensorboardWriter",
+    "get_default_stats_writers",
+]
+
+
+def get_default_stats_writers(run_options: RunOptions) -> list[StatsWriter]:
+    """The writers of every run: TensorBoard files in the run folder (cleared unless resuming,
+    hiding ``Is Training`` and ``Step``), gauges in ``run_logs/timers.json``, the console line."""
+    checkpoint_settings = run_options.checkpoint_settings
+    return [
+        TensorboardWriter(
+            checkpoint_settings.write_path,
+            clear_past_data=not checkpoint_settings.resume,
+            hidden_keys=["Is Training", "Step"],
+        ),
+        GaugeWriter(checkpoint_settings.run_logs_dir),
+        ConsoleWriter(),
+    ]

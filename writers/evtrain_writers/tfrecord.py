@@ -1,0 +1,268 @@
+"""TensorBoard event files, written fast: hand-encoded scalar events, C crc32c, 64 KiB writes.
+
+An event file is a TFRecord file of serialised ``tensorboard.Event`` protobufs.  Each record is
+framed as::
+
+    uint64 LE  length
+    uint32 LE  masked crc32c of those 8 length bytes
+    bytes      data
+    uint32 LE  masked crc32c of data
+
+where ``masked(crc) = ((crc >> 15 | crc << 17) + 0xa282ead8) mod 2**32``.
+
+Where the time goes per scalar record with tensorboard's own writer (``reference/anchors.md``):
+building the protobuf ~3.6 µs, its pure-Python crc32c ~7.2 µs, reopening the file per record
+~10 µs.  Here a scalar event is wire-encoded by hand from per-tag bytes computed once, the
+checksum is google-crc32c's C code, records collect in memory and reach the file in chunks of at
+least :data:`CHUNK_BYTES` through an unbuffered file kept open, so a full event of ten scalars
+costs a few microseconds.  Rare records (histograms, text) may be built with protobuf objects
+and framed here too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import itertools
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+import google_crc32c
+
+logger = logging.getLogger(__name__)
+
+FILE_VERSION = "brain.Event:2"
+"""The ``file_version`` of the first event; with it TensorBoard detects restarts from session
+logs instead of purging data whenever a step goes backwards."""
+CHUNK_BYTES = 64 * 1024
+"""Buffered records are written once at least this many bytes are waiting."""
+FILE_PREFIX = "events.out.tfevents."
+
+_crc32c = google_crc32c.value
+_U64 = struct.Struct("<Q").pack
+_U32 = struct.Struct("<I").pack
+_TAGGED_DOUBLE = struct.Struct("<Bd").pack
+_F32 = struct.Struct("<f").pack
+_F32_MAX = 3.4028234663852886e38
+_file_numbers = itertools.count()
+# Field 2 (step) for steps below 128; step 0 is left out, as protobuf leaves out defaults.
+_SMALL_STEPS = (b"", *(bytes((0x10, step)) for step in range(1, 0x80)))
+
+
+def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
+    """The TFRecord checksum of ``data``: crc32c (Castagnoli), rotated and offset."""
+    crc: int = _crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def encode_varint(value: int) -> bytes:
+    """Protobuf base-128 varint; negative values as 64-bit two's complement (ten bytes)."""
+    value &= 0xFFFFFFFFFFFFFFFF
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def frame_record(data: bytes) -> bytes:
+    """``data`` framed as one TFRecord (length, its checksum, data, data checksum)."""
+    header = _U64(len(data))
+    return header + _U32(masked_crc32c(header)) + data + _U32(masked_crc32c(data))
+
+
+def encode_file_version_event(wall_time: float) -> bytes:
+    """The Event every event file starts with: ``wall_time`` (field 1), ``file_version`` (3)."""
+    version = FILE_VERSION.encode()
+    return _TAGGED_DOUBLE(0x09, wall_time) + b"\x1a" + encode_varint(len(version)) + version
+
+
+@functools.lru_cache(maxsize=8192)
+def _value_prefix(tag: str) -> bytes:
+    """Everything of ``Summary.Value{tag=1, simple_value=2}`` (inside its Summary field 1)
+    before the four float bytes: a Value's length depends only on its tag."""
+    name = tag.encode()
+    name_field = b"\x0a" + encode_varint(len(name)) + name
+    value_len = len(name_field) + 5  # + simple_value's key byte and float32
+    return b"\x0a" + encode_varint(value_len) + name_field + b"\x15"
+
+
+def _to_float32_range(value: float) -> float:
+    # struct's "f" refuses finite doubles beyond float32; TensorFlow rounds those to ±inf.
+    value = float(value)
+    if value > _F32_MAX:
+        return float("inf")
+    if value < -_F32_MAX:
+        return float("-inf")
+    return value
+
+
+class ScalarEventEncoder:
+    """Encodes one Event holding one Summary with a simple value per tag, for a fixed tag tuple.
+
+    Wire layout, fields in number order so the bytes equal protobuf's own: ``wall_time`` double
+    (1), ``step`` varint (2, left out when 0), ``summary`` (5) holding one
+    ``Summary.Value{tag, simple_value}`` per tag.  Every byte except the wall time, the step and
+    the floats is computed once, in ``__init__``.
+
+    :param tags: the scalar tags, in the order values are given to :meth:`encode`.
+    """
+
+    __slots__ = ("_pack", "_prefixes", "_summary_key", "tags")
+
+    def __init__(self, tags: Sequence[str]) -> None:
+        if not tags:
+            raise ValueError("ScalarEventEncoder needs at least one tag")
+        self.tags = tuple(tags)
+        self._prefixes = tuple(_value_prefix(tag) for tag in self.tags)
+        summary_len = sum(len(prefix) + 4 for prefix in self._prefixes)
+        self._summary_key = b"\x2a" + encode_varint(summary_len)
+        layout = "".join(f"{len(prefix)}sf" for prefix in self._prefixes)
+        self._pack = struct.Struct("<" + layout).pack
+
+    def encode(self, wall_time: float, step: int, values: Sequence[float]) -> bytes:
+        """One serialised Event; values beyond float32 range become ±inf like TensorFlow's.
+
+        :raises ValueError: ``values`` does not have one value per tag.
+        """
+        if len(values) != len(self.tags):
+            raise ValueError(f"expected {len(self.tags)} values, got {len(values)}")
+        step = int(step)
+        step_field = _SMALL_STEPS[step] if 0 <= step < 0x80 else b"\x10" + encode_varint(step)
+        # lengths checked above; zip's own check would only repeat it
+        args = [item for pair in zip(self._prefixes, values, strict=False) for item in pair]
+        try:
+            summary = self._pack(*args)
+        except (OverflowError, struct.error):
+            args[1::2] = [_to_float32_range(v) for v in values]
+            summary = self._pack(*args)
+        return _TAGGED_DOUBLE(0x09, wall_time) + step_field + self._summary_key + summary
+
+
+def event_file_name(wall_time: float | None = None) -> str:
+    """A name like TensorBoard's: ``events.out.tfevents.<time>.<host>.<pid>.<n>``.
+
+    ``n`` counts the files this process opened, so two writers started in the same second never
+    collide.  TensorBoard reads a folder's files in name order, i.e. by start time.
+    """
+    stamp = int(time.time() if wall_time is None else wall_time)
+    return f"{FILE_PREFIX}{stamp:010d}.{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
+
+
+def _write_all(raw: IO[bytes], data: bytearray) -> None:
+    """Write and empty ``data`` (a raw file may accept fewer bytes than offered)."""
+    with memoryview(data) as view:
+        offset = 0
+        while offset < len(view):
+            offset += raw.write(view[offset:]) or 0
+    del data[:]
+
+
+def _close_file(raw: IO[bytes], buffer: bytearray, lock: threading.Lock) -> None:
+    with lock:
+        try:
+            if buffer:
+                _write_all(raw, buffer)
+        finally:
+            raw.close()
+
+
+class EventFileWriter:
+    """One new event file in ``directory``, open until :meth:`close`.
+
+    :meth:`write_event` frames a serialised Event into a memory buffer, and writes the buffer to
+    the file once it holds :data:`CHUNK_BYTES`; :meth:`flush` writes whatever is buffered.
+    Methods are thread-safe (one lock), so an owner may flush from a timer thread while another
+    thread writes.  There is no ``fsync``: flushed data is in the operating system's hands,
+    like TensorBoard's own writers.  A writer dropped without ``close()`` is closed (buffer
+    written) when garbage-collected; at interpreter exit every open writer is flushed.
+
+    :param directory: created if missing.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        now = time.time()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / event_file_name(now)
+        """The file being written."""
+        # Unbuffered: our own buffer decides when bytes move, so there is no second copy.
+        raw: IO[bytes] = open(self.path, "xb", buffering=0)  # noqa: SIM115 - closed by finalizer
+        self._raw = raw
+        self._buffer = bytearray(frame_record(encode_file_version_event(now)))
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_file, raw, self._buffer, self._lock)
+        # At exit only flush (below): a bus draining after our hook may still write events.
+        self._finalizer.atexit = False
+        _open_writers.add(self)
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` was called (or the writer was collected)."""
+        return not self._finalizer.alive
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes buffered and not yet handed to the operating system."""
+        return len(self._buffer)
+
+    def write_event(self, event: bytes) -> None:
+        """Append one serialised Event as a TFRecord.
+
+        :raises ValueError: the writer is closed.
+        """
+        header = _U64(len(event))
+        with self._lock:
+            if self._raw.closed:
+                raise ValueError(f"event file {self.path} is closed")
+            buffer = self._buffer
+            buffer += header
+            buffer += _U32(masked_crc32c(header))
+            buffer += event
+            buffer += _U32(masked_crc32c(event))
+            if len(buffer) >= CHUNK_BYTES:
+                _write_all(self._raw, buffer)
+
+    def flush(self) -> bool:
+        """Hand every buffered record to the operating system.
+
+        :returns: whether anything was written.
+        """
+        with self._lock:
+            if not self._buffer or self._raw.closed:
+                return False
+            _write_all(self._raw, self._buffer)
+            return True
+
+    def close(self) -> None:
+        """Write what is buffered and close the file.  Idempotent."""
+        _open_writers.discard(self)
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"<EventFileWriter {str(self.path)!r} closed={self.closed}>"
+
+
+_open_writers: weakref.WeakSet[EventFileWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_writers() -> None:
+    # Flush, never close: an unclosed bus may drain after this hook and still write events;
+    # its close() writes those.  In the other order the files are closed and this skips them.
+    for writer in list(_open_writers):
+        try:
+            writer.flush()
+        except OSError:
+            logger.exception("Flushing %s at interpreter exit failed", writer.path)

@@ -17,6 +17,9 @@ measures, in the producer's thread:
 * **loss** — the event files read back with TensorBoard's ``EventAccumulator``;
 * **peak RSS** of the case's process.
 
+``no-subscribers`` is the floor: ``emit`` with nobody listening (type check and route lookup),
+to tell the bus's own cost from the machine's (paced calls run on cold caches after a sleep).
+
 torch's ``SummaryWriter.add_scalar`` runs the same workload (10 calls per event) in the same run.
 """
 
@@ -42,6 +45,7 @@ PACED_EVENTS = 5_000
 PACED_GAP_S = 0.0002
 CASES = (
     "torch",
+    "no-subscribers",
     "tensorboard",
     "console",
     "gauge",
@@ -116,6 +120,7 @@ def build_bus(case: str, results: Path) -> Any:
         "defaults": [tensorboard, gauge, ConsoleWriter],
         "defaults+slow+raising": [tensorboard, gauge, ConsoleWriter],
         "stalled-drop": [],
+        "no-subscribers": [],
     }
     for make in writers[case]:
         bus.add_writer(make())

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from evtrain import plugins
-from evtrain.errors import ConfigError, PluginError
+from evtrain.errors import ConfigError, PluginError, RunFolderError
 from evtrain.settings import RunOptions
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
@@ -26,6 +26,24 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("plugins", help="list every plugin found, and whether it loads")
     listing.add_argument(
         "--group", choices=plugins.GROUPS, action="append", help="only these groups"
+    )
+
+    learn = commands.add_parser("learn", help="train the behaviors of a YAML config")
+    learn.add_argument("config", help="YAML file in ML-Agents' shape (see docs/configuration.md)")
+    overrides = learn.add_argument_group("overrides (applied only when given)")
+    overrides.add_argument("--run-id", help="checkpoint_settings.run_id")
+    overrides.add_argument("--results-dir", help="checkpoint_settings.results_dir")
+    overrides.add_argument("--resume", action="store_true", default=None, help="continue the run")
+    overrides.add_argument("--force", action="store_true", default=None, help="overwrite the run")
+    overrides.add_argument("--initialize-from", metavar="RUN_ID", help="start from its weights")
+    overrides.add_argument(
+        "--inference", action="store_true", default=None, help="run the policy, do not train"
+    )
+    overrides.add_argument("--seed", type=int, help="env_settings.seed")
+    overrides.add_argument("--num-envs", type=int, help="env_settings.num_envs")
+    overrides.add_argument("--torch-device", help="torch_settings.device (cpu, cuda, cuda:1)")
+    overrides.add_argument(
+        "--plugins", nargs="+", metavar="PATH", help="folders of modules declaring plugins"
     )
 
     demo = commands.add_parser(
@@ -59,16 +77,72 @@ def list_plugins(groups: Sequence[str]) -> int:
     return status
 
 
+_OVERRIDES = {
+    "run_id": ("checkpoint_settings", "run_id"),
+    "results_dir": ("checkpoint_settings", "results_dir"),
+    "resume": ("checkpoint_settings", "resume"),
+    "force": ("checkpoint_settings", "force"),
+    "initialize_from": ("checkpoint_settings", "initialize_from"),
+    "inference": ("checkpoint_settings", "inference"),
+    "seed": ("env_settings", "seed"),
+    "num_envs": ("env_settings", "num_envs"),
+    "torch_device": ("torch_settings", "device"),
+    "plugins": ("plugins", "paths"),
+}
+"""CLI flag (argparse dest) to the option it overrides."""
+
+
+def options_from_cli(args: argparse.Namespace) -> RunOptions:
+    """The YAML's options with the flags that were given written over them."""
+    from evtrain.learn import read_config
+
+    data = read_config(args.config)
+    for dest, (section, key) in _OVERRIDES.items():
+        value = getattr(args, dest)
+        if value is not None:
+            part = data.setdefault(section, {})
+            if not isinstance(part, dict):
+                raise ConfigError([f"{section}: expected a mapping of options, got {part!r}"])
+            part[key] = [str(p) for p in value] if dest == "plugins" else value
+    if args.debug:
+        data["debug"] = True
+    return RunOptions.from_dict(data)
+
+
+def run_learn(args: argparse.Namespace) -> int:
+    from evtrain.learn import learn
+    from evtrain.payloads import RunStatus
+
+    options = options_from_cli(args)
+    if not sys.stderr.isatty():
+        result = learn(options)
+    else:
+        from evtrain.progress import ProgressDisplay
+        from evtrain.runner import make_bus
+
+        display = ProgressDisplay({n: s.max_steps for n, s in options.behaviors.items()})
+        with display, make_bus(options) as bus:
+            display.connect(bus)
+            result = learn(options, bus, progress=display)
+    for name, path in result.models.items():
+        print(f"{name}: {result.steps[name]:,} steps, policy exported to {path}")
+    return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
+    # Only evtrain's own loggers speak at INFO: libraries (the ONNX exporter, say) keep the
+    # root's WARNING, so the console shows training, not their progress chatter.
     logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        format=DEBUG_LOG_FORMAT if args.debug else LOG_FORMAT,
+        level=logging.WARNING, format=DEBUG_LOG_FORMAT if args.debug else LOG_FORMAT
     )
+    logging.getLogger("evtrain").setLevel(logging.DEBUG if args.debug else logging.INFO)
     try:
         if args.command == "plugins":
             return list_plugins(args.group or plugins.GROUPS)
+        if args.command == "learn":
+            return run_learn(args)
         if args.command == "demo":
             from evtrain.demo import run_demo
 
@@ -83,9 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             run_demo(options, steps=args.steps)
             return 0
-    except (ConfigError, PluginError) as error:
+    except (ConfigError, PluginError, RunFolderError) as error:
         print(f"evtrain: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("evtrain: aborted", file=sys.stderr)
+        return 130
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces choices
 
 

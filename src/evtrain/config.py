@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -26,6 +27,8 @@ from cattrs.v import format_exception
 from evtrain.errors import ConfigError
 
 T = TypeVar("T")
+
+_ATTRS_VALIDATOR = re.compile(r"^'(\w+)' must be (.+?): (.+)$")
 
 
 def _structure_int(value: Any, _: type) -> int:
@@ -111,8 +114,112 @@ def make_converter() -> cattrs.Converter:
     return converter
 
 
+def _structure_trainer_settings(value: Any, cls: type[Any]) -> Any:
+    """``hyperparameters`` is structured as the class registered for ``trainer_type``."""
+    from evtrain.registry import trainer_type
+
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a mapping, got {value!r}")
+    kind = value.get("trainer_type", "ppo")
+    if not isinstance(kind, str):
+        raise ClassValidationError(
+            "", [_at("trainer_type", TypeError(f"expected a string, got {kind!r}"))], cls
+        )
+    try:
+        settings_cls = trainer_type(kind).settings
+    except ValueError as error:
+        raise ClassValidationError("", [_at("trainer_type", error)], cls) from None
+    rest = {k: v for k, v in value.items() if k != "hyperparameters"}
+    errors: list[Exception] = []
+    hyperparameters = None
+    try:
+        hyperparameters = converter.structure(value.get("hyperparameters", {}), settings_cls)
+    except Exception as error:
+        errors.append(_at("hyperparameters", error))
+    try:
+        plain = converter.structure(rest, _TrainerSettingsWithoutHyperparameters)
+    except ClassValidationError as error:
+        errors.extend(error.exceptions)
+        plain = None
+    if errors or plain is None or hyperparameters is None:
+        raise ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
+    return cls(hyperparameters=hyperparameters, **attrs.asdict(plain, recurse=False))
+
+
+def _at(name: str, error: Exception) -> Exception:
+    """Give ``error`` the note cattrs uses for "inside attribute ``name``"."""
+    from cattrs.errors import AttributeValidationNote
+
+    notes = [*getattr(error, "__notes__", []), AttributeValidationNote(name, name, Any)]
+    error.__notes__ = notes  # type: ignore[attr-defined]  # Python 3.10 has no add_note()
+    return error
+
+
+def merge_default_settings(data: Any) -> Any:
+    """Deep-merge ``default_settings`` under each behavior (ML-Agents' semantics).
+
+    A behavior that names another ``trainer_type`` does not inherit default hyperparameters:
+    they belong to the default's trainer.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("default_settings"), dict):
+        return data
+    default = data["default_settings"]
+    behaviors = data.get("behaviors")
+    if not isinstance(behaviors, dict):
+        return data
+    merged = {}
+    for name, settings in behaviors.items():
+        if not isinstance(settings, dict):
+            merged[name] = settings
+            continue
+        base = dict(default)
+        own_type = settings.get("trainer_type", default.get("trainer_type", "ppo"))
+        if own_type != default.get("trainer_type", "ppo"):
+            base.pop("hyperparameters", None)
+        merged[name] = _deep_merge(base, settings)
+    return {**data, "behaviors": merged}
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 converter = make_converter()
 """The converter used for :class:`~evtrain.settings.RunOptions`."""
+
+
+def _install_trainer_hook() -> None:
+    from evtrain.trainers.settings import TrainerSettings
+
+    global _TrainerSettingsWithoutHyperparameters
+    attrs.resolve_types(TrainerSettings)  # the copy below must not carry string annotations
+    fields = {
+        a.name: attrs.field(default=a.default, type=a.type, validator=a.validator)
+        for a in attrs.fields(TrainerSettings)
+        if a.name != "hyperparameters"
+    }
+    _TrainerSettingsWithoutHyperparameters = attrs.make_class(
+        "TrainerSettings", fields, kw_only=True
+    )
+    converter.register_structure_hook(TrainerSettings, _structure_trainer_settings)
+    converter.register_unstructure_hook(
+        TrainerSettings,
+        # hyperparameters is typed `object`: unstructure it as what it really is
+        lambda settings: {
+            a.name: converter.unstructure(getattr(settings, a.name))
+            for a in attrs.fields(TrainerSettings)
+        },
+    )
+
+
+_TrainerSettingsWithoutHyperparameters: Any = None
+_install_trainer_hook()
 
 
 def structure(data: Any, cls: type[T], *, root: str = "") -> T:
@@ -148,6 +255,10 @@ def describe(error: BaseException, path: str = "") -> list[str]:
     field, sep, rest = message.partition(": expected")
     if sep and field.isidentifier():
         return [f"{_join(path, field)}: expected{rest}"]
+    attrs_validator = _ATTRS_VALIDATOR.match(message)  # attrs' "'name' must be > 0: -1"
+    if attrs_validator:
+        name, requirement, value = attrs_validator.groups()
+        return [f"{_join(path, name)}: must be {requirement}, got {value}"]
     if not message.startswith("expected") or "not iterable" in message:
         message = format_exception(error, None)
         if "not iterable" in str(error) or "mapping" in message:

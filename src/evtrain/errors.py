@@ -4,6 +4,7 @@
 
     EvtrainError
     ├── ConfigError(ValueError)           a YAML/dict option is wrong: path, expected, fix
+    ├── RunFolderError(FileExistsError)   the run folder clashes with --resume/--force
     ├── PluginError(RuntimeError)         a required plugin failed to load or register
     ├── BusClosedError(RuntimeError)      emit/connect on a bus that is closed or closing
     ├── BusTimeoutError(TimeoutError)     flush/close did not finish within its timeout
@@ -29,6 +30,11 @@ class ConfigError(EvtrainError, ValueError):
         self.problems: tuple[str, ...] = tuple(problems)
         """One line per problem, each starting with the full path of the bad key."""
         super().__init__("\n".join(self.problems))
+
+
+class RunFolderError(EvtrainError, FileExistsError):
+    """The run folder exists without ``--resume``/``--force``, or ``--resume`` has nothing to
+    resume."""
 
 
 class PluginError(EvtrainError, RuntimeError):

@@ -19,7 +19,10 @@ failure stops the run with :class:`~evtrain.errors.PluginError`).  ``KeyboardInt
 
 from __future__ import annotations
 
+import importlib
 import logging
+import pkgutil
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -96,17 +99,65 @@ def from_entry_point(entry_point: importlib_metadata.EntryPoint) -> Plugin:
     )
 
 
-def discover(groups: Iterable[str] = GROUPS) -> list[Plugin]:
-    """Every installed plugin of ``groups``, sorted by group, name and distribution.
+def discover(groups: Iterable[str] = GROUPS, paths: Sequence[str] = ()) -> list[Plugin]:
+    """Every installed plugin of ``groups``, plus those declared by modules under ``paths``
+    (``--plugins``), sorted by group, name and distribution.
 
     The same distribution seen twice on ``sys.path`` is listed once.
     """
+    groups = tuple(groups)
     found: dict[tuple[str, str, str, str | None], Plugin] = {}
     for group in groups:
         for entry_point in importlib_metadata.entry_points(group=group):
             plugin = from_entry_point(entry_point)
             found.setdefault((plugin.group, plugin.name, plugin.value, plugin.distribution), plugin)
+    for plugin in discover_paths(paths):
+        if plugin.group in groups:
+            found.setdefault((plugin.group, plugin.name, plugin.value, plugin.distribution), plugin)
     return sorted(found.values(), key=lambda p: (p.group, p.name, p.distribution or ""))
+
+
+PATH_PLUGINS = "EVTRAIN_PLUGINS"
+"""Module attribute a ``--plugins`` module declares: ``{group: {name: registration function}}``,
+the same functions an entry point would name."""
+
+
+def discover_paths(paths: Sequence[str]) -> list[Plugin]:
+    """Plugins declared by the top-level modules found under ``paths`` (ML-Agents'
+    ``--plugins``).  The paths are appended to ``sys.path``; a module that fails to import is
+    logged and skipped."""
+    plugins: list[Plugin] = []
+    for path in paths:
+        if path not in sys.path:
+            sys.path.append(path)
+        for module_info in sorted(pkgutil.iter_modules([path]), key=lambda m: m.name):
+            try:
+                module = importlib.import_module(module_info.name)
+            except Exception as error:
+                logger.warning(
+                    "Plugin module %r under %s failed to import: %s: %s. It will not be used.",
+                    module_info.name,
+                    path,
+                    type(error).__name__,
+                    error,
+                )
+                continue
+            table = getattr(module, PATH_PLUGINS, {})
+            for group, entries in sorted(table.items()):
+                for name, function in sorted(entries.items()):
+                    value = f"{module.__name__}:{function.__qualname__}"
+                    entry_point = importlib_metadata.EntryPoint(name=name, value=value, group=group)
+                    plugins.append(
+                        Plugin(
+                            group=group,
+                            name=name,
+                            value=value,
+                            distribution=f"path:{path}",
+                            version=None,
+                            entry_point=entry_point,
+                        )
+                    )
+    return plugins
 
 
 def load(plugin: Plugin) -> LoadedPlugin | FailedPlugin:
@@ -153,13 +204,16 @@ class _Selection:
         required = run_options.plugins.required
         self.required = [r for r in required if ":" not in r or r.startswith(group + ":")]
         self.disabled = run_options.plugins.disabled
-        self.found = list(discover([group]) if found is None else found)
+        self.paths = run_options.plugins.paths
+        self.found = list(discover([group], self.paths) if found is None else found)
 
     def plugins(self) -> list[Plugin]:
         found = self.found
         chosen = [p for p in found if not _matches(p, self.disabled)]
         for name in self.required:
-            if ":" not in name and any(_matches(p, [name]) for p in discover(GROUPS)):
+            if ":" not in name and any(
+                _matches(p, [name]) for p in discover(GROUPS, self.paths)
+            ):
                 continue  # a plain name is satisfied by whichever group provides it
             if not any(_matches(p, [name]) for p in chosen):
                 have = ", ".join(p.qualified for p in found) or "none"

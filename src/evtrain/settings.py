@@ -1,19 +1,20 @@
 """Run options: attrs classes structured from YAML/dicts by :mod:`evtrain.config`.
 
-The shape follows ML-Agents' ``RunOptions`` so its users feel at home; this module holds the
-options of the run itself (checkpoints, the bus, plugins).  Behaviors, environments and torch
-settings join them with the trainers.
+The shape follows ML-Agents' ``RunOptions`` so its users feel at home: ``behaviors`` (name →
+:class:`TrainerSettings`), ``default_settings`` merged under every behavior, ``env_settings``,
+``checkpoint_settings``, ``torch_settings``, plus evtrain's ``bus`` and ``plugins``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
 from evtrain.inbox import Overflow
 from evtrain.isolation import FailurePolicy
+from evtrain.trainers.settings import TrainerSettings
 
 
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -87,26 +88,62 @@ class PluginSettings:
     """Plugins not loaded, e.g. ``["evtrain.stats_writer:default"]`` to drop the defaults."""
     required: list[str] = attrs.field(factory=list)
     """Plugins whose failure stops the run with an error instead of a warning."""
+    paths: list[str] = attrs.field(factory=list)
+    """Folders whose top-level modules declare plugins in ``EVTRAIN_PLUGINS`` (``--plugins``)."""
+
+
+@attrs.define(kw_only=True)
+class EnvironmentSettings:
+    """The Gymnasium environments every behavior trains on."""
+
+    env_id: str = "CartPole-v1"
+    """A registered Gymnasium id, or ``module:callable`` returning an environment."""
+    env_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    """Keyword arguments for ``gymnasium.make`` (or the callable)."""
+    num_envs: int = attrs.field(default=1, validator=_positive)
+    """Sub-environments stepped together (per rank in a distributed run)."""
+    vectorization: Literal["sync", "async"] = "sync"
+    """``sync`` steps them in this process; ``async`` in one subprocess each."""
+    seed: int = -1
+    """Seeds environments, networks and sampling; -1 draws one (and logs it)."""
+
+
+@attrs.define(kw_only=True)
+class TorchSettings:
+    """Where and how torch runs."""
+
+    device: str | None = None
+    """``cpu``, ``cuda``, ``cuda:1``...; ``None`` picks CUDA when available."""
+    num_threads: int | None = 1
+    """torch intra-op threads; small policy networks are fastest on one. ``None`` keeps
+    torch's default."""
 
 
 @attrs.define(kw_only=True)
 class RunOptions:
     """Everything ``evtrain learn`` needs; ``RunOptions()`` is a valid default run."""
 
+    behaviors: dict[str, TrainerSettings] = attrs.field(factory=dict)
+    """Trainer settings per behavior name (the stats category)."""
+    default_settings: TrainerSettings | None = None
+    """Merged under every behavior's settings (keys a behavior sets win)."""
+    env_settings: EnvironmentSettings = attrs.field(factory=EnvironmentSettings)
     checkpoint_settings: CheckpointSettings = attrs.field(factory=CheckpointSettings)
+    torch_settings: TorchSettings = attrs.field(factory=TorchSettings)
     bus: BusSettings = attrs.field(factory=BusSettings)
     plugins: PluginSettings = attrs.field(factory=PluginSettings)
     debug: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
-        """Structure options from plain data (parsed YAML).
+        """Structure options from plain data (parsed YAML), merging ``default_settings`` under
+        each behavior first.
 
         :raises ConfigError: listing every bad key with its full path.
         """
-        from evtrain.config import structure
+        from evtrain.config import merge_default_settings, structure
 
-        return structure(data, cls)
+        return structure(merge_default_settings(data), cls)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`from_dict` turns back into equal options."""

@@ -1,0 +1,603 @@
+"""Checkpoints: atomic files, the rolling ``<Behavior>-<step>`` pairs, and training_status.json.
+
+Layout (ML-Agents', kept on purpose)::
+
+    results/<run_id>/<Behavior>.onnx                 final exported policy
+    results/<run_id>/<Behavior>/<Behavior>-<step>.pt  trainer state   } at most keep_checkpoints
+    results/<run_id>/<Behavior>/<Behavior>-<step>.onnx policy          } pairs
+    results/<run_id>/<Behavior>/checkpoint.pt         latest state, for --resume
+    results/<run_id>/run_logs/training_status.json    checkpoint lists, final checkpoints
+
+Every file is written by :func:`atomic_write`: a reader, a crash or ``kill -9`` at any moment
+sees the old complete file or the new complete one, never a torn one.  ``save`` and ``export``
+are emitted only once their file is in place.  Only one rank writes (``is_writer``); the
+runner decides which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import attrs
+import numpy.typing as npt
+import torch
+from torch import nn
+
+from evtrain import signals
+from evtrain.bus import Bus
+from evtrain.errors import BusClosedError
+from evtrain.payloads import ExportEvent, SaveEvent
+from evtrain.signals import EventSignal
+
+logger = logging.getLogger("evtrain.checkpoint")
+
+StrPath = str | os.PathLike[str]
+P = TypeVar("P")
+
+_TEMP = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
+"""Names of :func:`atomic_write`'s temporary files: ``.<target name>.<12 hex>.tmp``."""
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def atomic_write(path: StrPath, write: Callable[[BinaryIO], object]) -> Path:
+    """Write ``path`` all at once: ``write`` fills a temporary file in the same folder, which is
+    flushed, fsynced and renamed over ``path`` (``os.replace``), then the folder is fsynced.
+
+    Readers see the old content until the rename and the new content after it; on any
+    exception (``KeyboardInterrupt`` included) the temporary file is removed and ``path`` is
+    untouched.  Only ``kill -9`` or a power cut can leave a temporary file behind (see
+    :func:`remove_stale_temps`).  The folder must exist.
+    """
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    renamed = False
+    try:
+        # O_EXCL: never share a temporary file with another writer.  Mode 0o666 lets the umask
+        # decide, as for any file open() creates (mkstemp would make it 0o600).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        with open(os.open(temp, flags, 0o666), "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+        renamed = True
+    finally:
+        if not renamed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+    _fsync_folder(path.parent)
+    return path
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (POSIX; Windows cannot open a folder)."""
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a folder; the file itself is durable
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(folder: StrPath, target: str | None = None) -> list[Path]:
+    """Remove the temporary files :func:`atomic_write` left in ``folder`` when its process was
+    killed; only those for the file named ``target`` if given.  Returns what was removed.
+
+    Call it only while nothing writes there: an in-flight write's temporary file looks the same.
+    """
+    removed = []
+    for entry in Path(folder).glob(".*.tmp"):
+        match = _TEMP.match(entry.name)
+        if match and (target is None or match["target"] == target):
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+                removed.append(entry)
+    return removed
+
+
+def _copy(source: Path, destination: Path) -> None:
+    with source.open("rb") as src:
+        atomic_write(destination, lambda dst: shutil.copyfileobj(src, dst, 1 << 20))
+
+
+# Types ``torch.load(weights_only=True)`` reads back, besides containers of them.
+_LOADABLE: tuple[type, ...] = (
+    torch.Tensor,
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    type(None),
+    torch.dtype,
+    torch.device,
+    torch.Size,
+)
+
+
+def _check_loadable(value: object, where: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_loadable(key, where)
+            _check_loadable(item, f"{where}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_loadable(item, f"{where}[{i}]")
+    elif not isinstance(value, _LOADABLE):
+        raise TypeError(
+            f"{where} is a {type(value).__module__}.{type(value).__qualname__}; a checkpoint "
+            "holds tensors, numbers, strings and dicts/lists/tuples of those, which "
+            "torch.load(weights_only=True) reads back (convert arrays with torch.from_numpy)"
+        )
+
+
+def save_checkpoint(path: StrPath, state: dict[str, Any]) -> Path:
+    """``torch.save`` ``state`` to ``path`` through :func:`atomic_write`.
+
+    :raises TypeError: ``state`` holds a value :func:`load_checkpoint` could not read back;
+        checked before anything is written, so the mistake shows at the first save, not at
+        ``--resume``.
+    """
+    _check_loadable(state, "state")
+    return atomic_write(path, lambda file: torch.save(state, file))
+
+
+def load_checkpoint(path: StrPath, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint :func:`save_checkpoint` wrote.
+
+    ``weights_only=True``: unpickling builds only tensors and plain data, never runs code, so
+    a results folder from elsewhere (``--initialize-from``) is safe to load.  Trainer states
+    are built for it: the numpy RNG state (``bit_generator.state`` of PCG64) is a dict of ints
+    and strings, replay buffers are stored as tensors.
+
+    :raises TypeError: the file does not hold a dict.
+    """
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(state, dict):
+        raise TypeError(f"{path} holds a {type(state).__name__}, expected a checkpoint dict")
+    return state
+
+
+# -- training_status.json ------------------------------------------------------------------------
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _paths(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(str(p) for p in paths)
+
+
+@attrs.frozen(kw_only=True)
+class ModelCheckpoint:
+    """One checkpoint as training_status.json lists it (ML-Agents' fields and spelling).
+
+    ``file_path`` is the model (``<Behavior>-<step>.onnx``, or the ``.pt`` when the export
+    failed); ``auxillary_file_paths`` are the checkpoint's other files (the ``.pt``).
+    """
+
+    steps: int
+    file_path: str
+    reward: float | None = attrs.field(default=None, converter=_finite_or_none)
+    creation_time: float = attrs.field(factory=time.time)
+    auxillary_file_paths: tuple[str, ...] = attrs.field(default=(), converter=_paths)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file of the checkpoint."""
+        return tuple(Path(p) for p in (self.file_path, *self.auxillary_file_paths))
+
+    def as_json(self) -> dict[str, Any]:
+        return {**attrs.asdict(self), "auxillary_file_paths": list(self.auxillary_file_paths)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelCheckpoint:
+        return cls(
+            steps=int(data["steps"]),
+            file_path=str(data["file_path"]),
+            reward=data.get("reward"),
+            creation_time=float(data.get("creation_time", 0.0)),
+            auxillary_file_paths=tuple(str(p) for p in data.get("auxillary_file_paths", ())),
+        )
+
+
+def current_metadata() -> dict[str, str]:
+    """The versions training_status.json records."""
+    from evtrain import __version__  # here: evtrain/__init__ may come to import this module
+
+    return {"evtrain_version": __version__, "torch_version": torch.__version__}
+
+
+class TrainingStatus:
+    """``run_logs/training_status.json``: per behavior its ``checkpoints`` and
+    ``final_checkpoint``, plus ``metadata`` (evtrain and torch versions).
+
+    One object per run, shared by the behaviors' managers; thread-safe.  Keys it does not
+    manage (ML-Agents' ``elo``, ``lesson_num``) are kept as they were read.
+    """
+
+    def __init__(self, path: StrPath) -> None:
+        self.path = Path(path)
+        self.metadata: dict[str, str] = current_metadata()
+        self._behaviors: dict[str, dict[str, Any]] = {}
+        self._lock = threading.RLock()
+
+    @classmethod
+    def load(cls, path: StrPath) -> TrainingStatus:
+        """Read the file (``--resume``).  A missing file gives an empty status, with a warning;
+        versions that differ from the running ones are logged as warnings.
+
+        :raises ValueError: the file is not JSON, or has no ``metadata`` (not evtrain's).
+        """
+        status = cls(path)
+        if not status.path.exists():
+            logger.warning(
+                "Training status file %s not found; checkpoints written before are not tracked "
+                "and will not be rotated.",
+                status.path,
+            )
+            return status
+        try:
+            data = json.loads(status.path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{status.path} is not valid JSON ({error}); remove it") from error
+        metadata = data.pop("metadata", None) if isinstance(data, dict) else None
+        if not isinstance(metadata, dict):
+            raise ValueError(
+                f"{status.path} has no metadata: it was not written by evtrain; resume a run "
+                "evtrain wrote, or start a new one"
+            )
+        for key, running in status.metadata.items():
+            if metadata.get(key) != running:
+                logger.warning(
+                    "%s was written with %s %s, this is %s; resuming anyway.",
+                    status.path,
+                    key,
+                    metadata.get(key),
+                    running,
+                )
+        status._behaviors = {name: dict(entry) for name, entry in data.items()}
+        return status
+
+    def checkpoints(self, behavior: str) -> list[ModelCheckpoint]:
+        """The behavior's checkpoints, oldest first."""
+        with self._lock:
+            entries = self._behaviors.get(behavior, {}).get("checkpoints", [])
+            return [ModelCheckpoint.from_json(e) for e in entries]
+
+    def final_checkpoint(self, behavior: str) -> ModelCheckpoint | None:
+        with self._lock:
+            entry = self._behaviors.get(behavior, {}).get("final_checkpoint")
+            return None if entry is None else ModelCheckpoint.from_json(entry)
+
+    def update(
+        self,
+        behavior: str,
+        *,
+        checkpoints: list[ModelCheckpoint] | None = None,
+        final: ModelCheckpoint | None = None,
+    ) -> None:
+        """Replace the behavior's checkpoint list and/or final checkpoint, and write the file."""
+        if behavior == "metadata":
+            raise ValueError("a behavior cannot be named 'metadata' (training_status.json key)")
+        with self._lock:
+            entry = self._behaviors.setdefault(behavior, {})
+            if checkpoints is not None:
+                entry["checkpoints"] = [c.as_json() for c in checkpoints]
+            if final is not None:
+                entry["final_checkpoint"] = final.as_json()
+            self.write()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON document."""
+        with self._lock:
+            return {**json.loads(json.dumps(self._behaviors)), "metadata": dict(self.metadata)}
+
+    def write(self) -> None:
+        """Write the file atomically (creating ``run_logs/``)."""
+        with self._lock:
+            text = json.dumps(self.as_dict(), indent=4, allow_nan=False) + "\n"
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, lambda file: file.write(text.encode("utf-8")))
+
+
+# -- the manager ---------------------------------------------------------------------------------
+
+
+class CheckpointManager:
+    """Saves one behavior's checkpoints, exports its policy, and keeps ``keep_checkpoints`` pairs.
+
+    :param run_folder: ``results/<run_id>``; the behavior's files go to ``run_folder/behavior``.
+    :param behavior: the behavior name (the events' ``category``).
+    :param keep_checkpoints: pairs kept on disk; ``0`` keeps all.  ``checkpoint.pt`` and the
+        final model are never deleted.
+    :param status: the run's training status, shared by all behaviors; default a new one at
+        ``run_folder/run_logs/training_status.json``.  The manager starts from its checkpoint
+        list (so a resumed run keeps rotating the files of the first one).
+    :param bus: where ``save`` and ``export`` are emitted; ``None`` emits nothing.
+    :param is_writer: whether this process writes.  On other ranks the manager writes, deletes
+        and emits nothing: :meth:`save` and :meth:`save_final` return ``[]`` (only
+        :meth:`load_latest` works).  The runner decides which rank writes.
+    :param resume: reconcile the tracked list with the folder: forget checkpoints whose files
+        are all gone, and adopt ``<Behavior>-<step>`` files the list lacks (a process killed
+        between writing a checkpoint and recording it).  Without it, files of an earlier run
+        (``--force``) stay untracked, as in ML-Agents.  Either way, the writer removes temporary
+        files of killed writes.
+    """
+
+    def __init__(
+        self,
+        run_folder: StrPath,
+        behavior: str,
+        *,
+        keep_checkpoints: int = 5,
+        status: TrainingStatus | None = None,
+        bus: Bus | None = None,
+        is_writer: bool = True,
+        resume: bool = False,
+    ) -> None:
+        if keep_checkpoints < 0:
+            raise ValueError(f"keep_checkpoints must be 0 (all) or more, got {keep_checkpoints}")
+        self.run_folder = Path(run_folder)
+        self.behavior = behavior
+        self.folder = self.run_folder / behavior
+        """``results/<run_id>/<Behavior>``."""
+        self.keep_checkpoints = keep_checkpoints
+        self.status = status or TrainingStatus(
+            self.run_folder / "run_logs" / "training_status.json"
+        )
+        self.bus = bus
+        self.is_writer = is_writer
+        # Paths are rebased onto this folder: the run folder may have moved, or the run been
+        # resumed from another working directory, since they were recorded.
+        self._checkpoints = [self._rebased(c) for c in self.status.checkpoints(behavior)]
+        if is_writer:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # Nothing writes here yet: what looks like a temporary file is a killed write's.
+            remove_stale_temps(self.folder)
+            remove_stale_temps(self.run_folder, self.final_model_path.name)
+            remove_stale_temps(self.status.path.parent, self.status.path.name)
+            if resume:
+                self._reconcile()
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """``<Behavior>/checkpoint.pt``: the latest state."""
+        return self.folder / "checkpoint.pt"
+
+    @property
+    def final_model_path(self) -> Path:
+        """``results/<run_id>/<Behavior>.onnx``."""
+        return self.run_folder / f"{self.behavior}.onnx"
+
+    @property
+    def checkpoints(self) -> tuple[ModelCheckpoint, ...]:
+        """The tracked checkpoints, oldest first."""
+        return tuple(self._checkpoints)
+
+    def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
+        """The state in ``checkpoint.pt``, or ``None`` if there is none (on any rank)."""
+        return (
+            load_checkpoint(self.checkpoint_path, map_location)
+            if self.checkpoint_path.exists()
+            else None
+        )
+
+    def save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        policy: nn.Module | None = None,
+        *,
+        example_obs: torch.Tensor | npt.NDArray[Any] | None = None,
+        reward: float | None = None,
+    ) -> list[SaveEvent | ExportEvent]:
+        """Write checkpoint ``step``, in this order, each file atomically:
+
+        1. ``<Behavior>-<step>.pt`` → emit ``save``;
+        2. ``checkpoint.pt`` (a copy) — before the export, so an export that fails, hangs or
+           is interrupted cannot leave ``--resume`` an older state;
+        3. if ``policy`` is given, ``<Behavior>-<step>.onnx``, checked → emit ``export``.  An
+           export failure is logged and the checkpoint kept without its ``.onnx``;
+        4. training_status.json with the new checkpoint; then the oldest checkpoints beyond
+           ``keep_checkpoints`` are deleted, and the status written again.
+
+        Saving a step already tracked (the final save right after a periodic one) replaces it.
+
+        :param example_obs: a batch of observations to export ``policy`` with (required with it).
+        :param reward: recorded with the checkpoint (non-finite values as ``None``).
+        :returns: the events emitted, in order (``[]`` when not the writer).
+        :raises OSError: the ``.pt`` or ``checkpoint.pt`` could not be written.
+        :raises TypeError: ``state`` holds a value ``weights_only`` loading refuses.
+        """
+        if not self.is_writer:
+            return []
+        if policy is not None and example_obs is None:
+            raise ValueError("save() needs example_obs to export the policy")
+        reward = _finite_or_none(reward)
+        name = f"{self.behavior}-{step}"
+        pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
+        events: list[SaveEvent | ExportEvent] = []
+
+        save_checkpoint(pt, state)
+        events.append(
+            self._emit(
+                signals.save, SaveEvent(category=self.behavior, step=step, path=pt, reward=reward)
+            )
+        )
+        _copy(pt, self.checkpoint_path)
+        if (
+            policy is not None
+            and example_obs is not None
+            and self._export(policy, example_obs, onnx, step)
+        ):
+            events.append(
+                self._emit(
+                    signals.export, ExportEvent(category=self.behavior, step=step, path=onnx)
+                )
+            )
+
+        # An .onnx of this step from an earlier save stays part of the checkpoint if present.
+        model = onnx if onnx.exists() else pt
+        self._record(
+            ModelCheckpoint(
+                steps=step,
+                file_path=str(model),
+                reward=reward,
+                auxillary_file_paths=(str(pt),) if model == onnx else (),
+            )
+        )
+        return events
+
+    def save_final(
+        self,
+        step: int,
+        state: dict[str, Any],
+        policy: nn.Module | None = None,
+        *,
+        example_obs: torch.Tensor | npt.NDArray[Any] | None = None,
+        reward: float | None = None,
+    ) -> list[SaveEvent | ExportEvent]:
+        """The end-of-run save (also on Ctrl-C): :meth:`save`, then the step's ``.onnx`` copied
+        to ``results/<run_id>/<Behavior>.onnx`` → emit ``export`` (with that path), and
+        ``final_checkpoint`` recorded.  Without a model (no policy, or its export failed) the
+        final checkpoint is the ``.pt``, and the error is logged.
+        """
+        events = self.save(step, state, policy, example_obs=example_obs, reward=reward)
+        if not self.is_writer:
+            return events
+        latest = self._checkpoints[-1]
+        final = latest
+        exported = any(isinstance(e, ExportEvent) for e in events)
+        if exported:
+            try:
+                _copy(Path(latest.file_path), self.final_model_path)
+            except OSError:
+                logger.exception(
+                    "Could not copy the final model of %s to %s",
+                    self.behavior,
+                    self.final_model_path,
+                )
+            else:
+                final = attrs.evolve(latest, file_path=str(self.final_model_path))
+                events.append(
+                    self._emit(
+                        signals.export,
+                        ExportEvent(category=self.behavior, step=step, path=self.final_model_path),
+                    )
+                )
+        elif policy is not None:
+            logger.error(
+                "No final model for %s: its export failed; the trained state is in %s.",
+                self.behavior,
+                latest.file_path,
+            )
+        self.status.update(self.behavior, final=final)
+        return events
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _emit(self, signal: EventSignal[P], payload: P) -> P:
+        if self.bus is not None:
+            try:
+                self.bus.emit(signal, payload)
+            except BusClosedError:  # announcing is secondary: the files are what must not be lost
+                logger.warning("The bus is closed; %s was not emitted: %r", signal.name, payload)
+        return payload
+
+    def _export(
+        self, policy: nn.Module, example_obs: torch.Tensor | npt.NDArray[Any], path: Path, step: int
+    ) -> bool:
+        # Imported here: evtrain.export imports this module (atomic_write).
+        from evtrain.export import export_onnx
+
+        try:
+            export_onnx(policy, torch.as_tensor(example_obs, dtype=torch.float32), path)
+        except Exception:
+            # Never lose the checkpoint over its export (ML-Agents users did, at Ctrl-C).
+            logger.exception(
+                "Exporting the policy of %s at step %d to %s failed; the checkpoint is kept "
+                "without it.",
+                self.behavior,
+                step,
+                path,
+            )
+            return False
+        return True
+
+    def _record(self, checkpoint: ModelCheckpoint) -> None:
+        """Track ``checkpoint`` (durable by now), then delete the oldest beyond the limit.
+
+        The status is written before deleting, and again after: a kill in between leaves
+        entries whose files are gone (harmless), never files nobody tracks.
+        """
+        # A re-saved step's files were overwritten in place: forget the entry, keep the files.
+        self._checkpoints = [c for c in self._checkpoints if c.steps != checkpoint.steps]
+        self._checkpoints.append(checkpoint)
+        self.status.update(self.behavior, checkpoints=self._checkpoints)
+        if not 0 < self.keep_checkpoints < len(self._checkpoints):
+            return
+        excess = len(self._checkpoints) - self.keep_checkpoints
+        dropped, self._checkpoints = self._checkpoints[:excess], self._checkpoints[excess:]
+        kept = {p for c in self._checkpoints for p in c.files}
+        for old in dropped:
+            for file in old.files:
+                if file in kept or file == self.checkpoint_path:
+                    continue
+                try:
+                    file.unlink(missing_ok=True)
+                except OSError:  # e.g. open in a subscriber on Windows; rotation goes on
+                    logger.warning("Could not delete old checkpoint file %s", file, exc_info=True)
+        self.status.update(self.behavior, checkpoints=self._checkpoints)
+
+    def _rebased(self, checkpoint: ModelCheckpoint) -> ModelCheckpoint:
+        return attrs.evolve(
+            checkpoint,
+            file_path=str(self.folder / Path(checkpoint.file_path).name),
+            auxillary_file_paths=tuple(
+                str(self.folder / Path(p).name) for p in checkpoint.auxillary_file_paths
+            ),
+        )
+
+    def _reconcile(self) -> None:
+        tracked = [c for c in self._checkpoints if any(f.exists() for f in c.files)]
+        steps = {c.steps for c in tracked}
+        pattern = re.compile(rf"^{re.escape(self.behavior)}-(\d+)\.(pt|onnx)$")
+        found: dict[int, dict[str, Path]] = {}
+        for file in self.folder.iterdir():
+            match = pattern.match(file.name)
+            if match and int(match[1]) not in steps:
+                found.setdefault(int(match[1]), {})[match[2]] = file
+        for step in sorted(found):
+            files = found[step]
+            model = files.get("onnx") or files["pt"]
+            tracked.append(
+                ModelCheckpoint(
+                    steps=step,
+                    file_path=str(model),
+                    creation_time=model.stat().st_mtime,
+                    auxillary_file_paths=tuple(str(f) for f in files.values() if f != model),
+                )
+            )
+        if tracked != self._checkpoints:
+            self._checkpoints = tracked
+            self.status.update(self.behavior, checkpoints=tracked)

@@ -1,0 +1,74 @@
+"""Building a run's vector environment from ``env_settings``.
+
+``env_id`` is a registered Gymnasium id (``CartPole-v1``, or ``pkg.module:Env-v0``, which
+Gymnasium imports to register), or ``module:callable`` returning a ``gymnasium.Env``.  Unknown
+ids fail with the closest registered ids, before any training starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any
+
+from evtrain.errors import ConfigError
+from evtrain.settings import EnvironmentSettings
+
+
+def make_envs(settings: EnvironmentSettings) -> Any:
+    """``num_envs`` copies in a Gymnasium vector env that resets sub-environments in the same
+    step they end (what the trainers expect).
+
+    :raises ConfigError: the id is not registered, or the callable cannot be imported.
+    """
+    import gymnasium as gym
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+    from evtrain.trainers.envs import make_vector_env
+
+    asynchronous = settings.vectorization == "async"
+    factory = _callable(settings.env_id)
+    if factory is not None:
+        kwargs = dict(settings.env_kwargs)
+        fns = [lambda: factory(**kwargs) for _ in range(settings.num_envs)]
+        vector_cls = AsyncVectorEnv if asynchronous else SyncVectorEnv
+        return vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        return make_vector_env(
+            settings.env_id,
+            settings.num_envs,
+            asynchronous=asynchronous,
+            env_kwargs=settings.env_kwargs,
+        )
+    except gym.error.Error as error:
+        registered = sorted(gym.registry)
+        close = difflib.get_close_matches(settings.env_id, registered, n=5, cutoff=0.5)
+        hint = (
+            f"did you mean {', '.join(close)}?"
+            if close
+            else (f"registered ids include {', '.join(registered[:12])}, ...")
+        )
+        raise ConfigError(
+            [
+                f"env_settings.env_id: {settings.env_id!r} is not a Gymnasium environment "
+                f"({type(error).__name__}: {error}); {hint} Or give module:callable."
+            ]
+        ) from None
+    except TypeError as error:
+        raise ConfigError([f"env_settings.env_kwargs: {error}"]) from None
+
+
+def _callable(env_id: str) -> Any:
+    """The callable ``module:attr`` names, if it is one and not a registered Gymnasium id."""
+    module_name, sep, attr = env_id.partition(":")
+    if not sep or "-v" in attr:
+        return None  # "pkg.module:Env-v0" is Gymnasium's own registering form
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(
+            [f"env_settings.env_id: cannot import {env_id!r}: {type(error).__name__}: {error}"]
+        ) from None
+    if not callable(target):
+        raise ConfigError([f"env_settings.env_id: {env_id!r} is not callable"])
+    return target

@@ -1,0 +1,319 @@
+"""``evtrain learn``: train every behavior of a config, reporting everything on the bus.
+
+The runner owns the run's lifecycle — folder, plugins, environments, trainers, checkpoints,
+signals, shutdown — and the trainers own the algorithms.  Every exit path (completion,
+Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import yaml
+
+from evtrain import signals
+from evtrain.bus import Bus
+from evtrain.errors import ConfigError, RunFolderError
+from evtrain.filters import get_rank, get_world_size
+from evtrain.interrupt import stop_on_signals
+from evtrain.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
+from evtrain.registry import trainer_type
+from evtrain.reporter import StatsReporter
+from evtrain.run_folder import prepare_run_folder, write_configuration
+from evtrain.runner import attach_plugins, make_bus
+from evtrain.settings import RunOptions
+
+if TYPE_CHECKING:
+    from evtrain.checkpoint import CheckpointManager, TrainingStatus
+    from evtrain.trainers.base import Trainer
+
+logger = logging.getLogger("evtrain")
+
+ProgressHook = Callable[[str, int, int], None]
+"""Called after every trainer update with (behavior, step, max_steps)."""
+
+
+@attrs.frozen(kw_only=True)
+class LearnResult:
+    """What a run did."""
+
+    run_id: str
+    status: RunStatus
+    steps: dict[str, int]
+    """Environment steps per behavior."""
+    mean_reward: dict[str, float | None]
+    """Mean return of the episodes in each behavior's last summary period (None: none ended)."""
+    write_path: Path
+    models: dict[str, Path]
+    """The final exported policy per behavior (``results/<run_id>/<Behavior>.onnx``)."""
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The plain data of a YAML config file.
+
+    :raises ConfigError: the file is missing, is not YAML, or is not a mapping.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such config file"]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError([f"{path}: not valid YAML: {error}"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: expected a mapping of options, got {type(data).__name__}"])
+    return data
+
+
+def load_options(config: str | Path | RunOptions | Mapping[str, Any]) -> RunOptions:
+    """Options from a YAML path, a mapping, or as given.
+
+    :raises ConfigError: the file is missing, is not YAML, or its options are invalid.
+    """
+    if isinstance(config, RunOptions):
+        return config
+    if isinstance(config, Mapping):
+        return RunOptions.from_dict(dict(config))
+    return RunOptions.from_dict(read_config(config))
+
+
+def learn(
+    config: str | Path | RunOptions | Mapping[str, Any],
+    bus: Bus | None = None,
+    *,
+    progress: ProgressHook | None = None,
+) -> LearnResult:
+    """Train as ``evtrain learn`` does.
+
+    Subscribers already connected to ``bus`` see the same events as the plugins; a bus
+    passed in is flushed, not closed, at the end (its owner closes it).
+    """
+    options = load_options(config)
+    if not options.behaviors:
+        raise ConfigError(["behaviors: expected at least one behavior to train"])
+    for name, settings in options.behaviors.items():
+        trainer_type(settings.trainer_type)  # validated already; fail before touching disk
+        if not name:
+            raise ConfigError(["behaviors: a behavior name must not be empty"])
+    cs = options.checkpoint_settings
+    rank, world_size = get_rank(), get_world_size()
+    if rank == 0:
+        prepare_run_folder(options)
+        write_configuration(options)
+    own_bus = bus is None
+    run_bus = make_bus(options) if bus is None else bus
+    status = RunStatus.FAILED
+    trainers: dict[str, Trainer] = {}
+    managers: dict[str, CheckpointManager] = {}
+    models: dict[str, Path] = {}
+    try:
+        attach_plugins(options, run_bus)
+        run_bus.emit(
+            signals.run_started,
+            RunStarted(
+                run_id=cs.run_id, options=options.as_dict(), world_size=world_size, rank=rank
+            ),
+        )
+        rewards = _RewardTracker()
+        run_bus.connect(signals.stats, rewards, name="evtrain.learn.rewards")
+        _configure_torch(options)
+        seed = _seed(options)
+        status_file = _training_status(options)
+        for index, (name, settings) in enumerate(options.behaviors.items()):
+            trainers[name], managers[name] = _build(
+                options, name, settings, run_bus, seed + index, status_file
+            )
+        with stop_on_signals() as stop:
+            status = _train(
+                options,
+                trainers,
+                managers,
+                rewards=rewards,
+                stop_requested=lambda: stop.requested,
+                progress=progress,
+            )
+        if not cs.inference:
+            run_bus.flush()  # the last period's reward goes into the final checkpoint record
+            for name, trainer in trainers.items():
+                _save(managers[name], trainer, rewards.mean.get(name), final=True)
+                if managers[name].final_model_path.exists():
+                    models[name] = managers[name].final_model_path
+    except KeyboardInterrupt:
+        status = RunStatus.INTERRUPTED
+        logger.warning("Aborted: no final save. The last checkpoint on disk is complete.")
+        raise
+    finally:
+        steps = sum(t.step for t in trainers.values())
+        for trainer in trainers.values():
+            trainer.envs.close()
+        _finish(run_bus, own_bus, cs.run_id, status, steps)
+    return LearnResult(
+        run_id=cs.run_id,
+        status=status,
+        steps={name: t.step for name, t in trainers.items()},
+        mean_reward={name: rewards.mean.get(name) for name in trainers},
+        write_path=cs.write_path,
+        models=models,
+    )
+
+
+class _RewardTracker:
+    """Follows each behavior's mean episode return from the ``stats`` events it emits."""
+
+    def __init__(self) -> None:
+        self.mean: dict[str, float | None] = {}
+
+    def __call__(self, event: StatsEvent) -> None:
+        summary = event.values.get("Environment/Cumulative Reward")
+        if summary is not None and summary.num:
+            self.mean[event.category] = summary.mean
+
+
+def _save(
+    manager: CheckpointManager, trainer: Trainer, reward: float | None, *, final: bool
+) -> None:
+    import numpy as np
+
+    example = np.asarray(trainer.next_obs[:1], dtype=np.float32)
+    save = manager.save_final if final else manager.save
+    save(
+        trainer.step,
+        trainer.state_dict(),
+        trainer.policy_module(),
+        example_obs=example,
+        reward=reward,
+    )
+
+
+def _train(
+    options: RunOptions,
+    trainers: Mapping[str, Trainer],
+    managers: Mapping[str, CheckpointManager],
+    *,
+    rewards: _RewardTracker,
+    stop_requested: Callable[[], str | None],
+    progress: ProgressHook | None,
+) -> RunStatus:
+    """Advance every behavior in turn until all reach ``max_steps`` or a stop is requested."""
+    next_checkpoint = {
+        name: (t.step // t.settings.checkpoint_interval + 1) * t.settings.checkpoint_interval
+        for name, t in trainers.items()
+    }
+    while not all(t.should_stop for t in trainers.values()):
+        for name, trainer in trainers.items():
+            if trainer.should_stop:
+                continue
+            trainer.advance()
+            if progress is not None:
+                progress(name, trainer.step, trainer.settings.max_steps)
+            if trainer.step >= next_checkpoint[name] and not options.checkpoint_settings.inference:
+                _save(managers[name], trainer, rewards.mean.get(name), final=False)
+                interval = trainer.settings.checkpoint_interval
+                next_checkpoint[name] = (trainer.step // interval + 1) * interval
+            if stop_requested():
+                return RunStatus.INTERRUPTED
+    return RunStatus.COMPLETED
+
+
+def _training_status(options: RunOptions) -> TrainingStatus:
+    from evtrain.checkpoint import TrainingStatus
+
+    path = options.checkpoint_settings.run_logs_dir / "training_status.json"
+    if path.exists() and (
+        options.checkpoint_settings.resume or options.checkpoint_settings.inference
+    ):
+        return TrainingStatus.load(path)
+    return TrainingStatus(path)
+
+
+def _build(
+    options: RunOptions,
+    name: str,
+    settings: Any,
+    bus: Bus,
+    seed: int,
+    status: TrainingStatus,
+) -> tuple[Trainer, CheckpointManager]:
+    import torch
+
+    from evtrain.checkpoint import CheckpointManager, load_checkpoint
+    from evtrain.envs import make_envs
+
+    cs = options.checkpoint_settings
+    manager = CheckpointManager(
+        cs.write_path,
+        name,
+        keep_checkpoints=settings.keep_checkpoints,
+        status=status,
+        bus=bus,
+        is_writer=get_rank() == 0,
+        resume=cs.resume,
+    )
+    state: dict[str, Any] | None = None
+    if cs.resume or (cs.inference and cs.maybe_init_path is None):
+        state = manager.load_latest()
+        if state is None:
+            raise RunFolderError(
+                f"cannot resume behavior {name!r}: {manager.checkpoint_path} does not exist "
+                "(the run never reached a checkpoint). Start it again with --force."
+            )
+    elif cs.maybe_init_path is not None:
+        source = cs.maybe_init_path / name / "checkpoint.pt"
+        if not source.exists():
+            raise RunFolderError(
+                f"--initialize-from {cs.initialize_from!r}: no checkpoint for behavior {name!r} "
+                f"at {source}"
+            )
+        # Weights (and optimizer/normaliser state) of the earlier run; the counters restart.
+        state = {**load_checkpoint(source), "step": 0, "last_summary": 0}
+    envs = make_envs(options.env_settings)
+    trainer_cls = trainer_type(settings.trainer_type).load()
+    device = options.torch_settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        trainer = trainer_cls(
+            name, settings, envs, StatsReporter(bus, name), seed=seed, device=device
+        )
+        if state is not None:
+            trainer.load_state_dict(state)
+    except BaseException:
+        envs.close()
+        raise
+    if state is not None:
+        logger.info("%s starts at step %d", name, trainer.step)
+    return trainer, manager
+
+
+def _configure_torch(options: RunOptions) -> None:
+    import torch
+
+    threads = options.torch_settings.num_threads
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def _seed(options: RunOptions) -> int:
+    seed = options.env_settings.seed
+    if seed < 0:
+        seed = random.SystemRandom().randrange(2**31)
+        logger.info("env_settings.seed is -1: using seed %d", seed)
+    return seed + 1000 * get_rank()
+
+
+def _finish(bus: Bus, own_bus: bool, run_id: str, status: RunStatus, steps: int) -> None:
+    started = time.monotonic()
+    try:
+        bus.emit(signals.run_finished, RunFinished(run_id=run_id, status=status, steps=steps))
+    finally:
+        if own_bus:
+            bus.close()
+        else:
+            bus.flush()
+    logger.debug("Drained the bus in %.3f s", time.monotonic() - started)

@@ -1,0 +1,228 @@
+"""The interface every trainer offers the runner, and the bookkeeping all of them share.
+
+A trainer owns the networks of one behavior and steps its vector environment.  The runner
+calls :meth:`Trainer.advance` until :attr:`Trainer.should_stop`, saves :meth:`state_dict`
+every ``checkpoint_interval`` steps and exports :meth:`policy_module`.  Everything a trainer
+wants to say goes through its :class:`StatsReporter`: one ``stats`` event per ``summary_freq``
+steps, labelled with the boundary step, as ML-Agents' ``RLTrainer`` does.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import deque
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import torch
+from gymnasium.vector import VectorEnv
+
+from evtrain.reporter import StatsReporter
+from evtrain.stats import StatsAggregationMethod, StatsPropertyType
+from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
+from evtrain.trainers.settings import TrainerSettings
+
+HISTOGRAM = StatsAggregationMethod.HISTOGRAM
+
+
+def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> float:
+    """``initial`` at step 0, falling linearly to ``floor`` at ``max_steps`` and staying there
+    (ML-Agents' ``DecayedValue`` with power 1).  An ``initial`` already below ``floor`` stays
+    constant: a schedule never raises a value."""
+    floor = min(floor, initial)
+    progress = min(step / max_steps, 1.0)
+    return initial + (floor - initial) * progress
+
+
+class Trainer(abc.ABC):
+    """Trains one behavior on a Gymnasium vector environment and reports on the bus.
+
+    :param behavior_name: the stats category (e.g. ``"CartPole"``).
+    :param settings: the behavior's settings; ``hyperparameters`` must be an instance of the
+        class registered with this trainer in :data:`evtrain.trainers.TRAINER_TYPES`.
+    :param envs: a vector environment that resets itself (``SAME_STEP`` preferred, see
+        :mod:`evtrain.trainers.envs`).  The trainer resets it with ``seed`` and steps it; the
+        caller closes it.
+    :param reporter: where statistics go.
+    :param seed: seeds the environments, the network initialisation and all sampling.
+    :param device: where the networks live.
+    """
+
+    settings_type: type[Any] = object
+    """The hyperparameter settings class this trainer accepts."""
+
+    def __init__(
+        self,
+        behavior_name: str,
+        settings: TrainerSettings,
+        envs: VectorEnv[Any, Any, Any],
+        reporter: StatsReporter,
+        *,
+        seed: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if not isinstance(settings.hyperparameters, self.settings_type):
+            raise TypeError(
+                f"{type(self).__name__} for behavior {behavior_name!r} needs hyperparameters of "
+                f"type {self.settings_type.__name__}, got "
+                f"{type(settings.hyperparameters).__name__}; check trainer_type"
+            )
+        self.behavior_name = behavior_name
+        self.settings = settings
+        self.envs = envs
+        self.reporter = reporter
+        self.seed = seed
+        self.device = torch.device(device)
+        self.num_envs: int = envs.num_envs
+        self.step: int = 0
+        """Environment steps so far, summed over the sub-environments."""
+        self.init_generator = torch.Generator().manual_seed(seed)
+        """Draws the initial weights (networks are built on the CPU, then moved)."""
+        self.generator = torch.Generator(self.device).manual_seed(seed)
+        """Every random draw on ``device``: action sampling, minibatch shuffling."""
+        self.rng = np.random.default_rng(seed)
+        """Every random draw made in numpy (replay sampling, warm-up actions)."""
+        self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
+        self._last_summary = 0
+        self._episode_reward = np.zeros(self.num_envs, dtype=np.float64)
+        self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        self._recent_rewards: deque[float] = deque(maxlen=100)
+        obs, _ = envs.reset(seed=seed)
+        self.next_obs: npt.NDArray[Any] = np.asarray(obs)
+        """The observation each sub-environment is in now."""
+        reporter.add_property(StatsPropertyType.HYPERPARAMETERS, attrs.asdict(settings))
+
+    # -- what the runner calls ----------------------------------------------------------------
+
+    @property
+    def should_stop(self) -> bool:
+        """``max_steps`` reached."""
+        return self.step >= self.settings.max_steps
+
+    @abc.abstractmethod
+    def advance(self) -> None:
+        """Collect experience, learn from it, and report (one ``stats`` event whenever
+        :attr:`step` crosses a multiple of ``summary_freq``)."""
+
+    @abc.abstractmethod
+    def policy_module(self) -> torch.nn.Module:
+        """A module mapping a float32 batch of raw observations to deterministic actions,
+        observation normalisation included, ready for ``torch.onnx.export``.
+
+        It shares parameters with the trainer; ``copy.deepcopy`` it for a frozen snapshot.
+        """
+
+    @property
+    def last_mean_reward(self) -> float | None:
+        """Mean cumulative reward of the last (up to) 100 finished episodes; ``None`` before the
+        first.  What the runner records with a checkpoint."""
+        if not self._recent_rewards:
+            return None
+        return float(np.mean(self._recent_rewards))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: networks, optimizers, normaliser, step and RNG states.
+
+        Tensors and plain Python values only, so ``torch.load(weights_only=True)`` reads it.
+        The environments are not part of it: a resumed trainer starts fresh episodes.
+        """
+        return {
+            "trainer_type": self.settings.trainer_type,
+            "step": self.step,
+            "last_summary": self._last_summary,
+            "recent_rewards": list(self._recent_rewards),
+            "generator_device": self.device.type,
+            "generator": self.generator.get_state(),
+            "rng": self.rng.bit_generator.state,
+            **self._state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (``--resume``).
+
+        The sampling generator is restored only when the state comes from the same kind of
+        device (CPU and CUDA generators keep different states); otherwise it keeps its seed.
+
+        :raises ValueError: the state comes from another trainer type.
+        """
+        self._check_type(state)
+        self.step = int(state["step"])
+        self._last_summary = int(state["last_summary"])
+        self._recent_rewards.clear()
+        self._recent_rewards.extend(float(r) for r in state["recent_rewards"])
+        if state["generator_device"] == self.device.type:
+            self.generator.set_state(state["generator"])
+        self.rng.bit_generator.state = state["rng"]
+        self._load_state_dict(state)
+        self.reporter.set_stat("Step", float(self.step))
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        """Start from the networks (and normaliser) of :meth:`state_dict`'s output, nothing else:
+        step, optimizers, RNGs and any replay buffer start fresh (``--initialize-from``).
+
+        :raises ValueError: the state comes from another trainer type.
+        """
+        self._check_type(state)
+        self._load_weights(state)
+
+    def _check_type(self, state: dict[str, Any]) -> None:
+        if state["trainer_type"] != self.settings.trainer_type:
+            raise ValueError(
+                f"state of a {state['trainer_type']!r} trainer cannot be loaded into a "
+                f"{self.settings.trainer_type!r} trainer for behavior {self.behavior_name!r}"
+            )
+
+    # -- what subclasses implement -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _state_dict(self) -> dict[str, Any]:
+        """The subclass's own part of :meth:`state_dict`."""
+
+    @abc.abstractmethod
+    def _load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the subclass's own part of :meth:`state_dict`."""
+
+    @abc.abstractmethod
+    def _load_weights(self, state: dict[str, Any]) -> None:
+        """Restore only the networks and normaliser from :meth:`state_dict`'s output."""
+
+    # -- shared bookkeeping --------------------------------------------------------------------
+
+    def _record_step(
+        self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
+    ) -> None:
+        """Count one vector step's transitions and report the episodes it finished."""
+        if self.autoreset.next_step:
+            self._episode_reward += np.where(valid, rewards, 0.0)
+            self._episode_length += valid
+            self.step += int(valid.sum())
+            finished = dones & valid
+        else:  # every step is a transition: skip the masking (this runs every step)
+            self._episode_reward += rewards
+            self._episode_length += 1
+            self.step += self.num_envs
+            finished = dones
+        if finished.any():
+            for i in np.flatnonzero(finished):
+                reward = float(self._episode_reward[i])
+                self._recent_rewards.append(reward)
+                self.reporter.add_stat("Environment/Cumulative Reward", reward, HISTOGRAM)
+                self.reporter.add_stat("Environment/Episode Length", float(self._episode_length[i]))
+            self._episode_reward[finished] = 0.0
+            self._episode_length[finished] = 0
+
+    def _end_period(self) -> None:
+        """Report ``Step``, and the summary once ``step`` has crossed a ``summary_freq`` multiple.
+
+        Called at the end of every :meth:`advance`, after the update, so the summary includes
+        the losses of the update that just happened.
+        """
+        self.reporter.set_stat("Step", float(self.step))
+        freq = self.settings.summary_freq
+        boundary = self.step // freq * freq
+        if boundary > self._last_summary:
+            self.reporter.add_stat("Is Training", 1.0)
+            self.reporter.write_stats(boundary)
+            self._last_summary = boundary

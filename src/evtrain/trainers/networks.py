@@ -1,0 +1,155 @@
+"""Building blocks shared by the trainers: MLPs with orthogonal init and an observation
+normaliser that travels with the model (so an exported policy normalises by itself).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evtrain.trainers.settings import NetworkSettings
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+    "elu": F.elu,
+    "silu": F.silu,
+}
+"""``NetworkSettings.activation`` name to function."""
+
+NORMALIZED_OBS_CLIP = 5.0
+"""Normalised observations are clipped to ``±5`` standard deviations, as ML-Agents does."""
+
+
+def layer_init(
+    layer: nn.Linear, gain: float, generator: torch.Generator | None = None
+) -> nn.Linear:
+    """Orthogonal weights scaled by ``gain`` and zero bias (Engstrom et al. 2020, SB3, cleanrl)."""
+    nn.init.orthogonal_(layer.weight, gain, generator=generator)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MLP(nn.Module):
+    """``num_layers`` hidden layers of ``hidden_units`` and a linear output layer.
+
+    Hidden layers get orthogonal init with gain ``sqrt(2)``; ``out_gain`` is the output
+    layer's (0.01 keeps an initial policy near uniform, 1 suits a value head).  ``forward``
+    applies the layers itself rather than through ``nn.Sequential``: on the small batches of
+    a rollout, per-module call overhead costs as much as the matrix products.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        network: NetworkSettings,
+        *,
+        out_gain: float,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        widths = [in_features] + [network.hidden_units] * network.num_layers
+        self.hidden = nn.ModuleList(
+            layer_init(nn.Linear(a, b), math.sqrt(2), generator)
+            for a, b in itertools.pairwise(widths)
+        )
+        self.out = layer_init(nn.Linear(widths[-1], out_features), out_gain, generator)
+        self.activation = ACTIVATIONS[network.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in cast("list[nn.Linear]", self.hidden):
+            x = self.activation(F.linear(x, layer.weight, layer.bias))
+        return F.linear(x, self.out.weight, self.out.bias)
+
+
+class ObservationNormalizer(nn.Module):
+    """Running mean and variance of observations; ``forward`` standardises and clips.
+
+    The statistics are buffers, so they are part of ``state_dict`` and of an exported model.
+    When disabled, ``forward`` is the identity and ``update`` does nothing.
+    """
+
+    count: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+
+    def __init__(self, shape: tuple[int, ...], *, enabled: bool) -> None:
+        super().__init__()
+        self.enabled = enabled
+        # float64 statistics: millions of float32 updates drift visibly.
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor) -> None:
+        """Merge a batch of observations (first dimension = batch) into the statistics."""
+        if not self.enabled or batch.shape[0] == 0:
+            return
+        x = batch.to(torch.float64)
+        n = float(x.shape[0])
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        # Chan et al.'s parallel merge of two (count, mean, M2) summaries.
+        total = self.count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Standardised, clipped observations (float32); the input itself when disabled."""
+        if not self.enabled:
+            return obs
+        mean = self.mean.to(obs.dtype)
+        std = (self.var + 1e-8).sqrt().to(obs.dtype)
+        return ((obs - mean) / std).clamp(-NORMALIZED_OBS_CLIP, NORMALIZED_OBS_CLIP)
+
+    def extra_repr(self) -> str:
+        return f"enabled={self.enabled}"
+
+
+def flatten_parameters(module: nn.Module) -> nn.Parameter:
+    """Move all of ``module``'s parameters, and their gradients, into one contiguous buffer.
+
+    Returns that buffer as a single parameter, whose ``grad`` holds every gradient: an
+    optimizer, gradient clipping and zeroing then each run one kernel on one tensor instead of
+    a Python loop over a dozen small ones, which is most of their cost on RL-sized networks.
+    The module's parameters become views into the buffer; backward accumulates into their
+    gradient views in place, so clear gradients with :func:`zero_grad_` (an optimizer's
+    ``zero_grad()`` would set the buffer's ``grad`` to ``None`` and silently cut it off from
+    the views).  Call it after moving the module to its device; the module keeps working and
+    saving as before.  A module whose parameters do not require gradients (a target network)
+    gets a buffer without ``grad``.
+    """
+    params = list(module.parameters())
+    requires_grad = any(p.requires_grad for p in params)
+    with torch.no_grad():
+        flat = nn.Parameter(
+            torch.cat([p.detach().reshape(-1) for p in params]), requires_grad=requires_grad
+        )
+    if requires_grad:
+        flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat.data[offset : offset + n].view_as(p)
+        if requires_grad:
+            p.grad = flat.grad[offset : offset + n].view_as(p)  # type: ignore[index]
+        offset += n
+    return flat
+
+
+def zero_grad_(flat: nn.Parameter) -> None:
+    """Zero the gradient of a :func:`flatten_parameters` buffer in place."""
+    if flat.grad is None:
+        raise ValueError("this parameter has no gradient buffer: use flatten_parameters")
+    flat.grad.zero_()

@@ -1,0 +1,147 @@
+"""PPO's actor-critic: separate policy and value MLPs over (optionally normalised) observations.
+
+``Discrete`` actions use a categorical policy.  ``Box`` actions use a **clipped** diagonal
+Gaussian, as SB3 and cleanrl do: the unclipped sample is what is stored and scored, and it is
+clipped to the action bounds only on its way to the environment.  (A tanh-squashed Gaussian,
+as in SAC, changes the log-probabilities and needs no clipping; PPO does well without it.)
+
+Distributions are written out instead of using ``torch.distributions``: the rollout calls them
+every step and their argument validation and object construction cost more than the maths.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from evtrain.trainers.networks import MLP, ObservationNormalizer
+from evtrain.trainers.settings import NetworkSettings
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def flat_obs_dim(space: spaces.Space[Any]) -> int:
+    """Length of a flattened observation.
+
+    :raises TypeError: the observation space is not a ``Box``.
+    """
+    if not isinstance(space, spaces.Box):
+        raise TypeError(
+            f"evtrain trainers need a Box observation space, got {type(space).__name__}; wrap "
+            "the environment with gymnasium.wrappers.FlattenObservation"
+        )
+    return int(np.prod(space.shape))
+
+
+class ActorCritic(nn.Module):
+    """Policy ``pi(a|s)`` and value ``V(s)`` for a ``Discrete`` or ``Box`` action space."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        network: NetworkSettings,
+        generator: torch.Generator,
+    ) -> None:
+        super().__init__()
+        obs_dim = flat_obs_dim(observation_space)
+        if isinstance(action_space, spaces.Discrete):
+            self.discrete = True
+            policy_out = int(action_space.n)
+        elif isinstance(action_space, spaces.Box):
+            self.discrete = False
+            policy_out = int(np.prod(action_space.shape))
+        else:
+            raise TypeError(
+                f"PPO supports Discrete and Box action spaces, got {type(action_space).__name__}"
+            )
+        self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize)
+        self.critic = MLP(obs_dim, 1, network, out_gain=1.0, generator=generator)
+        self.actor = MLP(obs_dim, policy_out, network, out_gain=0.01, generator=generator)
+        # State-independent log standard deviation, starting at std 1 (SB3's default); empty
+        # for Discrete, which keeps one state_dict layout for both kinds.
+        self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        """``V(s)`` of normalised observations, shape ``(B,)``."""
+        value: torch.Tensor = self.critic(x)
+        return value.squeeze(-1)
+
+    def act(self, x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample actions for normalised observations: ``(action, log_prob)``."""
+        out = self.actor(x)
+        if self.discrete:
+            log_probs = torch.log_softmax(out, dim=-1)
+            # Gumbel-max: argmax(log p + Gumbel noise) is an exact sample of Categorical(p),
+            # cheaper than torch.multinomial on small batches.  Gumbel = -log(Exponential(1)).
+            noise = torch.empty_like(log_probs).exponential_(generator=generator)
+            action = (log_probs - noise.log()).argmax(-1, keepdim=True)
+            return action.squeeze(-1), log_probs.gather(-1, action).squeeze(-1)
+        noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+        action = out + self.log_std.exp() * noise
+        log_prob = (-0.5 * noise.square() - self.log_std - _LOG_SQRT_2PI).sum(-1)
+        return action, log_prob
+
+    def evaluate(
+        self,
+        x: torch.Tensor,
+        action: torch.Tensor,
+        *,
+        entropy: bool = True,
+        entropy_grad: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """``(log_prob, entropy, value)`` of taken actions under the current networks.
+
+        :param entropy: compute the entropy (``None`` in its place otherwise).
+        :param entropy_grad: keep the entropy in the autograd graph; without it the entropy is
+            only a statistic, and computing it outside the graph costs far less.
+        """
+        out = self.actor(x)
+        if self.discrete:
+            log_probs = torch.log_softmax(out, dim=-1)
+            log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            ent = None
+            if entropy:
+                with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                    ent = -(log_probs.exp() * log_probs).sum(-1)
+            return log_prob, ent, self.value(x)
+        z = (action - out) * torch.exp(-self.log_std)
+        log_prob = (-0.5 * z.square() - self.log_std - _LOG_SQRT_2PI).sum(-1)
+        ent = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(x.shape[0]) if entropy else None
+        return log_prob, ent, self.value(x)
+
+    def deterministic(self, x: torch.Tensor) -> torch.Tensor:
+        """The most likely action of normalised observations (argmax, or the mean)."""
+        out: torch.Tensor = self.actor(x)
+        return out.argmax(-1) if self.discrete else out
+
+
+class DeterministicPolicy(nn.Module):
+    """Export view of an :class:`ActorCritic`: raw observations in, the action to take out.
+
+    ``Box`` actions are clipped to the action bounds, as during training.
+    """
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(self, agent: ActorCritic, action_space: spaces.Space[Any]) -> None:
+        super().__init__()
+        self.agent = agent
+        self.clip = isinstance(action_space, spaces.Box)
+        low = high = np.zeros(0, dtype=np.float32)
+        if isinstance(action_space, spaces.Box):
+            low = action_space.low.reshape(-1).astype(np.float32)
+            high = action_space.high.reshape(-1).astype(np.float32)
+        self.register_buffer("low", torch.from_numpy(low))
+        self.register_buffer("high", torch.from_numpy(high))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.agent.normalizer(obs.flatten(1))
+        action = self.agent.deterministic(x)
+        return torch.clamp(action, self.low, self.high) if self.clip else action

@@ -1,0 +1,352 @@
+"""Proximal Policy Optimization (Schulman et al. 2017) on a Gymnasium vector environment.
+
+One :meth:`PPOTrainer.advance` is one iteration of the paper's Algorithm 1: run the policy for
+``buffer_size / num_envs`` steps in each environment, compute advantages with GAE, then
+optimise the clipped surrogate objective for ``num_epoch`` epochs of ``batch_size``
+minibatches.  Implementation choices follow "The 37 implementation details of PPO" (Huang et
+al. 2022) as SB3 and cleanrl do: orthogonal init, Adam with ``eps=1e-5``, per-minibatch
+advantage normalisation, global gradient clipping, time-limit bootstrapping.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+from torch import nn
+
+from evtrain.reporter import StatsReporter
+from evtrain.trainers.base import Trainer, linear_decay
+from evtrain.trainers.envs import final_observations
+from evtrain.trainers.gae import compute_gae
+from evtrain.trainers.networks import flatten_parameters, zero_grad_
+from evtrain.trainers.policies import ActorCritic, DeterministicPolicy
+from evtrain.trainers.settings import PPOSettings, TrainerSettings
+
+LEARNING_RATE_FLOOR = 1.0e-10
+"""Where a linear learning-rate schedule ends at ``max_steps`` (ML-Agents' value)."""
+EPSILON_FLOOR = 0.1
+"""Where a linear clip-range schedule ends (ML-Agents' value)."""
+BETA_FLOOR = 1.0e-5
+"""Where a linear entropy-coefficient schedule ends (ML-Agents' value)."""
+
+
+def clipped_surrogate_loss(
+    new_logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_coef: float,
+) -> torch.Tensor:
+    """The negated clipped surrogate objective ``-E[min(r A, clip(r, 1-eps, 1+eps) A)]``.
+
+    ``r = exp(new_logprob - old_logprob)`` is the probability ratio of the taken actions.
+    """
+    ratio = torch.exp(new_logprob - old_logprob)
+    surr1 = ratio * advantages
+    surr2 = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages
+    return -torch.min(surr1, surr2).mean()
+
+
+def _normalized(advantages: torch.Tensor) -> torch.Tensor:
+    if advantages.numel() < 2:
+        return advantages
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
+def make_adam(
+    params: list[nn.Parameter], lr: float, device: torch.device, eps: float = 1e-8
+) -> torch.optim.Adam:
+    """Adam, fused into one kernel where torch has one for the device (much less overhead
+    for the small networks RL uses)."""
+    fused = device.type in ("cpu", "cuda")
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused)
+
+
+class PPOTrainer(Trainer):
+    """PPO for ``Discrete`` and ``Box`` action spaces (see :mod:`evtrain.trainers.policies`)."""
+
+    settings_type = PPOSettings
+
+    def __init__(
+        self,
+        behavior_name: str,
+        settings: TrainerSettings,
+        envs: VectorEnv[Any, Any, Any],
+        reporter: StatsReporter,
+        *,
+        seed: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
+        hp: PPOSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
+        if hp.buffer_size % self.num_envs or hp.buffer_size % hp.batch_size:
+            raise ValueError(
+                f"behavior {behavior_name!r}: buffer_size ({hp.buffer_size}) must be a multiple "
+                f"of the number of environments ({self.num_envs}) and of batch_size "
+                f"({hp.batch_size}); for {self.num_envs} environments and time_horizon "
+                f"{settings.time_horizon}, buffer_size {self.num_envs * settings.time_horizon} "
+                "collects one time_horizon per environment"
+            )
+        self.hp = hp
+        self.num_steps = hp.buffer_size // self.num_envs
+        """Rollout length per environment."""
+        self.action_space = envs.single_action_space
+        self.agent = ActorCritic(
+            envs.single_observation_space,
+            self.action_space,
+            settings.network_settings,
+            self.init_generator,
+        ).to(self.device)
+        self.flat_params = flatten_parameters(self.agent)
+        """All of the agent's parameters (and gradients) as one tensor, for the optimizer."""
+        self.optimizer = make_adam([self.flat_params], hp.learning_rate, self.device, eps=1e-5)
+        self._clip_actions = isinstance(self.action_space, spaces.Box)
+        if isinstance(self.action_space, spaces.Box):
+            self._action_low = self.action_space.low.reshape(-1)
+            self._action_high = self.action_space.high.reshape(-1)
+            self._action_shape = (self.num_envs, *self.action_space.shape)
+        self._allocate_rollout()
+
+    def _allocate_rollout(self) -> None:
+        # Filled row by row every iteration; the tensors are stacked once per rollout instead
+        # (a per-step tensor slice assignment costs more than the policy's matrix products).
+        T, N = self.num_steps, self.num_envs
+        self.rewards = np.zeros((T, N), dtype=np.float32)
+        self.terminated = np.zeros((T, N), dtype=np.bool_)
+        self.truncated = np.zeros((T, N), dtype=np.bool_)
+        self.bootstrap = np.zeros((T, N), dtype=np.float32)
+        self.valid = np.ones((T, N), dtype=np.bool_)
+
+    # -- the algorithm -------------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Collect one rollout, update the policy on it, report."""
+        hp = self.hp
+        lr = self._scheduled(hp.learning_rate, hp.learning_rate_schedule, LEARNING_RATE_FLOOR)
+        clip_coef = self._scheduled(hp.epsilon, hp.epsilon_schedule, EPSILON_FLOOR)
+        ent_coef = self._scheduled(hp.beta, hp.beta_schedule, BETA_FLOOR)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        next_value = self._collect_rollout()
+        advantages, returns = self._advantages(next_value)
+        self._update(advantages, returns, clip_coef, ent_coef)
+
+        report = self.reporter.add_stat
+        report("Policy/Learning Rate", lr)
+        report("Policy/Epsilon", clip_coef)
+        report("Policy/Beta", ent_coef)
+        report("Policy/Extrinsic Value Estimate", float(self.b_values.mean()))
+        self._end_period()
+
+    def _scheduled(self, initial: float, schedule: str, floor: float) -> float:
+        if schedule == "constant":
+            return initial
+        return linear_decay(initial, floor, self.step, self.settings.max_steps)
+
+    @torch.no_grad()
+    def _collect_rollout(self) -> torch.Tensor:
+        """Step every environment ``num_steps`` times; returns ``V`` of the last observations.
+
+        Fills ``b_obs``, ``b_actions``, ``b_logprobs``, ``b_values`` (``(T, N, ...)`` tensors)
+        and the ``(T, N)`` numpy arrays ``rewards``, ``terminated``, ``truncated``,
+        ``bootstrap`` and ``valid``.
+        """
+        agent, normalizer = self.agent, self.agent.normalizer
+        obs_list, action_list, logprob_list = [], [], []
+        # (step, which environments, normalised final observations) of time-limited episodes
+        finals: list[tuple[int, npt.NDArray[np.bool_], torch.Tensor]] = []
+        for t in range(self.num_steps):
+            # -- act: sample a_t ~ pi(.|s_t) and keep log pi(a_t|s_t) for the ratio
+            # (torch.tensor copies: a vector env may reuse its observation array.)
+            x = self._observe(torch.tensor(self.next_obs, dtype=torch.float32, device=self.device))
+            action, logprob = agent.act(x, self.generator)
+            obs_list.append(x)
+            action_list.append(action)
+            logprob_list.append(logprob)
+
+            # -- step the environments
+            env_action = action.cpu().numpy()
+            if self._clip_actions:
+                env_action = np.clip(env_action, self._action_low, self._action_high)
+                env_action = env_action.reshape(self._action_shape)
+            next_obs, reward, terminated, truncated, infos = self.envs.step(env_action)
+            dones = terminated | truncated
+            self.valid[t] = valid = self.autoreset.observe(dones)
+            self.rewards[t] = reward
+            self.terminated[t] = terminated
+            self.truncated[t] = truncated
+            self._record_step(reward, dones, valid)
+            # A time-limited episode is worth V(final observation): keep it to value below.
+            # (In NEXT_STEP mode the next step observes it; see _advantages.)
+            time_limited = truncated & ~terminated
+            if time_limited.any() and not self.autoreset.next_step:
+                final = final_observations(infos, time_limited)
+                finals.append(
+                    (
+                        t,
+                        time_limited,
+                        normalizer(
+                            torch.as_tensor(
+                                final.reshape(final.shape[0], -1),
+                                dtype=torch.float32,
+                                device=self.device,
+                            )
+                        ),
+                    )
+                )
+            self.next_obs = next_obs
+
+        strength = self.settings.reward_signals.extrinsic.strength
+        if strength != 1.0:
+            self.rewards *= strength
+        self.b_obs = torch.stack(obs_list)
+        self.b_actions = torch.stack(action_list)
+        self.b_logprobs = torch.stack(logprob_list)
+
+        # -- V(s) of every observation of the rollout in one batched pass (the values do not
+        # steer the rollout, and one pass over T*N rows costs about what one step's does)
+        T, N = self.num_steps, self.num_envs
+        next_x = normalizer(
+            torch.as_tensor(self.next_obs, dtype=torch.float32, device=self.device).reshape(N, -1)
+        )
+        values = agent.value(torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)]))
+        self.b_values = values[: T * N].view(T, N)
+        self.bootstrap.fill(0.0)
+        offset = (T + 1) * N
+        for t, which, final_x in finals:
+            count = final_x.shape[0]
+            self.bootstrap[t, which] = values[offset : offset + count].cpu().numpy()
+            offset += count
+        return values[T * N : (T + 1) * N]
+
+    def _observe(self, obs: torch.Tensor) -> torch.Tensor:
+        """Flattened, normalised observations (updating the normaliser's statistics)."""
+        obs = obs.reshape(self.num_envs, -1)
+        if not self.agent.normalizer.enabled:
+            return obs
+        self.agent.normalizer.update(obs)
+        x: torch.Tensor = self.agent.normalizer(obs)
+        return x
+
+    def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE over the rollout, cutting trajectories every ``time_horizon`` steps."""
+        values = self.b_values.cpu().numpy()
+        next_v = next_value.cpu().numpy()
+        following = np.concatenate([values[1:], next_v[None]])
+        dones = self.terminated | self.truncated
+        bootstrap = self.bootstrap
+        if self.autoreset.next_step:
+            # The step after an episode end looked at the final observation: its value is
+            # the bootstrap value of the truncated step.
+            bootstrap = np.where(self.truncated & ~self.terminated, following, 0.0)
+        horizon = self.settings.time_horizon
+        if horizon < self.num_steps:
+            # A time_horizon cut ends a trajectory like a truncation: bootstrap from V(s_t+1).
+            cuts = np.zeros_like(dones)
+            cuts[horizon - 1 : -1 : horizon] = True
+            cuts &= ~dones
+            bootstrap = np.where(cuts, following, bootstrap)
+            dones = dones | cuts
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        advantages, returns = compute_gae(
+            self.rewards, values, dones, bootstrap, next_v, gamma, self.hp.lambd
+        )
+        return (
+            torch.from_numpy(advantages).to(self.device),
+            torch.from_numpy(returns).to(self.device),
+        )
+
+    def _update(
+        self, advantages: torch.Tensor, returns: torch.Tensor, clip_coef: float, ent_coef: float
+    ) -> None:
+        """``num_epoch`` passes of minibatch gradient steps on the clipped objective."""
+        hp = self.hp
+        # -- flatten the rollout into a batch, dropping autoreset steps (NEXT_STEP mode)
+        b_obs = self.b_obs.flatten(0, 1)
+        b_actions = self.b_actions.flatten(0, 1)
+        b_logprobs = self.b_logprobs.flatten(0, 1)
+        b_advantages = advantages.flatten()
+        b_returns = returns.flatten()
+        if not self.valid.all():
+            keep = torch.from_numpy(np.flatnonzero(self.valid)).to(self.device)
+            b_obs, b_actions, b_logprobs = b_obs[keep], b_actions[keep], b_logprobs[keep]
+            b_advantages, b_returns = b_advantages[keep], b_returns[keep]
+        batch = b_obs.shape[0]
+        num_minibatches = max(1, batch // hp.batch_size)
+        if num_minibatches == 1 and hp.normalize_advantage:
+            # One minibatch is the whole batch, the same every epoch: normalise it once.
+            b_advantages = _normalized(b_advantages)
+
+        pg_losses, v_losses, entropies = [], [], []
+        flat_params = self.flat_params
+        for epoch in range(hp.num_epoch):
+            if num_minibatches == 1:
+                # Nothing to shuffle: the order of a single minibatch does not matter.
+                minibatches: tuple[torch.Tensor | None, ...] = (None,)
+            else:
+                perm = torch.randperm(batch, generator=self.generator, device=self.device)
+                minibatches = torch.tensor_split(perm, num_minibatches)
+            for mb_inds in minibatches:
+                if mb_inds is None:
+                    mb_obs, mb_actions, mb_logprobs = b_obs, b_actions, b_logprobs
+                    mb_advantages, mb_returns = b_advantages, b_returns
+                else:
+                    mb_obs, mb_actions = b_obs[mb_inds], b_actions[mb_inds]
+                    mb_logprobs = b_logprobs[mb_inds]
+                    mb_advantages, mb_returns = b_advantages[mb_inds], b_returns[mb_inds]
+                    if hp.normalize_advantage:
+                        mb_advantages = _normalized(mb_advantages)
+                # Entropy enters the loss only with a nonzero beta; otherwise it is measured
+                # once per minibatch in the first epoch (the rollout policy's), for the stats.
+                with_entropy = ent_coef > 0.0 or epoch == 0
+                newlogprob, entropy, newvalue = self.agent.evaluate(
+                    mb_obs, mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
+                )
+
+                # -- policy loss: clipped surrogate objective (paper eq. 7)
+                pg_loss = clipped_surrogate_loss(newlogprob, mb_logprobs, mb_advantages, clip_coef)
+                # -- value loss: regression onto the GAE returns
+                v_loss = F.mse_loss(newvalue, mb_returns)
+                loss = pg_loss + hp.vf_coef * v_loss
+                # -- entropy bonus (paper eq. 9)
+                if entropy is not None:
+                    entropy_loss = entropy.mean()
+                    entropies.append(entropy_loss.detach())
+                    if ent_coef > 0.0:
+                        loss = loss - ent_coef * entropy_loss
+
+                zero_grad_(flat_params)
+                torch.autograd.backward(loss)
+                nn.utils.clip_grad_norm_(flat_params, hp.max_grad_norm)
+                self.optimizer.step()
+                pg_losses.append(pg_loss.detach())
+                v_losses.append(v_loss.detach())
+
+        report = self.reporter.add_stat
+        report("Losses/Policy Loss", float(torch.stack(pg_losses).mean()))
+        report("Losses/Value Loss", float(torch.stack(v_losses).mean()))
+        report("Policy/Entropy", float(torch.stack(entropies).mean()))
+
+    # -- what the runner needs ------------------------------------------------------------------
+
+    def policy_module(self) -> nn.Module:
+        """Raw observations to deterministic actions (argmax, or the clipped mean)."""
+        return DeterministicPolicy(self.agent, self.action_space).eval()
+
+    def _state_dict(self) -> dict[str, Any]:
+        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def _load_weights(self, state: dict[str, Any]) -> None:
+        self.agent.load_state_dict(state["agent"])
+
+    def _load_state_dict(self, state: dict[str, Any]) -> None:
+        self._load_weights(state)
+        # Optimizers adopt the given state tensors instead of copying them: without the copy,
+        # two trainers loaded from one state would share (and both update) Adam's moments.
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))

@@ -1,0 +1,315 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications") for ``Box``
+actions on a Gymnasium vector environment.
+
+Twin Q networks with Polyak-averaged targets (clipped double-Q), a tanh-squashed Gaussian
+policy rescaled to the action bounds, and automatic tuning of the entropy coefficient
+``alpha`` (starting at ``init_entcoef``) towards ``target_entropy``.  One
+:meth:`SACTrainer.advance` steps every environment once, stores the transitions, and makes
+one gradient step per ``steps_per_update`` environment steps once ``buffer_init_steps``
+random-action steps have been collected.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+from torch import nn
+
+from evtrain.reporter import StatsReporter
+from evtrain.trainers.base import Trainer, linear_decay
+from evtrain.trainers.envs import final_observations
+from evtrain.trainers.networks import MLP, ObservationNormalizer, flatten_parameters, zero_grad_
+from evtrain.trainers.policies import flat_obs_dim
+from evtrain.trainers.ppo import LEARNING_RATE_FLOOR, make_adam
+from evtrain.trainers.replay import ReplayBuffer
+from evtrain.trainers.settings import NetworkSettings, SACSettings, TrainerSettings
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+"""Range of the policy's log standard deviation (cleanrl's bounds)."""
+
+
+class SquashedGaussianActor(nn.Module):
+    """``a = tanh(u)``, ``u ~ N(mu(s), sigma(s))``, acting in ``[-1, 1]^d``."""
+
+    def __init__(
+        self, obs_dim: int, action_dim: int, network: NetworkSettings, generator: torch.Generator
+    ) -> None:
+        super().__init__()
+        self.net = MLP(obs_dim, 2 * action_dim, network, out_gain=0.01, generator=generator)
+
+    def forward(
+        self, x: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample ``(action in [-1, 1], log_prob)`` for normalised observations."""
+        mean, log_std = self.net(x).chunk(2, dim=-1)
+        # Squash log_std smoothly into its range instead of clamping it (no dead gradients).
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        u = mean + log_std.exp() * noise
+        action = torch.tanh(u)
+        log_prob = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
+        # Change of variables through tanh: log(1 - tanh(u)^2), in its overflow-free form.
+        log_prob = log_prob - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        return action, log_prob.sum(-1)
+
+    def deterministic(self, x: torch.Tensor) -> torch.Tensor:
+        """The squashed mean, in ``[-1, 1]^d``."""
+        mean, _ = self.net(x).chunk(2, dim=-1)
+        return torch.tanh(mean)
+
+
+class TwinQ(nn.Module):
+    """Two independent ``Q(s, a)`` estimates; their minimum counters overestimation."""
+
+    def __init__(
+        self, obs_dim: int, action_dim: int, network: NetworkSettings, generator: torch.Generator
+    ) -> None:
+        super().__init__()
+        self.q1 = MLP(obs_dim + action_dim, 1, network, out_gain=1.0, generator=generator)
+        self.q2 = MLP(obs_dim + action_dim, 1, network, out_gain=1.0, generator=generator)
+
+    def forward(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        xa = torch.cat([x, action], dim=-1)
+        return self.q1(xa).squeeze(-1), self.q2(xa).squeeze(-1)
+
+
+class SACPolicy(nn.Module):
+    """Export view: raw observations in, the deterministic action in the env's bounds out."""
+
+    scale: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(
+        self, normalizer: ObservationNormalizer, actor: SquashedGaussianActor, space: spaces.Box
+    ) -> None:
+        super().__init__()
+        self.normalizer = normalizer
+        self.actor = actor
+        low = torch.as_tensor(space.low.reshape(-1), dtype=torch.float32)
+        high = torch.as_tensor(space.high.reshape(-1), dtype=torch.float32)
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor.deterministic(self.normalizer(obs.flatten(1))) * self.scale + self.bias
+
+
+class SACTrainer(Trainer):
+    """SAC for bounded ``Box`` action spaces."""
+
+    settings_type = SACSettings
+
+    def __init__(
+        self,
+        behavior_name: str,
+        settings: TrainerSettings,
+        envs: VectorEnv[Any, Any, Any],
+        reporter: StatsReporter,
+        *,
+        seed: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
+        hp: SACSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
+        space = envs.single_action_space
+        if not isinstance(space, spaces.Box) or not (
+            np.isfinite(space.low).all() and np.isfinite(space.high).all()
+        ):
+            raise TypeError(f"SAC needs a bounded Box action space, got {space}")
+        self.hp = hp
+        self.action_space = space
+        obs_dim = flat_obs_dim(envs.single_observation_space)
+        action_dim = int(np.prod(space.shape))
+        self._low = space.low.reshape(-1).astype(np.float32)
+        self._high = space.high.reshape(-1).astype(np.float32)
+        network = settings.network_settings
+        self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize).to(
+            self.device
+        )
+        self.actor = SquashedGaussianActor(obs_dim, action_dim, network, self.init_generator)
+        self.qf = TwinQ(obs_dim, action_dim, network, self.init_generator)
+        self.actor.to(self.device)
+        self.qf.to(self.device)
+        self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
+        # One tensor per network (see flatten_parameters): one kernel per optimizer step, and
+        # the target update is a single lerp.
+        self.actor_params = flatten_parameters(self.actor)
+        self.qf_params = flatten_parameters(self.qf)
+        self.qf_target_params = flatten_parameters(self.qf_target)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.init_entcoef), device=self.device))
+        self.target_entropy = -float(action_dim) if hp.target_entropy is None else hp.target_entropy
+        self.actor_optimizer = make_adam([self.actor_params], hp.learning_rate, self.device)
+        self.q_optimizer = make_adam([self.qf_params], hp.learning_rate, self.device)
+        self.alpha_optimizer = make_adam([self.log_alpha], hp.learning_rate, self.device)
+        self.replay = ReplayBuffer(hp.buffer_size, obs_dim, action_dim)
+        self.num_updates = 0
+        """Gradient steps taken so far."""
+
+    # -- the algorithm -------------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Step every environment once, store the transitions, take the due gradient steps."""
+        hp = self.hp
+        # -- act: uniform random actions while warming up, then a ~ pi(.|s)
+        obs = np.asarray(self.next_obs, dtype=np.float32).reshape(self.num_envs, -1)
+        obs_t = torch.as_tensor(obs, device=self.device)
+        self.normalizer.update(obs_t)
+        if self.step < hp.buffer_init_steps:
+            action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
+            action = action.astype(np.float32)
+        else:
+            with torch.no_grad():
+                action = self.actor(self.normalizer(obs_t), self.generator)[0].cpu().numpy()
+        env_action = self._low + (action + 1.0) * 0.5 * (self._high - self._low)
+
+        # -- step and store (s, a, r, s', terminated); s' is the final obs where an episode ended
+        next_obs, reward, terminated, truncated, infos = self.envs.step(
+            env_action.reshape((self.num_envs, *self.action_space.shape))
+        )
+        dones = terminated | truncated
+        valid = self.autoreset.observe(dones)
+        real_next = np.array(next_obs, dtype=np.float32).reshape(self.num_envs, -1)
+        if dones.any() and not self.autoreset.next_step:
+            real_next[dones] = final_observations(infos, dones).reshape(int(dones.sum()), -1)
+        strength = self.settings.reward_signals.extrinsic.strength
+        self.replay.add(
+            obs[valid],
+            action[valid],
+            (reward * strength)[valid],
+            real_next[valid],
+            terminated[valid],
+        )
+        self._record_step(reward, dones, valid)
+        self.next_obs = next_obs
+
+        # -- learn: one gradient step per steps_per_update environment steps after warm-up
+        due = int((self.step - hp.buffer_init_steps) / hp.steps_per_update)
+        if len(self.replay) >= hp.batch_size:
+            lr = hp.learning_rate
+            if hp.learning_rate_schedule == "linear":
+                lr = linear_decay(lr, LEARNING_RATE_FLOOR, self.step, self.settings.max_steps)
+            for optimizer in (self.actor_optimizer, self.q_optimizer, self.alpha_optimizer):
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+            stats = [self._update() for _ in range(due - self.num_updates)]
+            if stats:
+                self._report(stats, lr)
+        self.num_updates = max(self.num_updates, due)
+        self._end_period()
+
+    def _update(self) -> tuple[torch.Tensor, ...]:
+        """One gradient step of the critics, the actor and alpha, then the target update."""
+        hp = self.hp
+        mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
+            torch.as_tensor(a, device=self.device)
+            for a in self.replay.sample(hp.batch_size, self.rng)
+        )
+        mb_obs = self.normalizer(mb_obs)
+        mb_next_obs = self.normalizer(mb_next_obs)
+        alpha = self.log_alpha.exp().detach()
+        gamma = self.settings.reward_signals.extrinsic.gamma
+
+        # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
+        with torch.no_grad():
+            next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
+            q1_next, q2_next = self.qf_target(mb_next_obs, next_actions)
+            min_q_next = torch.min(q1_next, q2_next) - alpha * next_logprob
+            y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
+        q1, q2 = self.qf(mb_obs, mb_actions)
+        q1_loss = F.mse_loss(q1, y)
+        q2_loss = F.mse_loss(q2, y)
+        zero_grad_(self.qf_params)
+        torch.autograd.backward(q1_loss + q2_loss)
+        self._clip(self.qf_params)
+        self.q_optimizer.step()
+
+        # -- actor: minimise alpha log pi(a|s) - min Q(s, a), a ~ pi reparameterised
+        actions, logprob = self.actor(mb_obs, self.generator)
+        q1_pi, q2_pi = self.qf(mb_obs, actions)
+        min_q_pi = torch.min(q1_pi, q2_pi)
+        policy_loss = (alpha * logprob - min_q_pi).mean()
+        zero_grad_(self.actor_params)
+        torch.autograd.backward(policy_loss)
+        self._clip(self.actor_params)
+        self.actor_optimizer.step()
+
+        # -- entropy coefficient: move log alpha so that E[-log pi] approaches target_entropy
+        alpha_loss = -(self.log_alpha * (logprob.detach() + self.target_entropy)).mean()
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        torch.autograd.backward(alpha_loss)
+        self.alpha_optimizer.step()
+
+        # -- target networks: Polyak averaging with tau
+        with torch.no_grad():
+            self.qf_target_params.lerp_(self.qf_params, hp.tau)
+        return (
+            policy_loss.detach(),
+            q1_loss.detach(),
+            q2_loss.detach(),
+            -logprob.detach().mean(),
+            alpha,
+            min_q_pi.detach().mean(),
+        )
+
+    def _clip(self, params: nn.Parameter) -> None:
+        if self.hp.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, self.hp.max_grad_norm)
+
+    def _report(self, stats: list[tuple[torch.Tensor, ...]], lr: float) -> None:
+        means = torch.stack([torch.stack(s) for s in stats]).mean(0).tolist()
+        policy_loss, q1_loss, q2_loss, entropy, alpha, value = means
+        report = self.reporter.add_stat
+        report("Losses/Policy Loss", policy_loss)
+        report("Losses/Q1 Loss", q1_loss)
+        report("Losses/Q2 Loss", q2_loss)
+        report("Policy/Entropy", entropy)
+        report("Policy/Entropy Coeff", alpha)
+        report("Policy/Extrinsic Value Estimate", value)
+        report("Policy/Learning Rate", lr)
+
+    # -- what the runner needs ------------------------------------------------------------------
+
+    def policy_module(self) -> nn.Module:
+        """Raw observations to the deterministic action ``tanh(mean)`` rescaled to the bounds."""
+        return SACPolicy(self.normalizer, self.actor, self.action_space).eval()
+
+    def _state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "normalizer": self.normalizer.state_dict(),
+            "actor": self.actor.state_dict(),
+            "qf": self.qf.state_dict(),
+            "qf_target": self.qf_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "q_optimizer": self.q_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "num_updates": self.num_updates,
+        }
+        if self.hp.save_replay_buffer:
+            state["replay_buffer"] = self.replay.state_dict()
+        return state
+
+    def _load_weights(self, state: dict[str, Any]) -> None:
+        self.normalizer.load_state_dict(state["normalizer"])
+        self.actor.load_state_dict(state["actor"])
+        self.qf.load_state_dict(state["qf"])
+        self.qf_target.load_state_dict(state["qf_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+
+    def _load_state_dict(self, state: dict[str, Any]) -> None:
+        self._load_weights(state)
+        # Optimizers adopt the given state tensors instead of copying them (see PPOTrainer).
+        self.actor_optimizer.load_state_dict(copy.deepcopy(state["actor_optimizer"]))
+        self.q_optimizer.load_state_dict(copy.deepcopy(state["q_optimizer"]))
+        self.alpha_optimizer.load_state_dict(copy.deepcopy(state["alpha_optimizer"]))
+        self.num_updates = int(state["num_updates"])
+        if "replay_buffer" in state:
+            self.replay.load_state_dict(state["replay_buffer"])

@@ -1,0 +1,169 @@
+"""Per-behavior trainer settings: plain attrs classes with ML-Agents' names and defaults.
+
+The runner structures these from YAML with evtrain's cattrs converter (which also turns
+``5.0e5``-style floats into ints); here they only declare fields, defaults and range
+validators.  Schedules follow ML-Agents: ``"linear"`` decays a value from its initial setting
+towards a floor at ``max_steps``, ``"constant"`` keeps it.  When only ``learning_rate_schedule``
+is given, ``beta_schedule`` and ``epsilon_schedule`` follow it (ML-Agents'
+``check_hyperparam_schedules``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+from attrs import validators as v
+
+Schedule = Literal["linear", "constant"]
+"""How a hyperparameter changes over training: decayed linearly to its floor, or kept."""
+
+Activation = Literal["tanh", "relu", "elu", "silu"]
+"""Hidden-layer nonlinearity of the policy and value networks."""
+
+_schedule = v.in_(("linear", "constant"))
+_positive_int = [v.instance_of(int), v.gt(0)]
+_unit_open = [v.gt(0.0), v.le(1.0)]
+
+
+def _follow_learning_rate_schedule(instance: Any) -> Schedule:
+    # ML-Agents: a schedule left unset takes learning_rate_schedule's value.
+    return instance.learning_rate_schedule  # type: ignore[no-any-return]
+
+
+@attrs.define(kw_only=True)
+class PPOSettings:
+    """PPO hyperparameters (``trainer_type: ppo``)."""
+
+    batch_size: int = attrs.field(default=1024, validator=_positive_int)
+    """Experiences per gradient step (minibatch size)."""
+    buffer_size: int = attrs.field(default=10240, validator=_positive_int)
+    """Experiences collected, over all environments, before each update; a multiple of
+    ``batch_size`` and of the number of environments."""
+    learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
+    """Adam step size at step 0."""
+    learning_rate_schedule: Schedule = attrs.field(default="linear", validator=_schedule)
+    beta: float = attrs.field(default=5.0e-3, validator=v.ge(0.0))
+    """Entropy bonus coefficient."""
+    beta_schedule: Schedule = attrs.field(
+        default=attrs.Factory(_follow_learning_rate_schedule, takes_self=True), validator=_schedule
+    )
+    epsilon: float = attrs.field(default=0.2, validator=_unit_open)
+    """Clipping range of the probability ratio (``clip_coef`` in the paper's terms)."""
+    epsilon_schedule: Schedule = attrs.field(
+        default=attrs.Factory(_follow_learning_rate_schedule, takes_self=True), validator=_schedule
+    )
+    lambd: float = attrs.field(default=0.95, validator=[v.ge(0.0), v.le(1.0)])
+    """GAE lambda."""
+    num_epoch: int = attrs.field(default=3, validator=_positive_int)
+    """Passes over the buffer per update."""
+    normalize_advantage: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    """Standardise advantages within each minibatch."""
+    max_grad_norm: float = attrs.field(default=0.5, validator=v.gt(0.0))
+    """Global gradient-norm clip."""
+    vf_coef: float = attrs.field(default=0.5, validator=v.ge(0.0))
+    """Weight of the value loss in the total loss."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must not exceed buffer_size "
+                f"({self.buffer_size}); lower batch_size or raise buffer_size"
+            )
+
+
+@attrs.define(kw_only=True)
+class SACSettings:
+    """SAC hyperparameters (``trainer_type: sac``)."""
+
+    batch_size: int = attrs.field(default=128, validator=_positive_int)
+    """Transitions sampled from the replay buffer per gradient step."""
+    buffer_size: int = attrs.field(default=50000, validator=_positive_int)
+    """Replay buffer capacity in transitions."""
+    buffer_init_steps: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    """Environment steps of uniformly random actions before the policy acts and learning
+    starts."""
+    learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
+    """Adam step size of the policy, the Q networks and the entropy coefficient."""
+    learning_rate_schedule: Schedule = attrs.field(default="constant", validator=_schedule)
+    tau: float = attrs.field(default=0.005, validator=_unit_open)
+    """Polyak factor of the target Q networks' soft update."""
+    steps_per_update: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Environment steps (summed over environments) per gradient step."""
+    init_entcoef: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Initial entropy coefficient (alpha), tuned automatically from there."""
+    target_entropy: float | None = attrs.field(default=None)
+    """Entropy the coefficient is tuned towards; ``None`` means ``-action_dim``."""
+    save_replay_buffer: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """Include the replay buffer in ``state_dict`` so a resumed run keeps its experience."""
+    max_grad_norm: float | None = attrs.field(default=None)
+    """Optional global gradient-norm clip (``None``: no clipping, as in the SAC paper)."""
+
+
+@attrs.define(kw_only=True)
+class NetworkSettings:
+    """Shape of the policy and value networks."""
+
+    hidden_units: int = attrs.field(default=128, validator=_positive_int)
+    num_layers: int = attrs.field(default=2, validator=_positive_int)
+    normalize: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """Normalise observations with running mean and variance (saved with the trainer)."""
+    activation: Activation = attrs.field(
+        default="tanh", validator=v.in_(("tanh", "relu", "elu", "silu"))
+    )
+
+
+@attrs.define(kw_only=True)
+class RewardSignalSettings:
+    """One reward signal; evtrain implements the environment's own (``extrinsic``)."""
+
+    gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
+    """Discount factor."""
+    strength: float = attrs.field(default=1.0, validator=v.ge(0.0))
+    """Factor applied to the environment reward before learning."""
+
+
+@attrs.define(kw_only=True)
+class RewardSignals:
+    """The reward signals of a behavior."""
+
+    extrinsic: RewardSignalSettings = attrs.field(factory=RewardSignalSettings)
+
+
+def _default_hyperparameters(instance: Any) -> object:
+    return SACSettings() if instance.trainer_type == "sac" else PPOSettings()
+
+
+def _attrs_instance(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+    if not attrs.has(type(value)):
+        raise TypeError(
+            f"{attribute.name} must be an attrs settings instance such as PPOSettings, "
+            f"got {type(value).__name__}"
+        )
+
+
+@attrs.define(kw_only=True)
+class TrainerSettings:
+    """Everything that configures the training of one behavior."""
+
+    trainer_type: str = attrs.field(default="ppo", validator=v.instance_of(str))
+    """Key of :data:`evtrain.trainers.TRAINER_TYPES` (``"ppo"``, ``"sac"``, or a plugin's)."""
+    hyperparameters: object = attrs.field(
+        default=attrs.Factory(_default_hyperparameters, takes_self=True),
+        validator=_attrs_instance,
+    )
+    """An instance of the settings class registered for ``trainer_type`` (typed ``object``
+    because plugins register their own classes; each trainer checks it gets its own)."""
+    network_settings: NetworkSettings = attrs.field(factory=NetworkSettings)
+    reward_signals: RewardSignals = attrs.field(factory=RewardSignals)
+    max_steps: int = attrs.field(default=500000, validator=_positive_int)
+    """Environment steps (summed over environments) after which training stops."""
+    time_horizon: int = attrs.field(default=64, validator=_positive_int)
+    """Steps per environment after which a trajectory is cut and bootstrapped from the value
+    of its last observation (PPO)."""
+    summary_freq: int = attrs.field(default=50000, validator=_positive_int)
+    """Steps between two ``stats`` events."""
+    checkpoint_interval: int = attrs.field(default=500000, validator=_positive_int)
+    """Steps between two checkpoints (written by the runner)."""
+    keep_checkpoints: int = attrs.field(default=5, validator=_positive_int)
+    """Most recent checkpoints kept on disk."""

@@ -1,0 +1,187 @@
+"""ONNX export: parity with the module, dynamic batch, atomic and checked files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from evtrain import Bus, StatsReporter
+from evtrain.export import export_onnx, onnx_policy
+from evtrain.trainers import NetworkSettings, PPOTrainer, SACTrainer, make_vector_env
+from tests.trainers.helpers import small_ppo, small_sac
+
+OBS_DIM = 5
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Tests share two cores; exports and the runner use one intra-op thread anyway."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class NormalizedMLP(nn.Module):
+    """Observation normaliser (mean/std buffers, clipped) and a tanh MLP, as trainers build."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, out: int, seed: int = 0) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.register_buffer("mean", torch.randn(OBS_DIM, generator=generator))
+        self.register_buffer("std", torch.rand(OBS_DIM, generator=generator) + 0.5)
+        self.net = nn.Sequential(nn.Linear(OBS_DIM, 32), nn.Tanh(), nn.Linear(32, out))
+        with torch.no_grad():
+            for p in self.net.parameters():
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.5)
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(((obs - self.mean) / self.std).clamp(-5.0, 5.0))
+        return out
+
+
+class DiscretePolicy(NormalizedMLP):
+    """Argmax over 3 logits: int64 actions ``[B]``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(3, seed)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.logits(obs).argmax(-1)
+
+
+class ContinuousPolicy(NormalizedMLP):
+    """tanh-squashed mean rescaled to the bounds [-2, 2] x [0, 1]: float32 ``[B, 2]``."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(2, seed)
+        self.register_buffer("low", torch.tensor([-2.0, 0.0]))
+        self.register_buffer("high", torch.tensor([2.0, 1.0]))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        squashed = torch.tanh(self.logits(obs))
+        return self.low + (squashed + 1.0) * (self.high - self.low) / 2
+
+
+class RaisingPolicy(nn.Module):
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("this policy cannot be traced")
+
+
+class TwoFacedPolicy(nn.Module):
+    """Computes one thing when run, another when exported: the export check must notice."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            return obs[:, :2] * 0.5
+        return obs[:, :2]
+
+
+def observations(n: int, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.0, 3.0, (n, OBS_DIM)).astype(np.float32)
+
+
+def torch_actions(module: nn.Module, obs: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        out: torch.Tensor = module(torch.from_numpy(obs))
+    return out.numpy()
+
+
+def test_discrete_policy_parity(tmp_path: Path) -> None:
+    module = DiscretePolicy().eval()
+    path = export_onnx(module, torch.from_numpy(observations(4)), tmp_path / "d.onnx")
+
+    assert path == tmp_path / "d.onnx"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.onnx"]  # no .data file, no temp
+    act = onnx_policy(path, threads=1)
+    for n in (1, 7, 64):  # the batch axis is dynamic
+        obs = observations(n, seed=n)
+        got, want = act(obs), torch_actions(module, obs)
+        assert got.dtype == np.int64 and got.shape == (n,)
+        np.testing.assert_array_equal(got, want)
+        assert len(np.unique(want)) > 1 or n == 1  # the test says something
+    single = observations(1)[0]
+    assert act(single) == torch_actions(module, single[None])[0]
+
+
+def test_continuous_policy_parity(tmp_path: Path) -> None:
+    module = ContinuousPolicy().eval()
+    path = export_onnx(
+        module, torch.from_numpy(observations(2)), tmp_path / "c.onnx", input_name="x"
+    )
+
+    act = onnx_policy(path, threads=1)
+    obs = observations(50)
+    got, want = act(obs), torch_actions(module, obs)
+    assert got.dtype == np.float32 and got.shape == (50, 2)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert (got[:, 0] >= -2).all() and (got[:, 0] <= 2).all()
+    assert (got[:, 1] >= 0).all() and (got[:, 1] <= 1).all()
+    assert act(obs[0]).shape == (2,)
+
+
+def test_export_in_eval_mode_restores_training_mode(tmp_path: Path) -> None:
+    module = ContinuousPolicy().train()
+    module.net[0].eval()  # submodules keep their own modes
+
+    export_onnx(module, torch.from_numpy(observations(3)), tmp_path / "m.onnx")
+
+    assert module.training and module.net.training and not module.net[0].training
+
+
+def test_failed_export_keeps_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "policy.onnx"
+    path.write_bytes(b"previous model")
+
+    with pytest.raises(Exception, match=r"cannot be traced|export"):
+        export_onnx(RaisingPolicy(), torch.from_numpy(observations(2)), path)
+
+    assert path.read_bytes() == b"previous model"
+    assert [p.name for p in tmp_path.iterdir()] == ["policy.onnx"]
+
+
+def test_export_that_computes_something_else_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="the exported policy's actions differ from the module's"):
+        export_onnx(TwoFacedPolicy(), torch.from_numpy(observations(3)), tmp_path / "n.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_example_obs_must_be_a_batch(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"example_obs must be a batch \[B, \*obs_shape\]"):
+        export_onnx(DiscretePolicy(), torch.zeros(OBS_DIM), tmp_path / "x.onnx")
+
+
+def test_real_trainer_policies_export(tmp_path: Path, bus: Bus) -> None:
+    reporter = StatsReporter(bus, "Test")
+    ppo_settings = small_ppo(
+        network_settings=NetworkSettings(hidden_units=16, num_layers=1, normalize=True)
+    )
+    trainers = [
+        PPOTrainer("Test", ppo_settings, make_vector_env("CartPole-v1", 2), reporter, seed=0),
+        SACTrainer("Test", small_sac(), make_vector_env("Pendulum-v1", 2), reporter, seed=0),
+    ]
+    for trainer in trainers:
+        for _ in range(2):
+            trainer.advance()
+        policy = trainer.policy_module()
+        path = export_onnx(
+            policy, torch.as_tensor(trainer.next_obs, dtype=torch.float32), tmp_path / "p.onnx"
+        )
+        obs = np.concatenate([trainer.next_obs, observations(30)[:, : trainer.next_obs.shape[1]]])
+        obs = obs.astype(np.float32)
+        got, want = onnx_policy(path, threads=1)(obs), torch_actions(policy, obs)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+        trainer.advance()  # the trainer still trains after its policy was exported
+        trainer.envs.close()

@@ -28,12 +28,15 @@ from evtrain.reporter import StatsReporter
 from evtrain.run_folder import prepare_run_folder, write_configuration
 from evtrain.runner import attach_plugins, make_bus
 from evtrain.settings import RunOptions
+from evtrain.stats import StatsAggregationMethod
 
 if TYPE_CHECKING:
     from evtrain.checkpoint import CheckpointManager, TrainingStatus
     from evtrain.trainers.base import Trainer
 
 logger = logging.getLogger("evtrain")
+
+HISTOGRAM = StatsAggregationMethod.HISTOGRAM
 
 ProgressHook = Callable[[str, int, int], None]
 """Called after every trainer update with (behavior, step, max_steps)."""
@@ -107,7 +110,8 @@ def learn(
     rank, world_size = get_rank(), get_world_size()
     if rank == 0:
         prepare_run_folder(options)
-        write_configuration(options)
+        if not cs.inference:  # an inference run must not overwrite what the model was trained with
+            write_configuration(options)
     own_bus = bus is None
     run_bus = make_bus(options) if bus is None else bus
     status = RunStatus.FAILED
@@ -207,20 +211,66 @@ def _train(
         name: (t.step // t.settings.checkpoint_interval + 1) * t.settings.checkpoint_interval
         for name, t in trainers.items()
     }
+    inference = options.checkpoint_settings.inference
+    runs = {name: _Inference(trainer) for name, trainer in trainers.items()} if inference else {}
     while not all(t.should_stop for t in trainers.values()):
         for name, trainer in trainers.items():
             if trainer.should_stop:
                 continue
-            trainer.advance()
+            if inference:
+                runs[name].advance()
+            else:
+                trainer.advance()
             if progress is not None:
                 progress(name, trainer.step, trainer.settings.max_steps)
-            if trainer.step >= next_checkpoint[name] and not options.checkpoint_settings.inference:
+            due = trainer.step >= next_checkpoint[name] and not trainer.should_stop
+            if due and not inference:  # at max_steps the final save writes this checkpoint
                 _save(managers[name], trainer, rewards.mean.get(name), final=False)
                 interval = trainer.settings.checkpoint_interval
                 next_checkpoint[name] = (trainer.step // interval + 1) * interval
             if stop_requested():
                 return RunStatus.INTERRUPTED
     return RunStatus.COMPLETED
+
+
+class _Inference:
+    """Runs a trainer's deterministic policy on its environments without learning, reporting
+    returns every ``summary_freq`` steps with ``Is Training`` 0 (``--inference``)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.policy = trainer.policy_module()
+        self.returns = [0.0] * trainer.num_envs
+        self.lengths = [0] * trainer.num_envs
+        self.start = trainer.step
+        trainer.step = 0  # inference counts its own steps up to max_steps
+        self.last_summary = 0
+
+    def advance(self) -> None:
+        import numpy as np
+        import torch
+
+        trainer, reporter = self.trainer, self.trainer.reporter
+        with torch.no_grad():
+            obs = torch.as_tensor(np.asarray(trainer.next_obs, dtype=np.float32))
+            actions = self.policy(obs).cpu().numpy()
+        next_obs, rewards, terminated, truncated, _ = trainer.envs.step(actions)
+        trainer.next_obs = np.asarray(next_obs)
+        for i, (reward, done) in enumerate(zip(rewards, terminated | truncated, strict=True)):
+            self.returns[i] += float(reward)
+            self.lengths[i] += 1
+            if done:
+                reporter.add_stat("Environment/Cumulative Reward", self.returns[i], HISTOGRAM)
+                reporter.add_stat("Environment/Episode Length", float(self.lengths[i]))
+                self.returns[i], self.lengths[i] = 0.0, 0
+        trainer.step += trainer.num_envs
+        freq = trainer.settings.summary_freq
+        boundary = trainer.step // freq * freq
+        if boundary > self.last_summary:
+            reporter.add_stat("Is Training", 0.0)
+            reporter.set_stat("Step", float(trainer.step))
+            reporter.write_stats(boundary)
+            self.last_summary = boundary
 
 
 def _training_status(options: RunOptions) -> TrainingStatus:

@@ -31,7 +31,8 @@ def get_default_stats_writers(run_options: RunOptions) -> list[StatsWriter]:
     return [
         TensorboardWriter(
             checkpoint_settings.write_path,
-            clear_past_data=not checkpoint_settings.resume,
+            # An inference run adds to the trained run's curves; only a fresh run clears them.
+            clear_past_data=not (checkpoint_settings.resume or checkpoint_settings.inference),
             hidden_keys=["Is Training", "Step"],
         ),
         GaugeWriter(checkpoint_settings.run_logs_dir),

@@ -1,0 +1,263 @@
+"""`evtrain learn`: real CartPole runs, in process and through the CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from evtrain import (
+    Bus,
+    ExportEvent,
+    PropertyEvent,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    SaveEvent,
+    StatsEvent,
+)
+from evtrain.checkpoint import load_checkpoint
+from evtrain.errors import RunFolderError
+from evtrain.learn import learn
+from evtrain.testing import Recorder
+
+
+def config(tmp_path: Path, run_id: str = "run", **behavior: Any) -> dict[str, Any]:
+    """A tiny CartPole PPO run: 4 envs x 32 steps per update, 1024 steps."""
+    settings: dict[str, Any] = {
+        "trainer_type": "ppo",
+        "hyperparameters": {"batch_size": 64, "buffer_size": 128, "num_epoch": 2},
+        "network_settings": {"hidden_units": 32},
+        "max_steps": 1024,
+        "time_horizon": 32,
+        "summary_freq": 256,
+        "checkpoint_interval": 512,
+        "keep_checkpoints": 1,
+    }
+    settings.update(behavior)
+    return {
+        "behaviors": {"CartPole": settings},
+        "env_settings": {"env_id": "CartPole-v1", "num_envs": 4, "seed": 3},
+        "checkpoint_settings": {"run_id": run_id, "results_dir": str(tmp_path / "results")},
+    }
+
+
+def scalar_steps(folder: Path, tag: str) -> list[int]:
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [s.step for s in acc.Scalars(tag)]
+
+
+def test_run_emits_lifecycle_and_writes_the_run_folder(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(config(tmp_path), bus)
+    run = tmp_path / "results" / "run"
+    assert result.status is RunStatus.COMPLETED
+    assert result.steps == {"CartPole": 1024}
+    assert result.models == {"CartPole": run / "CartPole.onnx"}
+    kinds = [type(e).__name__ for e in recorder.events if not isinstance(e, StatsEvent)]
+    assert kinds[:2] == ["RunStarted", "PropertyEvent"] and kinds[-1] == "RunFinished"
+    assert [type(e) for e in recorder.events].count(RunStarted) == 1
+    assert [e.step for e in recorder.of(StatsEvent)] == [256, 512, 768, 1024]
+    stats = recorder.of(StatsEvent)[-1].values
+    for key in (
+        "Environment/Cumulative Reward",
+        "Losses/Policy Loss",
+        "Losses/Value Loss",
+        "Policy/Entropy",
+        "Policy/Learning Rate",
+        "Is Training",
+        "Step",
+    ):
+        assert key in stats
+    saves = [(e.step, e.path.name) for e in recorder.of(SaveEvent)]
+    exports = [(e.step, e.path.name) for e in recorder.of(ExportEvent)]
+    assert saves == [(512, "CartPole-512.pt"), (1024, "CartPole-1024.pt")]
+    assert exports == [
+        (512, "CartPole-512.onnx"),
+        (1024, "CartPole-1024.onnx"),
+        (1024, "CartPole.onnx"),
+    ]
+    assert recorder.of(RunFinished)[0].status is RunStatus.COMPLETED
+    assert recorder.of(PropertyEvent)[0].value["hyperparameters"]["batch_size"] == 64
+    # keep_checkpoints: 1 -> only the last pair stays, plus checkpoint.pt and the final model
+    files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    assert [f for f in files if "tfevents" not in f] == [
+        "CartPole.onnx",
+        "CartPole/CartPole-1024.onnx",
+        "CartPole/CartPole-1024.pt",
+        "CartPole/checkpoint.pt",
+        "configuration.yaml",
+        "run_logs/timers.json",
+        "run_logs/training_status.json",
+    ]
+    assert scalar_steps(run / "CartPole", "Environment/Cumulative Reward") == [256, 512, 768, 1024]
+    configuration = yaml.safe_load((run / "configuration.yaml").read_text())
+    assert configuration["behaviors"]["CartPole"]["hyperparameters"]["batch_size"] == 64
+    timers = json.loads((run / "run_logs" / "timers.json").read_text())
+    assert "CartPole.Environment.CumulativeReward.mean" in timers["gauges"]
+    assert "evtrain_writers.tensorboard.TensorboardWriter" in timers["bus"]
+
+
+def test_existing_run_needs_resume_or_force(tmp_path: Path) -> None:
+    learn(config(tmp_path, max_steps=256, checkpoint_interval=256))
+    with pytest.raises(RunFolderError) as info:
+        learn(config(tmp_path, max_steps=256))
+    assert str(info.value) == (
+        f"run 'run' already exists in {tmp_path / 'results' / 'run'}. Use --resume to continue "
+        "it, --force to overwrite it, or choose another --run-id."
+    )
+    missing = config(tmp_path, run_id="nope")
+    missing["checkpoint_settings"]["resume"] = True
+    with pytest.raises(RunFolderError, match="cannot resume run 'nope'"):
+        learn(missing)
+
+
+def test_resume_continues_step_count_and_curves(tmp_path: Path) -> None:
+    learn(config(tmp_path, max_steps=512))
+    first = load_checkpoint(tmp_path / "results/run/CartPole/checkpoint.pt")
+    resumed = config(tmp_path, max_steps=1024)
+    resumed["checkpoint_settings"]["resume"] = True
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(resumed, bus)
+    assert first["step"] == 512 and result.steps == {"CartPole": 1024}
+    assert [e.step for e in recorder.of(StatsEvent)] == [768, 1024]
+    folder = tmp_path / "results/run/CartPole"
+    assert len(list(folder.glob("events.out.tfevents.*"))) == 2  # resume keeps the first file
+    assert scalar_steps(folder, "Environment/Cumulative Reward") == [256, 512, 768, 1024]
+
+
+def test_force_starts_over(tmp_path: Path) -> None:
+    learn(config(tmp_path, max_steps=512))
+    forced = config(tmp_path, max_steps=256, checkpoint_interval=256)
+    forced["checkpoint_settings"]["force"] = True
+    assert learn(forced).steps == {"CartPole": 256}
+    folder = tmp_path / "results/run/CartPole"
+    assert not (folder / "CartPole-512.pt").exists()
+    assert scalar_steps(folder, "Environment/Cumulative Reward") == [256]
+
+
+def test_initialize_from_loads_weights_at_step_zero(tmp_path: Path) -> None:
+    learn(config(tmp_path, run_id="teacher", max_steps=512))
+    teacher = load_checkpoint(tmp_path / "results/teacher/CartPole/checkpoint.pt")["agent"]
+    # A learning rate of 1e-10 keeps the one update from moving the weights measurably.
+    frozen = {"batch_size": 64, "buffer_size": 128, "num_epoch": 2, "learning_rate": 1e-10}
+    student = config(tmp_path, run_id="student", max_steps=128, hyperparameters=frozen)
+    student["checkpoint_settings"]["initialize_from"] = "teacher"
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(student, bus)
+    assert [e.step for e in recorder.of(StatsEvent)] == []  # 128 < summary_freq: from step 0
+    assert [e.step for e in recorder.of(SaveEvent)] == [128]
+    state = load_checkpoint(tmp_path / "results/student/CartPole/checkpoint.pt")
+    assert state["step"] == 128
+    for key, value in teacher.items():
+        assert torch.allclose(state["agent"][key], value, atol=1e-6), key
+    fresh = config(tmp_path, run_id="fresh", max_steps=128, hyperparameters=frozen)
+    learn(fresh)
+    fresh_agent = load_checkpoint(tmp_path / "results/fresh/CartPole/checkpoint.pt")["agent"]
+    assert any(not torch.allclose(fresh_agent[k], teacher[k], atol=1e-3) for k in teacher)
+
+
+def test_inference_runs_the_policy_without_training(tmp_path: Path) -> None:
+    learn(config(tmp_path, max_steps=256, checkpoint_interval=256))
+    before = load_checkpoint(tmp_path / "results/run/CartPole/checkpoint.pt")
+    options = config(tmp_path, max_steps=512)
+    options["checkpoint_settings"]["inference"] = True
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(options, bus)
+    after = load_checkpoint(tmp_path / "results/run/CartPole/checkpoint.pt")
+    assert all(torch.equal(before["agent"][k], after["agent"][k]) for k in before["agent"])
+    events = recorder.of(StatsEvent)
+    assert [e.step for e in events] == [256, 512]
+    assert all(e.values["Is Training"].aggregated_value == 0.0 for e in events)
+    assert recorder.of(SaveEvent) == []
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "evtrain", "learn", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_config_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    bad = config(tmp_path)
+    bad["behaviors"]["CartPole"]["hyperparameters"]["learning_rat"] = 1e-3
+    bad["env_settings"]["env_id"] = "CartPol-v1"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    result = run_cli("bad.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "evtrain: error: behaviors.CartPole.hyperparameters.learning_rat: unknown key "
+        "(did you mean learning_rate?)\n"
+    )
+    del bad["behaviors"]["CartPole"]["hyperparameters"]["learning_rat"]
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    result = run_cli("bad.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "env_settings.env_id: 'CartPol-v1' is not a Gymnasium environment" in result.stderr
+    assert "did you mean CartPole-v1" in result.stderr
+
+
+def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path) -> None:
+    long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=10**7)
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(long))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "evtrain",
+            "learn",
+            "long.yaml",
+            "--run-id",
+            "flagged",
+            "--num-envs",
+            "2",
+            "--seed",
+            "5",
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:  # wait for the first summary: training is under way
+        lines.append(line)
+        if "CartPole. Step:" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    stderr = "".join(lines) + err
+    assert proc.returncode == 0, stderr
+    assert "SIGINT received: finishing the current update, then saving and exporting." in stderr
+    run = tmp_path / "results" / "flagged"
+    status = json.loads((run / "run_logs" / "training_status.json").read_text())
+    final = status["CartPole"]["final_checkpoint"]
+    assert final["file_path"].endswith("CartPole.onnx") and final["steps"] > 0
+    state = load_checkpoint(run / "CartPole" / "checkpoint.pt")
+    assert state["step"] == final["steps"]
+    options = yaml.safe_load((run / "configuration.yaml").read_text())
+    assert options["env_settings"]["num_envs"] == 2 and options["env_settings"]["seed"] == 5
+    assert f"policy exported to {run / 'CartPole.onnx'}" in out

@@ -1,0 +1,111 @@
+"""Bus overhead on training: the same PPO CartPole run with and without subscribers.
+
+* ``none`` — no subscriber at all (default writers disabled, nothing connected);
+* ``defaults+slow`` — the default writers (TensorBoard, gauges, console to a file) plus a
+  plugin-like subscriber that takes 10 ms per event, on every signal.
+
+Each run is its own process with one torch thread; the two variants alternate ``--repeats``
+times so both see the same machine load.  Wall time is measured around ``learn()`` only
+(imports excluded).  Prints a table and writes ``benchmarks/out/bus_overhead.json``::
+
+    python benchmarks/bench_bus_overhead.py --steps 100000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG = Path(__file__).parent.parent / "examples" / "configs" / "cartpole_ppo.yaml"
+OUT = Path(__file__).parent / "out"
+
+
+def child(variant: str, steps: int, out: Path) -> None:
+    import logging
+
+    from evtrain import Bus, signals
+    from evtrain.learn import learn
+
+    options: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
+    behavior = options["behaviors"]["CartPole"]
+    behavior["max_steps"] = steps
+    behavior["checkpoint_interval"] = steps * 10  # one final save in both variants
+    with tempfile.TemporaryDirectory() as tmp:
+        options["checkpoint_settings"] = {"run_id": "bench", "results_dir": tmp}
+        log = logging.getLogger("evtrain")
+        log.addHandler(logging.FileHandler(Path(tmp) / "console.log"))
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        if variant == "none":
+            options["plugins"] = {"disabled": ["evtrain.stats_writer:default"]}
+        with Bus() as bus:
+            if variant == "defaults+slow":
+
+                def slow_plugin(event: object) -> None:
+                    time.sleep(0.010)
+
+                bus.connect(signals.ALL, slow_plugin, name="slow-plugin")
+            start = time.perf_counter()
+            result = learn(options, bus)
+            wall = time.perf_counter() - start
+        events = sum(m.delivered for m in bus.metrics().values())
+    out.write_text(
+        json.dumps(
+            {"variant": variant, "wall_s": wall, "steps": result.steps, "events_delivered": events}
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        child(args.variant, args.steps, args.out)
+        return
+    runs: dict[str, list[dict[str, Any]]] = {"none": [], "defaults+slow": []}
+    for repeat in range(args.repeats):
+        for variant in runs:
+            with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+                print(f"repeat {repeat + 1}: {variant}...", file=sys.stderr, flush=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--variant",
+                        variant,
+                        "--steps",
+                        str(args.steps),
+                        "--out",
+                        tmp.name,
+                    ],
+                    check=True,
+                )
+                runs[variant].append(json.loads(Path(tmp.name).read_text()))
+    medians = {v: statistics.median(r["wall_s"] for r in rs) for v, rs in runs.items()}
+    overhead = (medians["defaults+slow"] / medians["none"] - 1.0) * 100.0
+    print(f"{'variant':<16}{'wall s (each run)':>36}{'median s':>10}{'events':>8}")
+    for variant, rs in runs.items():
+        walls = ", ".join(f"{r['wall_s']:.2f}" for r in rs)
+        print(f"{variant:<16}{walls:>36}{medians[variant]:>10.2f}{rs[0]['events_delivered']:>8}")
+    print(f"overhead of default writers + 10 ms/event plugin: {overhead:+.1f} % wall time")
+    OUT.mkdir(exist_ok=True)
+    (OUT / "bus_overhead.json").write_text(
+        json.dumps({"runs": runs, "median_s": medians, "overhead_pct": overhead}, indent=2)
+    )
+
+
+if __name__ == "__main__":
+    main()

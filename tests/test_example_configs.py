@@ -1,0 +1,38 @@
+"""Every config in examples/configs/ runs through `learn` on a tiny budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evtrain import Bus, StatsEvent
+from evtrain.learn import learn
+from evtrain.testing import Recorder
+
+CONFIGS = sorted((Path(__file__).parent.parent / "examples" / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_example_config_runs(path: Path, tmp_path: Path) -> None:
+    options: dict[str, Any] = yaml.safe_load(path.read_text())
+    for settings in options["behaviors"].values():
+        settings.update(max_steps=600, summary_freq=200, checkpoint_interval=10**6)
+        hyperparameters = settings["hyperparameters"]
+        if settings["trainer_type"] == "sac":
+            hyperparameters.update(buffer_init_steps=100, batch_size=32)
+        else:  # PPO: keep buffer_size = time_horizon x num_envs, on a shorter horizon
+            settings["time_horizon"] = 16
+            hyperparameters["buffer_size"] = 16 * options["env_settings"]["num_envs"]
+            hyperparameters["batch_size"] = min(hyperparameters["batch_size"], 32)
+    options["checkpoint_settings"] = {"run_id": path.stem, "results_dir": str(tmp_path)}
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(options, bus)
+    (behavior,) = options["behaviors"]
+    assert result.steps[behavior] >= 600
+    assert [e.step for e in recorder.of(StatsEvent)][:3] == [200, 400, 600]
+    assert (tmp_path / path.stem / f"{behavior}.onnx").exists()

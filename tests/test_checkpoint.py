@@ -19,17 +19,12 @@ import pytest
 import torch
 
 from evtrain import Bus, ExportEvent, SaveEvent, signals
-from evtrain.checkpoint import (
-    CheckpointManager,
-    ModelCheckpoint,
-    TrainingStatus,
-    atomic_write,
-    load_checkpoint,
-    save_checkpoint,
-)
+from evtrain.atomic import atomic_write
+from evtrain.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
 from evtrain.export import onnx_policy
 from evtrain.signals import EventSignal
 from evtrain.testing import Recorder
+from evtrain.training_status import ModelCheckpoint, TrainingStatus
 from tests.test_export import DiscretePolicy, RaisingPolicy, observations
 
 B = "Walker"
@@ -272,9 +267,11 @@ def test_final_save(tmp_path: Path) -> None:
         recorder.connect(bus, signals.save, signals.export)
         manager = CheckpointManager(tmp_path, B, keep_checkpoints=2, bus=bus)
         policy = DiscretePolicy()
-        manager.save(10, state(10), policy, example_obs=EXAMPLE, reward=1.0)
+        manager.save(10, state(10), reward=1.0)
         # The run ends at a checkpoint step: the final save re-saves that step.
-        events = manager.save_final(10, state(10), policy, example_obs=EXAMPLE.numpy(), reward=3.0)
+        events = manager.save_final(
+            10, state(10), policy, example_obs=EXAMPLE[:1].numpy(), reward=3.0
+        )
         bus.flush()
 
     final = tmp_path / "Walker.onnx"
@@ -283,7 +280,7 @@ def test_final_save(tmp_path: Path) -> None:
         ("ExportEvent", tmp_path / B / "Walker-10.onnx"),
         ("ExportEvent", final),
     ]
-    assert len(recorder.events) == 5
+    assert len(recorder.events) == 4
     obs = observations(8)
     with torch.no_grad():
         np.testing.assert_array_equal(onnx_policy(final)(obs), policy(torch.from_numpy(obs)))

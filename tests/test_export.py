@@ -116,11 +116,14 @@ def test_discrete_policy_parity(tmp_path: Path) -> None:
 
 
 def test_continuous_policy_parity(tmp_path: Path) -> None:
-    module = ContinuousPolicy().eval()
+    module = ContinuousPolicy().train()
+    module.net[0].eval()  # submodules keep their own modes
     path = export_onnx(
         module, torch.from_numpy(observations(2)), tmp_path / "c.onnx", input_name="x"
     )
 
+    # Exported in eval mode (no warning about training mode), then left as it came.
+    assert module.training and module.net.training and not module.net[0].training
     act = onnx_policy(path, threads=1)
     obs = observations(50)
     got, want = act(obs), torch_actions(module, obs)
@@ -129,15 +132,6 @@ def test_continuous_policy_parity(tmp_path: Path) -> None:
     assert (got[:, 0] >= -2).all() and (got[:, 0] <= 2).all()
     assert (got[:, 1] >= 0).all() and (got[:, 1] <= 1).all()
     assert act(obs[0]).shape == (2,)
-
-
-def test_export_in_eval_mode_restores_training_mode(tmp_path: Path) -> None:
-    module = ContinuousPolicy().train()
-    module.net[0].eval()  # submodules keep their own modes
-
-    export_onnx(module, torch.from_numpy(observations(3)), tmp_path / "m.onnx")
-
-    assert module.training and module.net.training and not module.net[0].training
 
 
 def test_failed_export_keeps_the_old_file(tmp_path: Path) -> None:

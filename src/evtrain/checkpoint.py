@@ -16,19 +16,10 @@ runner decides which.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import math
-import os
 import re
-import secrets
-import shutil
-import threading
-import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import numpy.typing as npt
@@ -36,85 +27,22 @@ import torch
 from torch import nn
 
 from evtrain import signals
+from evtrain.atomic import StrPath, _copy, atomic_write, remove_stale_temps
 from evtrain.bus import Bus
 from evtrain.errors import BusClosedError
 from evtrain.payloads import ExportEvent, SaveEvent
 from evtrain.signals import EventSignal
+from evtrain.training_status import (
+    ModelCheckpoint,
+    TrainingStatus,
+    _finite_or_none,
+)
 
 logger = logging.getLogger("evtrain.checkpoint")
 
-StrPath = str | os.PathLike[str]
 P = TypeVar("P")
 
-_TEMP = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
 """Names of :func:`atomic_write`'s temporary files: ``.<target name>.<12 hex>.tmp``."""
-
-
-# -- files ---------------------------------------------------------------------------------------
-
-
-def atomic_write(path: StrPath, write: Callable[[BinaryIO], object]) -> Path:
-    """Write ``path`` all at once: ``write`` fills a temporary file in the same folder, which is
-    flushed, fsynced and renamed over ``path`` (``os.replace``), then the folder is fsynced.
-
-    Readers see the old content until the rename and the new content after it; on any
-    exception (``KeyboardInterrupt`` included) the temporary file is removed and ``path`` is
-    untouched.  Only ``kill -9`` or a power cut can leave a temporary file behind (see
-    :func:`remove_stale_temps`).  The folder must exist.
-    """
-    path = Path(path)
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    renamed = False
-    try:
-        # O_EXCL: never share a temporary file with another writer.  Mode 0o666 lets the umask
-        # decide, as for any file open() creates (mkstemp would make it 0o600).
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-        with open(os.open(temp, flags, 0o666), "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-        renamed = True
-    finally:
-        if not renamed:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-    _fsync_folder(path.parent)
-    return path
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX; Windows cannot open a folder)."""
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on a folder; the file itself is durable
-        pass
-    finally:
-        os.close(fd)
-
-
-def remove_stale_temps(folder: StrPath, target: str | None = None) -> list[Path]:
-    """Remove the temporary files :func:`atomic_write` left in ``folder`` when its process was
-    killed; only those for the file named ``target`` if given.  Returns what was removed.
-
-    Call it only while nothing writes there: an in-flight write's temporary file looks the same.
-    """
-    removed = []
-    for entry in Path(folder).glob(".*.tmp"):
-        match = _TEMP.match(entry.name)
-        if match and (target is None or match["target"] == target):
-            with contextlib.suppress(FileNotFoundError):
-                entry.unlink()
-                removed.append(entry)
-    return removed
-
-
-def _copy(source: Path, destination: Path) -> None:
-    with source.open("rb") as src:
-        atomic_write(destination, lambda dst: shutil.copyfileobj(src, dst, 1 << 20))
 
 
 # Types ``torch.load(weights_only=True)`` reads back, besides containers of them.
@@ -176,153 +104,6 @@ def load_checkpoint(path: StrPath, map_location: str | torch.device = "cpu") -> 
     return state
 
 
-# -- training_status.json ------------------------------------------------------------------------
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
-def _paths(paths: Iterable[str]) -> tuple[str, ...]:
-    return tuple(str(p) for p in paths)
-
-
-@attrs.frozen(kw_only=True)
-class ModelCheckpoint:
-    """One checkpoint as training_status.json lists it (ML-Agents' fields and spelling).
-
-    ``file_path`` is the model (``<Behavior>-<step>.onnx``, or the ``.pt`` when the export
-    failed); ``auxillary_file_paths`` are the checkpoint's other files (the ``.pt``).
-    """
-
-    steps: int
-    file_path: str
-    reward: float | None = attrs.field(default=None, converter=_finite_or_none)
-    creation_time: float = attrs.field(factory=time.time)
-    auxillary_file_paths: tuple[str, ...] = attrs.field(default=(), converter=_paths)
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        """Every file of the checkpoint."""
-        return tuple(Path(p) for p in (self.file_path, *self.auxillary_file_paths))
-
-    def as_json(self) -> dict[str, Any]:
-        return {**attrs.asdict(self), "auxillary_file_paths": list(self.auxillary_file_paths)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ModelCheckpoint:
-        return cls(
-            steps=int(data["steps"]),
-            file_path=str(data["file_path"]),
-            reward=data.get("reward"),
-            creation_time=float(data.get("creation_time", 0.0)),
-            auxillary_file_paths=tuple(str(p) for p in data.get("auxillary_file_paths", ())),
-        )
-
-
-def current_metadata() -> dict[str, str]:
-    """The versions training_status.json records."""
-    from evtrain import __version__  # here: evtrain/__init__ may come to import this module
-
-    return {"evtrain_version": __version__, "torch_version": torch.__version__}
-
-
-class TrainingStatus:
-    """``run_logs/training_status.json``: per behavior its ``checkpoints`` and
-    ``final_checkpoint``, plus ``metadata`` (evtrain and torch versions).
-
-    One object per run, shared by the behaviors' managers; thread-safe.  Keys it does not
-    manage (ML-Agents' ``elo``, ``lesson_num``) are kept as they were read.
-    """
-
-    def __init__(self, path: StrPath) -> None:
-        self.path = Path(path)
-        self.metadata: dict[str, str] = current_metadata()
-        self._behaviors: dict[str, dict[str, Any]] = {}
-        self._lock = threading.RLock()
-
-    @classmethod
-    def load(cls, path: StrPath) -> TrainingStatus:
-        """Read the file (``--resume``).  A missing file gives an empty status, with a warning;
-        versions that differ from the running ones are logged as warnings.
-
-        :raises ValueError: the file is not JSON, or has no ``metadata`` (not evtrain's).
-        """
-        status = cls(path)
-        if not status.path.exists():
-            logger.warning(
-                "Training status file %s not found; checkpoints written before are not tracked "
-                "and will not be rotated.",
-                status.path,
-            )
-            return status
-        try:
-            data = json.loads(status.path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{status.path} is not valid JSON ({error}); remove it") from error
-        metadata = data.pop("metadata", None) if isinstance(data, dict) else None
-        if not isinstance(metadata, dict):
-            raise ValueError(
-                f"{status.path} has no metadata: it was not written by evtrain; resume a run "
-                "evtrain wrote, or start a new one"
-            )
-        for key, running in status.metadata.items():
-            if metadata.get(key) != running:
-                logger.warning(
-                    "%s was written with %s %s, this is %s; resuming anyway.",
-                    status.path,
-                    key,
-                    metadata.get(key),
-                    running,
-                )
-        status._behaviors = {name: dict(entry) for name, entry in data.items()}
-        return status
-
-    def checkpoints(self, behavior: str) -> list[ModelCheckpoint]:
-        """The behavior's checkpoints, oldest first."""
-        with self._lock:
-            entries = self._behaviors.get(behavior, {}).get("checkpoints", [])
-            return [ModelCheckpoint.from_json(e) for e in entries]
-
-    def final_checkpoint(self, behavior: str) -> ModelCheckpoint | None:
-        with self._lock:
-            entry = self._behaviors.get(behavior, {}).get("final_checkpoint")
-            return None if entry is None else ModelCheckpoint.from_json(entry)
-
-    def update(
-        self,
-        behavior: str,
-        *,
-        checkpoints: list[ModelCheckpoint] | None = None,
-        final: ModelCheckpoint | None = None,
-    ) -> None:
-        """Replace the behavior's checkpoint list and/or final checkpoint, and write the file."""
-        if behavior == "metadata":
-            raise ValueError("a behavior cannot be named 'metadata' (training_status.json key)")
-        with self._lock:
-            entry = self._behaviors.setdefault(behavior, {})
-            if checkpoints is not None:
-                entry["checkpoints"] = [c.as_json() for c in checkpoints]
-            if final is not None:
-                entry["final_checkpoint"] = final.as_json()
-            self.write()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON document."""
-        with self._lock:
-            return {**json.loads(json.dumps(self._behaviors)), "metadata": dict(self.metadata)}
-
-    def write(self) -> None:
-        """Write the file atomically (creating ``run_logs/``)."""
-        with self._lock:
-            text = json.dumps(self.as_dict(), indent=4, allow_nan=False) + "\n"
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, lambda file: file.write(text.encode("utf-8")))
-
-
-# -- the manager ---------------------------------------------------------------------------------
-
-
 class CheckpointManager:
     """Saves one behavior's checkpoints, exports its policy, and keeps ``keep_checkpoints`` pairs.
 
@@ -362,11 +143,15 @@ class CheckpointManager:
         self.folder = self.run_folder / behavior
         """``results/<run_id>/<Behavior>``."""
         self.keep_checkpoints = keep_checkpoints
-        self.status = status or TrainingStatus(
-            self.run_folder / "run_logs" / "training_status.json"
+        """Pairs kept on disk; ``0`` keeps all."""
+        self.status = (
+            status
+            if status is not None
+            else TrainingStatus(self.run_folder / "run_logs" / "training_status.json")
         )
         self.bus = bus
         self.is_writer = is_writer
+        """Whether this process writes (one rank does)."""
         # Paths are rebased onto this folder: the run folder may have moved, or the run been
         # resumed from another working directory, since they were recorded.
         self._checkpoints = [self._rebased(c) for c in self.status.checkpoints(behavior)]

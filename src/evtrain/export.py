@@ -27,7 +27,7 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from evtrain.checkpoint import StrPath, atomic_write
+from evtrain.atomic import StrPath, atomic_write
 
 logger = logging.getLogger("evtrain.export")
 

@@ -31,8 +31,9 @@ from evtrain.settings import RunOptions
 from evtrain.stats import StatsAggregationMethod
 
 if TYPE_CHECKING:
-    from evtrain.checkpoint import CheckpointManager, TrainingStatus
+    from evtrain.checkpoint import CheckpointManager
     from evtrain.trainers.base import Trainer
+    from evtrain.training_status import TrainingStatus
 
 logger = logging.getLogger("evtrain")
 
@@ -274,7 +275,7 @@ class _Inference:
 
 
 def _training_status(options: RunOptions) -> TrainingStatus:
-    from evtrain.checkpoint import TrainingStatus
+    from evtrain.training_status import TrainingStatus
 
     path = options.checkpoint_settings.run_logs_dir / "training_status.json"
     if path.exists() and (

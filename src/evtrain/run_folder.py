@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from evtrain.checkpoint import atomic_write
+from evtrain.atomic import atomic_write
 from evtrain.errors import RunFolderError
 from evtrain.settings import RunOptions
 

@@ -41,7 +41,7 @@ class Trainer(abc.ABC):
 
     :param behavior_name: the stats category (e.g. ``"CartPole"``).
     :param settings: the behavior's settings; ``hyperparameters`` must be an instance of the
-        class registered with this trainer in :data:`evtrain.trainers.TRAINER_TYPES`.
+        class registered with this trainer in :data:`evtrain.registry.TRAINER_TYPES`.
     :param envs: a vector environment that resets itself (``SAME_STEP`` preferred, see
         :mod:`evtrain.trainers.envs`).  The trainer resets it with ``seed`` and steps it; the
         caller closes it.

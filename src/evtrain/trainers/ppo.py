@@ -25,7 +25,7 @@ from evtrain.reporter import StatsReporter
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.gae import compute_gae
-from evtrain.trainers.networks import flatten_parameters, zero_grad_
+from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy
 from evtrain.trainers.settings import PPOSettings, TrainerSettings
 
@@ -323,7 +323,7 @@ class PPOTrainer(Trainer):
 
                 zero_grad_(flat_params)
                 torch.autograd.backward(loss)
-                nn.utils.clip_grad_norm_(flat_params, hp.max_grad_norm)
+                clip_grad_norm_(flat_params, hp.max_grad_norm)
                 self.optimizer.step()
                 pg_losses.append(pg_loss.detach())
                 v_losses.append(v_loss.detach())

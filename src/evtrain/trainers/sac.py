@@ -25,7 +25,13 @@ from torch import nn
 from evtrain.reporter import StatsReporter
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
-from evtrain.trainers.networks import MLP, ObservationNormalizer, flatten_parameters, zero_grad_
+from evtrain.trainers.networks import (
+    MLP,
+    ObservationNormalizer,
+    clip_grad_norm_,
+    flatten_parameters,
+    zero_grad_,
+)
 from evtrain.trainers.policies import flat_obs_dim
 from evtrain.trainers.ppo import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.replay import ReplayBuffer
@@ -260,7 +266,7 @@ class SACTrainer(Trainer):
 
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(params, self.hp.max_grad_norm)
+            clip_grad_norm_(params, self.hp.max_grad_norm)
 
     def _report(self, stats: list[tuple[torch.Tensor, ...]], lr: float) -> None:
         means = torch.stack([torch.stack(s) for s in stats]).mean(0).tolist()

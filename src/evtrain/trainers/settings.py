@@ -147,7 +147,7 @@ class TrainerSettings:
     """Everything that configures the training of one behavior."""
 
     trainer_type: str = attrs.field(default="ppo", validator=v.instance_of(str))
-    """Key of :data:`evtrain.trainers.TRAINER_TYPES` (``"ppo"``, ``"sac"``, or a plugin's)."""
+    """Key of :data:`evtrain.registry.TRAINER_TYPES` (``"ppo"``, ``"sac"``, or a plugin's)."""
     hyperparameters: object = attrs.field(
         default=attrs.Factory(_default_hyperparameters, takes_self=True),
         validator=_attrs_instance,

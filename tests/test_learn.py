@@ -109,6 +109,19 @@ def test_run_emits_lifecycle_and_writes_the_run_folder(tmp_path: Path) -> None:
     assert "evtrain_writers.tensorboard.TensorboardWriter" in timers["bus"]
 
 
+def test_two_runs_on_one_bus_keep_their_files_apart(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(config(tmp_path, run_id="a", max_steps=256, checkpoint_interval=256), bus)
+        learn(config(tmp_path, run_id="b", max_steps=512, checkpoint_interval=512), bus)
+        assert bus.metrics()["evtrain_writers.tensorboard.TensorboardWriter"].delivered > 0
+    results = tmp_path / "results"
+    assert scalar_steps(results / "a" / "CartPole", "Environment/Cumulative Reward") == [256]
+    assert scalar_steps(results / "b" / "CartPole", "Environment/Cumulative Reward") == [256, 512]
+    assert [e.run_id for e in recorder.of(RunFinished)] == ["a", "b"]
+
+
 def test_existing_run_needs_resume_or_force(tmp_path: Path) -> None:
     learn(config(tmp_path, max_steps=256, checkpoint_interval=256))
     with pytest.raises(RunFolderError) as info:

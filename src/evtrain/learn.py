@@ -29,6 +29,7 @@ from evtrain.run_folder import prepare_run_folder, write_configuration
 from evtrain.runner import attach_plugins, make_bus
 from evtrain.settings import RunOptions
 from evtrain.stats import StatsAggregationMethod
+from evtrain.subscription import SubscriptionHandle
 
 if TYPE_CHECKING:
     from evtrain.checkpoint import CheckpointManager
@@ -98,7 +99,8 @@ def learn(
     """Train as ``evtrain learn`` does.
 
     Subscribers already connected to ``bus`` see the same events as the plugins; a bus
-    passed in is flushed, not closed, at the end (its owner closes it).
+    passed in is flushed, not closed, at the end (its owner closes it), and what the run
+    connected to it (the plugins' writers) is disconnected and closed.
     """
     options = load_options(config)
     if not options.behaviors:
@@ -119,8 +121,9 @@ def learn(
     trainers: dict[str, Trainer] = {}
     managers: dict[str, CheckpointManager] = {}
     models: dict[str, Path] = {}
+    handles: list[SubscriptionHandle] = []
     try:
-        attach_plugins(options, run_bus)
+        handles.extend(attach_plugins(options, run_bus))
         run_bus.emit(
             signals.run_started,
             RunStarted(
@@ -128,7 +131,7 @@ def learn(
             ),
         )
         rewards = _RewardTracker()
-        run_bus.connect(signals.stats, rewards, name="evtrain.learn.rewards")
+        handles.append(run_bus.connect(signals.stats, rewards, name="evtrain.learn.rewards"))
         _configure_torch(options)
         seed = _seed(options)
         status_file = _training_status(options)
@@ -159,7 +162,7 @@ def learn(
         steps = sum(t.step for t in trainers.values())
         for trainer in trainers.values():
             trainer.envs.close()
-        _finish(run_bus, own_bus, cs.run_id, status, steps)
+        _finish(run_bus, own_bus, cs.run_id, status, steps, handles)
     return LearnResult(
         run_id=cs.run_id,
         status=status,
@@ -358,7 +361,14 @@ def _seed(options: RunOptions) -> int:
     return seed + 1000 * get_rank()
 
 
-def _finish(bus: Bus, own_bus: bool, run_id: str, status: RunStatus, steps: int) -> None:
+def _finish(
+    bus: Bus,
+    own_bus: bool,
+    run_id: str,
+    status: RunStatus,
+    steps: int,
+    handles: list[SubscriptionHandle],
+) -> None:
     started = time.monotonic()
     try:
         bus.emit(signals.run_finished, RunFinished(run_id=run_id, status=status, steps=steps))
@@ -366,5 +376,9 @@ def _finish(bus: Bus, own_bus: bool, run_id: str, status: RunStatus, steps: int)
         if own_bus:
             bus.close()
         else:
+            # The caller's bus outlives this run: detach (drain, then close) what the run
+            # connected, so a second run on the same bus does not write into this run's files.
+            for handle in handles:
+                handle.disconnect()
             bus.flush()
     logger.debug("Drained the bus in %.3f s", time.monotonic() - started)

@@ -25,7 +25,7 @@ from evtrain import (
     StatsEvent,
 )
 from evtrain.checkpoint import load_checkpoint
-from evtrain.errors import RunFolderError
+from evtrain.errors import RunFolderError, SpaceMismatchError
 from evtrain.learn import learn
 from evtrain.testing import Recorder
 
@@ -120,6 +120,13 @@ def test_two_runs_on_one_bus_keep_their_files_apart(tmp_path: Path) -> None:
     assert scalar_steps(results / "a" / "CartPole", "Environment/Cumulative Reward") == [256]
     assert scalar_steps(results / "b" / "CartPole", "Environment/Cumulative Reward") == [256, 512]
     assert [e.run_id for e in recorder.of(RunFinished)] == ["a", "b"]
+
+
+def test_trainer_refusing_the_environment_is_a_config_error(tmp_path: Path) -> None:
+    options = config(tmp_path, trainer_type="sac", hyperparameters={})
+    with pytest.raises(SpaceMismatchError, match="SAC needs a bounded Box action space"):
+        learn(options)
+    assert not (tmp_path / "results" / "run").exists()  # the fixed rerun needs no --force
 
 
 def test_existing_run_needs_resume_or_force(tmp_path: Path) -> None:

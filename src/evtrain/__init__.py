@@ -10,6 +10,8 @@ from evtrain.errors import (
     ConfigError,
     EvtrainError,
     PluginError,
+    RunFolderError,
+    SpaceMismatchError,
     SubscriberError,
 )
 from evtrain.filters import RankFilter, get_rank, rank_zero_only
@@ -47,10 +49,12 @@ __all__ = [
     "PropertyEvent",
     "RankFilter",
     "RunFinished",
+    "RunFolderError",
     "RunOptions",
     "RunStarted",
     "RunStatus",
     "SaveEvent",
+    "SpaceMismatchError",
     "StatsAggregationMethod",
     "StatsEvent",
     "StatsPropertyType",

@@ -4,6 +4,7 @@
 
     EvtrainError
     ├── ConfigError(ValueError)           a YAML/dict option is wrong: path, expected, fix
+    │   └── SpaceMismatchError(TypeError)  the environment's spaces do not suit the trainer
     ├── RunFolderError(FileExistsError)   the run folder clashes with --resume/--force
     ├── PluginError(RuntimeError)         a required plugin failed to load or register
     ├── BusClosedError(RuntimeError)      emit/connect on a bus that is closed or closing
@@ -30,6 +31,15 @@ class ConfigError(EvtrainError, ValueError):
         self.problems: tuple[str, ...] = tuple(problems)
         """One line per problem, each starting with the full path of the bad key."""
         super().__init__("\n".join(self.problems))
+
+
+class SpaceMismatchError(ConfigError, TypeError):
+    """The environment's observation or action space is one the chosen trainer cannot use
+    (e.g. SAC on a discrete action space).  A config error: change ``trainer_type`` or
+    ``env_settings.env_id``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__([message])
 
 
 class RunFolderError(EvtrainError, FileExistsError):

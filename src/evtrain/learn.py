@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -111,6 +112,8 @@ def learn(
             raise ConfigError(["behaviors: a behavior name must not be empty"])
     cs = options.checkpoint_settings
     rank, world_size = get_rank(), get_world_size()
+    fresh = rank == 0 and not cs.write_path.exists()
+    discard = False
     if rank == 0:
         prepare_run_folder(options)
         if not cs.inference:  # an inference run must not overwrite what the model was trained with
@@ -158,11 +161,18 @@ def learn(
         status = RunStatus.INTERRUPTED
         logger.warning("Aborted: no final save. The last checkpoint on disk is complete.")
         raise
+    except ConfigError:
+        # Refused before the first step (e.g. SAC on a discrete env): a folder this call
+        # created holds nothing worth keeping, and would make the fixed rerun need --force.
+        discard = fresh and not any(t.step for t in trainers.values())
+        raise
     finally:
         steps = sum(t.step for t in trainers.values())
         for trainer in trainers.values():
             trainer.envs.close()
         _finish(run_bus, own_bus, cs.run_id, status, steps, handles)
+        if discard:
+            shutil.rmtree(cs.write_path, ignore_errors=True)
     return LearnResult(
         run_id=cs.run_id,
         status=status,

@@ -19,6 +19,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from evtrain.errors import SpaceMismatchError
 from evtrain.trainers.networks import MLP, ObservationNormalizer
 from evtrain.trainers.settings import NetworkSettings
 
@@ -31,7 +32,7 @@ def flat_obs_dim(space: spaces.Space[Any]) -> int:
     :raises TypeError: the observation space is not a ``Box``.
     """
     if not isinstance(space, spaces.Box):
-        raise TypeError(
+        raise SpaceMismatchError(
             f"evtrain trainers need a Box observation space, got {type(space).__name__}; wrap "
             "the environment with gymnasium.wrappers.FlattenObservation"
         )
@@ -57,7 +58,7 @@ class ActorCritic(nn.Module):
             self.discrete = False
             policy_out = int(np.prod(action_space.shape))
         else:
-            raise TypeError(
+            raise SpaceMismatchError(
                 f"PPO supports Discrete and Box action spaces, got {type(action_space).__name__}"
             )
         self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize)

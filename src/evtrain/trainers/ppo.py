@@ -21,6 +21,7 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from torch import nn
 
+from evtrain.errors import ConfigError
 from evtrain.reporter import StatsReporter
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
@@ -86,12 +87,15 @@ class PPOTrainer(Trainer):
         super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
         hp: PPOSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
         if hp.buffer_size % self.num_envs or hp.buffer_size % hp.batch_size:
-            raise ValueError(
-                f"behavior {behavior_name!r}: buffer_size ({hp.buffer_size}) must be a multiple "
-                f"of the number of environments ({self.num_envs}) and of batch_size "
-                f"({hp.batch_size}); for {self.num_envs} environments and time_horizon "
-                f"{settings.time_horizon}, buffer_size {self.num_envs * settings.time_horizon} "
-                "collects one time_horizon per environment"
+            raise ConfigError(
+                [
+                    f"behavior {behavior_name!r}: buffer_size ({hp.buffer_size}) must be a "
+                    f"multiple of the number of environments ({self.num_envs}) and of batch_size "
+                    f"({hp.batch_size}); for {self.num_envs} environments and time_horizon "
+                    f"{settings.time_horizon}, buffer_size "
+                    f"{self.num_envs * settings.time_horizon} collects one time_horizon per "
+                    "environment"
+                ]
             )
         self.hp = hp
         self.num_steps = hp.buffer_size // self.num_envs

@@ -22,6 +22,7 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from torch import nn
 
+from evtrain.errors import SpaceMismatchError
 from evtrain.reporter import StatsReporter
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
@@ -128,7 +129,10 @@ class SACTrainer(Trainer):
         if not isinstance(space, spaces.Box) or not (
             np.isfinite(space.low).all() and np.isfinite(space.high).all()
         ):
-            raise TypeError(f"SAC needs a bounded Box action space, got {space}")
+            raise SpaceMismatchError(
+                f"SAC needs a bounded Box action space, got {space}; use trainer_type: ppo for "
+                "discrete actions"
+            )
         self.hp = hp
         self.action_space = space
         obs_dim = flat_obs_dim(envs.single_observation_space)

@@ -165,3 +165,48 @@ def test_cli_lists_plugins_per_group() -> None:
     for group in ("evtrain.subscriber:", "evtrain.trainer:", "evtrain.initializer:"):
         assert group in lines
     assert result.returncode == 0, result.stderr
+
+
+PATH_PLUGIN = """
+from evtrain import StatsWriter
+
+
+class PathWriter(StatsWriter):
+    def write_stats(self, category, values, step):
+        pass
+
+
+def writers(run_options):
+    return [PathWriter()]
+
+
+EVTRAIN_PLUGINS = {"evtrain.stats_writer": {"from_path": writers}}
+"""
+
+
+def test_plugins_paths_register_through_the_same_functions(tmp_path: Path) -> None:
+    (tmp_path / "my_path_plugin.py").write_text(PATH_PLUGIN)
+    (tmp_path / "broken_path_plugin.py").write_text("raise ImportError('nope')\n")
+    run = RunOptions.from_dict(
+        {"plugins": {"paths": [str(tmp_path)], "disabled": ["evtrain.stats_writer:default"]}}
+    )
+    writers = register_stats_writer_plugins(run)
+    assert [type(w).__name__ for w in writers] == ["PathWriter"]
+    listing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evtrain",
+            "plugins",
+            "--group",
+            STATS_WRITER,
+            "--plugins",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    rows = [line.split() for line in listing.stdout.splitlines()]
+    assert ["from_path", f"path:{tmp_path}", "my_path_plugin:writers", "loaded"] in rows
+    assert "Plugin module 'broken_path_plugin'" in listing.stderr

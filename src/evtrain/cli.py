@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--group", choices=plugins.GROUPS, action="append", help="only these groups"
     )
+    listing.add_argument(
+        "--plugins", nargs="+", metavar="PATH", default=[], help="also list modules under PATH"
+    )
 
     learn = commands.add_parser("learn", help="train the behaviors of a YAML config")
     learn.add_argument("config", help="YAML file in ML-Agents' shape (see docs/configuration.md)")
@@ -55,9 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def list_plugins(groups: Sequence[str]) -> int:
+def list_plugins(groups: Sequence[str], paths: Sequence[str] = ()) -> int:
     """Print every plugin of ``groups`` with its distribution and load status; 1 if any fails."""
-    found = plugins.discover(groups)
+    found = plugins.discover(groups, paths)
     results = [plugins.load(p) for p in found]
     status = 0
     for group in groups:
@@ -67,7 +70,7 @@ def list_plugins(groups: Sequence[str]) -> int:
             print("  (none)")
         for result in rows:
             p = result.plugin
-            source = f"{p.distribution} {p.version}" if p.distribution else "(no distribution)"
+            source = " ".join(filter(None, (p.distribution, p.version))) or "(no distribution)"
             if isinstance(result, plugins.FailedPlugin):
                 state = f"FAILED: {result.reason}"
                 status = 1
@@ -140,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("evtrain").setLevel(logging.DEBUG if args.debug else logging.INFO)
     try:
         if args.command == "plugins":
-            return list_plugins(args.group or plugins.GROUPS)
+            return list_plugins(args.group or plugins.GROUPS, args.plugins)
         if args.command == "learn":
             return run_learn(args)
         if args.command == "demo":

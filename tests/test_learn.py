@@ -281,3 +281,31 @@ def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path
     options = yaml.safe_load((run / "configuration.yaml").read_text())
     assert options["env_settings"]["num_envs"] == 2 and options["env_settings"]["seed"] == 5
     assert f"policy exported to {run / 'CartPole.onnx'}" in out
+
+
+def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
+    long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=1024)
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(long))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evtrain", "learn", "long.yaml"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "CartPole. Step: 1536" in line:  # past the first checkpoint
+            break
+    proc.send_signal(signal.SIGINT)
+    for line in proc.stderr:  # the first one was seen: the run is stopping cleanly
+        if "SIGINT received" in line:
+            break
+    proc.send_signal(signal.SIGINT)  # (two signals sent back to back would be coalesced)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "evtrain: aborted" in err
+    folder = tmp_path / "results" / "run" / "CartPole"
+    assert not [p for p in folder.parent.rglob("*.tmp")]  # no half-written file left behind
+    state = load_checkpoint(folder / "checkpoint.pt")  # the last complete checkpoint loads
+    assert state["step"] >= 1024

@@ -24,11 +24,11 @@ from evtrain.errors import ConfigError, RunFolderError
 from evtrain.filters import get_rank, get_world_size
 from evtrain.interrupt import stop_on_signals
 from evtrain.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
-from evtrain.registry import trainer_type
+from evtrain.registry import trainer_type, use_trainer_types
 from evtrain.reporter import StatsReporter
 from evtrain.run_folder import prepare_run_folder, write_configuration
 from evtrain.runner import attach_plugins, make_bus
-from evtrain.settings import RunOptions
+from evtrain.settings import RunOptions, trainer_types_for
 from evtrain.stats import StatsAggregationMethod
 from evtrain.subscription import SubscriptionHandle
 
@@ -104,6 +104,11 @@ def learn(
     connected to it (the plugins' writers) is disconnected and closed.
     """
     options = load_options(config)
+    with use_trainer_types(trainer_types_for(options.plugins)):
+        return _learn(options, bus, progress)
+
+
+def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:
     if not options.behaviors:
         raise ConfigError(["behaviors: expected at least one behavior to train"])
     for name, settings in options.behaviors.items():

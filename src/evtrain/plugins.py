@@ -34,6 +34,7 @@ from evtrain.stats import StatsWriter
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
+    from evtrain.registry import TrainerType
     from evtrain.settings import RunOptions
 
 logger = logging.getLogger("evtrain.plugins")
@@ -282,6 +283,48 @@ def register_subscriber_plugins(
             continue
         registered.append(plugin)
     return registered
+
+
+def load_trainer_plugins(
+    run_options: RunOptions, found: Sequence[Plugin] | None = None
+) -> list[TrainerType]:
+    """Call every ``evtrain.trainer`` plugin; each returns ``{name: trainer class}`` where the
+    class has a ``settings_type`` attrs class (its ``hyperparameters``).  Failures are logged
+    and skipped, or raise :class:`PluginError` when required."""
+    from evtrain.registry import TrainerType
+
+    selection = _Selection(TRAINER, run_options, found)
+    types: list[TrainerType] = []
+    for plugin in selection.plugins():
+        result = load(plugin)
+        if isinstance(result, FailedPlugin):
+            selection.fail(plugin, result.reason)
+            continue
+        try:
+            made = result.obj()
+        except Exception as error:
+            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
+            continue
+        valid = isinstance(made, dict) and all(
+            isinstance(name, str)
+            and isinstance(cls, type)
+            and attrs.has(getattr(cls, "settings_type", object))
+            and callable(getattr(cls, "advance", None))
+            for name, cls in made.items()
+        )
+        if not valid:
+            selection.fail(
+                plugin,
+                f"returned {made!r}, expected {{name: Trainer subclass with a settings_type "
+                "attrs class}}",
+            )
+            continue
+        source = plugin.distribution or plugin.value
+        types.extend(
+            TrainerType(name=name, settings=cls.settings_type, trainer=cls, source=source)
+            for name, cls in made.items()
+        )
+    return types
 
 
 def _fallback_default_writers(run_options: RunOptions) -> list[StatsWriter]:

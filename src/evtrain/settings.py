@@ -90,6 +90,9 @@ class PluginSettings:
     """Plugins whose failure stops the run with an error instead of a warning."""
     paths: list[str] = attrs.field(factory=list)
     """Folders whose top-level modules declare plugins in ``EVTRAIN_PLUGINS`` (``--plugins``)."""
+    trainer_types: dict[str, str] = attrs.field(factory=dict)
+    """Which source wins when two provide one trainer type: ``{ppo: my-dist}`` (``evtrain``
+    for the built-in)."""
 
 
 @attrs.define(kw_only=True)
@@ -142,8 +145,13 @@ class RunOptions:
         :raises ConfigError: listing every bad key with its full path.
         """
         from evtrain.config import merge_default_settings, structure
+        from evtrain.registry import use_trainer_types
 
-        return structure(merge_default_settings(data), cls)
+        # Trainer plugins first: `trainer_type: my_algo` must validate against them.
+        plugins = data.get("plugins", {}) if isinstance(data, dict) else {}
+        types = trainer_types_for(structure(plugins, PluginSettings, root="plugins"))
+        with use_trainer_types(types):
+            return structure(merge_default_settings(data), cls)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`from_dict` turns back into equal options."""
@@ -151,3 +159,19 @@ class RunOptions:
 
         data: dict[str, Any] = converter.unstructure(self)
         return data
+
+
+def trainer_types_for(plugins: PluginSettings) -> dict[str, Any]:
+    """The built-in trainer types plus those of the trainer plugins ``plugins`` allows.
+
+    :raises PluginError: a required trainer plugin failed, or a name clash is not settled.
+    """
+    from evtrain.plugins import TRAINER, discover, load_trainer_plugins
+    from evtrain.registry import merge_trainer_types
+
+    # Only trainer plugins are due now; other required names are checked when the run
+    # registers its writers and subscribers.
+    names = {p.name for p in discover([TRAINER], plugins.paths)}
+    required = [r for r in plugins.required if r.startswith(f"{TRAINER}:") or r in names]
+    options = RunOptions(plugins=attrs.evolve(plugins, required=required))
+    return merge_trainer_types(load_trainer_plugins(options), plugins.trainer_types)

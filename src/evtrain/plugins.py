@@ -23,7 +23,7 @@ import importlib
 import logging
 import pkgutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -235,6 +235,22 @@ class _Selection:
         logger.warning(message, exc_info=error)
 
 
+def _call_each(selection: _Selection, *args: Any) -> Iterator[tuple[Plugin, Any]]:
+    """Load and call each selected plugin with ``args``; yield what each returned.  Import
+    and call failures are reported through ``selection`` and skipped."""
+    for plugin in selection.plugins():
+        result = load(plugin)
+        if isinstance(result, FailedPlugin):
+            selection.fail(plugin, result.reason)
+            continue
+        try:
+            made = result.obj(*args)
+        except Exception as error:  # isolate each plugin
+            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
+            continue
+        yield plugin, made
+
+
 def register_stats_writer_plugins(
     run_options: RunOptions, found: Sequence[Plugin] | None = None
 ) -> list[StatsWriter]:
@@ -243,20 +259,10 @@ def register_stats_writer_plugins(
     ``found`` replaces discovery (tests pass plugins built from ``EntryPoint`` objects).
     """
     selection = _Selection(STATS_WRITER, run_options, found)
-    chosen = selection.plugins()
     writers: list[StatsWriter] = []
     if not any(p.name == "default" for p in selection.found):
         writers.extend(_fallback_default_writers(run_options))
-    for plugin in chosen:
-        result = load(plugin)
-        if isinstance(result, FailedPlugin):
-            selection.fail(plugin, result.reason)
-            continue
-        try:
-            made = result.obj(run_options)
-        except Exception as error:
-            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
-            continue
+    for plugin, made in _call_each(selection, run_options):
         if not isinstance(made, (list, tuple)) or not all(isinstance(w, StatsWriter) for w in made):
             selection.fail(plugin, f"returned {made!r}, expected a list of StatsWriter instances")
             continue
@@ -270,19 +276,7 @@ def register_subscriber_plugins(
     """Call every ``evtrain.subscriber`` plugin with ``(run_options, bus)``; return those that
     registered without error.  ``found`` replaces discovery."""
     selection = _Selection(SUBSCRIBER, run_options, found)
-    registered: list[Plugin] = []
-    for plugin in selection.plugins():
-        result = load(plugin)
-        if isinstance(result, FailedPlugin):
-            selection.fail(plugin, result.reason)
-            continue
-        try:
-            result.obj(run_options, bus)
-        except Exception as error:
-            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
-            continue
-        registered.append(plugin)
-    return registered
+    return [plugin for plugin, _ in _call_each(selection, run_options, bus)]
 
 
 def load_trainer_plugins(
@@ -295,16 +289,7 @@ def load_trainer_plugins(
 
     selection = _Selection(TRAINER, run_options, found)
     types: list[TrainerType] = []
-    for plugin in selection.plugins():
-        result = load(plugin)
-        if isinstance(result, FailedPlugin):
-            selection.fail(plugin, result.reason)
-            continue
-        try:
-            made = result.obj()
-        except Exception as error:
-            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
-            continue
+    for plugin, made in _call_each(selection):
         valid = isinstance(made, dict) and all(
             isinstance(name, str)
             and isinstance(cls, type)

@@ -13,33 +13,32 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 
-def get_rank() -> int:
-    """This process's rank in the distributed job (0 when not distributed)."""
+def _process_group() -> Any:
+    """``torch.distributed`` if a process group is initialised (never importing torch)."""
     dist: Any = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank())
-    raw = os.environ.get("RANK", "")
+        return dist
+    return None
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
     try:
-        return int(raw) if raw else 0
+        return int(raw) if raw else default
     except ValueError:
-        raise ValueError(f"RANK environment variable must be an integer, got {raw!r}") from None
+        raise ValueError(f"{name} environment variable must be an integer, got {raw!r}") from None
+
+
+def get_rank() -> int:
+    """This process's rank in the distributed job (0 when not distributed)."""
+    dist = _process_group()
+    return int(dist.get_rank()) if dist is not None else _env_int("RANK", 0)
 
 
 def get_world_size() -> int:
-    """Processes in the distributed job: the process group's size, else ``WORLD_SIZE``, else 1.
-
-    torch is never imported just to ask (as :func:`get_rank`).
-    """
-    dist: Any = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_world_size())
-    raw = os.environ.get("WORLD_SIZE", "")
-    try:
-        return int(raw) if raw else 1
-    except ValueError:
-        raise ValueError(
-            f"WORLD_SIZE environment variable must be an integer, got {raw!r}"
-        ) from None
+    """Processes in the distributed job: the process group's size, else ``WORLD_SIZE``, else 1."""
+    dist = _process_group()
+    return int(dist.get_world_size()) if dist is not None else _env_int("WORLD_SIZE", 1)
 
 
 class RankFilter:

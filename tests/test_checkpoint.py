@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,13 +29,6 @@ from tests.test_export import DiscretePolicy, RaisingPolicy, observations
 B = "Walker"
 EXAMPLE = torch.from_numpy(observations(2))
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def state(step: int) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +16,6 @@ from tests.trainers.helpers import small_ppo, small_sac
 
 OBS_DIM = 5
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tests share two cores; exports and the runner use one intra-op thread anyway."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class NormalizedMLP(nn.Module):

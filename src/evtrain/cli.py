@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from evtrain import plugins
-from evtrain.errors import ConfigError, PluginError, RunFolderError
+from evtrain.errors import ConfigError, DistributedError, PluginError, RunFolderError
 from evtrain.settings import RunOptions
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     overrides.add_argument("--torch-device", help="torch_settings.device (cpu, cuda, cuda:1)")
     overrides.add_argument(
         "--plugins", nargs="+", metavar="PATH", help="folders of modules declaring plugins"
+    )
+    overrides.add_argument(
+        "--initializer",
+        metavar="NAME",
+        help="plugins.initializer: the evtrain.initializer plugin to use (none: no initializer)",
     )
 
     demo = commands.add_parser(
@@ -91,6 +96,7 @@ _OVERRIDES = {
     "num_envs": ("env_settings", "num_envs"),
     "torch_device": ("torch_settings", "device"),
     "plugins": ("plugins", "paths"),
+    "initializer": ("plugins", "initializer"),
 }
 """CLI flag (argparse dest) to the option it overrides."""
 
@@ -113,20 +119,25 @@ def options_from_cli(args: argparse.Namespace) -> RunOptions:
 
 
 def run_learn(args: argparse.Namespace) -> int:
+    from evtrain.distributed import initialized
+    from evtrain.filters import get_rank
     from evtrain.learn import learn
     from evtrain.payloads import RunStatus
 
     options = options_from_cli(args)
-    if not sys.stderr.isatty():
-        result = learn(options)
-    else:
-        from evtrain.progress import ProgressDisplay
-        from evtrain.runner import make_bus
+    # Initialised first: the bus takes its rank from the process group, and only rank 0 shows
+    # a progress bar (ranks share one terminal under torchrun).
+    with initialized(options):
+        if not sys.stderr.isatty() or get_rank() != 0:
+            result = learn(options)
+        else:
+            from evtrain.progress import ProgressDisplay
+            from evtrain.runner import make_bus
 
-        display = ProgressDisplay({n: s.max_steps for n, s in options.behaviors.items()})
-        with display, make_bus(options) as bus:
-            display.connect(bus)
-            result = learn(options, bus, progress=display)
+            display = ProgressDisplay({n: s.max_steps for n, s in options.behaviors.items()})
+            with display, make_bus(options) as bus:
+                display.connect(bus)
+                result = learn(options, bus, progress=display)
     for name, path in result.models.items():
         print(f"{name}: {result.steps[name]:,} steps, policy exported to {path}")
     return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
@@ -163,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, PluginError, RunFolderError) as error:
         print(f"evtrain: error: {error}", file=sys.stderr)
         return 2
+    except DistributedError:
+        return 1  # logged where it happened (see evtrain.distributed.World)
     except KeyboardInterrupt:
         print("evtrain: aborted", file=sys.stderr)
         return 130

@@ -9,6 +9,7 @@
     ├── PluginError(RuntimeError)         a required plugin failed to load or register
     ├── BusClosedError(RuntimeError)      emit/connect on a bus that is closed or closing
     ├── BusTimeoutError(TimeoutError)     flush/close did not finish within its timeout
+    ├── DistributedError(RuntimeError)    a collective failed: another rank stopped
     └── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
 
 Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
@@ -62,6 +63,11 @@ class BusTimeoutError(EvtrainError, TimeoutError):
         self.pending: tuple[str, ...] = tuple(pending)
         """Names of the subscribers that had not handled everything."""
         super().__init__(message)
+
+
+class DistributedError(EvtrainError, RuntimeError):
+    """A collective operation across ranks failed, almost always because another rank of the
+    job died.  The original error is ``__cause__``."""
 
 
 class SubscriberError(EvtrainError, RuntimeError):

@@ -20,8 +20,9 @@ import yaml
 
 from evtrain import signals
 from evtrain.bus import Bus
+from evtrain.distributed import World, active_initializer, initialized
 from evtrain.errors import ConfigError, RunFolderError
-from evtrain.filters import get_rank, get_world_size
+from evtrain.filters import get_rank
 from evtrain.interrupt import stop_on_signals
 from evtrain.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
 from evtrain.registry import trainer_type, use_trainer_types
@@ -102,9 +103,12 @@ def learn(
     Subscribers already connected to ``bus`` see the same events as the plugins; a bus
     passed in is flushed, not closed, at the end (its owner closes it), and what the run
     connected to it (the plugins' writers) is disconnected and closed.
+
+    Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the
+    process group first, unless the caller has done so already.
     """
     options = load_options(config)
-    with use_trainer_types(trainer_types_for(options.plugins)):
+    with use_trainer_types(trainer_types_for(options.plugins)), initialized(options):
         return _learn(options, bus, progress)
 
 
@@ -116,13 +120,11 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         if not name:
             raise ConfigError(["behaviors: a behavior name must not be empty"])
     cs = options.checkpoint_settings
-    rank, world_size = get_rank(), get_world_size()
+    world = World.current()
+    rank = get_rank()
     fresh = rank == 0 and not cs.write_path.exists()
     discard = False
-    if rank == 0:
-        prepare_run_folder(options)
-        if not cs.inference:  # an inference run must not overwrite what the model was trained with
-            write_configuration(options)
+    _prepare_run_folder(options, world, rank)
     own_bus = bus is None
     run_bus = make_bus(options) if bus is None else bus
     status = RunStatus.FAILED
@@ -135,13 +137,13 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         run_bus.emit(
             signals.run_started,
             RunStarted(
-                run_id=cs.run_id, options=options.as_dict(), world_size=world_size, rank=rank
+                run_id=cs.run_id, options=options.as_dict(), world_size=world.size, rank=rank
             ),
         )
         rewards = _RewardTracker()
         handles.append(run_bus.connect(signals.stats, rewards, name="evtrain.learn.rewards"))
         _configure_torch(options)
-        seed = _seed(options)
+        seed = _seed(options, world)
         status_file = _training_status(options)
         for index, (name, settings) in enumerate(options.behaviors.items()):
             trainers[name], managers[name] = _build(
@@ -153,14 +155,15 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
                 trainers,
                 managers,
                 rewards=rewards,
-                stop_requested=lambda: stop.requested,
+                stop_requested=lambda: stop.requested is not None,
+                world=world,
                 progress=progress,
             )
         if not cs.inference:
             run_bus.flush()  # the last period's reward goes into the final checkpoint record
             for name, trainer in trainers.items():
                 _save(managers[name], trainer, rewards.mean.get(name), final=True)
-                if managers[name].final_model_path.exists():
+                if managers[name].is_writer and managers[name].final_model_path.exists():
                     models[name] = managers[name].final_model_path
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED
@@ -186,6 +189,26 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         write_path=cs.write_path,
         models=models,
     )
+
+
+def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> None:
+    """Rank 0 checks and prepares the run folder, then tells the other ranks whether that
+    failed, so that they stop with the same error instead of waiting for it."""
+    error: RunFolderError | None = None
+    if rank == 0:
+        try:
+            prepare_run_folder(options)
+        except RunFolderError as problem:
+            error = problem
+        else:
+            if not options.checkpoint_settings.inference:
+                # An inference run must not overwrite what the model was trained with.
+                write_configuration(options)
+    message = world.broadcast_object(None if error is None else str(error))
+    if error is not None:
+        raise error
+    if message is not None:
+        raise RunFolderError(message)
 
 
 class _RewardTracker:
@@ -222,10 +245,12 @@ def _train(
     managers: Mapping[str, CheckpointManager],
     *,
     rewards: _RewardTracker,
-    stop_requested: Callable[[], str | None],
+    stop_requested: Callable[[], bool],
+    world: World,
     progress: ProgressHook | None,
 ) -> RunStatus:
-    """Advance every behavior in turn until all reach ``max_steps`` or a stop is requested."""
+    """Advance every behavior in turn until all reach ``max_steps`` or a stop is requested
+    (on any rank: the ranks agree after every advance, so they stop at the same step)."""
     next_checkpoint = {
         name: (t.step // t.settings.checkpoint_interval + 1) * t.settings.checkpoint_interval
         for name, t in trainers.items()
@@ -247,7 +272,7 @@ def _train(
                 _save(managers[name], trainer, rewards.mean.get(name), final=False)
                 interval = trainer.settings.checkpoint_interval
                 next_checkpoint[name] = (trainer.step // interval + 1) * interval
-            if stop_requested():
+            if world.any(stop_requested()):
                 return RunStatus.INTERRUPTED
     return RunStatus.COMPLETED
 
@@ -288,7 +313,8 @@ class _Inference:
         if boundary > self.last_summary:
             reporter.add_stat("Is Training", 0.0)
             reporter.set_stat("Step", float(trainer.step))
-            reporter.write_stats(boundary)
+            world = trainer.world
+            reporter.write_stats(boundary, merge=world.merge_stats if world.size > 1 else None)
             self.last_summary = boundary
 
 
@@ -345,13 +371,19 @@ def _build(
         state = {**load_checkpoint(source), "step": 0, "last_summary": 0}
     envs = make_envs(options.env_settings)
     trainer_cls = trainer_type(settings.trainer_type).load()
-    device = options.torch_settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    initializer = active_initializer()
+    device = (
+        (initializer.device if initializer is not None else None)
+        or options.torch_settings.device
+        or ("cuda" if torch.cuda.is_available() else "cpu")
+    )
     try:
         trainer = trainer_cls(
             name, settings, envs, StatsReporter(bus, name), seed=seed, device=device
         )
         if state is not None:
             trainer.load_state_dict(state)
+        trainer.synchronize()
     except BaseException:
         envs.close()
         raise
@@ -368,10 +400,11 @@ def _configure_torch(options: RunOptions) -> None:
         torch.set_num_threads(threads)
 
 
-def _seed(options: RunOptions) -> int:
+def _seed(options: RunOptions, world: World) -> int:
+    """This rank's seed: ``env_settings.seed`` (rank 0's draw when -1) + 1000 x rank."""
     seed = options.env_settings.seed
     if seed < 0:
-        seed = random.SystemRandom().randrange(2**31)
+        seed = world.broadcast_object(random.SystemRandom().randrange(2**31))
         logger.info("env_settings.seed is -1: using seed %d", seed)
     return seed + 1000 * get_rank()
 

@@ -9,6 +9,7 @@ group                    registration function                            used f
 ``evtrain.subscriber``   ``(RunOptions, Bus) -> None``                    any subscriber
 ``evtrain.trainer``      ``() -> dict[str, type[Trainer]]``               trainer types
 ``evtrain.initializer``  ``() -> Initializer``                            distributed setup
+                                                                          (at most one)
 ======================== ================================================ =================
 
 A plugin that fails to import, raises, or returns the wrong thing is logged with its name and
@@ -34,6 +35,7 @@ from evtrain.stats import StatsWriter
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
+    from evtrain.distributed import Initializer
     from evtrain.registry import TrainerType
     from evtrain.settings import RunOptions
 
@@ -310,6 +312,67 @@ def load_trainer_plugins(
             for name, cls in made.items()
         )
     return types
+
+
+NO_INITIALIZER = "none"
+"""``plugins.initializer`` value (``--initializer none``) that runs without any initializer."""
+
+
+def load_initializer(
+    run_options: RunOptions, found: Sequence[Plugin] | None = None
+) -> Initializer | None:
+    """The run's initializer, made but not loaded: the one ``plugins.initializer`` names, or
+    the only one installed and not disabled; ``None`` when there is none.
+
+    Unlike other plugins, an initializer that fails stops the run: without the process group
+    it was to set up, every rank would train its own model into the same folder.
+
+    :raises PluginError: several are active and none is chosen, the chosen one is not
+        available, or it fails to import, raises, or returns something else.
+    """
+    from evtrain.distributed import Initializer
+
+    settings = run_options.plugins
+    found = list(discover([INITIALIZER], settings.paths) if found is None else found)
+    active = [p for p in found if not _matches(p, settings.disabled)]
+    listed = ", ".join(p.label for p in active) or "none"
+    if settings.initializer == NO_INITIALIZER:
+        return None
+    if settings.initializer is not None:
+        chosen = [p for p in active if _matches(p, [settings.initializer])]
+        if len(chosen) != 1:
+            problem = "is not installed or is disabled" if not chosen else "is ambiguous"
+            raise PluginError(
+                f"initializer {settings.initializer!r} {problem} (active initializers: "
+                f"{listed}). Choose one of them with plugins.initializer or --initializer NAME, "
+                f"or {NO_INITIALIZER!r} for none."
+            )
+        plugin = chosen[0]
+    elif not active:
+        return None
+    elif len(active) > 1:
+        raise PluginError(
+            f"{len(active)} initializers are active ({listed}) and at most one may be. Choose "
+            "one with plugins.initializer in the config or --initializer NAME, or disable the "
+            "others in plugins.disabled."
+        )
+    else:
+        plugin = active[0]
+    result = load(plugin)
+    if isinstance(result, FailedPlugin):
+        raise PluginError(f"Initializer {plugin.label} failed: {result.reason}.")
+    try:
+        made = result.obj()
+    except Exception as error:
+        raise PluginError(
+            f"Initializer {plugin.label} failed: raised {type(error).__name__}: {error}."
+        ) from error
+    if not isinstance(made, Initializer):
+        raise PluginError(
+            f"Initializer {plugin.label} failed: returned {made!r}, expected an "
+            "evtrain.distributed.Initializer instance."
+        )
+    return made
 
 
 def _fallback_default_writers(run_options: RunOptions) -> list[StatsWriter]:

@@ -9,6 +9,7 @@ several producer threads.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from evtrain import signals
@@ -62,24 +63,35 @@ class StatsReporter:
                 return StatsSummary.empty()
             return StatsSummary(full_dist=values, aggregation_method=self._methods[key])
 
-    def write_stats(self, step: int) -> StatsEvent | None:
+    def write_stats(
+        self,
+        step: int,
+        *,
+        merge: Callable[[Mapping[str, StatsSummary]], Mapping[str, StatsSummary]] | None = None,
+    ) -> StatsEvent | None:
         """End the period: emit its ``StatsEvent`` labelled ``step`` and start a new one.
 
-        Returns the event, or ``None`` when nothing was recorded or nobody listens (the payload
-        is then not built at all).
+        :param merge: replaces the period's summaries before they are emitted; a distributed
+            trainer passes :meth:`evtrain.distributed.World.merge_stats`, a collective, which
+            therefore runs on every call, listened to or not.
+
+        Returns the event, or ``None`` when nothing was recorded or nobody listens (without
+        ``merge``, the payload is then not built at all).
         """
         with self._lock:
             values, self._values = self._values, {}
             methods = dict(self._methods)
-        if not values or not self.bus.has_receivers(signals.stats, self.category):
+        listened = self.bus.has_receivers(signals.stats, self.category)
+        if merge is None and not (values and listened):
             return None
-        event = StatsEvent(
-            category=self.category,
-            step=step,
-            values={
-                key: StatsSummary(full_dist=dist, aggregation_method=methods[key])
-                for key, dist in values.items()
-            },
-        )
+        summaries: Mapping[str, StatsSummary] = {
+            key: StatsSummary(full_dist=dist, aggregation_method=methods[key])
+            for key, dist in values.items()
+        }
+        if merge is not None:
+            summaries = merge(summaries)
+            if not (summaries and listened):
+                return None
+        event = StatsEvent(category=self.category, step=step, values=summaries)
         self.bus.emit(signals.stats, event)
         return event

@@ -23,6 +23,11 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
         raise ValueError(f"{attribute.name}: expected an integer of at least 1, got {value}")
 
 
+def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name}: expected a number of seconds above 0, got {value}")
+
+
 @attrs.define(kw_only=True)
 class CheckpointSettings:
     """Where a run writes, and how it relates to earlier runs."""
@@ -93,6 +98,9 @@ class PluginSettings:
     trainer_types: dict[str, str] = attrs.field(factory=dict)
     """Which source wins when two provide one trainer type: ``{ppo: my-dist}`` (``evtrain``
     for the built-in)."""
+    initializer: str | None = None
+    """The ``evtrain.initializer`` plugin to use when several are installed (``--initializer``);
+    ``none`` for none.  Unset: the only one installed, if any."""
 
 
 @attrs.define(kw_only=True)
@@ -120,6 +128,9 @@ class TorchSettings:
     num_threads: int | None = 1
     """torch intra-op threads; small policy networks are fastest on one. ``None`` keeps
     torch's default."""
+    distributed_timeout: float = attrs.field(default=300.0, validator=_seconds)
+    """Seconds a rank waits in a collective for the others before giving up (a rank that
+    exits is noticed at once; this bounds a rank that hangs)."""
 
 
 @attrs.define(kw_only=True)

@@ -11,7 +11,8 @@ Decisions where ML-Agents differs or is silent:
   variable ``torchrun`` sets.  A one-process ``torchrun`` therefore shows no rank.  ML-Agents
   shows it whenever a rank exists, and only on lines with a reward; here it follows ``Time
   Elapsed`` on every line, because every rank prints and a line must say whose it is.
-* Hyperparameters are logged once per category (a resumed or re-sent property repeats nothing).
+* Hyperparameters are logged once per category (a resumed or re-sent property repeats nothing),
+  and only by rank 0: every rank trains with the same ones.
 * Time elapsed counts from the writer's creation on a monotonic clock.
 """
 
@@ -87,7 +88,7 @@ class ConsoleWriter(StatsWriter):
                 raise TypeError(f"SELF_PLAY property must be a bool, got {value!r}")
             self.self_play = value
         elif property_type is StatsPropertyType.HYPERPARAMETERS:
-            if category in self._hyperparameters_logged:
+            if category in self._hyperparameters_logged or get_rank() != 0:
                 return
             self._hyperparameters_logged.add(category)
             logger.info("Hyperparameters for behavior name %s:\n%s", category, render_nested(value))

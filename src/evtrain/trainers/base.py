@@ -5,6 +5,13 @@ calls :meth:`Trainer.advance` until :attr:`Trainer.should_stop`, saves :meth:`st
 every ``checkpoint_interval`` steps and exports :meth:`policy_module`.  Everything a trainer
 wants to say goes through its :class:`StatsReporter`: one ``stats`` event per ``summary_freq``
 steps, labelled with the boundary step, as ML-Agents' ``RLTrainer`` does.
+
+Data-parallel runs (:mod:`evtrain.distributed`): :attr:`Trainer.world` holds the ranks.  The
+bookkeeping here makes :attr:`Trainer.step` the global step (every rank's transitions) and
+merges each summary period's statistics on rank 0; :meth:`Trainer.synchronize` starts every
+rank from rank 0's networks.  An algorithm averages its gradients with
+``self.world.average_(grad)`` before each optimizer step, and merges observation normalisers
+with ``merge_ranks`` — PPO and SAC do; a subclass of either inherits it.
 """
 
 from __future__ import annotations
@@ -18,10 +25,13 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from gymnasium.vector import VectorEnv
+from torch import nn
 
+from evtrain.distributed import World
 from evtrain.reporter import StatsReporter
 from evtrain.stats import StatsAggregationMethod, StatsPropertyType
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
+from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.settings import TrainerSettings
 
 HISTOGRAM = StatsAggregationMethod.HISTOGRAM
@@ -76,8 +86,16 @@ class Trainer(abc.ABC):
         self.seed = seed
         self.device = torch.device(device)
         self.num_envs: int = envs.num_envs
+        self.world = World.current()
+        """This job's ranks; one in a one-process run."""
         self.step: int = 0
-        """Environment steps so far, summed over the sub-environments."""
+        """Environment steps so far, summed over the sub-environments (of every rank: a
+        distributed run makes it global at the end of every :meth:`advance`)."""
+        self.local_step: int = 0
+        """Environment steps this process took since it started."""
+        self._synced = (0, 0)
+        """(step, local_step) at the last all-reduce of the step count."""
+        self._step_dirty = False
         self.init_generator = torch.Generator().manual_seed(seed)
         """Draws the initial weights (networks are built on the CPU, then moved)."""
         self.generator = torch.Generator(self.device).manual_seed(seed)
@@ -122,6 +140,35 @@ class Trainer(abc.ABC):
             return None
         return float(np.mean(self._recent_rewards))
 
+    def synchronize(self) -> None:
+        """Start every rank from rank 0's networks and normaliser statistics (a collective;
+        the runner calls it once the trainer is built and any checkpoint loaded).
+
+        Also switches observation normalisers to collecting batches between ``merge_ranks``.
+        Does nothing in a one-process run.
+        """
+        self._synced = (self.step, self.local_step)
+        if self.world.size == 1:
+            return
+        modules = [value for value in vars(self).values() if isinstance(value, nn.Module)]
+        for module in modules:
+            for part in module.modules():
+                if isinstance(part, ObservationNormalizer):
+                    part.deferred = True
+        self.world.broadcast_(self._shared_tensors(modules))
+
+    def _shared_tensors(self, modules: list[nn.Module]) -> list[torch.Tensor]:
+        """Every tensor that must be equal on all ranks: the parameters and buffers of the
+        trainer's modules, and parameters held directly (an entropy coefficient)."""
+        tensors: dict[tuple[int, int], torch.Tensor] = {}
+        for module in modules:
+            for tensor in (*module.parameters(), *module.buffers()):
+                tensors.setdefault((tensor.data_ptr(), tensor.numel()), tensor.data)
+        for value in vars(self).values():
+            if isinstance(value, nn.Parameter):
+                tensors.setdefault((value.data_ptr(), value.numel()), value.data)
+        return list(tensors.values())
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: networks, optimizers, normaliser, step and RNG states.
 
@@ -144,17 +191,24 @@ class Trainer(abc.ABC):
 
         The sampling generator is restored only when the state comes from the same kind of
         device (CPU and CUDA generators keep different states); otherwise it keeps its seed.
+        In a distributed run every rank loads rank 0's state, so the random generators are
+        instead seeded afresh from this rank's seed and the step: ranks must not sample alike.
 
         :raises ValueError: the state comes from another trainer type.
         """
         self._check_type(state)
         self.step = int(state["step"])
+        self._synced = (self.step, self.local_step)
         self._last_summary = int(state["last_summary"])
         self._recent_rewards.clear()
         self._recent_rewards.extend(float(r) for r in state["recent_rewards"])
-        if state["generator_device"] == self.device.type:
-            self.generator.set_state(state["generator"])
-        self.rng.bit_generator.state = state["rng"]
+        if self.world.size > 1:
+            self.generator.manual_seed(self.seed * 1_000_003 + self.step)
+            self.rng = np.random.default_rng([self.seed, self.step])
+        else:
+            if state["generator_device"] == self.device.type:
+                self.generator.set_state(state["generator"])
+            self.rng.bit_generator.state = state["rng"]
         self._load_state_dict(state)
         self.reporter.set_stat("Step", float(self.step))
 
@@ -194,16 +248,19 @@ class Trainer(abc.ABC):
         self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
     ) -> None:
         """Count one vector step's transitions and report the episodes it finished."""
+        self._step_dirty = True
         if self.autoreset.next_step:
             self._episode_reward += np.where(valid, rewards, 0.0)
             self._episode_length += valid
-            self.step += int(valid.sum())
+            transitions = int(valid.sum())
             finished = dones & valid
         else:  # every step is a transition: skip the masking (this runs every step)
             self._episode_reward += rewards
             self._episode_length += 1
-            self.step += self.num_envs
+            transitions = self.num_envs
             finished = dones
+        self.step += transitions
+        self.local_step += transitions
         if finished.any():
             for i in np.flatnonzero(finished):
                 reward = float(self._episode_reward[i])
@@ -213,16 +270,30 @@ class Trainer(abc.ABC):
             self._episode_reward[finished] = 0.0
             self._episode_length[finished] = 0
 
+    def _sync_step(self) -> None:
+        """Distributed: make :attr:`step` global, adding every rank's transitions since the last
+        call (one all-reduce; nothing when no step was recorded since, on every rank alike)."""
+        if self.world.size == 1 or not self._step_dirty:
+            return
+        step, local_step = self._synced
+        total = self.world.sum([self.local_step - local_step])[0]
+        self.step = step + int(total)
+        self._synced = (self.step, self.local_step)
+        self._step_dirty = False
+
     def _end_period(self) -> None:
         """Report ``Step``, and the summary once ``step`` has crossed a ``summary_freq`` multiple.
 
         Called at the end of every :meth:`advance`, after the update, so the summary includes
-        the losses of the update that just happened.
+        the losses of the update that just happened.  In a distributed run the step becomes
+        global first, and rank 0's summary holds every rank's values.
         """
+        self._sync_step()
         self.reporter.set_stat("Step", float(self.step))
         freq = self.settings.summary_freq
         boundary = self.step // freq * freq
         if boundary > self._last_summary:
             self.reporter.add_stat("Is Training", 1.0)
-            self.reporter.write_stats(boundary)
+            merge = self.world.merge_stats if self.world.size > 1 else None
+            self.reporter.write_stats(boundary, merge=merge)
             self._last_summary = boundary

@@ -7,13 +7,16 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from evtrain.trainers.settings import NetworkSettings
+
+if TYPE_CHECKING:
+    from evtrain.distributed import World
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,
@@ -74,6 +77,10 @@ class ObservationNormalizer(nn.Module):
 
     The statistics are buffers, so they are part of ``state_dict`` and of an exported model.
     When disabled, ``forward`` is the identity and ``update`` does nothing.
+
+    In a distributed run (:attr:`deferred`), :meth:`update` only collects the batches, and
+    :meth:`merge_ranks` merges every rank's into the statistics at once: all ranks then hold
+    the same statistics and normalise alike until the next merge.
     """
 
     count: torch.Tensor
@@ -87,6 +94,9 @@ class ObservationNormalizer(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.deferred = False
+        """Collect :meth:`update`'s batches for :meth:`merge_ranks` instead of merging them."""
+        self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @torch.no_grad()
     def update(self, batch: torch.Tensor) -> None:
@@ -97,13 +107,40 @@ class ObservationNormalizer(nn.Module):
         n = float(x.shape[0])
         batch_mean = x.mean(0)
         batch_var = x.var(0, unbiased=False)
-        # Chan et al.'s parallel merge of two (count, mean, M2) summaries.
-        total = self.count + n
-        delta = batch_mean - self.mean
-        m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
-        self.mean += delta * n / total
-        self.var.copy_(m2 / total)
-        self.count.copy_(total)
+        if self.deferred:
+            if self._pending is None:
+                self._pending = (self.count.new_tensor(n), batch_mean, batch_var)
+            else:
+                self._pending = _merged(*self._pending, n, batch_mean, batch_var)
+            return
+        count, mean, var = _merged(self.count, self.mean, self.var, n, batch_mean, batch_var)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
+        self.count.copy_(count)
+
+    @torch.no_grad()
+    def merge_ranks(self, world: World) -> None:
+        """Merge every rank's batches since the last call, in rank order (a collective: every
+        rank calls it together)."""
+        if not self.enabled:
+            return
+        empty = (torch.zeros_like(self.count), torch.zeros_like(self.mean), self.var)
+        count, mean, var = self._pending or empty
+        self._pending = None
+        size = self.mean.numel()
+        local = torch.cat([count.reshape(1), mean.reshape(-1), var.reshape(-1)])
+        for row in world.all_gather(local.to(world.device)):
+            row = row.to(self.mean.device)
+            n = float(row[0])
+            if n > 0:
+                batch_mean = row[1 : 1 + size].view_as(self.mean)
+                batch_var = row[1 + size :].view_as(self.var)
+                count, new_mean, new_var = _merged(
+                    self.count, self.mean, self.var, n, batch_mean, batch_var
+                )
+                self.mean.copy_(new_mean)
+                self.var.copy_(new_var)
+                self.count.copy_(count)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Standardised, clipped observations (float32); the input itself when disabled."""
@@ -115,6 +152,21 @@ class ObservationNormalizer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"enabled={self.enabled}"
+
+
+def _merged(
+    count: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    n: float,
+    batch_mean: torch.Tensor,
+    batch_var: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chan et al.'s parallel merge of two (count, mean, population variance) summaries."""
+    total = count + n
+    delta = batch_mean - mean
+    m2 = var * count + batch_var * n + delta.square() * count * n / total
+    return total, mean + delta * n / total, m2 / total
 
 
 def flatten_parameters(module: nn.Module) -> nn.Parameter:

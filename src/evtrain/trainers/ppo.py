@@ -206,6 +206,8 @@ class PPOTrainer(Trainer):
                 )
             self.next_obs = next_obs
 
+        if self.world.size > 1:  # every rank's observations into every rank's statistics
+            normalizer.merge_ranks(self.world)
         strength = self.settings.reward_signals.extrinsic.strength
         if strength != 1.0:
             self.rewards *= strength
@@ -282,7 +284,9 @@ class PPOTrainer(Trainer):
             b_obs, b_actions, b_logprobs = b_obs[keep], b_actions[keep], b_logprobs[keep]
             b_advantages, b_returns = b_advantages[keep], b_returns[keep]
         batch = b_obs.shape[0]
-        num_minibatches = max(1, batch // hp.batch_size)
+        # From the settings, not the batch: every rank must take as many gradient steps (each
+        # is an all-reduce), even when dropped autoreset steps leave them different batches.
+        num_minibatches = max(1, min(hp.buffer_size // hp.batch_size, batch))
         if num_minibatches == 1 and hp.normalize_advantage:
             # One minibatch is the whole batch, the same every epoch: normalise it once.
             b_advantages = _normalized(b_advantages)
@@ -327,6 +331,7 @@ class PPOTrainer(Trainer):
 
                 zero_grad_(flat_params)
                 torch.autograd.backward(loss)
+                self.world.average_(flat_params.grad)  # data parallel: the mean over ranks
                 clip_grad_norm_(flat_params, hp.max_grad_norm)
                 self.optimizer.step()
                 pg_losses.append(pg_loss.detach())

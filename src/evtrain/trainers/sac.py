@@ -171,6 +171,8 @@ class SACTrainer(Trainer):
         obs = np.asarray(self.next_obs, dtype=np.float32).reshape(self.num_envs, -1)
         obs_t = torch.as_tensor(obs, device=self.device)
         self.normalizer.update(obs_t)
+        if self.world.size > 1:  # every rank's observations into every rank's statistics
+            self.normalizer.merge_ranks(self.world)
         if self.step < hp.buffer_init_steps:
             action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
             action = action.astype(np.float32)
@@ -200,6 +202,7 @@ class SACTrainer(Trainer):
         self.next_obs = next_obs
 
         # -- learn: one gradient step per steps_per_update environment steps after warm-up
+        self._sync_step()  # distributed: count every rank's steps, so all ranks agree on `due`
         due = int((self.step - hp.buffer_init_steps) / hp.steps_per_update)
         if len(self.replay) >= hp.batch_size:
             lr = hp.learning_rate
@@ -237,6 +240,7 @@ class SACTrainer(Trainer):
         q2_loss = F.mse_loss(q2, y)
         zero_grad_(self.qf_params)
         torch.autograd.backward(q1_loss + q2_loss)
+        self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
         self._clip(self.qf_params)
         self.q_optimizer.step()
 
@@ -247,6 +251,7 @@ class SACTrainer(Trainer):
         policy_loss = (alpha * logprob - min_q_pi).mean()
         zero_grad_(self.actor_params)
         torch.autograd.backward(policy_loss)
+        self.world.average_(self.actor_params.grad)
         self._clip(self.actor_params)
         self.actor_optimizer.step()
 
@@ -254,6 +259,7 @@ class SACTrainer(Trainer):
         alpha_loss = -(self.log_alpha * (logprob.detach() + self.target_entropy)).mean()
         self.alpha_optimizer.zero_grad(set_to_none=True)
         torch.autograd.backward(alpha_loss)
+        self.world.average_(self.log_alpha.grad)
         self.alpha_optimizer.step()
 
         # -- target networks: Polyak averaging with tau

@@ -1,0 +1,154 @@
+"""Instrumentation for the ``torchrun`` tests, loaded with ``--plugins tests/dist_plugins``.
+
+* trainer types ``probe_ppo`` and ``probe_sac``: the built-in trainers, which also count the
+  episodes their own environments finished and, once ``max_steps`` is reached, write
+  ``$EVTRAIN_PROBE_OUT/trainer-rank<R>.json``: step, local step, episodes and a checksum of
+  every network, normaliser and optimizer tensor (what must be equal on every rank);
+* subscriber ``probe_log``: appends what this rank's bus delivers (stats, save, export,
+  run_finished) to ``$EVTRAIN_PROBE_OUT/events-rank<R>.jsonl``, with no rank filter;
+* environment ``dist_probe:dying_cartpole``: CartPole whose process kills itself with SIGKILL
+  on its ``die_at``-th step when it runs as rank ``dying_rank``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from evtrain import Bus, ExportEvent, RunFinished, RunOptions, SaveEvent, StatsEvent, signals
+from evtrain.trainers.base import Trainer
+from evtrain.trainers.ppo import PPOTrainer
+from evtrain.trainers.sac import SACTrainer
+
+
+def _out() -> Path:
+    out = Path(os.environ["EVTRAIN_PROBE_OUT"])
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def checksum(trainer: Trainer) -> str:
+    """SHA-256 of every module's state and every optimizer's state tensors, in a fixed order."""
+    digest = hashlib.sha256()
+    for name, value in sorted(vars(trainer).items()):
+        if isinstance(value, torch.nn.Module):
+            tensors = [t for _, t in sorted(value.state_dict().items())]
+        elif isinstance(value, torch.optim.Optimizer):
+            state = value.state_dict()["state"]
+            tensors = [
+                t for _, entry in sorted(state.items()) for _, t in sorted(entry.items())
+            ]
+        else:
+            continue
+        digest.update(name.encode())
+        for tensor in tensors:
+            digest.update(torch.as_tensor(tensor).detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def write_probe(trainer: Trainer, episodes: int) -> None:
+    record = {
+        "rank": trainer.world.rank,
+        "world_size": trainer.world.size,
+        "step": trainer.step,
+        "local_step": trainer.local_step,
+        "episodes": episodes,
+        "checksum": checksum(trainer),
+    }
+    (_out() / f"trainer-rank{trainer.world.rank}.json").write_text(json.dumps(record))
+
+
+class ProbePPO(PPOTrainer):
+    episodes = 0
+
+    def _record_step(
+        self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
+    ) -> None:
+        self.episodes += int((dones & valid).sum())
+        super()._record_step(rewards, dones, valid)
+
+    def advance(self) -> None:
+        super().advance()
+        if self.should_stop:
+            write_probe(self, self.episodes)
+
+
+class ProbeSAC(SACTrainer):
+    episodes = 0
+
+    def _record_step(
+        self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
+    ) -> None:
+        self.episodes += int((dones & valid).sum())
+        super()._record_step(rewards, dones, valid)
+
+    def advance(self) -> None:
+        super().advance()
+        if self.should_stop:
+            write_probe(self, self.episodes)
+
+
+def trainer_types() -> dict[str, type[Trainer]]:
+    return {"probe_ppo": ProbePPO, "probe_sac": ProbeSAC}
+
+
+def connect_probe_log(options: RunOptions, bus: Bus) -> None:
+    path = _out() / f"events-rank{bus.rank}.jsonl"
+
+    def log(payload: Any) -> None:
+        if isinstance(payload, StatsEvent):
+            reward = payload.values.get("Environment/Cumulative Reward")
+            record: dict[str, Any] = {
+                "signal": "stats",
+                "rank": payload.rank,
+                "step": payload.step,
+                "episodes": 0 if reward is None else reward.num,
+            }
+        elif isinstance(payload, (SaveEvent, ExportEvent)):
+            kind = "save" if isinstance(payload, SaveEvent) else "export"
+            record = {"signal": kind, "step": payload.step, "path": str(payload.path)}
+        elif isinstance(payload, RunFinished):
+            record = {"signal": "run_finished", "status": payload.status.value}
+        else:
+            return
+        with path.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+
+    bus.connect(
+        [signals.stats, signals.save, signals.export, signals.run_finished], log, name="probe_log"
+    )
+
+
+EVTRAIN_PLUGINS = {
+    "evtrain.trainer": {"probe": trainer_types},
+    "evtrain.subscriber": {"probe_log": connect_probe_log},
+}
+
+
+class _DieAt(gym.Wrapper[Any, Any, Any, Any]):
+    def __init__(self, env: gym.Env[Any, Any], die_at: int) -> None:
+        super().__init__(env)
+        self.die_at = die_at
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps == self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+def dying_cartpole(die_at: int, dying_rank: int) -> gym.Env[Any, Any]:
+    env = gym.make("CartPole-v1")
+    if int(os.environ.get("RANK", "0")) == dying_rank:
+        return _DieAt(env, die_at)
+    return env

@@ -1,0 +1,232 @@
+"""Data-parallel runs under a real ``torchrun``: 2 processes, gloo, CPU.
+
+The trainers are the built-in PPO and SAC, run as the plugin types ``probe_ppo`` and
+``probe_sac`` of ``tests/dist_plugins/dist_probe.py`` (loaded with ``--plugins``), which add
+only a record of each rank's final state; a subscriber there logs what each rank's bus
+delivered.  Each ``torchrun`` takes 10-20 s, so the runs are module fixtures shared by tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+from evtrain.checkpoint import load_checkpoint
+
+PROBE = Path(__file__).parent / "dist_plugins"
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+
+
+class Run:
+    """One finished ``torchrun`` of ``evtrain learn``, and what it left behind."""
+
+    def __init__(self, folder: Path, result: subprocess.CompletedProcess[str], took: float):
+        self.folder = folder
+        self.result = result
+        self.took = took
+        self.probe = folder / "probe"
+
+    @property
+    def run(self) -> Path:
+        return self.folder / "results" / "run"
+
+    def trainer(self, rank: int) -> dict[str, Any]:
+        record: dict[str, Any] = json.loads((self.probe / f"trainer-rank{rank}.json").read_text())
+        return record
+
+    def events(self, rank: int) -> list[dict[str, Any]]:
+        path = self.probe / f"events-rank{rank}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def torchrun(
+    folder: Path,
+    behavior: dict[str, Any],
+    env_settings: dict[str, Any],
+    *args: str,
+    timeout: float = 180,
+) -> Run:
+    """``torchrun --standalone --nproc-per-node 2 -m evtrain learn`` on a config in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "behaviors": {"Agent": behavior},
+        "env_settings": env_settings,
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(folder / "results")},
+        "plugins": {"paths": [str(PROBE)]},
+        "torch_settings": {"distributed_timeout": 60},
+    }
+    path = folder / f"config-{len(list(folder.glob('config-*')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {
+        **os.environ,
+        "EVTRAIN_PROBE_OUT": str(folder / "probe"),
+        "PYTHONPATH": str(PROBE),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [*command, str(path), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    return Run(folder, result, time.monotonic() - started)
+
+
+def ppo(max_steps: int) -> dict[str, Any]:
+    """2 ranks x 4 envs x 16 steps: 128 global steps per update."""
+    return {
+        "trainer_type": "probe_ppo",
+        "hyperparameters": {"batch_size": 32, "buffer_size": 64, "num_epoch": 2},
+        "network_settings": {"hidden_units": 32, "normalize": True},
+        "max_steps": max_steps,
+        "time_horizon": 16,
+        "summary_freq": 256,
+        "checkpoint_interval": 512,
+    }
+
+
+CARTPOLE = {"env_id": "CartPole-v1", "num_envs": 4, "seed": 5}
+
+
+def tensorboard_points(folder: Path) -> Counter[tuple[str, int]]:
+    """How often each (tag, step) was written, over every event file in ``folder`` (but the
+    hyperparameters text, which every start of a run writes at step 0)."""
+    points: Counter[tuple[str, int]] = Counter()
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag != "Hyperparameters":
+                    points[(value.tag, event.step)] += 1
+    return points
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    run = torchrun(tmp_path_factory.mktemp("ppo"), ppo(1024), CARTPOLE)
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    return run
+
+
+def test_ranks_end_with_identical_parameters_and_a_global_step(ppo_run: Run) -> None:
+    rank0, rank1 = ppo_run.trainer(0), ppo_run.trainer(1)
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    # networks, normaliser statistics and Adam moments, all bit-identical
+    assert rank0["checksum"] == rank1["checksum"]
+    assert rank0["local_step"] == rank1["local_step"] == 512
+    assert rank0["step"] == rank1["step"] == rank0["local_step"] + rank1["local_step"] == 1024
+
+
+def test_only_rank_zero_saves_and_exports_once_per_checkpoint(ppo_run: Run) -> None:
+    rank0 = [e for e in ppo_run.events(0) if e["signal"] in ("save", "export")]
+    run = ppo_run.run
+    assert [(e["signal"], e["step"], e["path"]) for e in rank0] == [
+        ("save", 512, str(run / "Agent" / "Agent-512.pt")),
+        ("export", 512, str(run / "Agent" / "Agent-512.onnx")),
+        ("save", 1024, str(run / "Agent" / "Agent-1024.pt")),
+        ("export", 1024, str(run / "Agent" / "Agent-1024.onnx")),
+        ("export", 1024, str(run / "Agent.onnx")),
+    ]
+    assert [e["signal"] for e in ppo_run.events(1)] == ["stats"] * 4 + ["run_finished"]
+    assert load_checkpoint(run / "Agent" / "checkpoint.pt")["step"] == 1024
+
+
+def test_rank_zero_writes_the_only_tensorboard_file_without_duplicates(ppo_run: Run) -> None:
+    folder = ppo_run.run / "Agent"
+    assert len(list(folder.glob("events.out.tfevents.*"))) == 1
+    points = tensorboard_points(folder)
+    assert max(points.values()) == 1
+    steps = sorted(step for tag, step in points if tag == "Environment/Cumulative Reward")
+    assert steps == [256, 512, 768, 1024]
+    assert sorted(p.name for p in (ppo_run.run / "run_logs").iterdir()) == [
+        "timers.json",
+        "training_status.json",
+    ]
+
+
+def test_rank_zero_reports_the_episodes_of_every_rank(ppo_run: Run) -> None:
+    reported = [e for e in ppo_run.events(0) if e["signal"] == "stats"]
+    assert [e["step"] for e in reported] == [256, 512, 768, 1024]
+    assert {e["rank"] for e in reported} == {0}
+    episodes = ppo_run.trainer(0)["episodes"] + ppo_run.trainer(1)["episodes"]
+    assert sum(e["episodes"] for e in reported) == episodes
+    # rank 1 reports its own episodes (to its console); they are part of rank 0's figures
+    own = [e for e in ppo_run.events(1) if e["signal"] == "stats"]
+    assert sum(e["episodes"] for e in own) == ppo_run.trainer(1)["episodes"] > 0
+
+
+def test_console_lines_say_which_rank_speaks(ppo_run: Run) -> None:
+    lines = [line for line in ppo_run.result.stderr.splitlines() if "Agent. Step: 1024." in line]
+    assert sorted(line.split("Rank: ")[1][0] for line in lines) == ["0", "1"]
+    assert ppo_run.result.stderr.count("Hyperparameters for behavior name Agent") == 1
+
+
+def test_resume_on_two_ranks_continues_every_curve_once(
+    ppo_run: Run, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("resume")
+    shutil.copytree(ppo_run.folder / "results", folder / "results")
+    run = torchrun(folder, ppo(1536), CARTPOLE, "--resume")
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    rank0, rank1 = run.trainer(0), run.trainer(1)
+    assert rank0["checksum"] == rank1["checksum"]
+    assert rank0["step"] == 1536 and rank0["local_step"] == rank1["local_step"] == 256
+    folder_tb = run.run / "Agent"
+    points = tensorboard_points(folder_tb)
+    assert max(points.values()) == 1
+    steps = sorted(step for tag, step in points if tag == "Environment/Cumulative Reward")
+    assert steps == [256, 512, 768, 1024, 1280, 1536]
+
+
+def test_sac_on_two_ranks(tmp_path: Path) -> None:
+    sac = {
+        "trainer_type": "probe_sac",
+        "hyperparameters": {"batch_size": 32, "buffer_init_steps": 64, "buffer_size": 1000},
+        "network_settings": {"hidden_units": 16, "normalize": True},
+        "max_steps": 256,
+        "summary_freq": 128,
+        "checkpoint_interval": 10**6,
+    }
+    run = torchrun(tmp_path, sac, {"env_id": "Pendulum-v1", "num_envs": 2, "seed": 1})
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    rank0, rank1 = run.trainer(0), run.trainer(1)
+    assert rank0["checksum"] == rank1["checksum"]
+    assert rank0["local_step"] == rank1["local_step"] == 128
+    assert rank0["step"] == 256
+    assert [e["step"] for e in run.events(0) if e["signal"] == "stats"] == [128, 256]
+
+
+def test_a_dying_rank_stops_the_others_with_a_clear_error(tmp_path: Path) -> None:
+    behavior = {**ppo(10**6), "trainer_type": "ppo", "checkpoint_interval": 256}
+    envs = {
+        "env_id": "dist_probe:dying_cartpole",
+        "env_kwargs": {"die_at": 200, "dying_rank": 1},
+        "num_envs": 4,
+        "seed": 5,
+    }
+    run = torchrun(tmp_path, behavior, envs, timeout=150)
+    stderr = run.result.stderr
+    assert run.result.returncode != 0
+    assert "[ERROR] rank 0: " in stderr, stderr[-3000:]
+    assert "most likely because another rank stopped" in stderr
+    # rank 0 wrote checkpoints up to rank 1's death (200 steps x 4 envs x 2 ranks = 1600
+    # global steps), and the last one is whole
+    checkpoint = load_checkpoint(run.run / "Agent" / "checkpoint.pt")
+    assert 256 <= checkpoint["step"] <= 1600
+    assert not list((run.run / "Agent").glob(".*.tmp"))
+    assert all(torch.isfinite(t).all() for t in checkpoint["agent"].values())

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from evtrain import Bus
+from tests.helpers import PLUGIN
 
 
 @pytest.fixture(autouse=True)
@@ -27,3 +31,44 @@ def bus() -> Iterator[Bus]:
     """A bus that raises subscriber errors in tests unless a test asks otherwise."""
     with Bus() as bus:
         yield bus
+
+
+@pytest.fixture(scope="session")
+def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the example plugin installed by pip, for ``PYTHONPATH``.
+
+    Built from a copy: building in place leaves ``build/`` and ``*.egg-info`` in the source
+    tree.  ``--no-build-isolation`` uses this venv's setuptools and ``--no-index`` keeps pip
+    off the network, so this takes about a second offline.
+    """
+    work = tmp_path_factory.mktemp("example-plugin")
+    source = work / "source"
+    shutil.copytree(
+        PLUGIN,
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".*_cache"),
+    )
+    site = work / "site"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return site

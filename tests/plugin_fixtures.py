@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evtrain import Bus, RunOptions, StatsSummary, StatsWriter, signals
+from evtrain.distributed import Initializer
 
 
 class ListWriter(StatsWriter):
@@ -45,3 +46,28 @@ def save_subscriber(run_options: RunOptions, bus: Bus) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+class FixtureInitializer(Initializer):
+    """Records its calls; sets up nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def load(self, options: RunOptions) -> None:
+        self.calls.append(f"load {options.checkpoint_settings.run_id}")
+
+    def teardown(self) -> None:
+        self.calls.append("teardown")
+
+
+def fixture_initializer() -> Initializer:
+    return FixtureInitializer()
+
+
+def broken_initializer() -> Initializer:
+    raise OSError("no network")
+
+
+def not_an_initializer() -> Any:
+    return 42

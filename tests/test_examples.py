@@ -3,42 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-PLUGIN = EXAMPLES / "plugin"
-
-
-def python(
-    *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run this interpreter with warnings as errors, like the test suite itself."""
-    return subprocess.run(
-        [sys.executable, "-W", "error", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=dict(env) if env is not None else clean_env(),
-        cwd=cwd,
-    )
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    # A RANK left in the environment (e.g. by torchrun) would make the run rank != 0, where
-    # the example's file subscribers are not connected at all.
-    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE"}}
-    env.update(extra)
-    return env
-
+from tests.helpers import EXAMPLES, clean_env, python
 
 # -- examples/custom_subscriber.py -----------------------------------------------------------
 
@@ -79,47 +47,6 @@ def test_custom_subscriber_example_output(tmp_path: Path) -> None:
 # -- examples/plugin, installed with pip -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding the example plugin installed by pip, for ``PYTHONPATH``.
-
-    Built from a copy: building in place leaves ``build/`` and ``*.egg-info`` in the source
-    tree.  ``--no-build-isolation`` uses this venv's setuptools and ``--no-index`` keeps pip
-    off the network, so this takes about a second offline.
-    """
-    work = tmp_path_factory.mktemp("example-plugin")
-    source = work / "source"
-    shutil.copytree(
-        PLUGIN,
-        source,
-        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".*_cache"),
-    )
-    site = work / "site"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--no-cache-dir",
-            "--disable-pip-version-check",
-            "--quiet",
-            "--target",
-            str(site),
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return site
-
-
 def test_evtrain_plugins_lists_the_installed_example(plugin_site: Path) -> None:
     result = python("-m", "evtrain", "plugins", env=clean_env(PYTHONPATH=str(plugin_site)))
     # Not the exit status: it also reports the default writers, which are not under test here.
@@ -140,14 +67,36 @@ def test_evtrain_plugins_lists_the_installed_example(plugin_site: Path) -> None:
             "evtrain_example_plugin.save_log:connect_save_log",
             "loaded",
         ],
+        [
+            "reward_clip",
+            "evtrain-example-plugin",
+            "0.1.0",
+            "evtrain_example_plugin.reward_clip:trainer_types",
+            "loaded",
+        ],
+        [
+            "slurm",
+            "evtrain-example-plugin",
+            "0.1.0",
+            "evtrain_example_plugin.slurm:slurm_initializer",
+            "loaded",
+        ],
     ]
     lines = result.stdout.splitlines()
     groups = [line for line in lines if not line.startswith(" ")]
-    assert groups[:2] == ["evtrain.stats_writer:", "evtrain.subscriber:"]
-    jsonl_at = next(i for i, row in enumerate(rows) if row[:1] == ["jsonl"])
-    save_log_at = next(i for i, row in enumerate(rows) if row[:1] == ["save_log"])
-    assert lines.index("evtrain.stats_writer:") < jsonl_at < lines.index("evtrain.subscriber:")
-    assert lines.index("evtrain.subscriber:") < save_log_at < lines.index("evtrain.trainer:")
+    assert groups == [
+        "evtrain.stats_writer:",
+        "evtrain.subscriber:",
+        "evtrain.trainer:",
+        "evtrain.initializer:",
+    ]
+    where = {row[0]: i for i, row in enumerate(rows) if len(row) > 1}
+    bounds = [lines.index(group) for group in groups] + [len(lines)]
+    for group, names in enumerate(
+        (["default", "jsonl"], ["save_log"], ["ppo", "sac", "reward_clip"], ["slurm", "torch"])
+    ):
+        assert all(bounds[group] < where[name] < bounds[group + 1] for name in names), names
+    assert rows[where["ppo"]][3:] == ["evtrain.trainers.ppo:PPOTrainer", "built", "in"]
 
 
 RUN_WITH_PLUGINS = """\

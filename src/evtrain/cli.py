@@ -71,7 +71,9 @@ def list_plugins(groups: Sequence[str], paths: Sequence[str] = ()) -> int:
     for group in groups:
         rows = [r for r in results if r.plugin.group == group]
         print(f"{group}:")
-        if not rows:
+        if group == plugins.TRAINER:
+            _list_built_in_trainers()
+        elif not rows:
             print("  (none)")
         for result in rows:
             p = result.plugin
@@ -83,6 +85,15 @@ def list_plugins(groups: Sequence[str], paths: Sequence[str] = ()) -> int:
                 state = "loaded"
             print(f"  {p.name:<20} {source:<28} {p.value:<45} {state}")
     return status
+
+
+def _list_built_in_trainers() -> None:
+    from evtrain import __version__
+    from evtrain.registry import TRAINER_TYPES
+
+    for name, built_in in TRAINER_TYPES.items():
+        value = built_in.trainer if isinstance(built_in.trainer, str) else built_in.trainer.__name__
+        print(f"  {name:<20} {'evtrain ' + __version__:<28} {value:<45} built in")
 
 
 _OVERRIDES = {

@@ -44,9 +44,7 @@ def checksum(trainer: Trainer) -> str:
             tensors = [t for _, t in sorted(value.state_dict().items())]
         elif isinstance(value, torch.optim.Optimizer):
             state = value.state_dict()["state"]
-            tensors = [
-                t for _, entry in sorted(state.items()) for _, t in sorted(entry.items())
-            ]
+            tensors = [t for _, entry in sorted(state.items()) for _, t in sorted(entry.items())]
         else:
             continue
         digest.update(name.encode())

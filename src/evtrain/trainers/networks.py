@@ -118,28 +118,35 @@ class ObservationNormalizer(nn.Module):
         self.var.copy_(var)
         self.count.copy_(count)
 
-    @torch.no_grad()
     def merge_ranks(self, world: World) -> None:
         """Merge every rank's batches since the last call, in rank order (a collective: every
         rank calls it together)."""
-        if not self.enabled:
-            return
+        if self.enabled:
+            self.merge_rows(world.all_gather(self.pending_row().to(world.device)))
+
+    def pending_row(self) -> torch.Tensor:
+        """The batches collected since the last merge as one row: count, mean, variance; and
+        forgets them."""
         empty = (torch.zeros_like(self.count), torch.zeros_like(self.mean), self.var)
         count, mean, var = self._pending or empty
         self._pending = None
+        return torch.cat([count.reshape(1), mean.reshape(-1), var.reshape(-1)])
+
+    @torch.no_grad()
+    def merge_rows(self, rows: list[torch.Tensor]) -> None:
+        """Merge :meth:`pending_row` outputs into the statistics, in order."""
         size = self.mean.numel()
-        local = torch.cat([count.reshape(1), mean.reshape(-1), var.reshape(-1)])
-        for row in world.all_gather(local.to(world.device)):
+        for row in rows:
             row = row.to(self.mean.device)
             n = float(row[0])
             if n > 0:
                 batch_mean = row[1 : 1 + size].view_as(self.mean)
                 batch_var = row[1 + size :].view_as(self.var)
-                count, new_mean, new_var = _merged(
+                count, mean, var = _merged(
                     self.count, self.mean, self.var, n, batch_mean, batch_var
                 )
-                self.mean.copy_(new_mean)
-                self.var.copy_(new_var)
+                self.mean.copy_(mean)
+                self.var.copy_(var)
                 self.count.copy_(count)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

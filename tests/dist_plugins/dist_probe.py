@@ -65,7 +65,9 @@ def write_probe(trainer: Trainer, episodes: int) -> None:
     (_out() / f"trainer-rank{trainer.world.rank}.json").write_text(json.dumps(record))
 
 
-class ProbePPO(PPOTrainer):
+class _Probe(Trainer):
+    """Mixed in before a built-in trainer: counts episodes, writes the record at the end."""
+
     episodes = 0
 
     def _record_step(
@@ -75,24 +77,17 @@ class ProbePPO(PPOTrainer):
         super()._record_step(rewards, dones, valid)
 
     def advance(self) -> None:
-        super().advance()
+        super().advance()  # type: ignore[safe-super]  # the built-in's, next in the MRO
         if self.should_stop:
             write_probe(self, self.episodes)
 
 
-class ProbeSAC(SACTrainer):
-    episodes = 0
+class ProbePPO(_Probe, PPOTrainer):
+    pass
 
-    def _record_step(
-        self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
-    ) -> None:
-        self.episodes += int((dones & valid).sum())
-        super()._record_step(rewards, dones, valid)
 
-    def advance(self) -> None:
-        super().advance()
-        if self.should_stop:
-            write_probe(self, self.episodes)
+class ProbeSAC(_Probe, SACTrainer):
+    pass
 
 
 def trainer_types() -> dict[str, type[Trainer]]:

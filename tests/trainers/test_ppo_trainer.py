@@ -16,6 +16,7 @@ from evtrain.trainers import (
     SACSettings,
     make_vector_env,
 )
+from evtrain.trainers.ppo import BETA_FLOOR, EPSILON_FLOOR, LEARNING_RATE_FLOOR
 from tests.trainers.helpers import (
     Recording,
     counting_envs,
@@ -68,6 +69,36 @@ def test_learns_cartpole_and_reports_every_summary_period(recording: Recording) 
     assert prop.property_type is StatsPropertyType.HYPERPARAMETERS
     assert prop.value["hyperparameters"]["lambd"] == 0.8
     assert prop.value["reward_signals"] == {"extrinsic": {"gamma": 0.98, "strength": 1.0}}
+
+
+def test_schedules_are_taken_at_update_time(recording: Recording) -> None:
+    # Two 64-step rollouts over max_steps 128.  As in ML-Agents and SB3, an update uses the
+    # scheduled values of the step count after its rollout: half decayed for the first update
+    # (step 64), the floors for the second (step 128 = max_steps), not 0.2 and 0.15.
+    settings = small_ppo(
+        hyperparameters=PPOSettings(
+            batch_size=32, buffer_size=64, num_epoch=1, learning_rate=1e-3, beta=1e-2, epsilon=0.2
+        ),
+        max_steps=128,
+    )
+    envs = make_vector_env("CartPole-v1", 2)
+    trainer = PPOTrainer("Test", settings, envs, recording.reporter, seed=0)
+    learning_rates = []
+    while not trainer.should_stop:
+        trainer.advance()
+        learning_rates.append(trainer.optimizer.param_groups[0]["lr"])
+    recording.flush()
+    envs.close()
+
+    assert [e.step for e in recording.stats] == [64, 128]
+    first, last = (e.values for e in recording.stats)
+    assert learning_rates == pytest.approx([(1e-3 + LEARNING_RATE_FLOOR) / 2, LEARNING_RATE_FLOOR])
+    assert first["Policy/Learning Rate"].aggregated_value == pytest.approx(learning_rates[0])
+    assert first["Policy/Epsilon"].aggregated_value == pytest.approx((0.2 + EPSILON_FLOOR) / 2)
+    assert first["Policy/Beta"].aggregated_value == pytest.approx((1e-2 + BETA_FLOOR) / 2)
+    assert last["Policy/Learning Rate"].aggregated_value == pytest.approx(LEARNING_RATE_FLOOR)
+    assert last["Policy/Epsilon"].aggregated_value == pytest.approx(EPSILON_FLOOR)
+    assert last["Policy/Beta"].aggregated_value == pytest.approx(BETA_FLOOR)
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])

@@ -132,12 +132,17 @@ class PPOTrainer(Trainer):
     def advance(self) -> None:
         """Collect one rollout, update the policy on it, report."""
         hp = self.hp
+        next_value = self._collect_rollout()
+        # Scheduled values are taken at update time, from the step count that includes the
+        # rollout just collected, as ML-Agents' optimizer (``get_current_step()`` in
+        # ``update``) and SB3 (``progress_remaining`` after ``collect_rollouts``) both do: the
+        # first update already runs slightly decayed, the one that reaches max_steps at the
+        # floor.
         lr = self._scheduled(hp.learning_rate, hp.learning_rate_schedule, LEARNING_RATE_FLOOR)
         clip_coef = self._scheduled(hp.epsilon, hp.epsilon_schedule, EPSILON_FLOOR)
         ent_coef = self._scheduled(hp.beta, hp.beta_schedule, BETA_FLOOR)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        next_value = self._collect_rollout()
         advantages, returns = self._advantages(next_value)
         self._update(advantages, returns, clip_coef, ent_coef)
 

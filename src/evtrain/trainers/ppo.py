@@ -133,6 +133,7 @@ class PPOTrainer(Trainer):
         """Collect one rollout, update the policy on it, report."""
         hp = self.hp
         next_value = self._collect_rollout()
+        self._sync_step()  # distributed: the schedules follow the global step
         # Scheduled values are taken at update time, from the step count that includes the
         # rollout just collected, as ML-Agents' optimizer (``get_current_step()`` in
         # ``update``) and SB3 (``progress_remaining`` after ``collect_rollouts``) both do: the

@@ -230,3 +230,35 @@ def test_a_dying_rank_stops_the_others_with_a_clear_error(tmp_path: Path) -> Non
     assert 256 <= checkpoint["step"] <= 1600
     assert not list((run.run / "Agent").glob(".*.tmp"))
     assert all(torch.isfinite(t).all() for t in checkpoint["agent"].values())
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_world_collectives(ranks: int, tmp_path: Path) -> None:
+    """2 ranks exchange tensors pairwise, 3 use gloo's all-reduce: same results."""
+    script = str(PROBE / "world_check.py")
+    result = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc-per-node", str(ranks), script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("rank*.json"))]
+    by_rank = {line.pop("rank"): line for line in lines}
+    assert sorted(by_rank) == list(range(ranks))
+    mean = sum(range(1, ranks + 1)) / ranks
+    everyone = [float(r) for r in range(ranks) for _ in range(r + 1)]
+    for rank, got in by_rank.items():
+        assert got["average"] == [mean] * 5
+        assert got["broadcast"] == [0.0] * 3
+        assert got["sum"] == [float(ranks), float(sum(range(ranks)))]
+        assert got["any"] == [True, False]
+        assert got["object"] == "from 0"
+        assert got["gathered"] == [[float(r)] for r in range(ranks)]
+        if rank == 0:
+            assert got["merged"] == {"Environment/Cumulative Reward": everyone, "Step": [100.0]}
+        else:  # other ranks keep their own period
+            own = [float(rank)] * (rank + 1)
+            assert got["merged"] == {"Environment/Cumulative Reward": own, "Step": [100.0 + rank]}

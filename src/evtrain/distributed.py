@@ -237,8 +237,29 @@ class World:
             return
         if tensor is None:
             raise ValueError("no gradient to average: the parameter has no .grad")
-        self._collective("averaging gradients", self._dist.all_reduce, tensor)
+        self._sum_(tensor, "averaging gradients")
         tensor.div_(self.size)
+
+    def _sum_(self, tensor: torch.Tensor, what: str) -> None:
+        """All-reduce (sum) ``tensor`` in place.
+
+        Two ranks on gloo swap their tensors instead (one message each way) and add: gloo's
+        ring all-reduce takes several round trips, 1.7 ms for a 9,000-float gradient between
+        two processes of this 2-core machine against 0.3 ms for the swap, and PPO averages a
+        gradient 20 times per update.  ``a + b == b + a`` exactly, so both ranks still hold
+        the same bits.
+        """
+        if self.size != 2 or self._dist.get_backend() != "gloo":
+            self._collective(what, self._dist.all_reduce, tensor)
+            return
+        import torch
+
+        peer = 1 - self.rank
+        other = torch.empty_like(tensor)
+        sent = self._collective(what, self._dist.isend, tensor, peer)
+        self._collective(what, self._dist.recv, other, peer)
+        self._collective(what, sent.wait)
+        tensor.add_(other)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Every rank's ``tensor`` (same shape everywhere), in rank order."""
@@ -259,7 +280,7 @@ class World:
         import torch
 
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        self._collective("summing", self._dist.all_reduce, tensor)
+        self._sum_(tensor, "summing")
         return [float(v) for v in tensor.tolist()]
 
     def any(self, flag: bool) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -80,6 +81,7 @@ def main() -> None:
         for variant in runs:
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 print(f"repeat {repeat + 1}: {variant}...", file=sys.stderr, flush=True)
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 subprocess.run(
                     [
                         sys.executable,
@@ -93,7 +95,13 @@ def main() -> None:
                     ],
                     check=True,
                 )
-                runs[variant].append(json.loads(Path(tmp.name).read_text()))
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                record = json.loads(Path(tmp.name).read_text())
+                # CPU of the whole child process (start-up included): every thread's work
+                record["cpu_s"] = (after.ru_utime - before.ru_utime) + (
+                    after.ru_stime - before.ru_stime
+                )
+                runs[variant].append(record)
     medians = {v: statistics.median(r["wall_s"] for r in rs) for v, rs in runs.items()}
     overhead = (medians["defaults+slow"] / medians["none"] - 1.0) * 100.0
     print(f"{'variant':<16}{'wall s (each run)':>36}{'median s':>10}{'events':>8}")
@@ -101,9 +109,35 @@ def main() -> None:
         walls = ", ".join(f"{r['wall_s']:.2f}" for r in rs)
         print(f"{variant:<16}{walls:>36}{medians[variant]:>10.2f}{rs[0]['events_delivered']:>8}")
     print(f"overhead of default writers + 10 ms/event plugin: {overhead:+.1f} % wall time")
+    # This shared machine's speed drifts between runs by more than the effect measured, so
+    # also: each repeat's pair (run back to back) as a ratio, and the fastest run of each.
+    paired = statistics.median(
+        b["wall_s"] / a["wall_s"] for a, b in zip(runs["none"], runs["defaults+slow"], strict=True)
+    )
+    fastest = {v: min(r["wall_s"] for r in rs) for v, rs in runs.items()}
+    cpu = {v: statistics.median(r["cpu_s"] for r in rs) for v, rs in runs.items()}
+    print(f"median of the paired ratios: {(paired - 1.0) * 100.0:+.1f} % wall time")
+    print(
+        f"fastest run: none {fastest['none']:.2f} s, defaults+slow {fastest['defaults+slow']:.2f}"
+        f" s ({(fastest['defaults+slow'] / fastest['none'] - 1.0) * 100.0:+.1f} %)"
+    )
+    print(
+        f"median CPU s of the whole process: none {cpu['none']:.2f}, defaults+slow "
+        f"{cpu['defaults+slow']:.2f} ({(cpu['defaults+slow'] / cpu['none'] - 1.0) * 100.0:+.1f} %)"
+    )
     OUT.mkdir(exist_ok=True)
     (OUT / "bus_overhead.json").write_text(
-        json.dumps({"runs": runs, "median_s": medians, "overhead_pct": overhead}, indent=2)
+        json.dumps(
+            {
+                "runs": runs,
+                "median_s": medians,
+                "overhead_pct": overhead,
+                "paired_ratio_median": paired,
+                "fastest_s": fastest,
+                "median_cpu_s": cpu,
+            },
+            indent=2,
+        )
     )
 
 

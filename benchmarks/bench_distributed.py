@@ -16,6 +16,10 @@ and the final ONNX export are left out; ``wall`` includes them).  Runs alternate
 the setups so that each sees the same machine load.  Writes JSON to ``benchmarks/out/``.
 
     .venv/bin/python benchmarks/bench_distributed.py --steps 100000 --repeats 3
+    .venv/bin/python benchmarks/bench_distributed.py --steps 20000 --hidden-units 256
+
+``--hidden-units`` widens the networks: more computation per gradient step for the same
+number of exchanges between the ranks.
 """
 
 from __future__ import annotations
@@ -75,10 +79,14 @@ SETUPS: dict[str, tuple[int, dict[str, Any]]] = {
 """Name to (ranks, changes to the config)."""
 
 
-def run(folder: Path, ranks: int, changes: dict[str, Any], steps: int) -> dict[str, Any]:
+def run(
+    folder: Path, ranks: int, changes: dict[str, Any], steps: int, hidden_units: int | None
+) -> dict[str, Any]:
     config = yaml.safe_load(CONFIG.read_text())
     behavior = config["behaviors"]["CartPole"]
     behavior["max_steps"] = steps
+    if hidden_units is not None:
+        behavior["network_settings"]["hidden_units"] = hidden_units
     behavior["checkpoint_interval"] = 10**9
     behavior["summary_freq"] = 10_000
     for key in ("buffer_size", "batch_size"):
@@ -119,13 +127,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hidden-units", type=int, help="network width (config: 64)")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SETUPS}
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
             for name, (ranks, changes) in SETUPS.items():
                 folder = Path(scratch) / f"{repeat}-{ranks}-{len(changes)}"
-                runs[name].append(run(folder, ranks, changes, args.steps))
+                runs[name].append(run(folder, ranks, changes, args.steps, args.hidden_units))
                 print(f"repeat {repeat}: {name}: {runs[name][-1]}", flush=True)
     base = statistics.median(r["steps_per_s"] for r in runs["1 rank"])
     summary = {}

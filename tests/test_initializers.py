@@ -182,3 +182,34 @@ def test_normalisers_of_two_ranks_merge_to_the_statistics_of_all_batches() -> No
     assert rank0.count.item() == everything.count.item() == 23
     torch.testing.assert_close(rank0.mean, everything.mean)
     torch.testing.assert_close(rank0.var, everything.var)
+
+
+LAB_MODULE = """
+from evtrain.distributed import Initializer
+
+
+class LabInitializer(Initializer):
+    def load(self, options):
+        self.device = "cpu"
+
+
+def lab():
+    return LabInitializer()
+
+
+EVTRAIN_PLUGINS = {"evtrain.initializer": {"lab": lab}}
+"""
+
+
+def test_a_plugins_module_registers_an_initializer(tmp_path: Any) -> None:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "lab_setup.py").write_text(LAB_MODULE)
+    with pytest.raises(PluginError, match=r"^2 initializers are active \('lab' "):
+        load_initializer(options(paths=[str(folder)]))
+    chosen = load_initializer(options(paths=[str(folder)], initializer="lab"))
+    assert type(chosen).__name__ == "LabInitializer"
+    assert [p.distribution for p in discover([INITIALIZER], [str(folder)])] == [
+        f"path:{folder}",
+        "evtrain",
+    ]

@@ -39,18 +39,15 @@ def write_config(tmp_path: Path, **hyperparameters: Any) -> Path:
     return path
 
 
+def evtrain_learn(site: Path, config: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``python -m evtrain learn`` with the example plugin installed in ``site``."""
+    env = clean_env(PYTHONPATH=str(site))
+    return python("-m", "evtrain", "learn", str(config), *flags, env=env, timeout=120)
+
+
 def test_the_example_trainer_type_trains(plugin_site: Path, tmp_path: Path) -> None:
     config = write_config(tmp_path, reward_clip=0.5)
-    result = python(
-        "-m",
-        "evtrain",
-        "learn",
-        str(config),
-        "--initializer",
-        "torch",
-        env=clean_env(PYTHONPATH=str(plugin_site)),
-        timeout=120,
-    )
+    result = evtrain_learn(plugin_site, config, "--initializer", "torch")
     assert result.returncode == 0, result.stderr
     run = tmp_path / "results" / "run"
     assert result.stdout == f"Agent: 512 steps, policy exported to {run / 'Agent.onnx'}\n"
@@ -62,10 +59,7 @@ def test_the_example_trainer_type_trains(plugin_site: Path, tmp_path: Path) -> N
 def test_a_misspelt_plugin_hyperparameter_is_a_config_error(
     plugin_site: Path, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, reward_clp=0.5)
-    result = python(
-        "-m", "evtrain", "learn", str(config), env=clean_env(PYTHONPATH=str(plugin_site))
-    )
+    result = evtrain_learn(plugin_site, write_config(tmp_path, reward_clp=0.5))
     assert result.returncode == 2
     assert result.stderr == (
         "evtrain: error: behaviors.Agent.hyperparameters.reward_clp: unknown key "
@@ -74,10 +68,7 @@ def test_a_misspelt_plugin_hyperparameter_is_a_config_error(
 
 
 def test_two_installed_initializers_need_a_choice(plugin_site: Path, tmp_path: Path) -> None:
-    config = write_config(tmp_path)
-    result = python(
-        "-m", "evtrain", "learn", str(config), env=clean_env(PYTHONPATH=str(plugin_site))
-    )
+    result = evtrain_learn(plugin_site, write_config(tmp_path))
     assert result.returncode == 2
     assert result.stderr == (
         "evtrain: error: 2 initializers are active ('slurm' (evtrain.initializer, from "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -51,14 +52,11 @@ class Run:
         return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def torchrun(
-    folder: Path,
-    behavior: dict[str, Any],
-    env_settings: dict[str, Any],
-    *args: str,
-    timeout: float = 180,
-) -> Run:
-    """``torchrun --standalone --nproc-per-node 2 -m evtrain learn`` on a config in ``folder``."""
+def launch(
+    folder: Path, behavior: dict[str, Any], env_settings: dict[str, Any], *args: str
+) -> subprocess.Popen[str]:
+    """Start ``torchrun --standalone --nproc-per-node 2 -m evtrain learn`` on a config in
+    ``folder``, in a session of its own (as a terminal would run it)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {
         "behaviors": {"Agent": behavior},
@@ -76,15 +74,31 @@ def torchrun(
         "OMP_NUM_THREADS": "1",
     }
     command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
-    started = time.monotonic()
-    result = subprocess.run(
+    return subprocess.Popen(
         [*command, str(path), *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        timeout=timeout,
-        check=False,
+        start_new_session=True,
     )
+
+
+def torchrun(
+    folder: Path,
+    behavior: dict[str, Any],
+    env_settings: dict[str, Any],
+    *args: str,
+    timeout: float = 180,
+) -> Run:
+    """Run :func:`launch` to the end."""
+    started = time.monotonic()
+    process = launch(folder, behavior, env_settings, *args)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     return Run(folder, result, time.monotonic() - started)
 
 
@@ -230,6 +244,27 @@ def test_a_dying_rank_stops_the_others_with_a_clear_error(tmp_path: Path) -> Non
     assert 256 <= checkpoint["step"] <= 1600
     assert not list((run.run / "Agent").glob(".*.tmp"))
     assert all(torch.isfinite(t).all() for t in checkpoint["agent"].values())
+
+
+def test_ctrl_c_stops_both_ranks_at_one_step_and_rank_zero_saves(tmp_path: Path) -> None:
+    process = launch(tmp_path, {**ppo(10**6), "checkpoint_interval": 10**6}, CARTPOLE)
+    first_stats = tmp_path / "probe" / "events-rank1.jsonl"
+    deadline = time.monotonic() + 120
+    while not first_stats.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    try:
+        process.communicate(timeout=120)
+    finally:
+        process.kill()
+    run = Run(tmp_path, subprocess.CompletedProcess(process.args, 0), 0.0)
+    finished = [[e for e in run.events(r) if e["signal"] == "run_finished"] for r in (0, 1)]
+    assert finished == [[{"signal": "run_finished", "status": "interrupted"}]] * 2
+    saves = [e for e in run.events(0) if e["signal"] == "save"]
+    step = load_checkpoint(run.run / "Agent" / "checkpoint.pt")["step"]
+    assert [e["step"] for e in saves] == [step] and step % 128 == 0
+    assert (run.run / "Agent.onnx").exists()
+    assert not [e for e in run.events(1) if e["signal"] in ("save", "export")]
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

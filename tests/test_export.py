@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from evtrain import Bus, StatsReporter
-from evtrain.export import export_onnx, onnx_policy
+from evtrain.export import PolicyExporter, export_onnx, onnx_policy
 from evtrain.trainers import NetworkSettings, PPOTrainer, SACTrainer, make_vector_env
 from tests.trainers.helpers import small_ppo, small_sac
 
@@ -63,6 +63,17 @@ class ContinuousPolicy(NormalizedMLP):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         squashed = torch.tanh(self.logits(obs))
         return self.low + (squashed + 1.0) * (self.high - self.low) / 2
+
+
+class ScaledPolicy(DiscretePolicy):
+    """Reads a tensor that is neither a parameter nor a buffer: a constant of a traced graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.tensor([1.0, 1.0, 1.0])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (self.logits(obs) * self.scale).argmax(-1)
 
 
 class RaisingPolicy(nn.Module):
@@ -147,6 +158,51 @@ def test_example_obs_must_be_a_batch(tmp_path: Path) -> None:
         export_onnx(DiscretePolicy(), torch.zeros(OBS_DIM), tmp_path / "x.onnx")
 
 
+def test_policy_exporter_puts_new_weights_into_the_traced_graph(tmp_path: Path) -> None:
+    module = ContinuousPolicy()
+    exporter = PolicyExporter()
+    obs = observations(50)
+    first = exporter.export(module, torch.from_numpy(observations(2)), tmp_path / "1.onnx")
+    with torch.no_grad():  # parameters and every kind of buffer change between checkpoints
+        for p in module.net.parameters():
+            p.mul_(-1.5)
+        module.mean.add_(1.0)
+        module.std.mul_(2.0)
+        module.high.copy_(torch.tensor([1.0, 0.5]))
+    second = exporter.export(module, torch.from_numpy(observations(2)), tmp_path / "2.onnx")
+
+    assert (exporter.traced, exporter.reused) == (1, 1)
+    got = onnx_policy(second, threads=1)(obs)
+    np.testing.assert_allclose(got, torch_actions(module, obs), rtol=0, atol=1e-5)
+    assert got[:, 0].max() <= 1.0 and got[:, 1].max() <= 0.5
+    assert np.abs(got - onnx_policy(first, threads=1)(obs)).max() > 0.1  # not the old weights
+
+
+def test_policy_exporter_traces_a_changed_module_anew(tmp_path: Path) -> None:
+    exporter = PolicyExporter()
+    example = torch.from_numpy(observations(2))
+    exporter.export(DiscretePolicy(), example, tmp_path / "d.onnx")
+    continuous = ContinuousPolicy()  # other buffers: another structure
+    path = exporter.export(continuous, example, tmp_path / "c.onnx")
+    assert (exporter.traced, exporter.reused) == (2, 0)
+    obs = observations(20)
+    np.testing.assert_allclose(
+        onnx_policy(path, threads=1)(obs), torch_actions(continuous, obs), rtol=0, atol=1e-5
+    )
+
+    # Same structure, but a tensor that is not state changed: the reused graph computes
+    # something else, the check notices, and the module is traced again.
+    scaled = ScaledPolicy()
+    exporter.export(scaled, example, tmp_path / "s.onnx")
+    obs = observations(200)
+    before = torch_actions(scaled, obs)
+    scaled.scale = torch.tensor([1.0, -1.0, 20.0])
+    assert (torch_actions(scaled, obs) != before).any()
+    path = exporter.export(scaled, example, tmp_path / "s.onnx")
+    assert (exporter.traced, exporter.reused) == (4, 0)
+    np.testing.assert_array_equal(onnx_policy(path, threads=1)(obs), torch_actions(scaled, obs))
+
+
 def test_real_trainer_policies_export(tmp_path: Path, bus: Bus) -> None:
     reporter = StatsReporter(bus, "Test")
     ppo_settings = small_ppo(
@@ -157,16 +213,20 @@ def test_real_trainer_policies_export(tmp_path: Path, bus: Bus) -> None:
         SACTrainer("Test", small_sac(), make_vector_env("Pendulum-v1", 2), reporter, seed=0),
     ]
     for trainer in trainers:
-        for _ in range(2):
-            trainer.advance()
-        policy = trainer.policy_module()
-        path = export_onnx(
-            policy, torch.as_tensor(trainer.next_obs, dtype=torch.float32), tmp_path / "p.onnx"
-        )
-        obs = np.concatenate([trainer.next_obs, observations(30)[:, : trainer.next_obs.shape[1]]])
-        obs = obs.astype(np.float32)
-        got, want = onnx_policy(path, threads=1)(obs), torch_actions(policy, obs)
-        assert got.dtype == want.dtype
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
-        trainer.advance()  # the trainer still trains after its policy was exported
+        exporter = PolicyExporter()  # as a checkpoint manager exports: traced, then reused
+        for checkpoint in range(2):
+            for _ in range(2):
+                trainer.advance()  # the trainer still trains after its policy was exported
+            policy = trainer.policy_module()
+            path = exporter.export(
+                policy, torch.as_tensor(trainer.next_obs, dtype=torch.float32), tmp_path / "p.onnx"
+            )
+            assert (exporter.traced, exporter.reused) == (1, checkpoint)
+            obs = np.concatenate(
+                [trainer.next_obs, observations(30)[:, : trainer.next_obs.shape[1]]]
+            )
+            obs = obs.astype(np.float32)
+            got, want = onnx_policy(path, threads=1)(obs), torch_actions(policy, obs)
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
         trainer.envs.close()

@@ -30,6 +30,7 @@ from evtrain import signals
 from evtrain.atomic import StrPath, _copy, atomic_write, remove_stale_temps
 from evtrain.bus import Bus
 from evtrain.errors import BusClosedError
+from evtrain.export import PolicyExporter
 from evtrain.payloads import ExportEvent, SaveEvent
 from evtrain.signals import EventSignal
 from evtrain.training_status import (
@@ -152,6 +153,7 @@ class CheckpointManager:
         self.bus = bus
         self.is_writer = is_writer
         """Whether this process writes (one rank does)."""
+        self._exporter = PolicyExporter()  # traces the policy once, then puts new weights in
         # Paths are rebased onto this folder: the run folder may have moved, or the run been
         # resumed from another working directory, since they were recorded.
         self._checkpoints = [self._rebased(c) for c in self.status.checkpoints(behavior)]
@@ -312,11 +314,8 @@ class CheckpointManager:
     def _export(
         self, policy: nn.Module, example_obs: torch.Tensor | npt.NDArray[Any], path: Path, step: int
     ) -> bool:
-        # Imported here: evtrain.export imports this module (atomic_write).
-        from evtrain.export import export_onnx
-
         try:
-            export_onnx(policy, torch.as_tensor(example_obs, dtype=torch.float32), path)
+            self._exporter.export(policy, torch.as_tensor(example_obs, dtype=torch.float32), path)
         except Exception:
             # Never lose the checkpoint over its export (ML-Agents users did, at Ctrl-C).
             logger.exception(

@@ -5,7 +5,9 @@ deterministic actions (a trainer's ``policy_module()``).  :func:`export_onnx` wr
 PyTorch's ``torch.export``-based ONNX exporter (the default since PyTorch 2.9; the TorchScript
 exporter warns ``DeprecationWarning``, an error under our test settings) with a dynamic batch
 axis, checks the model, runs it in onnxruntime against the module itself, and only then puts
-the file in place atomically.  :func:`onnx_policy` runs an exported file (``--inference``).
+the file in place atomically.  A :class:`PolicyExporter` does the same for a policy exported
+at every checkpoint, tracing it once and then only putting in new weights.  :func:`onnx_policy`
+runs an exported file (``--inference``).
 
 ``onnx``, ``onnxscript`` (which the exporter needs) and ``onnxruntime`` are imported only when
 a function here is called: together they cost seconds of import time a run without export does
@@ -141,7 +143,12 @@ def export_onnx(
     The file appears (atomically replacing an older one) only once the model passes
     ``onnx.checker`` and onnxruntime computes the module's actions on a batch derived from
     ``example_obs``; on any failure nothing is written and the old file, if any, is intact.
-    The module is exported in eval mode and left in the modes it came in.
+    The module is exported in eval mode and left in the modes it came in.  The graph is
+    written as traced: its initializers are the module's parameters and buffers, by name
+    (onnxruntime folds constants when it loads the model).
+
+    To export the same policy again and again (every checkpoint), use a
+    :class:`PolicyExporter`: after the first export it only puts the new weights in.
 
     :param module: maps float32 observations ``[B, *obs_shape]`` to one action tensor ``[B, ...]``.
     :param example_obs: a batch of observations to trace with (moved to the module's device).
@@ -153,24 +160,81 @@ def export_onnx(
     :raises ImportError: ``onnx``, ``onnxscript`` or ``onnxruntime`` is not installed.
     :raises Exception: whatever the exporter or onnxruntime raise for a module they cannot handle.
     """
-    path = Path(path)
-    if example_obs.ndim < 2 or example_obs.shape[0] == 0:
-        raise ValueError(
-            f"example_obs must be a batch [B, *obs_shape] with B >= 1, got shape "
-            f"{tuple(example_obs.shape)}"
-        )
-    example = example_obs.detach().to(device=_device_of(module), dtype=torch.float32)
-    with _eval_mode(module):
+    exporter = PolicyExporter(
+        input_name=input_name, output_name=output_name, opset_version=opset_version
+    )
+    return exporter.export(module, example_obs, path)
+
+
+class PolicyExporter:
+    """Exports one policy to ONNX again and again, e.g. a behavior's checkpoints.
+
+    The first :meth:`export` traces the module (about a second for a small MLP, several more
+    the first time in a process, for the imports).  Later exports of a module with the same
+    structure — the same submodules by name and class, the same parameter and buffer names,
+    shapes and dtypes, observations of the same shape — reuse that graph with the module's
+    current parameters and buffers put in (milliseconds), then pass the same checks as a
+    traced export: ``onnx.checker`` and onnxruntime's actions against the module's.  A reused
+    graph that fails them is traced anew.
+
+    What a reused graph assumes: ``forward`` does the same computation as when it was traced,
+    and every tensor it reads that changes is a parameter or buffer (true of evtrain's
+    trainers' policies).  A tensor that is neither is a constant of the traced graph.
+    """
+
+    def __init__(
+        self,
+        *,
+        input_name: str = "obs",
+        output_name: str = "action",
+        opset_version: int | None = None,
+    ) -> None:
+        self.input_name = input_name
+        self.output_name = output_name
+        self.opset_version = opset_version
+        self._signature: tuple[Any, ...] | None = None
+        self._template: Any = None  # onnx.ModelProto of the last traced export
+        self.traced = 0
+        """Exports that traced the module."""
+        self.reused = 0
+        """Exports that reused the traced graph with new weights."""
+
+    def export(self, module: nn.Module, example_obs: torch.Tensor, path: StrPath) -> Path:
+        """Export ``module`` to ``path`` like :func:`export_onnx`, reusing the graph if it can.
+
+        :raises: as :func:`export_onnx`.
+        """
+        path = Path(path)
+        if example_obs.ndim < 2 or example_obs.shape[0] == 0:
+            raise ValueError(
+                f"example_obs must be a batch [B, *obs_shape] with B >= 1, got shape "
+                f"{tuple(example_obs.shape)}"
+            )
+        example = example_obs.detach().to(device=_device_of(module), dtype=torch.float32)
+        signature = _signature(module, example)
+        with _eval_mode(module):
+            model: bytes | None = None
+            if signature == self._signature:
+                model = self._reuse(module, example)
+            if model is None:
+                model = self._trace(module, example, signature)
+        return atomic_write(path, lambda f: f.write(model))
+
+    def _trace(self, module: nn.Module, example: torch.Tensor, signature: tuple[Any, ...]) -> bytes:
+        self._signature = self._template = None
         with _quiet_exporter():
             program = torch.onnx.export(
                 module,
                 (example,),
                 dynamo=True,
-                input_names=[input_name],
-                output_names=[output_name],
+                input_names=[self.input_name],
+                output_names=[self.output_name],
                 # A tuple, not a dict: the dict form is keyed by forward's argument name.
                 dynamic_shapes=({0: torch.export.Dim("batch")},),
-                opset_version=opset_version,
+                opset_version=self.opset_version,
+                # As traced: the exporter's constant folding would merge buffers into new
+                # initializers (sqrt(var + eps) as "sqrt"), which _reuse could not refresh.
+                optimize=False,
                 verbose=False,
             )
         if program is None:  # only the TorchScript exporter returns None
@@ -178,9 +242,46 @@ def export_onnx(
         # Serialise ourselves instead of passing a path to torch.onnx.export: that path is
         # written in place (not atomically), with the weights in a separate ``.onnx.data``
         # file by default, and the model would reach the disk before it was checked.
-        model = program.model_proto.SerializeToString()
-        _verify(model, module, example, input_name)
-    return atomic_write(path, lambda f: f.write(model))
+        model: bytes = program.model_proto.SerializeToString()
+        _verify(model, module, example, self.input_name)
+        self._signature, self._template = signature, program.model_proto
+        self.traced += 1
+        return model
+
+    def _reuse(self, module: nn.Module, example: torch.Tensor) -> bytes | None:
+        """The traced graph with ``module``'s current tensors, checked; ``None`` if it fails."""
+        import onnx
+        from onnx import numpy_helper
+
+        state: dict[str, torch.Tensor] = dict(module.named_parameters())
+        state.update(module.named_buffers())
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self._template)
+        for initializer in proto.graph.initializer:
+            tensor = state.get(initializer.name)
+            if tensor is not None:
+                array = tensor.detach().cpu().numpy()
+                initializer.CopyFrom(numpy_helper.from_array(array, initializer.name))
+        model: bytes = proto.SerializeToString()
+        try:
+            _verify(model, module, example, self.input_name)
+        except Exception as error:
+            logger.debug("The traced graph does not fit the module any more (%s); tracing.", error)
+            return None
+        self.reused += 1
+        return model
+
+
+def _signature(module: nn.Module, example: torch.Tensor) -> tuple[Any, ...]:
+    """What must not change for a traced graph to be reused with new weights."""
+    tensors = [*module.named_parameters(), *module.named_buffers()]
+    modules = module.named_modules()
+    return (
+        tuple((name, type(m).__module__, type(m).__qualname__) for name, m in modules),
+        tuple((name, tuple(t.shape), t.dtype, t.device) for name, t in tensors),
+        tuple(example.shape[1:]),
+        example.device,
+    )
 
 
 def onnx_policy(

@@ -107,6 +107,27 @@ def test_run_emits_lifecycle_and_writes_the_run_folder(tmp_path: Path) -> None:
     timers = json.loads((run / "run_logs" / "timers.json").read_text())
     assert "CartPole.Environment.CumulativeReward.mean" in timers["gauges"]
     assert "evtrain_writers.tensorboard.TensorboardWriter" in timers["bus"]
+    # The timer tree, ML-Agents' format: 1024 steps = 8 advances of 4 envs x 32 steps; the
+    # checkpoint at 512 is saved while training, the final one after.
+    assert timers["name"] == "root" and timers["count"] == 1
+    assert set(timers["children"]) == {"build", "train", "save_model"}
+    train = timers["children"]["train"]["children"]
+    assert train["advance"]["count"] == 8
+    assert {n: c["count"] for n, c in train["advance"]["children"].items()} == {
+        "rollout": 8,
+        "update": 8,
+    }
+    for save in (train["save_model"], timers["children"]["save_model"]):
+        assert save["count"] == 1
+        assert {n: c["count"] for n, c in save["children"].items()} == {
+            "checkpoint": 1,
+            "export": 1,
+        }
+    node = timers["children"]["train"]
+    assert node["total"] >= sum(c["total"] for c in node["children"].values()) > 0
+    assert node["self"] == pytest.approx(
+        node["total"] - sum(c["total"] for c in node["children"].values())
+    )
 
 
 def test_two_runs_on_one_bus_keep_their_files_apart(tmp_path: Path) -> None:
@@ -120,6 +141,11 @@ def test_two_runs_on_one_bus_keep_their_files_apart(tmp_path: Path) -> None:
     assert scalar_steps(results / "a" / "CartPole", "Environment/Cumulative Reward") == [256]
     assert scalar_steps(results / "b" / "CartPole", "Environment/Cumulative Reward") == [256, 512]
     assert [e.run_id for e in recorder.of(RunFinished)] == ["a", "b"]
+    # Each run's timers.json times that run only: b saved once (at its end), a twice.
+    for run_id, advances in (("a", 2), ("b", 4)):
+        timers = json.loads((results / run_id / "run_logs" / "timers.json").read_text())
+        assert timers["children"]["train"]["children"]["advance"]["count"] == advances
+        assert timers["children"]["save_model"]["count"] == 1
 
 
 def test_trainer_refusing_the_environment_is_a_config_error(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from evtrain.errors import BusClosedError
 from evtrain.export import PolicyExporter
 from evtrain.payloads import ExportEvent, SaveEvent
 from evtrain.signals import EventSignal
+from evtrain.timers import hierarchical_timer
 from evtrain.training_status import (
     ModelCheckpoint,
     TrainingStatus,
@@ -225,7 +226,8 @@ class CheckpointManager:
         pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
         events: list[SaveEvent | ExportEvent] = []
 
-        save_checkpoint(pt, state)
+        with hierarchical_timer("checkpoint"):
+            save_checkpoint(pt, state)
         events.append(
             self._emit(
                 signals.save, SaveEvent(category=self.behavior, step=step, path=pt, reward=reward)
@@ -315,7 +317,10 @@ class CheckpointManager:
         self, policy: nn.Module, example_obs: torch.Tensor | npt.NDArray[Any], path: Path, step: int
     ) -> bool:
         try:
-            self._exporter.export(policy, torch.as_tensor(example_obs, dtype=torch.float32), path)
+            with hierarchical_timer("export"):
+                self._exporter.export(
+                    policy, torch.as_tensor(example_obs, dtype=torch.float32), path
+                )
         except Exception:
             # Never lose the checkpoint over its export (ML-Agents users did, at Ctrl-C).
             logger.exception(

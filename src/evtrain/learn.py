@@ -32,6 +32,7 @@ from evtrain.runner import attach_plugins, make_bus
 from evtrain.settings import RunOptions, trainer_types_for
 from evtrain.stats import StatsAggregationMethod
 from evtrain.subscription import SubscriptionHandle
+from evtrain.timers import hierarchical_timer, reset_timers
 
 if TYPE_CHECKING:
     from evtrain.checkpoint import CheckpointManager
@@ -125,6 +126,7 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
     fresh = rank == 0 and not cs.write_path.exists()
     discard = False
     _prepare_run_folder(options, world, rank)
+    reset_timers()  # this run's timers.json times this run only
     own_bus = bus is None
     run_bus = make_bus(options) if bus is None else bus
     status = RunStatus.FAILED
@@ -146,10 +148,11 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         seed = _seed(options, world)
         status_file = _training_status(options)
         for index, (name, settings) in enumerate(options.behaviors.items()):
-            trainers[name], managers[name] = _build(
-                options, name, settings, run_bus, seed + index, status_file
-            )
-        with stop_on_signals() as stop:
+            with hierarchical_timer("build"):
+                trainers[name], managers[name] = _build(
+                    options, name, settings, run_bus, seed + index, status_file
+                )
+        with stop_on_signals() as stop, hierarchical_timer("train"):
             status = _train(
                 options,
                 trainers,
@@ -230,13 +233,14 @@ def _save(
 
     example = np.asarray(trainer.next_obs[:1], dtype=np.float32)
     save = manager.save_final if final else manager.save
-    save(
-        trainer.step,
-        trainer.state_dict(),
-        trainer.policy_module(),
-        example_obs=example,
-        reward=reward,
-    )
+    with hierarchical_timer("save_model"):
+        save(
+            trainer.step,
+            trainer.state_dict(),
+            trainer.policy_module(),
+            example_obs=example,
+            reward=reward,
+        )
 
 
 def _train(
@@ -261,10 +265,11 @@ def _train(
         for name, trainer in trainers.items():
             if trainer.should_stop:
                 continue
-            if inference:
-                runs[name].advance()
-            else:
-                trainer.advance()
+            with hierarchical_timer("advance"):
+                if inference:
+                    runs[name].advance()
+                else:
+                    trainer.advance()
             if progress is not None:
                 progress(name, trainer.step, trainer.settings.max_steps)
             due = trainer.step >= next_checkpoint[name] and not trainer.should_stop

@@ -1,11 +1,13 @@
-"""``GaugeWriter``: ML-Agents' gauges, plus the bus's own metrics, in ``run_logs/timers.json``.
+"""``GaugeWriter``: ML-Agents' timer tree and gauges, plus the bus's metrics, in ``timers.json``.
 
 For every key of every ``write_stats`` call two gauges are updated, ``<category>.<key>.mean``
 and ``<category>.<key>.sum`` (names sanitised: ``/`` becomes ``.``, spaces are removed), each
-``{"value", "min", "max", "count"}`` like ML-Agents' ``GaugeNode``.  ``flush()`` and ``close()``
-write the file atomically::
+``{"value", "min", "max", "count"}`` like ML-Agents' ``GaugeNode``.  The run's hierarchical
+timers (:mod:`evtrain.timers`) are the top level of the file, as in ML-Agents.  ``flush()`` and
+``close()`` write the file atomically::
 
-    {"gauges": {...}, "bus": {subscriber: Bus.metrics() entry}, "metadata": {...}}
+    {"name": "root", "total": s, "count": 1, "self": s, "children": {"train": {...}, ...},
+     "gauges": {...}, "bus": {subscriber: Bus.metrics() entry}, "metadata": {...}}
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from evtrain.stats import StatsSummary, StatsWriter
+from evtrain.timers import TimerStack, get_timer_stack
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
@@ -38,11 +41,17 @@ class GaugeWriter(StatsWriter):
     """Keeps a gauge per stat (mean and sum) and writes them, with bus metrics, to timers.json.
 
     :param run_logs_dir: folder of ``timers.json`` (created when first written).
+    :param timers: the timer tree to write; by default the current run's (``evtrain learn``
+        starts a new one before it creates the writers).
     """
 
     ranks: ClassVar[frozenset[int] | None] = frozenset({0})
 
-    def __init__(self, run_logs_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, run_logs_dir: str | os.PathLike[str], timers: TimerStack | None = None
+    ) -> None:
+        self.timers = get_timer_stack() if timers is None else timers
+        """The run's timers, written as the top of the file."""
         self.path = Path(run_logs_dir) / TIMERS_FILE
         """Where ``timers.json`` is written."""
         self.gauges: dict[str, dict[str, float]] = {}
@@ -76,6 +85,7 @@ class GaugeWriter(StatsWriter):
         """What ``timers.json`` holds now."""
         bus = self._bus
         return {
+            **self.timers.tree(),
             "gauges": {name: dict(gauge) for name, gauge in sorted(self.gauges.items())},
             "bus": {} if bus is None else {n: m.as_dict() for n, m in bus.metrics().items()},
             "metadata": self._metadata(),

@@ -23,6 +23,7 @@ from torch import nn
 
 from evtrain.errors import ConfigError
 from evtrain.reporter import StatsReporter
+from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.gae import compute_gae
@@ -132,7 +133,8 @@ class PPOTrainer(Trainer):
     def advance(self) -> None:
         """Collect one rollout, update the policy on it, report."""
         hp = self.hp
-        next_value = self._collect_rollout()
+        with hierarchical_timer("rollout"):
+            next_value = self._collect_rollout()
         self._sync_step()  # distributed: the schedules follow the global step
         # Scheduled values are taken at update time, from the step count that includes the
         # rollout just collected, as ML-Agents' optimizer (``get_current_step()`` in
@@ -145,7 +147,8 @@ class PPOTrainer(Trainer):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         advantages, returns = self._advantages(next_value)
-        self._update(advantages, returns, clip_coef, ent_coef)
+        with hierarchical_timer("update"):
+            self._update(advantages, returns, clip_coef, ent_coef)
 
         report = self.reporter.add_stat
         report("Policy/Learning Rate", lr)

@@ -24,6 +24,7 @@ from torch import nn
 
 from evtrain.errors import SpaceMismatchError
 from evtrain.reporter import StatsReporter
+from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.networks import (
@@ -211,7 +212,8 @@ class SACTrainer(Trainer):
             for optimizer in (self.actor_optimizer, self.q_optimizer, self.alpha_optimizer):
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-            stats = [self._update() for _ in range(due - self.num_updates)]
+            with hierarchical_timer("update"):
+                stats = [self._update() for _ in range(due - self.num_updates)]
             if stats:
                 self._report(stats, lr)
         self.num_updates = max(self.num_updates, due)

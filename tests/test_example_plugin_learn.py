@@ -6,6 +6,7 @@ every run here names one.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,9 @@ def test_the_example_trainer_type_trains(plugin_site: Path, tmp_path: Path) -> N
     resolved = yaml.safe_load((run / "configuration.yaml").read_text())
     assert resolved["behaviors"]["Agent"]["hyperparameters"]["reward_clip"] == 0.5
     assert load_checkpoint(run / "Agent" / "checkpoint.pt")["trainer_type"] == "ppo_reward_clip"
+    timers = json.loads((run / "run_logs" / "timers.json").read_text())
+    advance = timers["children"]["train"]["children"]["advance"]
+    assert advance["children"]["reward_clip"]["count"] == advance["count"] > 0  # its own timer
 
 
 def test_a_misspelt_plugin_hyperparameter_is_a_config_error(

@@ -11,7 +11,9 @@ built-in PPO; the plugin adds one hyperparameter and one line.  What it shows:
 * the registration function (:func:`trainer_types`) returns ``{name: class}``; evtrain calls it
   before reading the config's behaviors;
 * subclassing a built-in trainer keeps everything evtrain's trainers do, data-parallel
-  training under ``torchrun`` included.
+  training under ``torchrun`` included;
+* a plugin's own phases appear in ``run_logs/timers.json`` through
+  :func:`evtrain.timers.hierarchical_timer` (here ``reward_clip``, under ``advance``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import attrs
 import torch
 
+from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.settings import PPOSettings
@@ -48,7 +51,8 @@ class RewardClipPPO(PPOTrainer):
 
     def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         clip = self.hp.reward_clip  # type: ignore[attr-defined]  # RewardClipSettings
-        self.rewards.clip(-clip, clip, out=self.rewards)
+        with hierarchical_timer("reward_clip"):
+            self.rewards.clip(-clip, clip, out=self.rewards)
         return super()._advantages(next_value)
 
 

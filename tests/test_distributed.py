@@ -25,6 +25,8 @@ import yaml
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from evtrain.checkpoint import load_checkpoint
+from tests.dist_plugins.dist_probe import env_steps
+from tests.helpers import free_port
 
 PROBE = Path(__file__).parent / "dist_plugins"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -52,11 +54,18 @@ class Run:
         return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+STANDALONE = ("--standalone", "--nproc-per-node", "2")
+
+
 def launch(
-    folder: Path, behavior: dict[str, Any], env_settings: dict[str, Any], *args: str
+    folder: Path,
+    behavior: dict[str, Any],
+    env_settings: dict[str, Any],
+    *args: str,
+    launcher: tuple[str, ...] = STANDALONE,
 ) -> subprocess.Popen[str]:
-    """Start ``torchrun --standalone --nproc-per-node 2 -m evtrain learn`` on a config in
-    ``folder``, in a session of its own (as a terminal would run it)."""
+    """Start ``torchrun --standalone --nproc-per-node 2 -m evtrain learn`` (or ``launcher``'s
+    options) on a config in ``folder``, in a session of its own (as a terminal would run it)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {
         "behaviors": {"Agent": behavior},
@@ -73,7 +82,7 @@ def launch(
         "PYTHONPATH": str(PROBE),
         "OMP_NUM_THREADS": "1",
     }
-    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
+    command = [str(TORCHRUN), *launcher, "-m", "evtrain", "learn"]
     return subprocess.Popen(
         [*command, str(path), *args],
         stdout=subprocess.PIPE,
@@ -205,6 +214,63 @@ def test_resume_on_two_ranks_continues_every_curve_once(
     assert max(points.values()) == 1
     steps = sorted(step for tag, step in points if tag == "Environment/Cumulative Reward")
     assert steps == [256, 512, 768, 1024, 1280, 1536]
+
+
+def test_inference_on_two_ranks_counts_global_steps_and_saves_nothing(
+    ppo_run: Run, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("inference")
+    shutil.copytree(ppo_run.folder / "results", folder / "results")
+    before = sorted(p.name for p in (folder / "results" / "run" / "Agent").iterdir())
+    counting = {**CARTPOLE, "env_id": "dist_probe:counting_cartpole"}
+    run = torchrun(folder, ppo(1024), counting, "--resume", "--inference")
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    # max_steps is global, as in training: each rank's 4 environments took 512 steps together
+    assert [env_steps(run.probe, rank) for rank in (0, 1)] == [512, 512]
+    reported = [e for e in run.events(0) if e["signal"] == "stats"]
+    assert [e["step"] for e in reported] == [256, 512, 768, 1024]
+    own = [e for e in run.events(1) if e["signal"] == "stats"]
+    assert [e["step"] for e in own] == [256, 512, 768, 1024]
+    assert sum(e["episodes"] for e in reported) > sum(e["episodes"] for e in own) > 0
+    assert "Not Training." in run.result.stderr
+    for rank in (0, 1):
+        assert not [e for e in run.events(rank) if e["signal"] in ("save", "export")]
+    after = sorted(p.name for p in (run.run / "Agent").iterdir())
+    assert [n for n in after if "tfevents" not in n] == [n for n in before if "tfevents" not in n]
+    assert len([n for n in after if "tfevents" in n]) == 2  # training's, and rank 0's now
+
+
+def test_the_multi_node_form_with_two_agents(tmp_path: Path) -> None:
+    """What two machines run (``--nnodes 2`` and a c10d rendezvous), as two torchrun agents
+    of one process each on this machine."""
+    rendezvous = (
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "--rdzv-id=evtrain-test",
+    )
+    processes = [
+        launch(tmp_path, ppo(512), CARTPOLE, launcher=(*rendezvous, f"--node-rank={node}"))
+        for node in (0, 1)
+    ]
+    outputs = []
+    for process in processes:
+        try:
+            outputs.append(process.communicate(timeout=180))
+        finally:
+            process.kill()
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    run = Run(tmp_path, subprocess.CompletedProcess([], 0), 0.0)
+    rank0, rank1 = run.trainer(0), run.trainer(1)
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    assert rank0["checksum"] == rank1["checksum"]
+    assert rank0["step"] == 512 and rank0["local_step"] == rank1["local_step"] == 256
+    assert sorted(out for out, _ in outputs) == [
+        "",
+        f"Agent: 512 steps, policy exported to {run.run / 'Agent.onnx'}\n",
+    ]
+    assert len(list((run.run / "Agent").glob("events.out.tfevents.*"))) == 1
 
 
 def test_sac_on_two_ranks(tmp_path: Path) -> None:

@@ -293,6 +293,11 @@ class _Inference:
         self.lengths = [0] * trainer.num_envs
         self.start = trainer.step
         trainer.step = 0  # inference counts its own steps up to max_steps
+        world = trainer.world
+        # Steps are global, as in training: every rank steps its environments once per advance.
+        self.steps_per_advance = (
+            trainer.num_envs if world.size == 1 else int(world.sum([trainer.num_envs])[0])
+        )
         self.last_summary = 0
 
     def advance(self) -> None:
@@ -312,7 +317,7 @@ class _Inference:
                 reporter.add_stat("Environment/Cumulative Reward", self.returns[i], HISTOGRAM)
                 reporter.add_stat("Environment/Episode Length", float(self.lengths[i]))
                 self.returns[i], self.lengths[i] = 0.0, 0
-        trainer.step += trainer.num_envs
+        trainer.step += self.steps_per_advance
         freq = trainer.settings.summary_freq
         boundary = trainer.step // freq * freq
         if boundary > self.last_summary:

@@ -7,7 +7,9 @@
 * subscriber ``probe_log``: appends what this rank's bus delivers (stats, save, export,
   run_finished) to ``$EVTRAIN_PROBE_OUT/events-rank<R>.jsonl``, with no rank filter;
 * environment ``dist_probe:dying_cartpole``: CartPole whose process kills itself with SIGKILL
-  on its ``die_at``-th step when it runs as rank ``dying_rank``.
+  on its ``die_at``-th step when it runs as rank ``dying_rank``;
+* environment ``dist_probe:counting_cartpole``: CartPole that adds the steps it took to
+  ``$EVTRAIN_PROBE_OUT/env-steps-rank<R>.txt`` (a line per environment) when closed.
 """
 
 from __future__ import annotations
@@ -145,3 +147,28 @@ def dying_cartpole(die_at: int, dying_rank: int) -> gym.Env[Any, Any]:
     if int(os.environ.get("RANK", "0")) == dying_rank:
         return _DieAt(env, die_at)
     return env
+
+
+class _CountSteps(gym.Wrapper[Any, Any, Any, Any]):
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        return super().step(action)
+
+    def close(self) -> None:
+        rank = os.environ.get("RANK", "0")
+        with (_out() / f"env-steps-rank{rank}.txt").open("a") as out:
+            out.write(f"{self.steps}\n")
+        super().close()
+
+
+def counting_cartpole() -> gym.Env[Any, Any]:
+    return _CountSteps(gym.make("CartPole-v1"))
+
+
+def env_steps(out: Path, rank: int) -> int:
+    """The steps every ``counting_cartpole`` of ``rank`` took, together."""
+    return sum(int(line) for line in (out / f"env-steps-rank{rank}.txt").read_text().split())

@@ -114,7 +114,10 @@ def main() -> None:
                     after.ru_stime - before.ru_stime
                 )
                 runs[variant].append(record)
-    medians = {v: statistics.median(r["wall_s"] for r in rs) for v, rs in runs.items()}
+    def median_of(key: str) -> dict[str, float]:
+        return {v: statistics.median(r[key] for r in rs) for v, rs in runs.items()}
+
+    medians = median_of("wall_s")
     overhead = (medians["defaults+slow"] / medians["none"] - 1.0) * 100.0
     print(f"{'variant':<16}{'wall s (each run)':>36}{'median s':>10}{'events':>8}")
     for variant, rs in runs.items():
@@ -127,7 +130,7 @@ def main() -> None:
         b["wall_s"] / a["wall_s"] for a, b in zip(runs["none"], runs["defaults+slow"], strict=True)
     )
     fastest = {v: min(r["wall_s"] for r in rs) for v, rs in runs.items()}
-    cpu = {v: statistics.median(r["cpu_s"] for r in rs) for v, rs in runs.items()}
+    cpu = median_of("cpu_s")
     print(f"median of the paired ratios: {(paired - 1.0) * 100.0:+.1f} % wall time")
     print(
         f"fastest run: none {fastest['none']:.2f} s, defaults+slow {fastest['defaults+slow']:.2f}"
@@ -140,8 +143,8 @@ def main() -> None:
     # CPU time is not charged for time the VM's hypervisor takes away, so it drifts less than
     # the wall time: the bus's own cost is the extra CPU of the non-training threads, and what
     # emitting costs the training thread shows in its CPU time.
-    main_cpu = {v: statistics.median(r["main_cpu_s"] for r in rs) for v, rs in runs.items()}
-    other_cpu = {v: statistics.median(r["other_cpu_s"] for r in rs) for v, rs in runs.items()}
+    main_cpu = median_of("main_cpu_s")
+    other_cpu = median_of("other_cpu_s")
     extra_other = other_cpu["defaults+slow"] - other_cpu["none"]
     print(
         f"median CPU s inside learn(), training thread: none {main_cpu['none']:.2f}, "

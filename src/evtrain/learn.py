@@ -293,11 +293,8 @@ class _Inference:
         self.lengths = [0] * trainer.num_envs
         self.start = trainer.step
         trainer.step = 0  # inference counts its own steps up to max_steps
-        world = trainer.world
         # Steps are global, as in training: every rank steps its environments once per advance.
-        self.steps_per_advance = (
-            trainer.num_envs if world.size == 1 else int(world.sum([trainer.num_envs])[0])
-        )
+        self.steps_per_advance = int(trainer.world.sum([trainer.num_envs])[0])
         self.last_summary = 0
 
     def advance(self) -> None:

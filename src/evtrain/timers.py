@@ -11,7 +11,7 @@
     def update(self) -> None: ...
 
 A timer opened inside another becomes its child, so the tree follows the call structure
-(``root → learn → train → advance → update``); the same name under the same parent adds to one
+(``root → train → advance → update``); the same name under the same parent adds to one
 node (``total`` seconds, ``count`` intervals).  Each thread nests its own timers, starting at
 the root; a name timed on two threads at once adds both intervals to one node.
 

@@ -34,7 +34,7 @@ def child(variant: str, steps: int, out: Path) -> None:
     import logging
 
     from evtrain import Bus, signals
-    from evtrain.learn import learn
+    from evtrain.run.learn import learn
 
     options: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
     behavior = options["behaviors"]["CartPole"]

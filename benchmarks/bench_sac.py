@@ -31,7 +31,7 @@ def run_evtrain(steps: int, seed: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     from evtrain import Bus, signals
-    from evtrain.learn import learn
+    from evtrain.run.learn import learn
 
     returns: list[float] = []
 

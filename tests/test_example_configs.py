@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from evtrain import Bus, StatsEvent
-from evtrain.learn import learn
+from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 
 CONFIGS = sorted((Path(__file__).parent.parent / "examples" / "configs").glob("*.yaml"))

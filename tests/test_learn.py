@@ -26,7 +26,7 @@ from evtrain import (
 )
 from evtrain.checkpoint import load_checkpoint
 from evtrain.errors import RunFolderError, SpaceMismatchError
-from evtrain.learn import learn
+from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from evtrain import Bus, ConfigError, PluginError, RunOptions, StatsEvent
-from evtrain.learn import learn
+from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 
 MODULE = """

@@ -28,6 +28,7 @@ from evtrain.payloads import (
     SubscriberFailed,
 )
 from evtrain.reporter import StatsReporter
+from evtrain.run.learn import LearnResult, learn
 from evtrain.settings import RunOptions
 from evtrain.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary, StatsWriter
 from evtrain.subscription import SubscriberMetrics, SubscriptionHandle
@@ -44,6 +45,7 @@ __all__ = [
     "EvtrainError",
     "ExportEvent",
     "FailurePolicy",
+    "LearnResult",
     "Overflow",
     "PluginError",
     "PropertyEvent",
@@ -66,6 +68,7 @@ __all__ = [
     "SubscriberMetrics",
     "SubscriptionHandle",
     "get_rank",
+    "learn",
     "rank_zero_only",
     "signals",
 ]

@@ -114,7 +114,7 @@ _OVERRIDES = {
 
 def options_from_cli(args: argparse.Namespace) -> RunOptions:
     """The YAML's options with the flags that were given written over them."""
-    from evtrain.learn import read_config
+    from evtrain.run.learn import read_config
 
     data = read_config(args.config)
     for dest, (section, key) in _OVERRIDES.items():
@@ -132,7 +132,7 @@ def options_from_cli(args: argparse.Namespace) -> RunOptions:
 def run_learn(args: argparse.Namespace) -> int:
     from evtrain.distributed import initialized
     from evtrain.filters import get_rank
-    from evtrain.learn import learn
+    from evtrain.run.learn import learn
     from evtrain.payloads import RunStatus
 
     options = options_from_cli(args)

@@ -1,7 +1,7 @@
 """The example plugin's trainer type and initializer, installed with pip, run by ``evtrain learn``.
 
-Installed, the package brings a second initializer (``slurm``) next to evtrain's ``torch``, so
-every run here names one.
+Installed, the package brings a second initializer (``slurm``) next to evtrain's ``torch``;
+each applies only where its launcher started the process, so plain runs name neither.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def evtrain_learn(site: Path, config: Path, *flags: str) -> subprocess.Completed
 
 def test_the_example_trainer_type_trains(plugin_site: Path, tmp_path: Path) -> None:
     config = write_config(tmp_path, reward_clip=0.5)
-    result = evtrain_learn(plugin_site, config, "--initializer", "torch")
+    result = evtrain_learn(plugin_site, config)  # neither slurm nor torch applies: no choice
     assert result.returncode == 0, result.stderr
     run = tmp_path / "results" / "run"
     assert result.stdout == f"Agent: 512 steps, policy exported to {run / 'Agent.onnx'}\n"
@@ -71,13 +71,15 @@ def test_a_misspelt_plugin_hyperparameter_is_a_config_error(
     )
 
 
-def test_two_installed_initializers_need_a_choice(plugin_site: Path, tmp_path: Path) -> None:
-    result = evtrain_learn(plugin_site, write_config(tmp_path))
+def test_two_initializers_that_apply_need_a_choice(plugin_site: Path, tmp_path: Path) -> None:
+    """torchrun's and srun's variables both set: slurm and torch both apply."""
+    env = clean_env(PYTHONPATH=str(plugin_site), SLURM_PROCID="0", WORLD_SIZE="1")
+    result = python("-m", "evtrain", "learn", str(write_config(tmp_path)), env=env, timeout=120)
     assert result.returncode == 2
     assert result.stderr == (
-        "evtrain: error: 2 initializers are active ('slurm' (evtrain.initializer, from "
-        "evtrain-example-plugin 0.1.0), 'torch' (evtrain.initializer, from evtrain 0.1.0)) and "
-        "at most one may be. Choose one with plugins.initializer in the config or "
+        "evtrain: error: 2 initializers apply to this process ('slurm' (evtrain.initializer, "
+        "from evtrain-example-plugin 0.1.0), 'torch' (evtrain.initializer, from evtrain 0.1.0)) "
+        "and at most one may be used. Choose one with plugins.initializer in the config or "
         "--initializer NAME, or disable the others in plugins.disabled.\n"
     )
     assert not (tmp_path / "results").exists()
@@ -89,7 +91,7 @@ def test_the_slurm_initializer_joins_two_ranks(plugin_site: Path, tmp_path: Path
     port = str(free_port())
     ranks = [
         subprocess.Popen(
-            [sys.executable, "-m", "evtrain", "learn", str(config), "--initializer", "slurm"],
+            [sys.executable, "-m", "evtrain", "learn", str(config)],  # slurm applies: no flag
             env=clean_env(
                 PYTHONPATH=str(plugin_site),
                 SLURM_PROCID=str(rank),

@@ -37,7 +37,7 @@ def test_evtrain_ships_the_torch_initializer() -> None:
     assert [(p.name, p.distribution, p.value) for p in discover([INITIALIZER])] == [
         ("torch", "evtrain", "evtrain.distributed:torch_initializer")
     ]
-    assert isinstance(load_initializer(options()), TorchInitializer)
+    assert isinstance(load_initializer(options(initializer="torch")), TorchInitializer)
 
 
 def test_the_only_active_initializer_is_used_unless_disabled() -> None:
@@ -47,21 +47,34 @@ def test_the_only_active_initializer_is_used_unless_disabled() -> None:
     assert load_initializer(options(), []) is None
 
 
-def test_two_active_initializers_are_an_error_until_one_is_chosen() -> None:
+def test_of_two_installed_initializers_the_one_that_applies_is_used(
+    no_torchrun: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torch`` applies only under torchrun: outside it, the fixture (which always applies)
+    is used without a choice; under torchrun both apply, and the run must choose."""
     found = [initializer("fixture", "fixture_initializer"), TORCH]
+    assert isinstance(load_initializer(options(), found), FixtureInitializer)
+    assert load_initializer(options(disabled=["fixture"]), found) is None
+    monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(PluginError) as info:
         load_initializer(options(), found)
     assert str(info.value) == (
-        "2 initializers are active ('fixture' (evtrain.initializer), 'torch' "
-        "(evtrain.initializer, from evtrain 0.1.0)) and at most one may be. Choose one with "
-        "plugins.initializer in the config or --initializer NAME, or disable the others in "
-        "plugins.disabled."
+        "2 initializers apply to this process ('fixture' (evtrain.initializer), 'torch' "
+        "(evtrain.initializer, from evtrain 0.1.0)) and at most one may be used. Choose one "
+        "with plugins.initializer in the config or --initializer NAME, or disable the others "
+        "in plugins.disabled."
     )
     assert isinstance(load_initializer(options(initializer="fixture"), found), FixtureInitializer)
     chosen = load_initializer(options(initializer="evtrain.initializer:torch"), found)
     assert isinstance(chosen, TorchInitializer)
     assert isinstance(load_initializer(options(disabled=["torch"]), found), FixtureInitializer)
+    assert isinstance(load_initializer(options(disabled=["fixture"]), found), TorchInitializer)
     assert load_initializer(options(initializer="none"), found) is None
+
+
+def test_an_initializer_that_does_not_apply_is_used_only_when_chosen(no_torchrun: None) -> None:
+    assert load_initializer(options(), [TORCH]) is None
+    assert isinstance(load_initializer(options(initializer="torch"), [TORCH]), TorchInitializer)
 
 
 def test_choosing_an_initializer_that_is_not_there_lists_those_that_are() -> None:
@@ -201,11 +214,16 @@ EVTRAIN_PLUGINS = {"evtrain.initializer": {"lab": lab}}
 """
 
 
-def test_a_plugins_module_registers_an_initializer(tmp_path: Any) -> None:
+def test_a_plugins_module_registers_an_initializer(
+    tmp_path: Any, no_torchrun: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "plugins"
     folder.mkdir()
     (folder / "lab_setup.py").write_text(LAB_MODULE)
-    with pytest.raises(PluginError, match=r"^2 initializers are active \('lab' "):
+    chosen = load_initializer(options(paths=[str(folder)]))  # torch does not apply here
+    assert type(chosen).__name__ == "LabInitializer"
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(PluginError, match=r"^2 initializers apply to this process \('lab' "):
         load_initializer(options(paths=[str(folder)]))
     chosen = load_initializer(options(paths=[str(folder)], initializer="lab"))
     assert type(chosen).__name__ == "LabInitializer"

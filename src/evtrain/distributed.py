@@ -53,6 +53,16 @@ class Initializer(abc.ABC):
     """This rank's torch device (``"cuda:1"``), or ``None`` to leave it to
     ``torch_settings.device``."""
 
+    def applies(self, options: RunOptions) -> bool:
+        """Whether this process was started the way this initializer expects (``torch``:
+        by ``torchrun``; a SLURM initializer: by ``srun``).
+
+        When the options choose no initializer, a run uses the one installed initializer
+        that applies, so installing a second one does not change plain runs.  The default,
+        ``True``, suits an initializer that should always run.
+        """
+        return True
+
     @abc.abstractmethod
     def load(self, options: RunOptions) -> None:
         """Set up the process group, seeds and device for ``options``."""
@@ -77,8 +87,11 @@ class TorchInitializer(Initializer):
     def __init__(self) -> None:
         self._owns_group = False
 
+    def applies(self, options: RunOptions) -> bool:
+        return "WORLD_SIZE" in os.environ
+
     def load(self, options: RunOptions) -> None:
-        if "WORLD_SIZE" not in os.environ:
+        if not self.applies(options):
             return
         import torch
         import torch.distributed as dist

@@ -322,42 +322,46 @@ def load_initializer(
     run_options: RunOptions, found: Sequence[Plugin] | None = None
 ) -> Initializer | None:
     """The run's initializer, made but not loaded: the one ``plugins.initializer`` names, or
-    the only one installed and not disabled; ``None`` when there is none.
+    else the one installed, not disabled, that applies to this process
+    (:meth:`~evtrain.distributed.Initializer.applies`); ``None`` when none does.
 
     Unlike other plugins, an initializer that fails stops the run: without the process group
     it was to set up, every rank would train its own model into the same folder.
 
-    :raises PluginError: several are active and none is chosen, the chosen one is not
-        available, or it fails to import, raises, or returns something else.
+    :raises PluginError: several apply and none is chosen, the chosen one is not available,
+        or one fails to import, raises, or returns something else.
     """
-    from evtrain.distributed import Initializer
-
     settings = run_options.plugins
     found = list(discover([INITIALIZER], settings.paths) if found is None else found)
     active = [p for p in found if not _matches(p, settings.disabled)]
-    listed = ", ".join(p.label for p in active) or "none"
     if settings.initializer == NO_INITIALIZER:
         return None
     if settings.initializer is not None:
         chosen = [p for p in active if _matches(p, [settings.initializer])]
         if len(chosen) != 1:
+            listed = ", ".join(p.label for p in active) or "none"
             problem = "is not installed or is disabled" if not chosen else "is ambiguous"
             raise PluginError(
                 f"initializer {settings.initializer!r} {problem} (active initializers: "
                 f"{listed}). Choose one of them with plugins.initializer or --initializer NAME, "
                 f"or {NO_INITIALIZER!r} for none."
             )
-        plugin = chosen[0]
-    elif not active:
-        return None
-    elif len(active) > 1:
+        return _make_initializer(chosen[0])
+    made = [(plugin, _make_initializer(plugin)) for plugin in active]
+    applying = [(plugin, made) for plugin, made in made if made.applies(run_options)]
+    if len(applying) > 1:
+        listed = ", ".join(plugin.label for plugin, _ in applying)
         raise PluginError(
-            f"{len(active)} initializers are active ({listed}) and at most one may be. Choose "
-            "one with plugins.initializer in the config or --initializer NAME, or disable the "
-            "others in plugins.disabled."
+            f"{len(applying)} initializers apply to this process ({listed}) and at most one "
+            "may be used. Choose one with plugins.initializer in the config or "
+            "--initializer NAME, or disable the others in plugins.disabled."
         )
-    else:
-        plugin = active[0]
+    return applying[0][1] if applying else None
+
+
+def _make_initializer(plugin: Plugin) -> Initializer:
+    from evtrain.distributed import Initializer
+
     result = load(plugin)
     if isinstance(result, FailedPlugin):
         raise PluginError(f"Initializer {plugin.label} failed: {result.reason}.")

@@ -99,8 +99,9 @@ class PluginSettings:
     """Which source wins when two provide one trainer type: ``{ppo: my-dist}`` (``evtrain``
     for the built-in)."""
     initializer: str | None = None
-    """The ``evtrain.initializer`` plugin to use when several are installed (``--initializer``);
-    ``none`` for none.  Unset: the only one installed, if any."""
+    """The ``evtrain.initializer`` plugin to use (``--initializer``); ``none`` for none.
+    Unset: the installed one that applies to this process, if any (an error when several
+    do)."""
 
 
 @attrs.define(kw_only=True)

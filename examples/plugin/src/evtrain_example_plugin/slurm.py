@@ -10,8 +10,10 @@ at ``MASTER_ADDR:MASTER_PORT`` (the first node's address, set in the job script)
     srun evtrain learn config.yaml --initializer slurm
 
 With this package installed next to evtrain, two initializers are installed (evtrain's
-``torch`` and this ``slurm``), so every run names the one it uses: ``--initializer slurm``,
-``--initializer torch``, or ``plugins.initializer`` in the YAML.
+``torch`` and this ``slurm``).  Each says whether it applies to the process: ``slurm`` under
+``srun`` (``SLURM_PROCID`` is set), ``torch`` under ``torchrun``, so a plain ``evtrain learn``
+uses neither and ``srun`` uses ``slurm``.  ``--initializer`` (or ``plugins.initializer``)
+chooses one explicitly, e.g. when a job step runs ``torchrun`` under ``srun``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class SlurmInitializer(Initializer):
 
     def __init__(self) -> None:
         self._owns_group = False
+
+    def applies(self, options: RunOptions) -> bool:
+        return "SLURM_PROCID" in os.environ
 
     def load(self, options: RunOptions) -> None:
         missing = [name for name in VARIABLES if name not in os.environ]

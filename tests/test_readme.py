@@ -1,0 +1,107 @@
+"""The README's Python snippets, run as written, and the wheel a user installs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, clean_env, python
+
+SNIPPET = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+
+
+def readme_snippets() -> list[str]:
+    return SNIPPET.findall((ROOT / "README.md").read_text())
+
+
+def test_the_readme_has_python_snippets() -> None:
+    assert len(readme_snippets()) >= 2
+    assert any("evtrain.learn(" in snippet for snippet in readme_snippets())
+
+
+@pytest.mark.parametrize("index", range(len(readme_snippets())))
+def test_a_readme_snippet_runs_as_written(index: int, tmp_path: Path) -> None:
+    """In a folder holding the examples, as a user in a clone of the repository would."""
+    snippet = readme_snippets()[index]
+    shutil.copytree(ROOT / "examples" / "configs", tmp_path / "examples" / "configs")
+    (tmp_path / "snippet.py").write_text(snippet)
+    result = python("snippet.py", cwd=tmp_path, env=clean_env(), timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines  # every snippet prints what it shows
+    if "evtrain.learn(" in snippet:
+        final = Path("results", "evtrain", "CartPole.onnx")
+        assert lines[-1] == f"completed {{'CartPole': 100096}} {{'CartPole': {final!r}}}"
+        assert f"CartPole at step 100096: {final}" in lines
+        assert (tmp_path / final).exists()
+
+
+def test_the_wheel_holds_every_package_and_runs(tmp_path: Path) -> None:
+    """Built as ``pip wheel .`` builds it, installed to a folder, and run without the source
+    tree: ``python -S`` skips the ``.pth`` files, so the editable install of this checkout is
+    not on the path, only the wheel's files and the venv's other packages."""
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--quiet",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("evtrain-*.whl")
+    packages = {
+        str(path.parent.relative_to(root)).replace("/", ".")
+        for root in (ROOT / "src", ROOT / "writers")
+        for path in root.rglob("__init__.py")
+    }
+    in_wheel = {
+        name.rsplit("/", 1)[0].replace("/", ".")
+        for name in zipfile.ZipFile(wheel).namelist()
+        if name.endswith("/__init__.py")
+    }
+    assert packages <= in_wheel
+    site = tmp_path / "site"
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--quiet",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    env = clean_env(PYTHONPATH=f"{site}:{sysconfig.get_paths()['purelib']}")
+    where = python("-S", "-c", "import evtrain.trainers; print(evtrain.__file__)", env=env)
+    assert where.stdout.strip() == str(site / "evtrain" / "__init__.py"), where.stderr
+    listing = python("-S", "-m", "evtrain", "plugins", env=env)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    assert "ppo" in listing.stdout and "evtrain_writers:get_default_stats_writers" in listing.stdout

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import socket
 import subprocess
-import sys
+import sysconfig
+import tempfile
 import threading
+import venv
 from collections.abc import Mapping
 from pathlib import Path
+
+import importlib_metadata
 
 from evtrain import StatsEvent, StatsSummary
 
@@ -36,15 +43,51 @@ class Gate:
         self.steps.append(event.step)
 
 
+@functools.cache
+def isolated_python() -> str:
+    """An interpreter for the processes tests start: a venv whose site-packages holds this
+    venv's packages (as links) except distributions that declare evtrain plugins, evtrain's
+    own aside.  What a test installs for itself (``PYTHONPATH``) is all the plugins it sees,
+    whatever else is installed where the suite runs."""
+    home = Path(tempfile.mkdtemp(prefix="evtrain-tests-python-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(home)
+    # The new venv's own purelib, the same layout as this one's (lib/pythonX.Y/site-packages).
+    paths = sysconfig.get_paths()
+    theirs = home / Path(paths["purelib"]).relative_to(paths["data"])
+    for folder in {Path(paths["purelib"]), Path(paths["platlib"])}:
+        for entry in folder.iterdir():
+            if not _declares_foreign_plugins(entry) and not (theirs / entry.name).exists():
+                (theirs / entry.name).symlink_to(entry)
+    return str(home / "bin" / "python")
+
+
+def isolated_site() -> Path:
+    """The site-packages folder of :func:`isolated_python`."""
+    data = Path(sysconfig.get_paths()["data"])
+    return Path(isolated_python()).parent.parent / Path(
+        sysconfig.get_paths()["purelib"]
+    ).relative_to(data)
+
+
+def _declares_foreign_plugins(entry: Path) -> bool:
+    if entry.suffix not in (".dist-info", ".egg-info"):
+        return False
+    distribution = importlib_metadata.PathDistribution(entry)
+    return distribution.metadata["Name"] != "evtrain" and any(
+        point.group.startswith("evtrain.") for point in distribution.entry_points
+    )
+
+
 def python(
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """Run this interpreter with warnings as errors, like the test suite itself."""
+    """Run :func:`isolated_python` with warnings as errors, like the test suite itself."""
     return subprocess.run(
-        [sys.executable, "-W", "error", *args],
+        [isolated_python(), "-W", "error", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from evtrain.checkpoint import load_checkpoint
-from tests.helpers import clean_env, free_port, python
+from tests.helpers import clean_env, free_port, isolated_python, python
 
 
 def write_config(tmp_path: Path, **hyperparameters: Any) -> Path:
@@ -91,7 +90,7 @@ def test_the_slurm_initializer_joins_two_ranks(plugin_site: Path, tmp_path: Path
     port = str(free_port())
     ranks = [
         subprocess.Popen(
-            [sys.executable, "-m", "evtrain", "learn", str(config)],  # slurm applies: no flag
+            [isolated_python(), "-m", "evtrain", "learn", str(config)],  # slurm applies: no flag
             env=clean_env(
                 PYTHONPATH=str(plugin_site),
                 SLURM_PROCID=str(rank),

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from tests.helpers import isolated_python
 
 SCRIPT = textwrap.dedent(
     """
@@ -32,7 +33,7 @@ SCRIPT = textwrap.dedent(
 def test_unclosed_bus_is_drained_at_exit_with_resource_warning(tmp_path: Path) -> None:
     out = tmp_path / "steps.txt"
     result = subprocess.run(
-        [sys.executable, "-W", "always::ResourceWarning", "-c", SCRIPT, str(out)],
+        [isolated_python(), "-W", "always::ResourceWarning", "-c", SCRIPT, str(out)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from evtrain.checkpoint import load_checkpoint
 from evtrain.errors import RunFolderError, SpaceMismatchError
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
+from tests.helpers import isolated_python
 
 
 def config(tmp_path: Path, run_id: str = "run", **behavior: Any) -> dict[str, Any]:
@@ -237,7 +237,7 @@ def test_inference_runs_the_policy_without_training(tmp_path: Path) -> None:
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "evtrain", "learn", *args],
+        [isolated_python(), "-m", "evtrain", "learn", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -270,7 +270,7 @@ def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(long))
     proc = subprocess.Popen(
         [
-            sys.executable,
+            isolated_python(),
             "-m",
             "evtrain",
             "learn",
@@ -313,7 +313,7 @@ def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
     long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=1024)
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(long))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evtrain", "learn", "long.yaml"],
+        [isolated_python(), "-m", "evtrain", "learn", "long.yaml"],
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,

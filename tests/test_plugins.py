@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import importlib_metadata
@@ -23,6 +21,7 @@ from evtrain.plugins import (
     register_subscriber_plugins,
 )
 from tests import plugin_fixtures
+from tests.helpers import python
 
 
 def plugin(name: str, value: str, group: str = STATS_WRITER) -> Plugin:
@@ -66,8 +65,10 @@ def test_broken_plugins_are_logged_and_skipped(caplog: pytest.LogCaptureFixture)
         plugin("scalar", "tests.plugin_fixtures:not_a_list"),
         plugin("junk", "tests.plugin_fixtures:list_of_junk"),
     ]
+    run_options = options()
+    caplog.clear()  # structuring options loads the installed trainer plugins: not under test
     with caplog.at_level(logging.WARNING, logger="evtrain.plugins"):
-        writers = register_stats_writer_plugins(options(), found)
+        writers = register_stats_writer_plugins(run_options, found)
     assert [type(w).__name__ for w in writers] == ["ListWriter"]
     messages = [r.getMessage() for r in caplog.records]
     assert messages[:2] == [
@@ -150,21 +151,20 @@ def test_subscriber_plugins_connect_to_the_bus() -> None:
 
 
 def test_cli_lists_plugins_per_group() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "evtrain", "plugins"], capture_output=True, text=True, check=False
-    )
-    lines = result.stdout.splitlines()
-    assert lines[0] == "evtrain.stats_writer:"
-    assert lines[1].split() == [
-        "default",
-        "evtrain",
-        "0.1.0",
-        "evtrain_writers:get_default_stats_writers",
-        "loaded",
-    ]
-    for group in ("evtrain.subscriber:", "evtrain.trainer:", "evtrain.initializer:"):
-        assert group in lines
+    """Exactly evtrain's own: the tests' interpreter hides other installed plugins."""
+    result = python("-m", "evtrain", "plugins")
     assert result.returncode == 0, result.stderr
+    assert [line.split() for line in result.stdout.splitlines()] == [
+        ["evtrain.stats_writer:"],
+        ["default", "evtrain", "0.1.0", "evtrain_writers:get_default_stats_writers", "loaded"],
+        ["evtrain.subscriber:"],
+        ["(none)"],
+        ["evtrain.trainer:"],
+        ["ppo", "evtrain", "0.1.0", "evtrain.trainers.ppo:PPOTrainer", "built", "in"],
+        ["sac", "evtrain", "0.1.0", "evtrain.trainers.sac:SACTrainer", "built", "in"],
+        ["evtrain.initializer:"],
+        ["torch", "evtrain", "0.1.0", "evtrain.distributed:torch_initializer", "loaded"],
+    ]
 
 
 PATH_PLUGIN = """
@@ -192,20 +192,8 @@ def test_plugins_paths_register_through_the_same_functions(tmp_path: Path) -> No
     )
     writers = register_stats_writer_plugins(run)
     assert [type(w).__name__ for w in writers] == ["PathWriter"]
-    listing = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evtrain",
-            "plugins",
-            "--group",
-            STATS_WRITER,
-            "--plugins",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    listing = python(
+        "-m", "evtrain", "plugins", "--group", STATS_WRITER, "--plugins", str(tmp_path)
     )
     rows = [line.split() for line in listing.stdout.splitlines()]
     assert ["from_path", f"path:{tmp_path}", "my_path_plugin:writers", "loaded"] in rows

@@ -6,13 +6,12 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, clean_env, python
+from tests.helpers import ROOT, clean_env, isolated_site, python
 
 SNIPPET = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 
@@ -46,7 +45,7 @@ def test_a_readme_snippet_runs_as_written(index: int, tmp_path: Path) -> None:
 def test_the_wheel_holds_every_package_and_runs(tmp_path: Path) -> None:
     """Built as ``pip wheel .`` builds it, installed to a folder, and run without the source
     tree: ``python -S`` skips the ``.pth`` files, so the editable install of this checkout is
-    not on the path, only the wheel's files and the venv's other packages."""
+    not on the path, only the wheel's files and the other packages."""
     built = subprocess.run(
         [
             sys.executable,
@@ -99,7 +98,7 @@ def test_the_wheel_holds_every_package_and_runs(tmp_path: Path) -> None:
         check=False,
     )
     assert installed.returncode == 0, installed.stderr
-    env = clean_env(PYTHONPATH=f"{site}:{sysconfig.get_paths()['purelib']}")
+    env = clean_env(PYTHONPATH=f"{site}:{isolated_site()}")
     where = python("-S", "-c", "import evtrain.trainers; print(evtrain.__file__)", env=env)
     assert where.stdout.strip() == str(site / "evtrain" / "__init__.py"), where.stderr
     listing = python("-S", "-m", "evtrain", "plugins", env=env)

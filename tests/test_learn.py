@@ -335,3 +335,16 @@ def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
     assert not [p for p in folder.parent.rglob("*.tmp")]  # no half-written file left behind
     state = load_checkpoint(folder / "checkpoint.pt")  # the last complete checkpoint loads
     assert state["step"] >= 1024
+
+
+def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -> None:
+    # Tests run as root, where a mode bit blocks nothing: a file in the way fails for anyone.
+    (tmp_path / "somefile").write_text("")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
+    result = run_cli("run.yaml", "--results-dir", "somefile/sub", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "evtrain: error: cannot write the run folder somefile/sub/run (Not a directory: "
+        "somefile/sub/run). Choose another --results-dir, or make somefile/sub a folder you "
+        "can write to.\n"
+    )

@@ -201,12 +201,11 @@ def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> None:
     if rank == 0:
         try:
             prepare_run_folder(options)
-        except RunFolderError as problem:
-            error = problem
-        else:
             if not options.checkpoint_settings.inference:
                 # An inference run must not overwrite what the model was trained with.
                 write_configuration(options)
+        except RunFolderError as problem:
+            error = problem
     message = world.broadcast_object(None if error is None else str(error))
     if error is not None:
         raise error

@@ -25,7 +25,7 @@ from evtrain import (
     StatsEvent,
 )
 from evtrain.checkpoint import load_checkpoint
-from evtrain.errors import RunFolderError, SpaceMismatchError
+from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 
@@ -347,4 +347,45 @@ def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -
         "evtrain: error: cannot write the run folder somefile/sub/run (Not a directory: "
         "somefile/sub/run). Choose another --results-dir, or make somefile/sub a folder you "
         "can write to.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        (
+            "cuda",
+            "torch_settings.device: 'cuda': no CUDA device is available to this torch "
+            f"({torch.__version__}); use --torch-device cpu, or leave the device unset to use "
+            "CUDA only when it is available",
+        ),
+        (
+            "gpu0",
+            "torch_settings.device: 'gpu0' is not a torch device; use cpu, cuda or cuda:N "
+            "(--torch-device)",
+        ),
+    ],
+)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+def test_cli_unusable_torch_device_is_refused_before_the_run(
+    tmp_path: Path, device: str, message: str
+) -> None:
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
+    result = run_cli("run.yaml", "--torch-device", device, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (2, f"evtrain: error: {message}\n")
+    assert not (tmp_path / "results").exists()
+
+
+def test_cuda_index_beyond_the_device_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evtrain.settings import TorchSettings
+
+    # This machine has no GPU: pretend to one so the index check itself runs.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    TorchSettings(device="cuda:1").check_device()
+    with pytest.raises(ConfigError) as info:
+        TorchSettings(device="cuda:2").check_device()
+    assert info.value.problems == (
+        "torch_settings.device: 'cuda:2': only 2 CUDA device(s) available (cuda:0 to cuda:1); "
+        "use one of those, or leave the device unset",
     )

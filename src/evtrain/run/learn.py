@@ -120,6 +120,7 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         trainer_type(settings.trainer_type)  # validated already; fail before touching disk
         if not name:
             raise ConfigError(["behaviors: a behavior name must not be empty"])
+    options.torch_settings.check_device()
     cs = options.checkpoint_settings
     world = World.current()
     rank = get_rank()

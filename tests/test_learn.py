@@ -389,3 +389,37 @@ def test_cuda_index_beyond_the_device_count_is_refused(monkeypatch: pytest.Monke
         "torch_settings.device: 'cuda:2': only 2 CUDA device(s) available (cuda:0 to cuda:1); "
         "use one of those, or leave the device unset",
     )
+
+
+def test_cli_num_envs_that_does_not_divide_buffer_size_rounds_it_up(tmp_path: Path) -> None:
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path, max_steps=384)))
+    result = run_cli("run.yaml", "--num-envs", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "[INFO] behaviors.CartPole.hyperparameters.buffer_size: 128 rounded up to 192, a "
+        "multiple of batch_size (64) and of the number of environments (3)\n"
+    ) in result.stderr
+    assert (tmp_path / "results/run/CartPole.onnx").exists()
+
+
+def test_batch_size_above_buffer_size_says_why_and_a_value_that_passes() -> None:
+    from evtrain import RunOptions
+
+    with pytest.raises(ConfigError) as info:
+        RunOptions.from_dict(
+            {
+                "behaviors": {
+                    "CartPole": {"hyperparameters": {"batch_size": 512, "buffer_size": 256}}
+                }
+            }
+        )
+    assert info.value.problems == (
+        "behaviors.CartPole.hyperparameters.batch_size: 512 must not exceed buffer_size (256); "
+        "lower batch_size or raise buffer_size to at least 512",
+    )
+    # the suggested value passes every rule
+    fixed = {"batch_size": 512, "buffer_size": 512}
+    RunOptions.from_dict({"behaviors": {"CartPole": {"hyperparameters": fixed}}})
+    # ML-Agents' 3DBall values: accepted (the rollout rounds 12000 up to 12032)
+    ball = {"batch_size": 64, "buffer_size": 12000}
+    RunOptions.from_dict({"behaviors": {"3DBall": {"hyperparameters": ball}}})

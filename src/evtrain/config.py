@@ -252,9 +252,9 @@ def describe(error: BaseException, path: str = "") -> list[str]:
     if isinstance(error, KeyError) and error.args:
         return [f"{_join(path, error.args[0])}: required key is missing"]
     message = str(error) if isinstance(error, (TypeError, ValueError)) else ""
-    field, sep, rest = message.partition(": expected")
+    field, sep, rest = message.partition(": ")  # a validator's "<key>: what is wrong"
     if sep and field.isidentifier():
-        return [f"{_join(path, field)}: expected{rest}"]
+        return [f"{_join(path, field)}: {rest}"]
     attrs_validator = _ATTRS_VALIDATOR.match(message)  # attrs' "'name' must be > 0: -1"
     if attrs_validator:
         name, requirement, value = attrs_validator.groups()

@@ -423,3 +423,15 @@ def test_batch_size_above_buffer_size_says_why_and_a_value_that_passes() -> None
     # ML-Agents' 3DBall values: accepted (the rollout rounds 12000 up to 12032)
     ball = {"batch_size": 64, "buffer_size": 12000}
     RunOptions.from_dict({"behaviors": {"3DBall": {"hyperparameters": ball}}})
+
+
+def test_cli_yaml_syntax_error_names_the_file_line_and_column(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("behaviors:\n  CartPole:\n    max_steps: [1, 2\n")
+    result = run_cli("bad.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "evtrain: error: bad.yaml: not valid YAML: while parsing a flow sequence\n"
+        '  in "bad.yaml", line 3, column 16\n'
+        "expected ',' or ']', but got '<stream end>'\n"
+        '  in "bad.yaml", line 4, column 1\n'
+    )

@@ -65,15 +65,18 @@ class LearnResult:
 def read_config(path: str | Path) -> dict[str, Any]:
     """The plain data of a YAML config file.
 
-    :raises ConfigError: the file is missing, is not YAML, or is not a mapping.
+    :raises ConfigError: the file is missing or unreadable, is not YAML, or is not a mapping.
     """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open(encoding="utf-8") as stream:
+            data = yaml.safe_load(stream)  # given the file, error marks name it, not a string
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such config file"]) from None
     except yaml.YAMLError as error:
         raise ConfigError([f"{path}: not valid YAML: {error}"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError([f"{path}: cannot read the config file: {error}"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -190,18 +190,25 @@ class RunOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         """Structure options from plain data (parsed YAML), merging ``default_settings`` under
-        each behavior first.
+        each behavior first, and dropping Unity-only ML-Agents options with a warning each
+        (:mod:`evtrain.mlagents_options`).
 
         :raises ConfigError: listing every bad key with its full path.
         """
-        from evtrain.config import merge_default_settings, structure
+        from evtrain.config import drop_inherited, merge_default_settings, structure
+        from evtrain.errors import ConfigError
+        from evtrain.mlagents_options import drop_unity_only
         from evtrain.registry import use_trainer_types
 
+        data = drop_unity_only(data)
         # Trainer plugins first: `trainer_type: my_algo` must validate against them.
         plugins = data.get("plugins", {}) if isinstance(data, dict) else {}
         types = trainer_types_for(structure(plugins, PluginSettings, root="plugins"))
         with use_trainer_types(types):
-            return structure(merge_default_settings(data), cls)
+            try:
+                return structure(merge_default_settings(data), cls)
+            except ConfigError as error:
+                raise ConfigError(drop_inherited(error.problems, data)) from None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`from_dict` turns back into equal options."""

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import pytest
 
 from evtrain import ConfigError, Overflow, RunOptions
@@ -73,7 +76,77 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
             ],
         ),
         ("not a mapping", ["expected a mapping of options, got str 'not a mapping'"]),
+        (
+            {"behaviors": {"B": {"network_settings": {"memory": {"memory_size": 128}}}}},
+            [
+                "behaviors.B.network_settings.memory: ML-Agents option memory is not supported "
+                "by evtrain yet; remove it"
+            ],
+        ),
+        (
+            {
+                "behaviors": {
+                    "B": {
+                        "trainer_type": "sac",
+                        "hyperparameters": {"reward_signal_steps_per_update": 10},
+                        "reward_signals": {"curiosity": {"strength": 0.02}},
+                        "threaded": False,
+                    }
+                },
+                "environment_parameters": {"gravity": 9.8},
+            },
+            [
+                "behaviors.B.hyperparameters.reward_signal_steps_per_update: ML-Agents option "
+                "reward_signal_steps_per_update is not supported by evtrain yet; remove it",
+                "behaviors.B.reward_signals.curiosity: ML-Agents option curiosity is not "
+                "supported by evtrain yet; remove it",
+                "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
+                "yet; remove it",
+                "environment_parameters: ML-Agents option environment_parameters is not "
+                "supported by evtrain yet; remove it",
+            ],
+        ),
+        (
+            # no "did you mean checkpoint_interval": sharing a suffix is no typo
+            {"behaviors": {"B": {"checkpoint_freq": 10}}},
+            [
+                "behaviors.B.checkpoint_freq: unknown key (valid keys: trainer_type, "
+                "hyperparameters, network_settings, reward_signals, max_steps, time_horizon, "
+                "summary_freq, checkpoint_interval, keep_checkpoints)"
+            ],
+        ),
+        (
+            {
+                "default_settings": {"max_stepz": 5, "network_settings": {"memory": None}},
+                "behaviors": {"A": {}, "B": {"network_settings": {"memory": None}}},
+            },
+            [
+                "behaviors.B.network_settings.memory: ML-Agents option memory is not supported "
+                "by evtrain yet; remove it",
+                "default_settings.network_settings.memory: ML-Agents option memory is not "
+                "supported by evtrain yet; remove it",
+                "default_settings.max_stepz: unknown key (did you mean max_steps?)",
+            ],
+        ),
     ],
 )
 def test_errors_name_the_full_path(data: object, expected: list[str]) -> None:
     assert problems(data) == expected
+
+
+def test_unity_only_ml_agents_options_are_ignored_with_one_warning_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data: dict[str, Any] = {
+        "engine_settings": {"no_graphics": True},
+        "env_settings": {"env_path": "3DBall", "num_areas": 4, "num_envs": 2},
+    }
+    with caplog.at_level(logging.WARNING, logger="evtrain"):
+        options = RunOptions.from_dict(data)
+    assert options.env_settings.num_envs == 2
+    assert caplog.messages == [
+        "engine_settings: Unity-only ML-Agents option: ignored",
+        "env_settings.env_path: Unity-only ML-Agents option: ignored",
+        "env_settings.num_areas: Unity-only ML-Agents option: ignored",
+    ]
+    assert data["env_settings"]["num_areas"] == 4  # the caller's data is not changed

@@ -24,7 +24,7 @@ from evtrain import (
     StatsEvent,
 )
 from evtrain.checkpoint import load_checkpoint
-from evtrain.errors import RunFolderError, SpaceMismatchError
+from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import isolated_python
@@ -335,3 +335,113 @@ def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
     assert not [p for p in folder.parent.rglob("*.tmp")]  # no half-written file left behind
     state = load_checkpoint(folder / "checkpoint.pt")  # the last complete checkpoint loads
     assert state["step"] >= 1024
+
+
+def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -> None:
+    # Tests run as root, where a mode bit blocks nothing: a file in the way fails for anyone.
+    (tmp_path / "somefile").write_text("")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
+    result = run_cli("run.yaml", "--results-dir", "somefile/sub", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "evtrain: error: cannot write the run folder somefile/sub/run (Not a directory: "
+        "somefile/sub/run). Choose another --results-dir, or make somefile/sub a folder you "
+        "can write to.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        (
+            "cuda",
+            "torch_settings.device: 'cuda': no CUDA device is available to this torch "
+            f"({torch.__version__}); use --torch-device cpu, or leave the device unset to use "
+            "CUDA only when it is available",
+        ),
+        (
+            "gpu0",
+            "torch_settings.device: 'gpu0' is not a torch device; use cpu, cuda or cuda:N "
+            "(--torch-device)",
+        ),
+    ],
+)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+def test_cli_unusable_torch_device_is_refused_before_the_run(
+    tmp_path: Path, device: str, message: str
+) -> None:
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
+    result = run_cli("run.yaml", "--torch-device", device, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (2, f"evtrain: error: {message}\n")
+    assert not (tmp_path / "results").exists()
+
+
+def test_cuda_index_beyond_the_device_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evtrain.settings import TorchSettings
+
+    # This machine has no GPU: pretend to one so the index check itself runs.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    TorchSettings(device="cuda:1").check_device()
+    with pytest.raises(ConfigError) as info:
+        TorchSettings(device="cuda:2").check_device()
+    assert info.value.problems == (
+        "torch_settings.device: 'cuda:2': only 2 CUDA device(s) available (cuda:0 to cuda:1); "
+        "use one of those, or leave the device unset",
+    )
+
+
+def test_cli_accepts_what_ml_agents_accepts_with_a_note_each(tmp_path: Path) -> None:
+    options = config(tmp_path, max_steps=384)
+    options["engine_settings"] = {"no_graphics": True, "time_scale": 20}
+    options["env_settings"].update(base_port=5005, env_path=None)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+    # --num-envs 3 does not divide buffer_size 128: rounded up, not refused
+    result = run_cli("run.yaml", "--num-envs", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    notes = [line for line in lines if "ML-Agents" in line or "rounded" in line]
+    assert notes == [
+        "[WARNING] engine_settings: Unity-only ML-Agents option: ignored",
+        "[WARNING] env_settings.base_port: Unity-only ML-Agents option: ignored",
+        "[WARNING] env_settings.env_path: Unity-only ML-Agents option: ignored",
+        "[INFO] behaviors.CartPole.hyperparameters.buffer_size: 128 rounded up to 192, a "
+        "multiple of batch_size (64) and of the number of environments (3)",
+    ]
+    assert (tmp_path / "results/run/CartPole.onnx").exists()
+    assert "engine_settings" not in (tmp_path / "results/run/configuration.yaml").read_text()
+
+
+def test_batch_size_above_buffer_size_says_why_and_a_value_that_passes() -> None:
+    from evtrain import RunOptions
+
+    with pytest.raises(ConfigError) as info:
+        RunOptions.from_dict(
+            {
+                "behaviors": {
+                    "CartPole": {"hyperparameters": {"batch_size": 512, "buffer_size": 256}}
+                }
+            }
+        )
+    assert info.value.problems == (
+        "behaviors.CartPole.hyperparameters.batch_size: 512 must not exceed buffer_size (256); "
+        "lower batch_size or raise buffer_size to at least 512",
+    )
+    # the suggested value passes every rule
+    fixed = {"batch_size": 512, "buffer_size": 512}
+    RunOptions.from_dict({"behaviors": {"CartPole": {"hyperparameters": fixed}}})
+    # ML-Agents' 3DBall values: accepted (the rollout rounds 12000 up to 12032)
+    ball = {"batch_size": 64, "buffer_size": 12000}
+    RunOptions.from_dict({"behaviors": {"3DBall": {"hyperparameters": ball}}})
+
+
+def test_cli_yaml_syntax_error_names_the_file_line_and_column(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("behaviors:\n  CartPole:\n    max_steps: [1, 2\n")
+    result = run_cli("bad.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "evtrain: error: bad.yaml: not valid YAML: while parsing a flow sequence\n"
+        '  in "bad.yaml", line 3, column 16\n'
+        "expected ',' or ']', but got '<stream end>'\n"
+        '  in "bad.yaml", line 4, column 1\n'
+    )

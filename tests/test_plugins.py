@@ -198,3 +198,27 @@ def test_plugins_paths_register_through_the_same_functions(tmp_path: Path) -> No
     rows = [line.split() for line in listing.stdout.splitlines()]
     assert ["from_path", f"path:{tmp_path}", "my_path_plugin:writers", "loaded"] in rows
     assert "Plugin module 'broken_path_plugin'" in listing.stderr
+
+
+@pytest.mark.parametrize("command", ["plugins", "learn"])
+def test_plugins_path_that_is_not_a_folder_is_a_config_error(
+    tmp_path: Path, command: str
+) -> None:
+    (tmp_path / "run.yaml").write_text("behaviors: {CartPole: {}}\n")
+    (tmp_path / "afile").write_text("")
+    config = ["run.yaml"] if command == "learn" else []
+    for path, what in [("does/not/exist", "does not exist"), ("afile", "is not a folder")]:
+        result = subprocess.run(
+            [sys.executable, "-m", "evtrain", command, *config, "--plugins", path],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert (result.returncode, result.stdout, result.stderr) == (
+            2,
+            "",
+            f"evtrain: error: plugins.paths: {path!r} {what}; give a folder of plugin modules "
+            "(--plugins PATH)\n",
+        )
+    assert not (tmp_path / "results").exists()

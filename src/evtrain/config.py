@@ -25,6 +25,7 @@ from cattrs.errors import (
 from cattrs.v import format_exception
 
 from evtrain.errors import ConfigError
+from evtrain.mlagents_options import kind_of, unsupported
 
 T = TypeVar("T")
 
@@ -180,6 +181,34 @@ def merge_default_settings(data: Any) -> Any:
     return {**data, "behaviors": merged}
 
 
+def drop_inherited(problems: Sequence[str], data: Any) -> list[str]:
+    """``problems`` without a behavior's copy of a ``default_settings`` problem: a bad key of
+    ``default_settings`` is merged under every behavior, but is reported once, where it is
+    written.  A behavior that sets the same key itself keeps its own line."""
+    behaviors = data.get("behaviors") if isinstance(data, dict) else None
+    if not isinstance(behaviors, dict):
+        return list(problems)
+    known = set(problems)
+    kept = []
+    for line in problems:
+        name = next((n for n in behaviors if line.startswith(f"behaviors.{n}.")), None)
+        if name is not None:
+            rest = line[len(f"behaviors.{name}.") :]
+            keys = rest.partition(": ")[0].split(".")
+            if f"default_settings.{rest}" in known and not _sets(behaviors[name], keys):
+                continue
+        kept.append(line)
+    return kept
+
+
+def _sets(settings: Any, keys: Sequence[str]) -> bool:
+    for key in keys:
+        if not isinstance(settings, dict) or key not in settings:
+            return False
+        settings = settings[key]
+    return True
+
+
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
@@ -236,8 +265,7 @@ def structure(data: Any, cls: type[T], *, root: str = "") -> T:
 def describe(error: BaseException, path: str = "") -> list[str]:
     """One line per leaf error of a cattrs exception group, each led by the key's full path."""
     if isinstance(error, ForbiddenExtraKeysError):
-        valid = [a.name for a in attrs.fields(error.cl)] if attrs.has(error.cl) else []
-        return [_unknown_key(_join(path, key), key, valid) for key in sorted(error.extra_fields)]
+        return [_extra_key(error.cl, _join(path, key), key) for key in sorted(error.extra_fields)]
     if isinstance(error, (ClassValidationError, IterableValidationError)):
         lines: list[str] = []
         with_notes, without = error.group_exceptions()
@@ -252,9 +280,9 @@ def describe(error: BaseException, path: str = "") -> list[str]:
     if isinstance(error, KeyError) and error.args:
         return [f"{_join(path, error.args[0])}: required key is missing"]
     message = str(error) if isinstance(error, (TypeError, ValueError)) else ""
-    field, sep, rest = message.partition(": expected")
+    field, sep, rest = message.partition(": ")  # a validator's "<key>: what is wrong"
     if sep and field.isidentifier():
-        return [f"{_join(path, field)}: expected{rest}"]
+        return [f"{_join(path, field)}: {rest}"]
     attrs_validator = _ATTRS_VALIDATOR.match(message)  # attrs' "'name' must be > 0: -1"
     if attrs_validator:
         name, requirement, value = attrs_validator.groups()
@@ -266,8 +294,21 @@ def describe(error: BaseException, path: str = "") -> list[str]:
     return [f"{path or '<root>'}: {message}"]
 
 
+def _extra_key(cls: type[Any], full: str, key: str) -> str:
+    if kind_of(cls, key) is not None:  # Unity-only ones never get here: they are dropped
+        return unsupported(full, key)
+    if cls is _TrainerSettingsWithoutHyperparameters:
+        from evtrain.trainers.settings import TrainerSettings
+
+        cls = TrainerSettings  # hyperparameters is structured apart, but it is valid here
+    valid = [a.name for a in attrs.fields(cls)] if attrs.has(cls) else []
+    return _unknown_key(full, key, valid)
+
+
 def _unknown_key(full: str, key: str, valid: Sequence[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    # 0.8: a typo (learning_rat, run_idd) stays well above it; an unrelated key that only
+    # shares a suffix (checkpoint_freq vs checkpoint_interval, 0.65) falls below it.
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.8)
     if close:
         return f"{full}: unknown key (did you mean {close[0]}?)"
     return f"{full}: unknown key (valid keys: {', '.join(valid)})"

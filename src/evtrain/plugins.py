@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import importlib_metadata
 
-from evtrain.errors import PluginError
+from evtrain.errors import ConfigError, PluginError
 from evtrain.stats import StatsWriter
 
 if TYPE_CHECKING:
@@ -128,9 +129,20 @@ the same functions an entry point would name."""
 def discover_paths(paths: Sequence[str]) -> list[Plugin]:
     """Plugins declared by the top-level modules found under ``paths`` (ML-Agents'
     ``--plugins``).  The paths are appended to ``sys.path``; a module that fails to import is
-    logged and skipped."""
+    logged and skipped.
+
+    :raises ConfigError: a path is missing or not a folder.
+    """
     plugins: list[Plugin] = []
     for path in paths:
+        if not os.path.isdir(path):
+            what = "is not a folder" if os.path.exists(path) else "does not exist"
+            raise ConfigError(
+                [
+                    f"plugins.paths: {path!r} {what}; give a folder of plugin modules "
+                    "(--plugins PATH)"
+                ]
+            )
         if path not in sys.path:
             sys.path.append(path)
         for module_info in sorted(pkgutil.iter_modules([path]), key=lambda m: m.name):

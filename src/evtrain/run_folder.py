@@ -23,7 +23,7 @@ def prepare_run_folder(options: RunOptions) -> Path:
 
     :raises RunFolderError: the run exists and neither ``resume`` nor ``force`` is set;
         ``resume`` is set and there is nothing to resume; ``initialize_from`` names a run
-        that does not exist.
+        that does not exist; the folder cannot be written.
     """
     cs = options.checkpoint_settings
     path = cs.write_path
@@ -45,16 +45,36 @@ def prepare_run_folder(options: RunOptions) -> Path:
             f"--initialize-from {cs.initialize_from!r}: {init} does not exist; give the run id "
             f"of an earlier run in {cs.results_dir}"
         )
-    if cs.force and exists:
-        logger.warning("--force: removing the earlier run in %s", path)
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if cs.force and exists:
+            logger.warning("--force: removing the earlier run in %s", path)
+            shutil.rmtree(path)
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise unwritable(options, error) from None
     return path
 
 
+def unwritable(options: RunOptions, error: OSError) -> RunFolderError:
+    """The error for a run folder the OS refuses to create or write (a file in the way, no
+    permission, a read-only disk)."""
+    cs = options.checkpoint_settings
+    where = f": {error.filename}" if error.filename else ""
+    return RunFolderError(
+        f"cannot write the run folder {cs.write_path} ({error.strerror or error}{where}). "
+        f"Choose another --results-dir, or make {cs.results_dir} a folder you can write to."
+    )
+
+
 def write_configuration(options: RunOptions) -> Path:
-    """Write the resolved options to ``configuration.yaml`` (atomically, at the start)."""
+    """Write the resolved options to ``configuration.yaml`` (atomically, at the start).
+
+    :raises RunFolderError: the folder cannot be written.
+    """
     target = options.checkpoint_settings.write_path / CONFIGURATION
     text = yaml.safe_dump(options.as_dict(), sort_keys=False)
-    atomic_write(target, lambda f: f.write(text.encode()))
+    try:
+        atomic_write(target, lambda f: f.write(text.encode()))
+    except OSError as error:
+        raise unwritable(options, error) from None
     return target

@@ -133,6 +133,45 @@ class TorchSettings:
     """Seconds a rank waits in a collective for the others before giving up (a rank that
     exits is noticed at once; this bounds a rank that hangs)."""
 
+    def check_device(self) -> None:
+        """Refuse a ``device`` this machine's torch cannot use, before the run starts (checked
+        at run start, not when structuring: a config written on a GPU machine stays valid).
+
+        :raises ConfigError: the string is no torch device, or names a CUDA device that is
+            not there.
+        """
+        import torch
+
+        from evtrain.errors import ConfigError
+
+        if self.device is None:
+            return
+        where = f"torch_settings.device: {self.device!r}"
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise ConfigError(
+                [f"{where} is not a torch device; use cpu, cuda or cuda:N (--torch-device)"]
+            ) from None
+        if device.type != "cuda":
+            return
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(
+                [
+                    f"{where}: no CUDA device is available to this torch ({torch.__version__}); "
+                    "use --torch-device cpu, or leave the device unset to use CUDA only when "
+                    "it is available"
+                ]
+            )
+        if device.index is not None and device.index >= count:
+            raise ConfigError(
+                [
+                    f"{where}: only {count} CUDA device(s) available (cuda:0 to "
+                    f"cuda:{count - 1}); use one of those, or leave the device unset"
+                ]
+            )
+
 
 @attrs.define(kw_only=True)
 class RunOptions:
@@ -152,18 +191,25 @@ class RunOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         """Structure options from plain data (parsed YAML), merging ``default_settings`` under
-        each behavior first.
+        each behavior first, and dropping Unity-only ML-Agents options with a warning each
+        (:mod:`evtrain.mlagents_options`).
 
         :raises ConfigError: listing every bad key with its full path.
         """
-        from evtrain.config import merge_default_settings, structure
+        from evtrain.config import drop_inherited, merge_default_settings, structure
+        from evtrain.errors import ConfigError
+        from evtrain.mlagents_options import drop_unity_only
         from evtrain.registry import use_trainer_types
 
+        data = drop_unity_only(data)
         # Trainer plugins first: `trainer_type: my_algo` must validate against them.
         plugins = data.get("plugins", {}) if isinstance(data, dict) else {}
         types = trainer_types_for(structure(plugins, PluginSettings, root="plugins"))
         with use_trainer_types(types):
-            return structure(merge_default_settings(data), cls)
+            try:
+                return structure(merge_default_settings(data), cls)
+            except ConfigError as error:
+                raise ConfigError(drop_inherited(error.problems, data)) from None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`from_dict` turns back into equal options."""

@@ -3,6 +3,8 @@ Gymnasium autoreset modes, bootstraps truncated episodes from the final observat
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -210,16 +212,36 @@ def test_time_horizon_cuts_the_rollout_into_bootstrapped_trajectories(
     assert advantages[3, 0].item() == pytest.approx(1 + 0.99 * v[4] - v[3], rel=1e-5)
 
 
-def test_buffer_size_must_split_evenly_over_environments(recording: Recording) -> None:
+def test_buffer_size_is_rounded_up_to_what_the_rollout_needs(
+    recording: Recording, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = small_ppo(hyperparameters=PPOSettings(batch_size=32, buffer_size=96))
     envs = make_vector_env("CartPole-v1", 5)
-    with pytest.raises(
-        ValueError,
-        match=r"buffer_size \(96\) must be a multiple of the number "
-        r"of environments \(5\)",
-    ):
-        PPOTrainer("Test", settings, envs, recording.reporter, seed=0)
+    with caplog.at_level(logging.INFO, logger="evtrain"):
+        trainer = PPOTrainer("Test", settings, envs, recording.reporter, seed=0)
+    assert (trainer.hp.buffer_size, trainer.num_steps) == (160, 32)
+    assert settings.hyperparameters == PPOSettings(batch_size=32, buffer_size=96)  # kept
+    assert caplog.messages == [
+        "behaviors.Test.hyperparameters.buffer_size: 96 rounded up to 160, a multiple of "
+        "batch_size (32) and of the number of environments (5)"
+    ]
     envs.close()
+
+
+@pytest.mark.parametrize(
+    ("buffer_size", "batch_size", "num_envs", "expected"),
+    [
+        (12000, 64, 1, 12032),  # ML-Agents' 3DBall
+        (256, 64, 3, 384),
+        (128, 64, 4, 128),
+        (64, 64, 1, 64),
+    ],
+)
+def test_rollout_buffer_size(
+    buffer_size: int, batch_size: int, num_envs: int, expected: int
+) -> None:
+    hp = PPOSettings(batch_size=batch_size, buffer_size=buffer_size)
+    assert hp.rollout_buffer_size(num_envs) == expected
 
 
 def test_sac_hyperparameters_are_refused(recording: Recording) -> None:

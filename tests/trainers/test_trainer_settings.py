@@ -94,7 +94,7 @@ def test_unset_schedules_follow_the_learning_rate_schedule() -> None:
         (
             PPOSettings,
             {"batch_size": 512, "buffer_size": 256},
-            "batch_size (512) must not exceed buffer_size (256)",
+            "batch_size: 512 must not exceed buffer_size (256)",
         ),
         (SACSettings, {"tau": 0.0}, "'tau' must be > 0.0: 0.0"),
         (SACSettings, {"buffer_init_steps": -1}, "'buffer_init_steps' must be >= 0: -1"),

@@ -65,15 +65,18 @@ class LearnResult:
 def read_config(path: str | Path) -> dict[str, Any]:
     """The plain data of a YAML config file.
 
-    :raises ConfigError: the file is missing, is not YAML, or is not a mapping.
+    :raises ConfigError: the file is missing or unreadable, is not YAML, or is not a mapping.
     """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open(encoding="utf-8") as stream:
+            data = yaml.safe_load(stream)  # given the file, error marks name it, not a string
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such config file"]) from None
     except yaml.YAMLError as error:
         raise ConfigError([f"{path}: not valid YAML: {error}"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError([f"{path}: cannot read the config file: {error}"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -120,6 +123,7 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         trainer_type(settings.trainer_type)  # validated already; fail before touching disk
         if not name:
             raise ConfigError(["behaviors: a behavior name must not be empty"])
+    options.torch_settings.check_device()
     cs = options.checkpoint_settings
     world = World.current()
     rank = get_rank()
@@ -201,12 +205,11 @@ def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> None:
     if rank == 0:
         try:
             prepare_run_folder(options)
-        except RunFolderError as problem:
-            error = problem
-        else:
             if not options.checkpoint_settings.inference:
                 # An inference run must not overwrite what the model was trained with.
                 write_configuration(options)
+        except RunFolderError as problem:
+            error = problem
     message = world.broadcast_object(None if error is None else str(error))
     if error is not None:
         raise error

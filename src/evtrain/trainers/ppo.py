@@ -11,8 +11,10 @@ advantage normalisation, global gradient clipping, time-limit bootstrapping.
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -21,7 +23,6 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from torch import nn
 
-from evtrain.errors import ConfigError
 from evtrain.reporter import StatsReporter
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
@@ -37,6 +38,8 @@ EPSILON_FLOOR = 0.1
 """Where a linear clip-range schedule ends (ML-Agents' value)."""
 BETA_FLOOR = 1.0e-5
 """Where a linear entropy-coefficient schedule ends (ML-Agents' value)."""
+
+logger = logging.getLogger("evtrain")
 
 
 def clipped_surrogate_loss(
@@ -87,18 +90,20 @@ class PPOTrainer(Trainer):
     ) -> None:
         super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
         hp: PPOSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
-        if hp.buffer_size % self.num_envs or hp.buffer_size % hp.batch_size:
-            raise ConfigError(
-                [
-                    f"behavior {behavior_name!r}: buffer_size ({hp.buffer_size}) must be a "
-                    f"multiple of the number of environments ({self.num_envs}) and of batch_size "
-                    f"({hp.batch_size}); for {self.num_envs} environments and time_horizon "
-                    f"{settings.time_horizon}, buffer_size "
-                    f"{self.num_envs * settings.time_horizon} collects one time_horizon per "
-                    "environment"
-                ]
+        buffer_size = hp.rollout_buffer_size(self.num_envs)
+        if buffer_size != hp.buffer_size:
+            logger.info(
+                "behaviors.%s.hyperparameters.buffer_size: %d rounded up to %d, a multiple of "
+                "batch_size (%d) and of the number of environments (%d)",
+                behavior_name,
+                hp.buffer_size,
+                buffer_size,
+                hp.batch_size,
+                self.num_envs,
             )
+            hp = attrs.evolve(hp, buffer_size=buffer_size)
         self.hp = hp
+        """The hyperparameters in use (``buffer_size`` as the rollout collects it)."""
         self.num_steps = hp.buffer_size // self.num_envs
         """Rollout length per environment."""
         self.action_space = envs.single_action_space

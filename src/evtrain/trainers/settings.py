@@ -10,6 +10,7 @@ is given, ``beta_schedule`` and ``epsilon_schedule`` follow it (ML-Agents'
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import attrs
@@ -38,8 +39,9 @@ class PPOSettings:
     batch_size: int = attrs.field(default=1024, validator=_positive_int)
     """Experiences per gradient step (minibatch size)."""
     buffer_size: int = attrs.field(default=10240, validator=_positive_int)
-    """Experiences collected, over all environments, before each update; a multiple of
-    ``batch_size`` and of the number of environments."""
+    """Experiences collected, over all environments, before each update; at least
+    ``batch_size``.  The rollout uses :meth:`rollout_buffer_size`: this rounded up to a
+    multiple of ``batch_size`` and of the number of environments."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
     """Adam step size at step 0."""
     learning_rate_schedule: Schedule = attrs.field(default="linear", validator=_schedule)
@@ -64,12 +66,24 @@ class PPOSettings:
     vf_coef: float = attrs.field(default=0.5, validator=v.ge(0.0))
     """Weight of the value loss in the total loss."""
 
+    # PPO's buffer rules live here, and only here: batch_size <= buffer_size is refused at
+    # structuring (rounding would silently multiply the buffer); any other buffer_size is
+    # rounded up to what the rollout needs, as ML-Agents accepts such values.
     def __attrs_post_init__(self) -> None:
         if self.batch_size > self.buffer_size:
+            # "<key>: ..." is how evtrain.config puts the key into the message's path
             raise ValueError(
-                f"batch_size ({self.batch_size}) must not exceed buffer_size "
-                f"({self.buffer_size}); lower batch_size or raise buffer_size"
+                f"batch_size: {self.batch_size} must not exceed buffer_size "
+                f"({self.buffer_size}); lower batch_size or raise buffer_size to at least "
+                f"{self.batch_size}"
             )
+
+    def rollout_buffer_size(self, num_envs: int) -> int:
+        """``buffer_size`` rounded up to the next multiple of both ``batch_size`` (whole
+        minibatches) and ``num_envs`` (every environment steps ``buffer_size / num_envs``
+        times per rollout)."""
+        step = math.lcm(self.batch_size, num_envs)
+        return -(-self.buffer_size // step) * step
 
 
 @attrs.define(kw_only=True)

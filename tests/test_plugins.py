@@ -208,13 +208,7 @@ def test_plugins_path_that_is_not_a_folder_is_a_config_error(
     (tmp_path / "afile").write_text("")
     config = ["run.yaml"] if command == "learn" else []
     for path, what in [("does/not/exist", "does not exist"), ("afile", "is not a folder")]:
-        result = subprocess.run(
-            [sys.executable, "-m", "evtrain", command, *config, "--plugins", path],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            check=False,
-        )
+        result = python("-m", "evtrain", command, *config, "--plugins", path, cwd=tmp_path)
         assert (result.returncode, result.stdout, result.stderr) == (
             2,
             "",

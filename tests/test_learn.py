@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -335,3 +337,21 @@ def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
     assert not [p for p in folder.parent.rglob("*.tmp")]  # no half-written file left behind
     state = load_checkpoint(folder / "checkpoint.pt")  # the last complete checkpoint loads
     assert state["step"] >= 1024
+
+
+def test_every_file_of_a_run_follows_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        learn(config(tmp_path, max_steps=256, checkpoint_interval=256))
+    finally:
+        os.umask(previous)
+    run = tmp_path / "results" / "run"
+    expected = 0o666 & ~0o027
+    timers = stat.S_IMODE((run / "run_logs" / "timers.json").stat().st_mode)
+    assert timers == stat.S_IMODE((run / "configuration.yaml").stat().st_mode) == expected
+    modes = {
+        str(p.relative_to(run)): oct(stat.S_IMODE(p.stat().st_mode))
+        for p in run.rglob("*")
+        if p.is_file()
+    }
+    assert modes == {name: oct(expected) for name in modes}

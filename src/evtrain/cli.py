@@ -132,8 +132,8 @@ def options_from_cli(args: argparse.Namespace) -> RunOptions:
 def run_learn(args: argparse.Namespace) -> int:
     from evtrain.distributed import initialized
     from evtrain.filters import get_rank
-    from evtrain.run.learn import learn
     from evtrain.payloads import RunStatus
+    from evtrain.run.learn import learn
 
     options = options_from_cli(args)
     # Initialised first: the bus takes its rank from the process group, and only rank 0 shows

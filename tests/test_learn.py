@@ -208,7 +208,8 @@ def test_initialize_from_loads_weights_at_step_zero(tmp_path: Path) -> None:
     with Bus() as bus:
         recorder.connect(bus)
         learn(student, bus)
-    assert [e.step for e in recorder.of(StatsEvent)] == []  # 128 < summary_freq: from step 0
+    # 128 < summary_freq: the final summary only, counted from step 0
+    assert [e.step for e in recorder.of(StatsEvent)] == [128]
     assert [e.step for e in recorder.of(SaveEvent)] == [128]
     state = load_checkpoint(tmp_path / "results/student/CartPole/checkpoint.pt")
     assert state["step"] == 128
@@ -355,3 +356,80 @@ def test_every_file_of_a_run_follows_the_umask(tmp_path: Path) -> None:
         if p.is_file()
     }
     assert modes == {name: oct(expected) for name in modes}
+
+
+def test_run_shorter_than_a_rollout_and_summary_freq_warns_and_writes_a_final_summary(
+    tmp_path: Path,
+) -> None:
+    short = config(tmp_path, max_steps=100, summary_freq=256)  # rollouts of 128 steps
+    (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
+    result = run_cli("short.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "[WARNING] CartPole: max_steps 100 is less than one rollout (buffer_size 128): the run "
+        "will take 128 steps\n"
+        "[WARNING] CartPole: summary_freq 256 exceeds max_steps 100: only the final summary "
+        "will be written\n"
+    ) in result.stderr
+    assert "[INFO] CartPole. Step: 128. Time Elapsed:" in result.stderr
+    assert "CartPole: 128 steps, policy exported to" in result.stdout
+    run = tmp_path / "results" / "run"
+    assert load_checkpoint(run / "CartPole" / "checkpoint.pt")["step"] == 128
+    # One rollout, and TensorBoard is not empty: the final summary is at the last step.
+    assert scalar_steps(run / "CartPole", "Environment/Cumulative Reward") == [128]
+    assert scalar_steps(run / "CartPole", "Losses/Policy Loss") == [128]
+
+
+def test_max_steps_between_rollouts_stops_at_the_next_rollout_end(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(config(tmp_path, max_steps=200, summary_freq=128), bus)
+    assert result.steps == {"CartPole": 256}
+    # 256 is a summary boundary: the last advance wrote it, the final summary adds nothing.
+    assert [e.step for e in recorder.of(StatsEvent)] == [128, 256]
+    assert [e.step for e in recorder.of(SaveEvent)] == [256]
+
+
+def test_final_summary_holds_the_period_after_the_last_boundary(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(config(tmp_path, max_steps=640, summary_freq=256), bus)
+    events = recorder.of(StatsEvent)
+    assert [e.step for e in events] == [256, 512, 640]
+    assert [e.values["Step"].aggregated_value for e in events] == [256, 512, 640]
+    assert all(e.values["Losses/Policy Loss"].num == 2 for e in events[:2])
+    assert events[2].values["Losses/Policy Loss"].num == 1  # only the update of 512..640
+    run = tmp_path / "results" / "run"
+    assert scalar_steps(run / "CartPole", "Losses/Policy Loss") == [256, 512, 640]
+
+
+def test_summary_freq_below_a_rollout_warns_and_writes_one_summary_per_rollout(
+    tmp_path: Path,
+) -> None:
+    # 4 environments x 128 steps: one rollout crosses four multiples of summary_freq 128.
+    wide = config(
+        tmp_path,
+        max_steps=1024,
+        summary_freq=128,
+        time_horizon=128,
+        hyperparameters={"batch_size": 128, "buffer_size": 512, "num_epoch": 1},
+    )
+    (tmp_path / "wide.yaml").write_text(yaml.safe_dump(wide))
+    result = run_cli("wide.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "[WARNING] CartPole: summary_freq 128 is less than one rollout (buffer_size 512): "
+        "summaries can only be written once per rollout, each labelled with the last multiple "
+        "of 128 it reaches\n"
+    ) in result.stderr
+    assert [line.split(".")[1] for line in result.stderr.splitlines() if ". Step: " in line] == [
+        " Step: 512",
+        " Step: 1024",
+    ]
+    folder = tmp_path / "results" / "run" / "CartPole"
+    # One point per rollout, at the last boundary it crossed: no point is made up for the
+    # boundaries in between (the rollout's episodes and losses cannot be split among them).
+    assert scalar_steps(folder, "Environment/Cumulative Reward") == [512, 1024]
+    assert scalar_steps(folder, "Losses/Policy Loss") == [512, 1024]

@@ -152,6 +152,9 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
                 trainers[name], managers[name] = _build(
                     options, name, settings, run_bus, seed + index, status_file
                 )
+        for name, trainer in trainers.items():
+            for warning in _schedule_warnings(name, trainer, inference=cs.inference):
+                logger.warning(warning)
         with stop_on_signals() as stop, hierarchical_timer("train"):
             status = _train(
                 options,
@@ -243,6 +246,56 @@ def _save(
         )
 
 
+def _schedule_warnings(name: str, trainer: Trainer, *, inference: bool) -> list[str]:
+    """What a run of ``trainer`` will do that its settings do not say: train past
+    ``max_steps`` to the end of an update, or write fewer summaries than ``summary_freq``
+    asks for."""
+    settings = trainer.settings
+    max_steps, freq = settings.max_steps, settings.summary_freq
+    update = trainer.num_envs * trainer.world.size if inference else trainer.steps_per_update
+    unit = "update" if inference else "rollout"
+    what = _update_words(trainer, update, inference)
+    warnings = []
+    start = 0 if inference else trainer.step  # inference counts its own steps from 0
+    if start >= max_steps:
+        return []
+    end = start + -(-(max_steps - start) // update) * update
+    if end != max_steps:
+        if start == 0 and max_steps < update:
+            warnings.append(
+                f"{name}: max_steps {max_steps} is less than one {unit} ({what}): "
+                f"the run will take {end} steps"
+            )
+        else:
+            warnings.append(
+                f"{name}: max_steps {max_steps} is not a multiple of the {unit} ({what}): "
+                f"the run stops at the end of the {unit} that reaches it, at step {end}"
+            )
+    if end < (start // freq + 1) * freq:
+        if start == 0:
+            reason = f"summary_freq {freq} exceeds max_steps {max_steps}"
+        else:
+            reason = f"no multiple of summary_freq {freq} lies between steps {start} and {end}"
+        warnings.append(f"{name}: {reason}: only the final summary will be written")
+    elif freq < update:
+        warnings.append(
+            f"{name}: summary_freq {freq} is less than one {unit} ({what}): summaries can "
+            f"only be written once per {unit}, each labelled with the last multiple of "
+            f"{freq} it reaches"
+        )
+    return warnings
+
+
+def _update_words(trainer: Trainer, update: int, inference: bool) -> str:
+    """What one advance is, for a warning: ``"buffer_size 20480"``, ``"8 steps"``."""
+    from evtrain.trainers.ppo import PPOTrainer
+
+    if not isinstance(trainer, PPOTrainer) or inference:
+        return f"{update} steps"
+    ranks = trainer.world.size
+    return f"buffer_size {trainer.hp.buffer_size}" + (f" x {ranks} ranks" if ranks > 1 else "")
+
+
 def _train(
     options: RunOptions,
     trainers: Mapping[str, Trainer],
@@ -261,6 +314,31 @@ def _train(
     }
     inference = options.checkpoint_settings.inference
     runs = {name: _Inference(trainer) for name, trainer in trainers.items()} if inference else {}
+    status = _advance_all(
+        trainers, managers, runs, next_checkpoint, rewards, stop_requested, world, progress
+    )
+    # Completed or stopped cleanly (an abort never gets here): the period still open becomes
+    # a last summary, so that even a run shorter than summary_freq writes one.
+    for name, trainer in trainers.items():
+        if inference:
+            runs[name].write_final_summary()
+        else:
+            trainer.write_final_summary()
+    return status
+
+
+def _advance_all(
+    trainers: Mapping[str, Trainer],
+    managers: Mapping[str, CheckpointManager],
+    runs: Mapping[str, _Inference],
+    next_checkpoint: dict[str, int],
+    rewards: _RewardTracker,
+    stop_requested: Callable[[], bool],
+    world: World,
+    progress: ProgressHook | None,
+) -> RunStatus:
+    """The loop of :func:`_train` (``runs`` non-empty: ``--inference``)."""
+    inference = bool(runs)
     while not all(t.should_stop for t in trainers.values()):
         for name, trainer in trainers.items():
             if trainer.should_stop:
@@ -296,6 +374,7 @@ class _Inference:
         # Steps are global, as in training: every rank steps its environments once per advance.
         self.steps_per_advance = int(trainer.world.sum([trainer.num_envs])[0])
         self.last_summary = 0
+        self.summarised_at = 0
 
     def advance(self) -> None:
         import numpy as np
@@ -318,11 +397,21 @@ class _Inference:
         freq = trainer.settings.summary_freq
         boundary = trainer.step // freq * freq
         if boundary > self.last_summary:
-            reporter.add_stat("Is Training", 0.0)
-            reporter.set_stat("Step", float(trainer.step))
-            world = trainer.world
-            reporter.write_stats(boundary, merge=world.merge_stats if world.size > 1 else None)
-            self.last_summary = boundary
+            self._write_summary(boundary)
+
+    def write_final_summary(self) -> None:
+        """The open period as a last summary at the last step (see the trainer's)."""
+        if self.trainer.step != self.summarised_at:
+            self._write_summary(self.trainer.step)
+
+    def _write_summary(self, label: int) -> None:
+        trainer, reporter = self.trainer, self.trainer.reporter
+        reporter.add_stat("Is Training", 0.0)
+        reporter.set_stat("Step", float(trainer.step))
+        world = trainer.world
+        reporter.write_stats(label, merge=world.merge_stats if world.size > 1 else None)
+        self.last_summary = label
+        self.summarised_at = trainer.step
 
 
 def _training_status(options: RunOptions) -> TrainingStatus:

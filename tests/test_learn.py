@@ -310,6 +310,12 @@ def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path
     options = yaml.safe_load((run / "configuration.yaml").read_text())
     assert options["env_settings"]["num_envs"] == 2 and options["env_settings"]["seed"] == 5
     assert f"policy exported to {run / 'CartPole.onnx'}" in out
+    # The last lines say where the curves are and how to go on from where the run stopped.
+    assert out.splitlines()[-2:] == [
+        f"TensorBoard: tensorboard --logdir {tmp_path / 'results'}",
+        f"Interrupted at step {final['steps']:,}. Continue with: evtrain learn long.yaml "
+        "--seed 5 --num-envs 2 --run-id flagged --resume",
+    ]
 
 
 def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
@@ -373,6 +379,9 @@ def test_run_shorter_than_a_rollout_and_summary_freq_warns_and_writes_a_final_su
     ) in result.stderr
     assert "[INFO] CartPole. Step: 128. Time Elapsed:" in result.stderr
     assert "CartPole: 128 steps, policy exported to" in result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        f"TensorBoard: tensorboard --logdir {tmp_path / 'results'}"
+    )
     run = tmp_path / "results" / "run"
     assert load_checkpoint(run / "CartPole" / "checkpoint.pt")["step"] == 128
     # One rollout, and TensorBoard is not empty: the final summary is at the last step.

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -318,8 +320,10 @@ def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path
     ]
 
 
-def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
-    long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=1024)
+def test_second_sigint_aborts_without_torn_files_and_says_what_it_left(tmp_path: Path) -> None:
+    # No checkpoint is due before the end, so every .pt or .onnx is the final save's; the
+    # second signal is sent once its .pt exists, while it traces the policy for ONNX.
+    long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=10**7)
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(long))
     proc = subprocess.Popen(
         [sys.executable, "-m", "evtrain", "learn", "long.yaml"],
@@ -330,20 +334,46 @@ def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
     )
     assert proc.stderr is not None
     for line in proc.stderr:
-        if "CartPole. Step: 1536" in line:  # past the first checkpoint
+        if "CartPole. Step: 1536" in line:
             break
     proc.send_signal(signal.SIGINT)
     for line in proc.stderr:  # the first one was seen: the run is stopping cleanly
         if "SIGINT received" in line:
             break
-    proc.send_signal(signal.SIGINT)  # (two signals sent back to back would be coalesced)
+    run = tmp_path / "results" / "run"
+    deadline = time.monotonic() + 60
+    while not list((run / "CartPole").glob("CartPole-*.pt")):  # the final save has begun
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "evtrain: aborted" in err
-    folder = tmp_path / "results" / "run" / "CartPole"
-    assert not [p for p in folder.parent.rglob("*.tmp")]  # no half-written file left behind
-    state = load_checkpoint(folder / "checkpoint.pt")  # the last complete checkpoint loads
-    assert state["step"] >= 1024
+    assert not [p for p in run.rglob("*.tmp")]  # no half-written file left behind
+    # The message names exactly the files the interrupted final save wrote.
+    written = {
+        str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and "tfevents" not in p.name
+    } - {"configuration.yaml", "run_logs/timers.json"}
+    [message] = [line for line in err.splitlines() if line.startswith("[WARNING] Aborted")]
+    match = re.fullmatch(
+        r"\[WARNING\] Aborted: the final save of CartPole at step (\d+) wrote (.+) before it "
+        r"was interrupted\. Every file on disk is complete\.",
+        message,
+    )
+    assert match is not None, message
+    named = match[2].split(", ") if match[2] != "no file" else []
+    assert set(named) == written
+    step = int(match[1])
+    order = [
+        f"CartPole/CartPole-{step}.pt",
+        "CartPole/checkpoint.pt",
+        f"CartPole/CartPole-{step}.onnx",
+        "run_logs/training_status.json",
+        "CartPole.onnx",
+    ]
+    assert named == order[: len(named)]  # in the order the save writes them
+    if "CartPole/checkpoint.pt" in named:  # the last complete checkpoint loads
+        assert load_checkpoint(run / "CartPole" / "checkpoint.pt")["step"] == step
 
 
 def test_every_file_of_a_run_follows_the_umask(tmp_path: Path) -> None:

@@ -154,6 +154,11 @@ class CheckpointManager:
         self.bus = bus
         self.is_writer = is_writer
         """Whether this process writes (one rank does)."""
+        self.in_progress: tuple[str, int] | None = None
+        """``("checkpoint" | "final save", step)`` while :meth:`save` or :meth:`save_final`
+        runs; left set when an exception (a second Ctrl-C) interrupted it."""
+        self.written: list[Path] = []
+        """The files the latest save has written so far, in order (each complete)."""
         self._exporter = PolicyExporter()  # traces the policy once, then puts new weights in
         # Paths are rebased onto this folder: the run folder may have moved, or the run been
         # resumed from another working directory, since they were recorded.
@@ -221,6 +226,26 @@ class CheckpointManager:
             return []
         if policy is not None and example_obs is None:
             raise ValueError("save() needs example_obs to export the policy")
+        self._begin("checkpoint", step)
+        events = self._save(step, state, policy, example_obs, reward)
+        self.in_progress = None
+        return events
+
+    def _begin(self, kind: str, step: int) -> None:
+        self.in_progress = (kind, step)
+        self.written = []
+
+    def _wrote(self, path: Path) -> None:
+        self.written = [p for p in self.written if p != path] + [path]
+
+    def _save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        policy: nn.Module | None,
+        example_obs: torch.Tensor | npt.NDArray[Any] | None,
+        reward: float | None,
+    ) -> list[SaveEvent | ExportEvent]:
         reward = _finite_or_none(reward)
         name = f"{self.behavior}-{step}"
         pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
@@ -228,17 +253,20 @@ class CheckpointManager:
 
         with hierarchical_timer("checkpoint"):
             save_checkpoint(pt, state)
+        self._wrote(pt)
         events.append(
             self._emit(
                 signals.save, SaveEvent(category=self.behavior, step=step, path=pt, reward=reward)
             )
         )
         _copy(pt, self.checkpoint_path)
+        self._wrote(self.checkpoint_path)
         if (
             policy is not None
             and example_obs is not None
             and self._export(policy, example_obs, onnx, step)
         ):
+            self._wrote(onnx)
             events.append(
                 self._emit(
                     signals.export, ExportEvent(category=self.behavior, step=step, path=onnx)
@@ -271,9 +299,12 @@ class CheckpointManager:
         ``final_checkpoint`` recorded.  Without a model (no policy, or its export failed) the
         final checkpoint is the ``.pt``, and the error is logged.
         """
-        events = self.save(step, state, policy, example_obs=example_obs, reward=reward)
         if not self.is_writer:
-            return events
+            return []
+        if policy is not None and example_obs is None:
+            raise ValueError("save_final() needs example_obs to export the policy")
+        self._begin("final save", step)
+        events = self._save(step, state, policy, example_obs, reward)
         latest = self._checkpoints[-1]
         final = latest
         exported = any(isinstance(e, ExportEvent) for e in events)
@@ -287,6 +318,7 @@ class CheckpointManager:
                     self.final_model_path,
                 )
             else:
+                self._wrote(self.final_model_path)
                 final = attrs.evolve(latest, file_path=str(self.final_model_path))
                 events.append(
                     self._emit(
@@ -301,6 +333,8 @@ class CheckpointManager:
                 latest.file_path,
             )
         self.status.update(self.behavior, final=final)
+        self._wrote(self.status.path)
+        self.in_progress = None
         return events
 
     # -- internals -------------------------------------------------------------------------------
@@ -343,6 +377,7 @@ class CheckpointManager:
         self._checkpoints = [c for c in self._checkpoints if c.steps != checkpoint.steps]
         self._checkpoints.append(checkpoint)
         self.status.update(self.behavior, checkpoints=self._checkpoints)
+        self._wrote(self.status.path)
         if not 0 < self.keep_checkpoints < len(self._checkpoints):
             return
         excess = len(self._checkpoints) - self.keep_checkpoints

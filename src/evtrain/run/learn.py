@@ -11,7 +11,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +134,7 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
     managers: dict[str, CheckpointManager] = {}
     models: dict[str, Path] = {}
     handles: list[SubscriptionHandle] = []
+    finished: list[str] = []  # behaviors whose final save is done
     try:
         handles.extend(attach_plugins(options, run_bus))
         run_bus.emit(
@@ -169,11 +170,12 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
             run_bus.flush()  # the last period's reward goes into the final checkpoint record
             for name, trainer in trainers.items():
                 _save(managers[name], trainer, rewards.mean.get(name), final=True)
+                finished.append(name)
                 if managers[name].is_writer and managers[name].final_model_path.exists():
                     models[name] = managers[name].final_model_path
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED
-        logger.warning("Aborted: no final save. The last checkpoint on disk is complete.")
+        logger.warning(_abort_message(managers, finished))
         raise
     except ConfigError:
         # Refused before the first step (e.g. SAC on a discrete env): a folder this call
@@ -195,6 +197,27 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         write_path=cs.write_path,
         models=models,
     )
+
+
+def _abort_message(managers: Mapping[str, CheckpointManager], saved: Collection[str]) -> str:
+    """What a second Ctrl-C left on disk: the files of the save it interrupted, if any, by
+    name (a periodic checkpoint, or a final save that had begun)."""
+    parts = []
+    for name, manager in managers.items():
+        if manager.in_progress is not None:
+            kind, step = manager.in_progress
+            files = ", ".join(str(p.relative_to(manager.run_folder)) for p in manager.written)
+            parts.append(
+                f"the {kind} of {name} at step {step} wrote {files or 'no file'} before it "
+                "was interrupted"
+            )
+        elif name in saved:
+            parts.append(f"the final save of {name} was complete")
+        else:
+            parts.append(f"no final save of {name}")
+    if all(part.startswith("no final save") for part in parts):
+        return "Aborted: no final save. The last checkpoint on disk is complete."
+    return f"Aborted: {'; '.join(parts)}. Every file on disk is complete."
 
 
 def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> None:

@@ -12,8 +12,9 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 import yaml
@@ -45,6 +46,16 @@ HISTOGRAM = StatsAggregationMethod.HISTOGRAM
 
 ProgressHook = Callable[[str, int, int], None]
 """Called after every trainer update with (behavior, step, max_steps)."""
+
+
+@runtime_checkable
+class SavingProgress(Protocol):
+    """A progress hook that also shows when a behavior saves and exports, which holds the
+    runner for a while (:class:`evtrain.progress.ProgressDisplay` is one)."""
+
+    def __call__(self, behavior: str, step: int, max_steps: int) -> None: ...
+
+    def saving(self, behavior: str) -> AbstractContextManager[None]: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -169,7 +180,9 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         if not cs.inference:
             run_bus.flush()  # the last period's reward goes into the final checkpoint record
             for name, trainer in trainers.items():
-                _save(managers[name], trainer, rewards.mean.get(name), final=True)
+                _save(
+                    managers[name], trainer, rewards.mean.get(name), final=True, progress=progress
+                )
                 finished.append(name)
                 if managers[name].is_writer and managers[name].final_model_path.exists():
                     models[name] = managers[name].final_model_path
@@ -253,13 +266,21 @@ class _RewardTracker:
 
 
 def _save(
-    manager: CheckpointManager, trainer: Trainer, reward: float | None, *, final: bool
+    manager: CheckpointManager,
+    trainer: Trainer,
+    reward: float | None,
+    *,
+    final: bool,
+    progress: ProgressHook | None,
 ) -> None:
     import numpy as np
 
     example = np.asarray(trainer.next_obs[:1], dtype=np.float32)
     save = manager.save_final if final else manager.save
-    with hierarchical_timer("save_model"):
+    shown = (
+        progress.saving(manager.behavior) if isinstance(progress, SavingProgress) else nullcontext()
+    )
+    with shown, hierarchical_timer("save_model"):
         save(
             trainer.step,
             trainer.state_dict(),
@@ -375,7 +396,13 @@ def _advance_all(
                 progress(name, trainer.step, trainer.settings.max_steps)
             due = trainer.step >= next_checkpoint[name] and not trainer.should_stop
             if due and not inference:  # at max_steps the final save writes this checkpoint
-                _save(managers[name], trainer, rewards.mean.get(name), final=False)
+                _save(
+                    managers[name],
+                    trainer,
+                    rewards.mean.get(name),
+                    final=False,
+                    progress=progress,
+                )
                 interval = trainer.settings.checkpoint_interval
                 next_checkpoint[name] = (trainer.step // interval + 1) * interval
             if world.any(stop_requested()):

@@ -219,7 +219,9 @@ def _abort_message(managers: Mapping[str, CheckpointManager], saved: Collection[
     for name, manager in managers.items():
         if manager.in_progress is not None:
             kind, step = manager.in_progress
-            files = ", ".join(str(p.relative_to(manager.run_folder)) for p in manager.written)
+            files = ", ".join(
+                str(p.relative_to(manager.run_folder)) for p in manager.files_written()
+            )
             parts.append(
                 f"the {kind} of {name} at step {step} wrote {files or 'no file'} before it "
                 "was interrupted"

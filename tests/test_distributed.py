@@ -268,7 +268,8 @@ def test_the_multi_node_form_with_two_agents(tmp_path: Path) -> None:
     assert rank0["step"] == 512 and rank0["local_step"] == rank1["local_step"] == 256
     assert sorted(out for out, _ in outputs) == [
         "",
-        f"Agent: 512 steps, policy exported to {run.run / 'Agent.onnx'}\n",
+        f"Agent: 512 steps, policy exported to {run.run / 'Agent.onnx'}\n"
+        f"TensorBoard: tensorboard --logdir {run.run.parent}\n",
     ]
     assert len(list((run.run / "Agent").glob("events.out.tfevents.*"))) == 1
 

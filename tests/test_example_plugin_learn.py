@@ -50,7 +50,10 @@ def test_the_example_trainer_type_trains(plugin_site: Path, tmp_path: Path) -> N
     result = evtrain_learn(plugin_site, config)  # neither slurm nor torch applies: no choice
     assert result.returncode == 0, result.stderr
     run = tmp_path / "results" / "run"
-    assert result.stdout == f"Agent: 512 steps, policy exported to {run / 'Agent.onnx'}\n"
+    assert result.stdout == (
+        f"Agent: 512 steps, policy exported to {run / 'Agent.onnx'}\n"
+        f"TensorBoard: tensorboard --logdir {run.parent}\n"
+    )
     resolved = yaml.safe_load((run / "configuration.yaml").read_text())
     assert resolved["behaviors"]["Agent"]["hyperparameters"]["reward_clip"] == 0.5
     assert load_checkpoint(run / "Agent" / "checkpoint.pt")["trainer_type"] == "ppo_reward_clip"
@@ -115,5 +118,8 @@ def test_the_slurm_initializer_joins_two_ranks(plugin_site: Path, tmp_path: Path
     # 512 global steps: 256 per rank, on rank 0's one set of files
     assert load_checkpoint(run / "Agent" / "checkpoint.pt")["step"] == 512
     assert len(list((run / "Agent").glob("events.out.tfevents.*"))) == 1
-    assert outputs[0][0] == f"Agent: 512 steps, policy exported to {run / 'Agent.onnx'}\n"
+    assert outputs[0][0] == (
+        f"Agent: 512 steps, policy exported to {run / 'Agent.onnx'}\n"
+        f"TensorBoard: tensorboard --logdir {run.parent}\n"
+    )
     assert outputs[1][0] == ""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
+import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +210,8 @@ def test_initialize_from_loads_weights_at_step_zero(tmp_path: Path) -> None:
     with Bus() as bus:
         recorder.connect(bus)
         learn(student, bus)
-    assert [e.step for e in recorder.of(StatsEvent)] == []  # 128 < summary_freq: from step 0
+    # 128 < summary_freq: the final summary only, counted from step 0
+    assert [e.step for e in recorder.of(StatsEvent)] == [128]
     assert [e.step for e in recorder.of(SaveEvent)] == [128]
     state = load_checkpoint(tmp_path / "results/student/CartPole/checkpoint.pt")
     assert state["step"] == 128
@@ -307,10 +312,18 @@ def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path
     options = yaml.safe_load((run / "configuration.yaml").read_text())
     assert options["env_settings"]["num_envs"] == 2 and options["env_settings"]["seed"] == 5
     assert f"policy exported to {run / 'CartPole.onnx'}" in out
+    # The last lines say where the curves are and how to go on from where the run stopped.
+    assert out.splitlines()[-2:] == [
+        f"TensorBoard: tensorboard --logdir {tmp_path / 'results'}",
+        f"Interrupted at step {final['steps']:,}. Continue with: evtrain learn long.yaml "
+        "--seed 5 --num-envs 2 --run-id flagged --resume",
+    ]
 
 
-def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
-    long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=1024)
+def test_second_sigint_aborts_without_torn_files_and_says_what_it_left(tmp_path: Path) -> None:
+    # No checkpoint is due before the end, so every .pt or .onnx is the final save's; the
+    # second signal is sent once its .pt exists, while it traces the policy for ONNX.
+    long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=10**7)
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(long))
     proc = subprocess.Popen(
         [isolated_python(), "-m", "evtrain", "learn", "long.yaml"],
@@ -321,20 +334,144 @@ def test_second_sigint_aborts_without_torn_files(tmp_path: Path) -> None:
     )
     assert proc.stderr is not None
     for line in proc.stderr:
-        if "CartPole. Step: 1536" in line:  # past the first checkpoint
+        if "CartPole. Step: 1536" in line:
             break
     proc.send_signal(signal.SIGINT)
     for line in proc.stderr:  # the first one was seen: the run is stopping cleanly
         if "SIGINT received" in line:
             break
-    proc.send_signal(signal.SIGINT)  # (two signals sent back to back would be coalesced)
+    run = tmp_path / "results" / "run"
+    deadline = time.monotonic() + 60
+    while not list((run / "CartPole").glob("CartPole-*.pt")):  # the final save has begun
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "evtrain: aborted" in err
+    assert not [p for p in run.rglob("*.tmp")]  # no half-written file left behind
+    # The message names exactly the files the interrupted final save wrote.
+    written = {
+        str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and "tfevents" not in p.name
+    } - {"configuration.yaml", "run_logs/timers.json"}
+    [message] = [line for line in err.splitlines() if line.startswith("[WARNING] Aborted")]
+    match = re.fullmatch(
+        r"\[WARNING\] Aborted: the final save of CartPole at step (\d+) wrote (.+) before it "
+        r"was interrupted\. Every file on disk is complete\.",
+        message,
+    )
+    assert match is not None, message
+    named = match[2].split(", ") if match[2] != "no file" else []
+    assert set(named) == written
+    step = int(match[1])
+    order = [
+        f"CartPole/CartPole-{step}.pt",
+        "CartPole/checkpoint.pt",
+        f"CartPole/CartPole-{step}.onnx",
+        "run_logs/training_status.json",
+        "CartPole.onnx",
+    ]
+    assert named == order[: len(named)]  # in the order the save writes them
+    if "CartPole/checkpoint.pt" in named:  # the last complete checkpoint loads
+        assert load_checkpoint(run / "CartPole" / "checkpoint.pt")["step"] == step
+
+
+def test_every_file_of_a_run_follows_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        learn(config(tmp_path, max_steps=256, checkpoint_interval=256))
+    finally:
+        os.umask(previous)
+    run = tmp_path / "results" / "run"
+    expected = 0o666 & ~0o027
+    timers = stat.S_IMODE((run / "run_logs" / "timers.json").stat().st_mode)
+    assert timers == stat.S_IMODE((run / "configuration.yaml").stat().st_mode) == expected
+    modes = {
+        str(p.relative_to(run)): oct(stat.S_IMODE(p.stat().st_mode))
+        for p in run.rglob("*")
+        if p.is_file()
+    }
+    assert modes == {name: oct(expected) for name in modes}
+
+
+def test_run_shorter_than_a_rollout_and_summary_freq_warns_and_writes_a_final_summary(
+    tmp_path: Path,
+) -> None:
+    short = config(tmp_path, max_steps=100, summary_freq=256)  # rollouts of 128 steps
+    (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
+    result = run_cli("short.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "[WARNING] CartPole: max_steps 100 is less than one rollout (buffer_size 128): the run "
+        "will take 128 steps\n"
+        "[WARNING] CartPole: summary_freq 256 exceeds max_steps 100: only the final summary "
+        "will be written\n"
+    ) in result.stderr
+    assert "[INFO] CartPole. Step: 128. Time Elapsed:" in result.stderr
+    assert "CartPole: 128 steps, policy exported to" in result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        f"TensorBoard: tensorboard --logdir {tmp_path / 'results'}"
+    )
+    run = tmp_path / "results" / "run"
+    assert load_checkpoint(run / "CartPole" / "checkpoint.pt")["step"] == 128
+    # One rollout, and TensorBoard is not empty: the final summary is at the last step.
+    assert scalar_steps(run / "CartPole", "Environment/Cumulative Reward") == [128]
+    assert scalar_steps(run / "CartPole", "Losses/Policy Loss") == [128]
+
+
+def test_max_steps_between_rollouts_stops_at_the_next_rollout_end(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(config(tmp_path, max_steps=200, summary_freq=128), bus)
+    assert result.steps == {"CartPole": 256}
+    # 256 is a summary boundary: the last advance wrote it, the final summary adds nothing.
+    assert [e.step for e in recorder.of(StatsEvent)] == [128, 256]
+    assert [e.step for e in recorder.of(SaveEvent)] == [256]
+
+
+def test_final_summary_holds_the_period_after_the_last_boundary(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(config(tmp_path, max_steps=640, summary_freq=256), bus)
+    events = recorder.of(StatsEvent)
+    assert [e.step for e in events] == [256, 512, 640]
+    assert [e.values["Step"].aggregated_value for e in events] == [256, 512, 640]
+    assert all(e.values["Losses/Policy Loss"].num == 2 for e in events[:2])
+    assert events[2].values["Losses/Policy Loss"].num == 1  # only the update of 512..640
+    run = tmp_path / "results" / "run"
+    assert scalar_steps(run / "CartPole", "Losses/Policy Loss") == [256, 512, 640]
+
+
+def test_summary_freq_below_a_rollout_warns_and_writes_one_summary_per_rollout(
+    tmp_path: Path,
+) -> None:
+    # 4 environments x 128 steps: one rollout crosses four multiples of summary_freq 128.
+    wide = config(
+        tmp_path,
+        max_steps=1024,
+        summary_freq=128,
+        time_horizon=128,
+        hyperparameters={"batch_size": 128, "buffer_size": 512, "num_epoch": 1},
+    )
+    (tmp_path / "wide.yaml").write_text(yaml.safe_dump(wide))
+    result = run_cli("wide.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "[WARNING] CartPole: summary_freq 128 is less than one rollout (buffer_size 512): "
+        "summaries can only be written once per rollout, each labelled with the last multiple "
+        "of 128 it reaches\n"
+    ) in result.stderr
+    assert [line.split(".")[1] for line in result.stderr.splitlines() if ". Step: " in line] == [
+        " Step: 512",
+        " Step: 1024",
+    ]
     folder = tmp_path / "results" / "run" / "CartPole"
-    assert not [p for p in folder.parent.rglob("*.tmp")]  # no half-written file left behind
-    state = load_checkpoint(folder / "checkpoint.pt")  # the last complete checkpoint loads
-    assert state["step"] >= 1024
+    # One point per rollout, at the last boundary it crossed: no point is made up for the
+    # boundaries in between (the rollout's episodes and losses cannot be split among them).
+    assert scalar_steps(folder, "Environment/Cumulative Reward") == [512, 1024]
+    assert scalar_steps(folder, "Losses/Policy Loss") == [512, 1024]
 
 
 def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -> None:

@@ -79,6 +79,15 @@ def _check_loadable(value: object, where: str) -> None:
         )
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` is (an atomic write replaces it with another), ``None``: none."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_mtime_ns)
+
+
 def save_checkpoint(path: StrPath, state: dict[str, Any]) -> Path:
     """``torch.save`` ``state`` to ``path`` through :func:`atomic_write`.
 
@@ -154,6 +163,12 @@ class CheckpointManager:
         self.bus = bus
         self.is_writer = is_writer
         """Whether this process writes (one rank does)."""
+        self.in_progress: tuple[str, int] | None = None
+        """``("checkpoint" | "final save", step)`` while :meth:`save` or :meth:`save_final`
+        runs; left set when an exception (a second Ctrl-C) interrupted it."""
+        self.written: list[Path] = []
+        """The files the latest save has written so far, in order (each complete)."""
+        self._pending: tuple[Path, tuple[int, int] | None] | None = None
         self._exporter = PolicyExporter()  # traces the policy once, then puts new weights in
         # Paths are rebased onto this folder: the run folder may have moved, or the run been
         # resumed from another working directory, since they were recorded.
@@ -221,24 +236,64 @@ class CheckpointManager:
             return []
         if policy is not None and example_obs is None:
             raise ValueError("save() needs example_obs to export the policy")
+        self._begin("checkpoint", step)
+        events = self._save(step, state, policy, example_obs, reward)
+        self.in_progress = None
+        return events
+
+    def _begin(self, kind: str, step: int) -> None:
+        self.in_progress = (kind, step)
+        self.written = []
+        self._pending = None
+
+    def _writing(self, path: Path) -> None:
+        """``path`` is about to be replaced: note which file is there now."""
+        self._pending = (path, _identity(path))
+
+    def _wrote(self, path: Path) -> None:
+        self.written = [p for p in self.written if p != path] + [path]
+        self._pending = None
+
+    def files_written(self) -> list[Path]:
+        """:attr:`written`, plus the file an interruption caught between its rename and its
+        record (a second Ctrl-C can land there), if it was replaced."""
+        if self._pending is not None:
+            path, before = self._pending
+            if _identity(path) not in (None, before):
+                return [p for p in self.written if p != path] + [path]
+        return list(self.written)
+
+    def _save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        policy: nn.Module | None,
+        example_obs: torch.Tensor | npt.NDArray[Any] | None,
+        reward: float | None,
+    ) -> list[SaveEvent | ExportEvent]:
         reward = _finite_or_none(reward)
         name = f"{self.behavior}-{step}"
         pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
         events: list[SaveEvent | ExportEvent] = []
 
+        self._writing(pt)
         with hierarchical_timer("checkpoint"):
             save_checkpoint(pt, state)
+        self._wrote(pt)
         events.append(
             self._emit(
                 signals.save, SaveEvent(category=self.behavior, step=step, path=pt, reward=reward)
             )
         )
+        self._writing(self.checkpoint_path)
         _copy(pt, self.checkpoint_path)
+        self._wrote(self.checkpoint_path)
         if (
             policy is not None
             and example_obs is not None
             and self._export(policy, example_obs, onnx, step)
         ):
+            self._wrote(onnx)
             events.append(
                 self._emit(
                     signals.export, ExportEvent(category=self.behavior, step=step, path=onnx)
@@ -271,14 +326,18 @@ class CheckpointManager:
         ``final_checkpoint`` recorded.  Without a model (no policy, or its export failed) the
         final checkpoint is the ``.pt``, and the error is logged.
         """
-        events = self.save(step, state, policy, example_obs=example_obs, reward=reward)
         if not self.is_writer:
-            return events
+            return []
+        if policy is not None and example_obs is None:
+            raise ValueError("save_final() needs example_obs to export the policy")
+        self._begin("final save", step)
+        events = self._save(step, state, policy, example_obs, reward)
         latest = self._checkpoints[-1]
         final = latest
         exported = any(isinstance(e, ExportEvent) for e in events)
         if exported:
             try:
+                self._writing(self.final_model_path)
                 _copy(Path(latest.file_path), self.final_model_path)
             except OSError:
                 logger.exception(
@@ -287,6 +346,7 @@ class CheckpointManager:
                     self.final_model_path,
                 )
             else:
+                self._wrote(self.final_model_path)
                 final = attrs.evolve(latest, file_path=str(self.final_model_path))
                 events.append(
                     self._emit(
@@ -300,7 +360,10 @@ class CheckpointManager:
                 self.behavior,
                 latest.file_path,
             )
+        self._writing(self.status.path)
         self.status.update(self.behavior, final=final)
+        self._wrote(self.status.path)
+        self.in_progress = None
         return events
 
     # -- internals -------------------------------------------------------------------------------
@@ -316,6 +379,7 @@ class CheckpointManager:
     def _export(
         self, policy: nn.Module, example_obs: torch.Tensor | npt.NDArray[Any], path: Path, step: int
     ) -> bool:
+        self._writing(path)
         try:
             with hierarchical_timer("export"):
                 self._exporter.export(
@@ -342,7 +406,9 @@ class CheckpointManager:
         # A re-saved step's files were overwritten in place: forget the entry, keep the files.
         self._checkpoints = [c for c in self._checkpoints if c.steps != checkpoint.steps]
         self._checkpoints.append(checkpoint)
+        self._writing(self.status.path)
         self.status.update(self.behavior, checkpoints=self._checkpoints)
+        self._wrote(self.status.path)
         if not 0 < self.keep_checkpoints < len(self._checkpoints):
             return
         excess = len(self._checkpoints) - self.keep_checkpoints

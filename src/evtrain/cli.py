@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from evtrain import plugins
 from evtrain.errors import ConfigError, DistributedError, PluginError, RunFolderError
@@ -139,7 +140,8 @@ def run_learn(args: argparse.Namespace) -> int:
     # Initialised first: the bus takes its rank from the process group, and only rank 0 shows
     # a progress bar (ranks share one terminal under torchrun).
     with initialized(options):
-        if not sys.stderr.isatty() or get_rank() != 0:
+        rank = get_rank()
+        if not sys.stderr.isatty() or rank != 0:
             result = learn(options)
         else:
             from evtrain.progress import ProgressDisplay
@@ -151,7 +153,32 @@ def run_learn(args: argparse.Namespace) -> int:
                 result = learn(options, bus, progress=display)
     for name, path in result.models.items():
         print(f"{name}: {result.steps[name]:,} steps, policy exported to {path}")
+    if rank == 0:  # ranks share one terminal
+        logdir = shlex.quote(options.checkpoint_settings.results_dir)
+        print(f"TensorBoard: tensorboard --logdir {logdir}")
+        if result.status is RunStatus.INTERRUPTED:
+            print(_interrupted_line(args, result.run_id, result.steps))
     return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
+
+
+def _interrupted_line(args: argparse.Namespace, run_id: str, steps: Mapping[str, int]) -> str:
+    """``Interrupted at step N. Continue with: evtrain learn ... --resume``: the command line
+    that was given, less what starts a run afresh, plus the run id and ``--resume``."""
+    if len(steps) == 1:
+        where = f"step {next(iter(steps.values())):,}"
+    else:
+        where = "steps " + ", ".join(f"{n:,} ({name})" for name, n in steps.items())
+    if args.inference:
+        return f"Interrupted at {where}."  # nothing to continue: inference trains nothing
+    command = ["evtrain", *(["--debug"] if args.debug else []), "learn", args.config]
+    for dest in _OVERRIDES:
+        value = getattr(args, dest)
+        if value is None or dest in ("run_id", "resume", "force", "initialize_from", "inference"):
+            continue
+        command.append("--" + dest.replace("_", "-"))
+        command.extend([str(v) for v in value] if dest == "plugins" else [str(value)])
+    command += ["--run-id", run_id, "--resume"]
+    return f"Interrupted at {where}. Continue with: {shlex.join(command)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from evtrain import signals
@@ -37,6 +39,7 @@ class ProgressDisplay:
             TextColumn("{task.fields[rate]:>8} steps/s"),
             TextColumn("reward {task.fields[reward]}"),
             TimeRemainingColumn(),
+            TextColumn("{task.fields[activity]}"),
             console=self.console,
         )
         self.handler = RichHandler(
@@ -44,7 +47,7 @@ class ProgressDisplay:
         )
         self.handler.setFormatter(logging.Formatter("%(message)s"))
         self._tasks = {
-            name: self.progress.add_task(name, total=total, rate="-", reward="-")
+            name: self.progress.add_task(name, total=total, rate="-", reward="-", activity="")
             for name, total in behaviors.items()
         }
         self._started = {name: (time.monotonic(), 0) for name in behaviors}
@@ -67,6 +70,25 @@ class ProgressDisplay:
         elapsed = time.monotonic() - started
         rate = f"{(step - first) / elapsed:,.0f}" if elapsed > 0 else "-"
         self.progress.update(self._tasks[behavior], completed=min(step, max_steps), rate=rate)
+
+    SAVING = "saving checkpoint and exporting"
+    """What a bar says while its behavior saves (the first ONNX export takes seconds)."""
+
+    @contextmanager
+    def saving(self, behavior: str) -> Iterator[None]:
+        """Show :attr:`SAVING` on ``behavior``'s bar for the duration of the block (the bar
+        refreshes from its own thread, so it shows while the save holds the runner)."""
+        task = self._tasks[behavior]
+        self.progress.update(task, activity=self.SAVING)
+        try:
+            yield
+        finally:
+            self.progress.update(task, activity="")
+
+    def activity(self, behavior: str) -> str:
+        """What ``behavior``'s bar says it is doing besides training (``""``: training)."""
+        task = self.progress.tasks[self._tasks[behavior]]
+        return str(task.fields["activity"])
 
     def __enter__(self) -> ProgressDisplay:
         root = logging.getLogger()

@@ -12,17 +12,16 @@ timers (:mod:`evtrain.timers`) are the top level of the file, as in ML-Agents.  
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from evtrain.atomic import atomic_write
 from evtrain.stats import StatsSummary, StatsWriter
 from evtrain.timers import TimerStack, get_timer_stack
 
@@ -107,18 +106,11 @@ class GaugeWriter(StatsWriter):
         return metadata
 
     def flush(self) -> None:
-        """Write ``timers.json`` atomically (a temporary file in its folder, then a rename)."""
+        """Write ``timers.json`` with :func:`evtrain.atomic.atomic_write` (its mode follows the
+        umask, like every file evtrain writes)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.as_dict(), indent=4)
-        fd, tmp = tempfile.mkstemp(prefix=f".{TIMERS_FILE}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(self.path, lambda out: out.write(text.encode("utf-8")))
 
     def close(self) -> None:
         """Write ``timers.json`` a last time.  Idempotent."""

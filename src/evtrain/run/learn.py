@@ -11,9 +11,10 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 import yaml
@@ -45,6 +46,16 @@ HISTOGRAM = StatsAggregationMethod.HISTOGRAM
 
 ProgressHook = Callable[[str, int, int], None]
 """Called after every trainer update with (behavior, step, max_steps)."""
+
+
+@runtime_checkable
+class SavingProgress(Protocol):
+    """A progress hook that also shows when a behavior saves and exports, which holds the
+    runner for a while (:class:`evtrain.progress.ProgressDisplay` is one)."""
+
+    def __call__(self, behavior: str, step: int, max_steps: int) -> None: ...
+
+    def saving(self, behavior: str) -> AbstractContextManager[None]: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -138,6 +149,7 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
     managers: dict[str, CheckpointManager] = {}
     models: dict[str, Path] = {}
     handles: list[SubscriptionHandle] = []
+    finished: list[str] = []  # behaviors whose final save is done
     try:
         handles.extend(attach_plugins(options, run_bus))
         run_bus.emit(
@@ -156,6 +168,9 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
                 trainers[name], managers[name] = _build(
                     options, name, settings, run_bus, seed + index, status_file
                 )
+        for name, trainer in trainers.items():
+            for warning in _schedule_warnings(name, trainer, inference=cs.inference):
+                logger.warning(warning)
         with stop_on_signals() as stop, hierarchical_timer("train"):
             status = _train(
                 options,
@@ -169,12 +184,15 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         if not cs.inference:
             run_bus.flush()  # the last period's reward goes into the final checkpoint record
             for name, trainer in trainers.items():
-                _save(managers[name], trainer, rewards.mean.get(name), final=True)
+                _save(
+                    managers[name], trainer, rewards.mean.get(name), final=True, progress=progress
+                )
+                finished.append(name)
                 if managers[name].is_writer and managers[name].final_model_path.exists():
                     models[name] = managers[name].final_model_path
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED
-        logger.warning("Aborted: no final save. The last checkpoint on disk is complete.")
+        logger.warning(_abort_message(managers, finished))
         raise
     except ConfigError:
         # Refused before the first step (e.g. SAC on a discrete env): a folder this call
@@ -196,6 +214,29 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
         write_path=cs.write_path,
         models=models,
     )
+
+
+def _abort_message(managers: Mapping[str, CheckpointManager], saved: Collection[str]) -> str:
+    """What a second Ctrl-C left on disk: the files of the save it interrupted, if any, by
+    name (a periodic checkpoint, or a final save that had begun)."""
+    parts = []
+    for name, manager in managers.items():
+        if manager.in_progress is not None:
+            kind, step = manager.in_progress
+            files = ", ".join(
+                str(p.relative_to(manager.run_folder)) for p in manager.files_written()
+            )
+            parts.append(
+                f"the {kind} of {name} at step {step} wrote {files or 'no file'} before it "
+                "was interrupted"
+            )
+        elif name in saved:
+            parts.append(f"the final save of {name} was complete")
+        else:
+            parts.append(f"no final save of {name}")
+    if all(part.startswith("no final save") for part in parts):
+        return "Aborted: no final save. The last checkpoint on disk is complete."
+    return f"Aborted: {'; '.join(parts)}. Every file on disk is complete."
 
 
 def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> None:
@@ -230,13 +271,21 @@ class _RewardTracker:
 
 
 def _save(
-    manager: CheckpointManager, trainer: Trainer, reward: float | None, *, final: bool
+    manager: CheckpointManager,
+    trainer: Trainer,
+    reward: float | None,
+    *,
+    final: bool,
+    progress: ProgressHook | None,
 ) -> None:
     import numpy as np
 
     example = np.asarray(trainer.next_obs[:1], dtype=np.float32)
     save = manager.save_final if final else manager.save
-    with hierarchical_timer("save_model"):
+    shown = (
+        progress.saving(manager.behavior) if isinstance(progress, SavingProgress) else nullcontext()
+    )
+    with shown, hierarchical_timer("save_model"):
         save(
             trainer.step,
             trainer.state_dict(),
@@ -244,6 +293,56 @@ def _save(
             example_obs=example,
             reward=reward,
         )
+
+
+def _schedule_warnings(name: str, trainer: Trainer, *, inference: bool) -> list[str]:
+    """What a run of ``trainer`` will do that its settings do not say: train past
+    ``max_steps`` to the end of an update, or write fewer summaries than ``summary_freq``
+    asks for."""
+    settings = trainer.settings
+    max_steps, freq = settings.max_steps, settings.summary_freq
+    update = trainer.num_envs * trainer.world.size if inference else trainer.steps_per_update
+    unit = "update" if inference else "rollout"
+    what = _update_words(trainer, update, inference)
+    warnings = []
+    start = 0 if inference else trainer.step  # inference counts its own steps from 0
+    if start >= max_steps:
+        return []
+    end = start + -(-(max_steps - start) // update) * update
+    if end != max_steps:
+        if start == 0 and max_steps < update:
+            warnings.append(
+                f"{name}: max_steps {max_steps} is less than one {unit} ({what}): "
+                f"the run will take {end} steps"
+            )
+        else:
+            warnings.append(
+                f"{name}: max_steps {max_steps} is not a multiple of the {unit} ({what}): "
+                f"the run stops at the end of the {unit} that reaches it, at step {end}"
+            )
+    if end < (start // freq + 1) * freq:
+        if start == 0:
+            reason = f"summary_freq {freq} exceeds max_steps {max_steps}"
+        else:
+            reason = f"no multiple of summary_freq {freq} lies between steps {start} and {end}"
+        warnings.append(f"{name}: {reason}: only the final summary will be written")
+    elif freq < update:
+        warnings.append(
+            f"{name}: summary_freq {freq} is less than one {unit} ({what}): summaries can "
+            f"only be written once per {unit}, each labelled with the last multiple of "
+            f"{freq} it reaches"
+        )
+    return warnings
+
+
+def _update_words(trainer: Trainer, update: int, inference: bool) -> str:
+    """What one advance is, for a warning: ``"buffer_size 20480"``, ``"8 steps"``."""
+    from evtrain.trainers.ppo import PPOTrainer
+
+    if not isinstance(trainer, PPOTrainer) or inference:
+        return f"{update} steps"
+    ranks = trainer.world.size
+    return f"buffer_size {trainer.hp.buffer_size}" + (f" x {ranks} ranks" if ranks > 1 else "")
 
 
 def _train(
@@ -264,6 +363,31 @@ def _train(
     }
     inference = options.checkpoint_settings.inference
     runs = {name: _Inference(trainer) for name, trainer in trainers.items()} if inference else {}
+    status = _advance_all(
+        trainers, managers, runs, next_checkpoint, rewards, stop_requested, world, progress
+    )
+    # Completed or stopped cleanly (an abort never gets here): the period still open becomes
+    # a last summary, so that even a run shorter than summary_freq writes one.
+    for name, trainer in trainers.items():
+        if inference:
+            runs[name].write_final_summary()
+        else:
+            trainer.write_final_summary()
+    return status
+
+
+def _advance_all(
+    trainers: Mapping[str, Trainer],
+    managers: Mapping[str, CheckpointManager],
+    runs: Mapping[str, _Inference],
+    next_checkpoint: dict[str, int],
+    rewards: _RewardTracker,
+    stop_requested: Callable[[], bool],
+    world: World,
+    progress: ProgressHook | None,
+) -> RunStatus:
+    """The loop of :func:`_train` (``runs`` non-empty: ``--inference``)."""
+    inference = bool(runs)
     while not all(t.should_stop for t in trainers.values()):
         for name, trainer in trainers.items():
             if trainer.should_stop:
@@ -277,7 +401,13 @@ def _train(
                 progress(name, trainer.step, trainer.settings.max_steps)
             due = trainer.step >= next_checkpoint[name] and not trainer.should_stop
             if due and not inference:  # at max_steps the final save writes this checkpoint
-                _save(managers[name], trainer, rewards.mean.get(name), final=False)
+                _save(
+                    managers[name],
+                    trainer,
+                    rewards.mean.get(name),
+                    final=False,
+                    progress=progress,
+                )
                 interval = trainer.settings.checkpoint_interval
                 next_checkpoint[name] = (trainer.step // interval + 1) * interval
             if world.any(stop_requested()):
@@ -299,6 +429,7 @@ class _Inference:
         # Steps are global, as in training: every rank steps its environments once per advance.
         self.steps_per_advance = int(trainer.world.sum([trainer.num_envs])[0])
         self.last_summary = 0
+        self.summarised_at = 0
 
     def advance(self) -> None:
         import numpy as np
@@ -321,11 +452,21 @@ class _Inference:
         freq = trainer.settings.summary_freq
         boundary = trainer.step // freq * freq
         if boundary > self.last_summary:
-            reporter.add_stat("Is Training", 0.0)
-            reporter.set_stat("Step", float(trainer.step))
-            world = trainer.world
-            reporter.write_stats(boundary, merge=world.merge_stats if world.size > 1 else None)
-            self.last_summary = boundary
+            self._write_summary(boundary)
+
+    def write_final_summary(self) -> None:
+        """The open period as a last summary at the last step (see the trainer's)."""
+        if self.trainer.step != self.summarised_at:
+            self._write_summary(self.trainer.step)
+
+    def _write_summary(self, label: int) -> None:
+        trainer, reporter = self.trainer, self.trainer.reporter
+        reporter.add_stat("Is Training", 0.0)
+        reporter.set_stat("Step", float(trainer.step))
+        world = trainer.world
+        reporter.write_stats(label, merge=world.merge_stats if world.size > 1 else None)
+        self.last_summary = label
+        self.summarised_at = trainer.step
 
 
 def _training_status(options: RunOptions) -> TrainingStatus:

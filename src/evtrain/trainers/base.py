@@ -104,6 +104,10 @@ class Trainer(abc.ABC):
         """Every random draw made in numpy (replay sampling, warm-up actions)."""
         self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
         self._last_summary = 0
+        """The step the last summary was labelled with (a ``summary_freq`` multiple, or the
+        last step of a run, see :meth:`write_final_summary`)."""
+        self._summarised_at = 0
+        """:attr:`step` when the last summary was written: nothing is pending while equal."""
         self._episode_reward = np.zeros(self.num_envs, dtype=np.float64)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self._recent_rewards: deque[float] = deque(maxlen=100)
@@ -119,10 +123,30 @@ class Trainer(abc.ABC):
         """``max_steps`` reached."""
         return self.step >= self.settings.max_steps
 
+    @property
+    def steps_per_update(self) -> int:
+        """Steps (global) one :meth:`advance` adds: here one vector step of every rank; a
+        trainer that collects longer rollouts says how long (PPO: ``buffer_size`` per rank).
+        The runner warns when ``max_steps`` or ``summary_freq`` do not fit it."""
+        return self.num_envs * self.world.size
+
     @abc.abstractmethod
     def advance(self) -> None:
         """Collect experience, learn from it, and report (one ``stats`` event whenever
-        :attr:`step` crosses a multiple of ``summary_freq``)."""
+        :attr:`step` crosses a multiple of ``summary_freq``, labelled with the last multiple
+        crossed)."""
+
+    def write_final_summary(self) -> None:
+        """End of training (``max_steps`` reached or a stop requested): report the period still
+        open as one last ``stats`` event labelled with :attr:`step`, so that every run writes
+        at least one summary.  Nothing when the last :meth:`advance` wrote one (``max_steps``
+        a multiple of ``summary_freq``) or no step was taken.  A collective in a distributed
+        run, like every summary: all ranks call it.
+        """
+        if self.step == self._summarised_at:
+            return
+        self.reporter.set_stat("Step", float(self.step))
+        self._write_summary(self.step)
 
     @abc.abstractmethod
     def policy_module(self) -> torch.nn.Module:
@@ -200,6 +224,7 @@ class Trainer(abc.ABC):
         self.step = int(state["step"])
         self._synced = (self.step, self.local_step)
         self._last_summary = int(state["last_summary"])
+        self._summarised_at = self.step
         self._recent_rewards.clear()
         self._recent_rewards.extend(float(r) for r in state["recent_rewards"])
         if self.world.size > 1:
@@ -285,15 +310,21 @@ class Trainer(abc.ABC):
         """Report ``Step``, and the summary once ``step`` has crossed a ``summary_freq`` multiple.
 
         Called at the end of every :meth:`advance`, after the update, so the summary includes
-        the losses of the update that just happened.  In a distributed run the step becomes
-        global first, and rank 0's summary holds every rank's values.
+        the losses of the update that just happened.  An update that crosses several multiples
+        writes one summary, labelled with the last of them: its values cannot be split between
+        the boundaries.  In a distributed run the step becomes global first, and rank 0's
+        summary holds every rank's values.
         """
         self._sync_step()
         self.reporter.set_stat("Step", float(self.step))
         freq = self.settings.summary_freq
         boundary = self.step // freq * freq
         if boundary > self._last_summary:
-            self.reporter.add_stat("Is Training", 1.0)
-            merge = self.world.merge_stats if self.world.size > 1 else None
-            self.reporter.write_stats(boundary, merge=merge)
-            self._last_summary = boundary
+            self._write_summary(boundary)
+
+    def _write_summary(self, label: int) -> None:
+        self.reporter.add_stat("Is Training", 1.0)
+        merge = self.world.merge_stats if self.world.size > 1 else None
+        self.reporter.write_stats(label, merge=merge)
+        self._last_summary = label
+        self._summarised_at = self.step

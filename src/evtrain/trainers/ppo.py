@@ -133,6 +133,11 @@ class PPOTrainer(Trainer):
         self.bootstrap = np.zeros((T, N), dtype=np.float32)
         self.valid = np.ones((T, N), dtype=np.bool_)
 
+    @property
+    def steps_per_update(self) -> int:
+        """One rollout: ``buffer_size`` steps of every rank."""
+        return self.hp.buffer_size * self.world.size
+
     # -- the algorithm -------------------------------------------------------------------------
 
     def advance(self) -> None:

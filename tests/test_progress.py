@@ -1,0 +1,49 @@
+"""The progress bar of ``evtrain learn`` (:class:`evtrain.progress.ProgressDisplay`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from evtrain.progress import ProgressDisplay
+from evtrain.run.learn import learn
+from tests.test_learn import config
+
+
+def test_bar_says_saving_while_a_save_is_under_way() -> None:
+    display = ProgressDisplay({"CartPole": 1024, "Pendulum": 1024})
+    assert display.activity("CartPole") == ""
+    with display.saving("CartPole"):
+        assert display.activity("CartPole") == "saving checkpoint and exporting"
+        assert display.activity("Pendulum") == ""
+    assert display.activity("CartPole") == ""
+
+
+class Watching(ProgressDisplay):
+    """Notes what the bar says, and at which step, each time the runner starts a save."""
+
+    def __init__(self, behaviors: dict[str, int]) -> None:
+        super().__init__(behaviors)
+        self.steps: dict[str, int] = {}
+        self.seen: list[tuple[int, str]] = []
+
+    def __call__(self, behavior: str, step: int, max_steps: int) -> None:
+        super().__call__(behavior, step, max_steps)
+        self.steps[behavior] = step
+
+    @contextmanager
+    def saving(self, behavior: str) -> Iterator[None]:
+        with super().saving(behavior):
+            self.seen.append((self.steps[behavior], self.activity(behavior)))
+            yield
+
+
+def test_run_shows_saving_on_the_bar_for_every_checkpoint_and_the_final_save(
+    tmp_path: Path,
+) -> None:
+    display = Watching({"CartPole": 1024})
+    learn(config(tmp_path), progress=display)
+    saving = "saving checkpoint and exporting"
+    assert display.seen == [(512, saving), (1024, saving)]  # the periodic and the final save
+    assert display.activity("CartPole") == ""

@@ -21,7 +21,7 @@ from evtrain import (
     SubscriberFailed,
     signals,
 )
-from evtrain.stats import StatsPropertyType
+from evtrain.events.stats import StatsPropertyType
 from evtrain.testing import Recorder
 from tests.helpers import Gate, stats_event
 

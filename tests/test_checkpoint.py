@@ -19,11 +19,11 @@ import torch
 
 from evtrain import Bus, ExportEvent, SaveEvent, signals
 from evtrain.atomic import atomic_write
-from evtrain.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
+from evtrain.events.signals import EventSignal
 from evtrain.export import onnx_policy
-from evtrain.signals import EventSignal
+from evtrain.run.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
+from evtrain.run.training_status import ModelCheckpoint, TrainingStatus
 from evtrain.testing import Recorder
-from evtrain.training_status import ModelCheckpoint, TrainingStatus
 from tests.test_export import DiscretePolicy, RaisingPolicy, observations
 
 B = "Walker"
@@ -122,7 +122,7 @@ def test_unloadable_state_is_refused_before_writing(tmp_path: Path) -> None:
 
 CHILD = """
 import sys, torch
-from evtrain.checkpoint import CheckpointManager
+from evtrain.run.checkpoint import CheckpointManager
 torch.set_num_threads(1)
 manager = CheckpointManager(sys.argv[1], "Kill", keep_checkpoints=2)
 step = 0
@@ -230,7 +230,7 @@ def test_rotation_keeps_pairs_and_events_follow_files(tmp_path: Path) -> None:
 def test_export_failure_keeps_the_checkpoint(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with Bus() as bus, caplog.at_level(logging.ERROR, "evtrain.checkpoint"):
+    with Bus() as bus, caplog.at_level(logging.ERROR, "evtrain.run.checkpoint"):
         recorder = Recorder()
         recorder.connect(bus, signals.save, signals.export)
         manager = CheckpointManager(tmp_path, B, bus=bus)
@@ -304,7 +304,7 @@ def test_closed_bus_does_not_stop_saving(tmp_path: Path, caplog: pytest.LogCaptu
     bus = Bus()
     bus.close()
     manager = CheckpointManager(tmp_path, B, bus=bus)
-    with caplog.at_level(logging.WARNING, "evtrain.checkpoint"):
+    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoint"):
         manager.save(1, state(1))
     assert names(tmp_path / B) == ["Walker-1.pt", "checkpoint.pt"]
     assert "The bus is closed; save was not emitted" in caplog.text
@@ -371,7 +371,7 @@ def test_status_without_metadata_is_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "training_status.json"
-    with caplog.at_level(logging.WARNING, "evtrain.checkpoint"):
+    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoint"):
         assert TrainingStatus.load(path).checkpoints(B) == []
     assert "Training status file" in caplog.text and "not found" in caplog.text
 
@@ -380,7 +380,7 @@ def test_status_without_metadata_is_refused(
         TrainingStatus.load(path)
 
     path.write_text(json.dumps({"metadata": {"evtrain_version": "0.0.1"}}))
-    with caplog.at_level(logging.WARNING, "evtrain.checkpoint"):
+    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoint"):
         TrainingStatus.load(path)
     assert "evtrain_version 0.0.1" in caplog.text
 

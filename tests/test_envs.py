@@ -10,9 +10,9 @@ import gymnasium as gym
 import pytest
 import yaml
 
-from evtrain.envs import make_envs
+from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
-from evtrain.settings import EnvironmentSettings
+from evtrain.run.envs import make_envs
 from tests.test_learn import config, run_cli
 
 

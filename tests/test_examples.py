@@ -104,7 +104,7 @@ import json
 import sys
 
 from evtrain import ExportEvent, RunOptions, SaveEvent, StatsPropertyType, StatsReporter, signals
-from evtrain.runner import attach_plugins, make_bus
+from evtrain.run.wiring import attach_plugins, make_bus
 
 options = RunOptions.from_dict(
     {

@@ -12,8 +12,9 @@ import torch.distributed as dist
 
 from evtrain import PluginError, RunOptions, StatsAggregationMethod, StatsSummary
 from evtrain.cli import _parser, options_from_cli
-from evtrain.distributed import TorchInitializer, World, active_initializer, initialized
-from evtrain.plugins import INITIALIZER, Plugin, discover, from_entry_point, load_initializer
+from evtrain.distributed import TorchInitializer, World
+from evtrain.plugins import INITIALIZER, Plugin, discover, from_entry_point
+from evtrain.run.wiring import active_initializer, initialized, load_initializer
 from evtrain.trainers.networks import ObservationNormalizer
 from tests import plugin_fixtures
 from tests.helpers import free_port
@@ -111,7 +112,7 @@ def test_initialized_loads_once_and_tears_down(monkeypatch: pytest.MonkeyPatch) 
         made.append(plugin_fixtures.FixtureInitializer())
         return made[-1]
 
-    monkeypatch.setattr("evtrain.plugins.load_initializer", only_fixture)
+    monkeypatch.setattr("evtrain.run.wiring.load_initializer", only_fixture)
     with initialized(options()) as outer:
         assert active_initializer() is outer is made[0]
         with initialized(options()) as inner:  # learn() inside the CLI's context

@@ -27,8 +27,8 @@ from evtrain import (
     SaveEvent,
     StatsEvent,
 )
-from evtrain.checkpoint import load_checkpoint
 from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
+from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import isolated_python
@@ -514,7 +514,7 @@ def test_cli_unusable_torch_device_is_refused_before_the_run(
 
 
 def test_cuda_index_beyond_the_device_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evtrain.settings import TorchSettings
+    from evtrain.config.options import TorchSettings
 
     # This machine has no GPU: pretend to one so the index check itself runs.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

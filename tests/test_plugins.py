@@ -17,9 +17,8 @@ from evtrain.plugins import (
     discover,
     from_entry_point,
     load,
-    register_stats_writer_plugins,
-    register_subscriber_plugins,
 )
+from evtrain.run.wiring import register_stats_writer_plugins, register_subscriber_plugins
 from tests import plugin_fixtures
 from tests.helpers import python
 
@@ -121,20 +120,18 @@ def test_keyboard_interrupt_in_a_plugin_is_not_swallowed() -> None:
         register_stats_writer_plugins(options(), found)
 
 
-def test_missing_default_entry_point_falls_back_with_warning(
-    caplog: pytest.LogCaptureFixture, tmp_path: Path
-) -> None:
+def test_a_missing_default_entry_point_is_an_install_error(tmp_path: Path) -> None:
     run = RunOptions.from_dict({"checkpoint_settings": {"results_dir": str(tmp_path)}})
-    with caplog.at_level(logging.WARNING, logger="evtrain.plugins"):
-        writers = register_stats_writer_plugins(run, found=[])
-    assert "No 'default' entry point found in evtrain.stats_writer" in caplog.text
-    assert [type(w).__name__ for w in writers] == [
-        "TensorboardWriter",
-        "GaugeWriter",
-        "ConsoleWriter",
-    ]
-    for w in writers:
-        w.close()
+    with pytest.raises(PluginError) as info:
+        register_stats_writer_plugins(run, found=[])
+    assert str(info.value) == (
+        "evtrain's default writers are not registered: no 'evtrain.stats_writer:default' entry "
+        "point is installed, so the evtrain installation is incomplete or stale. Reinstall it "
+        "(pip install evtrain, or pip install -e . in a checkout), or run without them with "
+        "plugins.disabled: [evtrain.stats_writer:default]."
+    )
+    disabled = RunOptions.from_dict({"plugins": {"disabled": ["evtrain.stats_writer:default"]}})
+    assert register_stats_writer_plugins(disabled, found=[]) == []
 
 
 def test_subscriber_plugins_connect_to_the_bus() -> None:

@@ -1,4 +1,4 @@
-"""The progress bar of ``evtrain learn`` (:class:`evtrain.progress.ProgressDisplay`)."""
+"""The progress bar of ``evtrain learn`` (:class:`evtrain.run.progress.ProgressDisplay`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from evtrain.progress import ProgressDisplay
 from evtrain.run.learn import learn
+from evtrain.run.progress import ProgressDisplay
 from tests.test_learn import config
 
 

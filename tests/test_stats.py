@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from evtrain import Bus, StatsAggregationMethod, StatsEvent, StatsReporter, StatsSummary, signals
-from evtrain.stats import StatsPropertyType
+from evtrain.events.stats import StatsPropertyType
 from evtrain.testing import Recorder
 
 M = StatsAggregationMethod

@@ -9,6 +9,7 @@ import pytest
 
 from evtrain import Bus, ConfigError, PluginError, RunOptions, StatsEvent
 from evtrain.run.learn import learn
+from evtrain.run.options import options_from_data
 from evtrain.testing import Recorder
 
 MODULE = """
@@ -63,7 +64,9 @@ def plugin_dir(tmp_path: Path) -> Path:
 
 def test_plugin_trainer_type_validates_and_runs(tmp_path: Path, plugin_dir: Path) -> None:
     data = options(tmp_path, "tiny_ppo", disabled=["shadow"])
-    assert RunOptions.from_dict(data).behaviors["CartPole"].trainer_type == "tiny_ppo"
+    assert options_from_data(data).behaviors["CartPole"].trainer_type == "tiny_ppo"
+    with pytest.raises(ConfigError):  # structuring alone is pure: it loads no plugin
+        RunOptions.from_dict(data)
     recorder = Recorder()
     with Bus() as bus:
         recorder.connect(bus)
@@ -74,7 +77,7 @@ def test_plugin_trainer_type_validates_and_runs(tmp_path: Path, plugin_dir: Path
 
 def test_a_clash_with_a_built_in_must_be_settled(tmp_path: Path, plugin_dir: Path) -> None:
     with pytest.raises(PluginError) as info:
-        RunOptions.from_dict(options(tmp_path, "ppo"))
+        options_from_data(options(tmp_path, "ppo"))
     assert str(info.value) == (
         f"trainer type 'ppo' is provided by evtrain and by path:{plugin_dir}; say which one to "
         f"use with plugins.trainer_types: {{ppo: <one of ['evtrain', 'path:{plugin_dir}']>}}"
@@ -96,7 +99,7 @@ def test_a_clash_with_a_built_in_must_be_settled(tmp_path: Path, plugin_dir: Pat
 
 def test_unknown_trainer_type_lists_plugin_types(tmp_path: Path, plugin_dir: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        RunOptions.from_dict(options(tmp_path, "dqn", disabled=["shadow"]))
+        options_from_data(options(tmp_path, "dqn", disabled=["shadow"]))
     assert info.value.problems == (
         "behaviors.CartPole.trainer_type: expected a registered trainer type, got 'dqn'; "
         f"available: ppo (evtrain), sac (evtrain), tiny_ppo (path:{plugin_dir})",

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from evtrain import signals
+from evtrain._version import __version__ as __version__
 from evtrain.bus import ANY, Bus, CloseReport
+from evtrain.bus.delivery import FailurePolicy
+from evtrain.bus.filters import RankFilter, rank_zero_only
+from evtrain.bus.inbox import Overflow
+from evtrain.bus.reporter import StatsReporter
+from evtrain.bus.subscription import SubscriberMetrics, SubscriptionHandle
+from evtrain.bus.writers import StatsWriter
+from evtrain.config.options import RunOptions
 from evtrain.errors import (
     BusClosedError,
     BusTimeoutError,
@@ -14,10 +21,8 @@ from evtrain.errors import (
     SpaceMismatchError,
     SubscriberError,
 )
-from evtrain.filters import RankFilter, get_rank, rank_zero_only
-from evtrain.inbox import Overflow
-from evtrain.isolation import FailurePolicy
-from evtrain.payloads import (
+from evtrain.events import signals
+from evtrain.events.payloads import (
     ExportEvent,
     PropertyEvent,
     RunFinished,
@@ -27,13 +32,9 @@ from evtrain.payloads import (
     StatsEvent,
     SubscriberFailed,
 )
-from evtrain.reporter import StatsReporter
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
+from evtrain.ranks import get_rank
 from evtrain.run.learn import LearnResult, learn
-from evtrain.settings import RunOptions
-from evtrain.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary, StatsWriter
-from evtrain.subscription import SubscriberMetrics, SubscriptionHandle
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ANY",

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from evtrain import plugins
+from evtrain.config.options import RunOptions
 from evtrain.errors import ConfigError, DistributedError, PluginError, RunFolderError
-from evtrain.settings import RunOptions
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
 DEBUG_LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s %(filename)s:%(lineno)d] %(message)s"
@@ -89,8 +89,8 @@ def list_plugins(groups: Sequence[str], paths: Sequence[str] = ()) -> int:
 
 
 def _list_built_in_trainers() -> None:
-    from evtrain import __version__
-    from evtrain.registry import TRAINER_TYPES
+    from evtrain._version import __version__
+    from evtrain.trainers.registry import TRAINER_TYPES
 
     for name, built_in in TRAINER_TYPES.items():
         value = built_in.trainer if isinstance(built_in.trainer, str) else built_in.trainer.__name__
@@ -115,7 +115,7 @@ _OVERRIDES = {
 
 def options_from_cli(args: argparse.Namespace) -> RunOptions:
     """The YAML's options with the flags that were given written over them."""
-    from evtrain.run.learn import read_config
+    from evtrain.run.options import options_from_data, read_config
 
     data = read_config(args.config)
     for dest, (section, key) in _OVERRIDES.items():
@@ -127,14 +127,14 @@ def options_from_cli(args: argparse.Namespace) -> RunOptions:
             part[key] = [str(p) for p in value] if dest == "plugins" else value
     if args.debug:
         data["debug"] = True
-    return RunOptions.from_dict(data)
+    return options_from_data(data)
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from evtrain.distributed import initialized
-    from evtrain.filters import get_rank
-    from evtrain.payloads import RunStatus
+    from evtrain.events.payloads import RunStatus
+    from evtrain.ranks import get_rank
     from evtrain.run.learn import learn
+    from evtrain.run.wiring import initialized
 
     options = options_from_cli(args)
     # Initialised first: the bus takes its rank from the process group, and only rank 0 shows
@@ -144,8 +144,8 @@ def run_learn(args: argparse.Namespace) -> int:
         if not sys.stderr.isatty() or rank != 0:
             result = learn(options)
         else:
-            from evtrain.progress import ProgressDisplay
-            from evtrain.runner import make_bus
+            from evtrain.run.progress import ProgressDisplay
+            from evtrain.run.wiring import make_bus
 
             display = ProgressDisplay({n: s.max_steps for n, s in options.behaviors.items()})
             with display, make_bus(options) as bus:

@@ -11,12 +11,12 @@ import logging
 import random
 import time
 
-from evtrain import signals
-from evtrain.payloads import RunFinished, RunStarted, RunStatus
-from evtrain.reporter import StatsReporter
-from evtrain.runner import attach_plugins, make_bus
-from evtrain.settings import RunOptions
-from evtrain.stats import StatsAggregationMethod, StatsPropertyType
+from evtrain.bus.reporter import StatsReporter
+from evtrain.config.options import RunOptions
+from evtrain.events import signals
+from evtrain.events.payloads import RunFinished, RunStarted, RunStatus
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType
+from evtrain.run.wiring import attach_plugins, make_bus
 
 logger = logging.getLogger("evtrain")
 

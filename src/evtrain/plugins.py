@@ -12,10 +12,10 @@ group                    registration function                            used f
                                                                           (at most one)
 ======================== ================================================ =================
 
-A plugin that fails to import, raises, or returns the wrong thing is logged with its name and
-the reason and skipped; the others load.  Options can disable a plugin or require it (then its
-failure stops the run with :class:`~evtrain.errors.PluginError`).  ``KeyboardInterrupt`` and
-``SystemExit`` raised by a plugin are never swallowed.
+This module only finds plugins and imports them; it knows nothing of runs.  Calling their
+registration functions with a run's options is :mod:`evtrain.run.wiring`'s: there a plugin that
+fails to import, raises, or returns the wrong thing is logged with its name and the reason and
+skipped; options can disable a plugin or require it.
 """
 
 from __future__ import annotations
@@ -25,20 +25,13 @@ import logging
 import os
 import pkgutil
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import attrs
 import importlib_metadata
 
-from evtrain.errors import ConfigError, PluginError
-from evtrain.stats import StatsWriter
-
-if TYPE_CHECKING:
-    from evtrain.bus import Bus
-    from evtrain.distributed import Initializer
-    from evtrain.registry import TrainerType
-    from evtrain.settings import RunOptions
+from evtrain.errors import ConfigError
 
 logger = logging.getLogger("evtrain.plugins")
 
@@ -65,7 +58,17 @@ class Plugin:
     @property
     def qualified(self) -> str:
         """``group:name``, the unambiguous way to name it in options."""
-        return f"{self.group}:{self.name}"
+        return self.qualified_name(self.group, self.name)
+
+    @staticmethod
+    def qualified_name(group: str, name: str) -> str:
+        """``group:name``."""
+        return f"{group}:{name}"
+
+    def matches(self, names: Iterable[str]) -> bool:
+        """Whether ``names`` (``name`` or ``group:name`` entries) name this plugin."""
+        names = set(names)
+        return self.name in names or self.qualified in names
 
     @property
     def label(self) -> str:
@@ -200,212 +203,3 @@ def classify(
         else:
             loaded.setdefault(result.plugin.group, []).append(result)
     return loaded, failed
-
-
-def _matches(plugin: Plugin, names: Sequence[str]) -> bool:
-    return plugin.name in names or plugin.qualified in names
-
-
-class _Selection:
-    """Applies ``plugins.disabled``/``plugins.required`` to one group, and reports failures."""
-
-    def __init__(
-        self,
-        group: str,
-        run_options: RunOptions,
-        found: Sequence[Plugin] | None,
-    ) -> None:
-        self.group = group
-        required = run_options.plugins.required
-        self.required = [r for r in required if ":" not in r or r.startswith(group + ":")]
-        self.disabled = run_options.plugins.disabled
-        self.paths = run_options.plugins.paths
-        self.found = list(discover([group], self.paths) if found is None else found)
-
-    def plugins(self) -> list[Plugin]:
-        found = self.found
-        chosen = [p for p in found if not _matches(p, self.disabled)]
-        for name in self.required:
-            if ":" not in name and any(
-                _matches(p, [name]) for p in discover(GROUPS, self.paths)
-            ):
-                continue  # a plain name is satisfied by whichever group provides it
-            if not any(_matches(p, [name]) for p in chosen):
-                have = ", ".join(p.qualified for p in found) or "none"
-                raise PluginError(
-                    f"required plugin {name!r} is not installed or is disabled (installed in "
-                    f"{self.group}: {have}). Install its package, or remove it from "
-                    "plugins.required."
-                )
-        return chosen
-
-    def fail(self, plugin: Plugin, reason: str, error: BaseException | None = None) -> None:
-        message = f"Plugin {plugin.label} failed: {reason}. This plugin will not be used."
-        if _matches(plugin, self.required):
-            raise PluginError(
-                f"Plugin {plugin.label} is required but failed: {reason}. Fix the plugin, or "
-                "remove it from plugins.required."
-            ) from error
-        logger.warning(message, exc_info=error)
-
-
-def _call_each(selection: _Selection, *args: Any) -> Iterator[tuple[Plugin, Any]]:
-    """Load and call each selected plugin with ``args``; yield what each returned.  Import
-    and call failures are reported through ``selection`` and skipped."""
-    for plugin in selection.plugins():
-        result = load(plugin)
-        if isinstance(result, FailedPlugin):
-            selection.fail(plugin, result.reason)
-            continue
-        try:
-            made = result.obj(*args)
-        except Exception as error:  # isolate each plugin
-            selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
-            continue
-        yield plugin, made
-
-
-def register_stats_writer_plugins(
-    run_options: RunOptions, found: Sequence[Plugin] | None = None
-) -> list[StatsWriter]:
-    """Call every ``evtrain.stats_writer`` plugin with ``run_options``; return all writers.
-
-    ``found`` replaces discovery (tests pass plugins built from ``EntryPoint`` objects).
-    """
-    selection = _Selection(STATS_WRITER, run_options, found)
-    writers: list[StatsWriter] = []
-    if not any(p.name == "default" for p in selection.found):
-        writers.extend(_fallback_default_writers(run_options))
-    for plugin, made in _call_each(selection, run_options):
-        if not isinstance(made, (list, tuple)) or not all(isinstance(w, StatsWriter) for w in made):
-            selection.fail(plugin, f"returned {made!r}, expected a list of StatsWriter instances")
-            continue
-        writers.extend(made)
-    return writers
-
-
-def register_subscriber_plugins(
-    run_options: RunOptions, bus: Bus, found: Sequence[Plugin] | None = None
-) -> list[Plugin]:
-    """Call every ``evtrain.subscriber`` plugin with ``(run_options, bus)``; return those that
-    registered without error.  ``found`` replaces discovery."""
-    selection = _Selection(SUBSCRIBER, run_options, found)
-    return [plugin for plugin, _ in _call_each(selection, run_options, bus)]
-
-
-def load_trainer_plugins(
-    run_options: RunOptions, found: Sequence[Plugin] | None = None
-) -> list[TrainerType]:
-    """Call every ``evtrain.trainer`` plugin; each returns ``{name: trainer class}`` where the
-    class has a ``settings_type`` attrs class (its ``hyperparameters``).  Failures are logged
-    and skipped, or raise :class:`PluginError` when required."""
-    from evtrain.registry import TrainerType
-
-    selection = _Selection(TRAINER, run_options, found)
-    types: list[TrainerType] = []
-    for plugin, made in _call_each(selection):
-        valid = isinstance(made, dict) and all(
-            isinstance(name, str)
-            and isinstance(cls, type)
-            and attrs.has(getattr(cls, "settings_type", object))
-            and callable(getattr(cls, "advance", None))
-            for name, cls in made.items()
-        )
-        if not valid:
-            selection.fail(
-                plugin,
-                f"returned {made!r}, expected {{name: Trainer subclass with a settings_type "
-                "attrs class}}",
-            )
-            continue
-        source = plugin.distribution or plugin.value
-        types.extend(
-            TrainerType(name=name, settings=cls.settings_type, trainer=cls, source=source)
-            for name, cls in made.items()
-        )
-    return types
-
-
-NO_INITIALIZER = "none"
-"""``plugins.initializer`` value (``--initializer none``) that runs without any initializer."""
-
-
-def load_initializer(
-    run_options: RunOptions, found: Sequence[Plugin] | None = None
-) -> Initializer | None:
-    """The run's initializer, made but not loaded: the one ``plugins.initializer`` names, or
-    else the one installed, not disabled, that applies to this process
-    (:meth:`~evtrain.distributed.Initializer.applies`); ``None`` when none does.
-
-    Unlike other plugins, an initializer that fails stops the run: without the process group
-    it was to set up, every rank would train its own model into the same folder.
-
-    :raises PluginError: several apply and none is chosen, the chosen one is not available,
-        or one fails to import, raises, or returns something else.
-    """
-    settings = run_options.plugins
-    found = list(discover([INITIALIZER], settings.paths) if found is None else found)
-    active = [p for p in found if not _matches(p, settings.disabled)]
-    if settings.initializer == NO_INITIALIZER:
-        return None
-    if settings.initializer is not None:
-        chosen = [p for p in active if _matches(p, [settings.initializer])]
-        if len(chosen) != 1:
-            listed = ", ".join(p.label for p in active) or "none"
-            problem = "is not installed or is disabled" if not chosen else "is ambiguous"
-            raise PluginError(
-                f"initializer {settings.initializer!r} {problem} (active initializers: "
-                f"{listed}). Choose one of them with plugins.initializer or --initializer NAME, "
-                f"or {NO_INITIALIZER!r} for none."
-            )
-        return _make_initializer(chosen[0])
-    made = [(plugin, _make_initializer(plugin)) for plugin in active]
-    applying = [(plugin, made) for plugin, made in made if made.applies(run_options)]
-    if len(applying) > 1:
-        listed = ", ".join(plugin.label for plugin, _ in applying)
-        raise PluginError(
-            f"{len(applying)} initializers apply to this process ({listed}) and at most one "
-            "may be used. Choose one with plugins.initializer in the config or "
-            "--initializer NAME, or disable the others in plugins.disabled."
-        )
-    return applying[0][1] if applying else None
-
-
-def _make_initializer(plugin: Plugin) -> Initializer:
-    from evtrain.distributed import Initializer
-
-    result = load(plugin)
-    if isinstance(result, FailedPlugin):
-        raise PluginError(f"Initializer {plugin.label} failed: {result.reason}.")
-    try:
-        made = result.obj()
-    except Exception as error:
-        raise PluginError(
-            f"Initializer {plugin.label} failed: raised {type(error).__name__}: {error}."
-        ) from error
-    if not isinstance(made, Initializer):
-        raise PluginError(
-            f"Initializer {plugin.label} failed: returned {made!r}, expected an "
-            "evtrain.distributed.Initializer instance."
-        )
-    return made
-
-
-def _fallback_default_writers(run_options: RunOptions) -> list[StatsWriter]:
-    # A stale or source-only install has no entry points at all; writing nothing would look
-    # like a silent success, so use the defaults directly and say how to repair the install.
-    if "default" in run_options.plugins.disabled or (
-        f"{STATS_WRITER}:default" in run_options.plugins.disabled
-    ):
-        return []
-    logger.warning(
-        "No 'default' entry point found in %s; the evtrain installation looks stale. "
-        "Reinstall it (pip install -e . or pip install evtrain). Using the default writers.",
-        STATS_WRITER,
-    )
-    try:
-        from evtrain_writers import get_default_stats_writers
-    except ImportError as error:
-        logger.error("The default writers cannot be imported either: %s", error)
-        return []
-    return list(get_default_stats_writers(run_options))

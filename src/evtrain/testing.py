@@ -10,8 +10,8 @@ import threading
 from typing import Any, TypeVar
 
 from evtrain.bus import Bus
-from evtrain.signals import ALL, EventSignal
-from evtrain.subscription import SubscriptionHandle
+from evtrain.bus.subscription import SubscriptionHandle
+from evtrain.events.signals import ALL, EventSignal
 
 P = TypeVar("P")
 

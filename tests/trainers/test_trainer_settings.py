@@ -121,7 +121,7 @@ def test_hyperparameters_must_be_a_settings_class() -> None:
 
 
 def test_registered_trainer_types() -> None:
-    from evtrain.registry import TRAINER_TYPES
+    from evtrain.trainers.registry import TRAINER_TYPES
 
     assert {name: (t.settings, t.load()) for name, t in TRAINER_TYPES.items()} == {
         "ppo": (PPOSettings, PPOTrainer),

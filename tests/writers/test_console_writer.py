@@ -15,7 +15,7 @@ from evtrain import (
     StatsSummary,
     signals,
 )
-from evtrain.filters import get_world_size
+from evtrain.ranks import get_world_size
 from evtrain_writers import ConsoleWriter
 
 

@@ -13,8 +13,8 @@ from evtrain_writers.gauge import GaugeWriter
 from evtrain_writers.tensorboard import TensorboardWriter
 
 if TYPE_CHECKING:
-    from evtrain.settings import RunOptions
-    from evtrain.stats import StatsWriter
+    from evtrain.bus.writers import StatsWriter
+    from evtrain.config.options import RunOptions
 
 __all__ = [
     "ConsoleWriter",

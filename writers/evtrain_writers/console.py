@@ -23,8 +23,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from evtrain.filters import get_rank, get_world_size
-from evtrain.stats import StatsPropertyType, StatsSummary, StatsWriter
+from evtrain.bus.writers import StatsWriter
+from evtrain.events.stats import StatsPropertyType, StatsSummary
+from evtrain.ranks import get_rank, get_world_size
 from evtrain_writers._format import render_nested
 
 logger = logging.getLogger("evtrain")

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from evtrain.atomic import atomic_write
-from evtrain.stats import StatsSummary, StatsWriter
+from evtrain.bus.writers import StatsWriter
+from evtrain.events.stats import StatsSummary
 from evtrain.timers import TimerStack, get_timer_stack
 
 if TYPE_CHECKING:
-    from evtrain.bus import Bus
+    from evtrain.bus.writers import BusMetrics
 
 TIMERS_FILE = "timers.json"
 
@@ -55,11 +56,11 @@ class GaugeWriter(StatsWriter):
         """Where ``timers.json`` is written."""
         self.gauges: dict[str, dict[str, float]] = {}
         """By gauge name: ``{"value", "min", "max", "count"}``."""
-        self._bus: Bus | None = None
+        self._bus: BusMetrics | None = None
         self._start_time = time.time()
         self._closed = False
 
-    def on_connect(self, bus: Bus) -> None:
+    def on_connect(self, bus: BusMetrics) -> None:
         """Keep ``bus`` to record its metrics in the file."""
         self._bus = bus
 

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from evtrain.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary, StatsWriter
+from evtrain.bus.writers import StatsWriter
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain_writers._format import render_nested
 from evtrain_writers.tfrecord import EventFileWriter, ScalarEventEncoder
 

@@ -17,28 +17,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
-import yaml
 
-from evtrain import signals
 from evtrain.bus import Bus
-from evtrain.distributed import World, active_initializer, initialized
+from evtrain.bus.reporter import StatsReporter
+from evtrain.bus.subscription import SubscriptionHandle
+from evtrain.config.options import RunOptions
 from evtrain.errors import ConfigError, RunFolderError
-from evtrain.filters import get_rank
-from evtrain.interrupt import stop_on_signals
-from evtrain.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
-from evtrain.registry import trainer_type, use_trainer_types
-from evtrain.reporter import StatsReporter
-from evtrain.run_folder import prepare_run_folder, write_configuration
-from evtrain.runner import attach_plugins, make_bus
-from evtrain.settings import RunOptions, trainer_types_for
-from evtrain.stats import StatsAggregationMethod
-from evtrain.subscription import SubscriptionHandle
+from evtrain.events import signals
+from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
+from evtrain.events.stats import StatsAggregationMethod
+from evtrain.ranks import get_rank
+from evtrain.run.interrupt import stop_on_signals
+from evtrain.run.options import load_options
+from evtrain.run.run_folder import prepare_run_folder, write_configuration
+from evtrain.run.wiring import (
+    active_initializer,
+    attach_plugins,
+    initialized,
+    make_bus,
+    trainer_types_for,
+)
 from evtrain.timers import hierarchical_timer, reset_timers
+from evtrain.trainers.registry import trainer_type, use_trainer_types
+from evtrain.world import World
 
 if TYPE_CHECKING:
-    from evtrain.checkpoint import CheckpointManager
+    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.training_status import TrainingStatus
     from evtrain.trainers.base import Trainer
-    from evtrain.training_status import TrainingStatus
 
 logger = logging.getLogger("evtrain")
 
@@ -51,7 +57,7 @@ ProgressHook = Callable[[str, int, int], None]
 @runtime_checkable
 class SavingProgress(Protocol):
     """A progress hook that also shows when a behavior saves and exports, which holds the
-    runner for a while (:class:`evtrain.progress.ProgressDisplay` is one)."""
+    runner for a while (:class:`evtrain.run.progress.ProgressDisplay` is one)."""
 
     def __call__(self, behavior: str, step: int, max_steps: int) -> None: ...
 
@@ -71,40 +77,6 @@ class LearnResult:
     write_path: Path
     models: dict[str, Path]
     """The final exported policy per behavior (``results/<run_id>/<Behavior>.onnx``)."""
-
-
-def read_config(path: str | Path) -> dict[str, Any]:
-    """The plain data of a YAML config file.
-
-    :raises ConfigError: the file is missing or unreadable, is not YAML, or is not a mapping.
-    """
-    path = Path(path)
-    try:
-        with path.open(encoding="utf-8") as stream:
-            data = yaml.safe_load(stream)  # given the file, error marks name it, not a string
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such config file"]) from None
-    except yaml.YAMLError as error:
-        raise ConfigError([f"{path}: not valid YAML: {error}"]) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError([f"{path}: cannot read the config file: {error}"]) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError([f"{path}: expected a mapping of options, got {type(data).__name__}"])
-    return data
-
-
-def load_options(config: str | Path | RunOptions | Mapping[str, Any]) -> RunOptions:
-    """Options from a YAML path, a mapping, or as given.
-
-    :raises ConfigError: the file is missing, is not YAML, or its options are invalid.
-    """
-    if isinstance(config, RunOptions):
-        return config
-    if isinstance(config, Mapping):
-        return RunOptions.from_dict(dict(config))
-    return RunOptions.from_dict(read_config(config))
 
 
 def learn(
@@ -470,7 +442,7 @@ class _Inference:
 
 
 def _training_status(options: RunOptions) -> TrainingStatus:
-    from evtrain.training_status import TrainingStatus
+    from evtrain.run.training_status import TrainingStatus
 
     path = options.checkpoint_settings.run_logs_dir / "training_status.json"
     if path.exists() and (
@@ -490,8 +462,8 @@ def _build(
 ) -> tuple[Trainer, CheckpointManager]:
     import torch
 
-    from evtrain.checkpoint import CheckpointManager, load_checkpoint
-    from evtrain.envs import make_envs
+    from evtrain.run.checkpoint import CheckpointManager, load_checkpoint
+    from evtrain.run.envs import make_envs
 
     cs = options.checkpoint_settings
     manager = CheckpointManager(

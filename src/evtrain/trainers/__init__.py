@@ -2,7 +2,7 @@
 
 The settings classes import nothing heavy, so options can be validated without torch; the
 trainers themselves (and torch) are imported on first attribute access.  Trainer types by
-name live in :mod:`evtrain.registry`.
+name live in :mod:`evtrain.trainers.registry`.
 """
 
 from __future__ import annotations

@@ -27,12 +27,12 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import nn
 
-from evtrain.distributed import World
-from evtrain.reporter import StatsReporter
-from evtrain.stats import StatsAggregationMethod, StatsPropertyType
+from evtrain.bus.reporter import StatsReporter
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.settings import TrainerSettings
+from evtrain.world import World
 
 HISTOGRAM = StatsAggregationMethod.HISTOGRAM
 
@@ -51,7 +51,7 @@ class Trainer(abc.ABC):
 
     :param behavior_name: the stats category (e.g. ``"CartPole"``).
     :param settings: the behavior's settings; ``hyperparameters`` must be an instance of the
-        class registered with this trainer in :data:`evtrain.registry.TRAINER_TYPES`.
+        class registered with this trainer in :data:`evtrain.trainers.registry.TRAINER_TYPES`.
     :param envs: a vector environment that resets itself (``SAME_STEP`` preferred, see
         :mod:`evtrain.trainers.envs`).  The trainer resets it with ``seed`` and steps it; the
         caller closes it.

@@ -16,7 +16,7 @@ from torch import nn
 from evtrain.trainers.settings import NetworkSettings
 
 if TYPE_CHECKING:
-    from evtrain.distributed import World
+    from evtrain.world import World
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,

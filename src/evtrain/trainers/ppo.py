@@ -23,7 +23,7 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from torch import nn
 
-from evtrain.reporter import StatsReporter
+from evtrain.bus.reporter import StatsReporter
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations

@@ -71,7 +71,7 @@ class PPOSettings:
     # rounded up to what the rollout needs, as ML-Agents accepts such values.
     def __attrs_post_init__(self) -> None:
         if self.batch_size > self.buffer_size:
-            # "<key>: ..." is how evtrain.config puts the key into the message's path
+            # "<key>: ..." is how evtrain.config.converter puts the key into the message's path
             raise ValueError(
                 f"batch_size: {self.batch_size} must not exceed buffer_size "
                 f"({self.buffer_size}); lower batch_size or raise buffer_size to at least "
@@ -161,7 +161,8 @@ class TrainerSettings:
     """Everything that configures the training of one behavior."""
 
     trainer_type: str = attrs.field(default="ppo", validator=v.instance_of(str))
-    """Key of :data:`evtrain.registry.TRAINER_TYPES` (``"ppo"``, ``"sac"``, or a plugin's)."""
+    """Key of :data:`~evtrain.trainers.registry.TRAINER_TYPES` (``"ppo"``, ``"sac"``, or a
+    plugin's)."""
     hyperparameters: object = attrs.field(
         default=attrs.Factory(_default_hyperparameters, takes_self=True),
         validator=_attrs_instance,

@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 
 from evtrain.atomic import atomic_write
+from evtrain.config.options import RunOptions
 from evtrain.errors import RunFolderError
-from evtrain.settings import RunOptions
 
 logger = logging.getLogger("evtrain")
 

@@ -12,10 +12,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evtrain import signals
 from evtrain.bus import Bus
-from evtrain.payloads import PropertyEvent, StatsEvent
-from evtrain.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
+from evtrain.events import signals
+from evtrain.events.payloads import PropertyEvent, StatsEvent
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 
 
 class StatsReporter:

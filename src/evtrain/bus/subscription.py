@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from evtrain.inbox import Inbox
+from evtrain.bus.inbox import Inbox
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
-    from evtrain.dispatch import Worker
-    from evtrain.signals import EventSignal
+    from evtrain.bus.dispatch import Worker
+    from evtrain.events.signals import EventSignal
 
 LATENCY_SAMPLES = 2048
 """Handling latencies kept per subscriber (a ring) for the p50/p99 in ``Bus.metrics``."""

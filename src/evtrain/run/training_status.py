@@ -16,7 +16,7 @@ import torch
 
 from evtrain.atomic import StrPath, atomic_write
 
-logger = logging.getLogger("evtrain.checkpoint")
+logger = logging.getLogger("evtrain.run.checkpoint")
 
 
 # -- training_status.json ------------------------------------------------------------------------
@@ -68,7 +68,7 @@ class ModelCheckpoint:
 
 def current_metadata() -> dict[str, str]:
     """The versions training_status.json records."""
-    from evtrain import __version__  # here: evtrain/__init__ may come to import this module
+    from evtrain._version import __version__
 
     return {"evtrain_version": __version__, "torch_version": torch.__version__}
 

@@ -1,4 +1,4 @@
-"""Run options: attrs classes structured from YAML/dicts by :mod:`evtrain.config`.
+"""Run options: attrs classes structured from YAML/dicts by :mod:`evtrain.config.converter`.
 
 The shape follows ML-Agents' ``RunOptions`` so its users feel at home: ``behaviors`` (name →
 :class:`TrainerSettings`), ``default_settings`` merged under every behavior, ``env_settings``,
@@ -12,14 +12,14 @@ from typing import Any, Literal
 
 import attrs
 
-from evtrain.inbox import Overflow
-from evtrain.isolation import FailurePolicy
+from evtrain.bus.delivery import FailurePolicy
+from evtrain.bus.inbox import Overflow, SubscriberSettings
 from evtrain.trainers.settings import TrainerSettings
 
 
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
     if value < 1:
-        # "<name>: expected ..." is how evtrain.config puts a validator's key into the path
+        # "<name>: expected ..." is how the converter puts a validator's key into the path
         raise ValueError(f"{attribute.name}: expected an integer of at least 1, got {value}")
 
 
@@ -59,14 +59,6 @@ class CheckpointSettings:
     def run_logs_dir(self) -> Path:
         """``write_path/run_logs``: timers.json and training_status.json."""
         return self.write_path / "run_logs"
-
-
-@attrs.define(kw_only=True)
-class SubscriberSettings:
-    """Per-subscriber overrides, keyed by the subscriber's name on the bus."""
-
-    capacity: int | None = attrs.field(default=None)
-    overflow: Overflow | None = None
 
 
 @attrs.define(kw_only=True)
@@ -192,44 +184,27 @@ class RunOptions:
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         """Structure options from plain data (parsed YAML), merging ``default_settings`` under
         each behavior first, and dropping Unity-only ML-Agents options with a warning each
-        (:mod:`evtrain.mlagents_options`).
+        (:mod:`evtrain.config.mlagents`).
+
+        Pure: ``trainer_type`` is checked against the trainer types in effect
+        (:func:`evtrain.trainers.registry.use_trainer_types`; the built-in ones by default).
+        :func:`evtrain.run.options.options_from_data` loads the trainer plugins first.
 
         :raises ConfigError: listing every bad key with its full path.
         """
-        from evtrain.config import drop_inherited, merge_default_settings, structure
+        from evtrain.config.converter import drop_inherited, merge_default_settings, structure
+        from evtrain.config.mlagents import drop_unity_only
         from evtrain.errors import ConfigError
-        from evtrain.mlagents_options import drop_unity_only
-        from evtrain.registry import use_trainer_types
 
         data = drop_unity_only(data)
-        # Trainer plugins first: `trainer_type: my_algo` must validate against them.
-        plugins = data.get("plugins", {}) if isinstance(data, dict) else {}
-        types = trainer_types_for(structure(plugins, PluginSettings, root="plugins"))
-        with use_trainer_types(types):
-            try:
-                return structure(merge_default_settings(data), cls)
-            except ConfigError as error:
-                raise ConfigError(drop_inherited(error.problems, data)) from None
+        try:
+            return structure(merge_default_settings(data), cls)
+        except ConfigError as error:
+            raise ConfigError(drop_inherited(error.problems, data)) from None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`from_dict` turns back into equal options."""
-        from evtrain.config import converter
+        from evtrain.config.converter import converter
 
         data: dict[str, Any] = converter.unstructure(self)
         return data
-
-
-def trainer_types_for(plugins: PluginSettings) -> dict[str, Any]:
-    """The built-in trainer types plus those of the trainer plugins ``plugins`` allows.
-
-    :raises PluginError: a required trainer plugin failed, or a name clash is not settled.
-    """
-    from evtrain.plugins import TRAINER, discover, load_trainer_plugins
-    from evtrain.registry import merge_trainer_types
-
-    # Only trainer plugins are due now; other required names are checked when the run
-    # registers its writers and subscribers.
-    names = {p.name for p in discover([TRAINER], plugins.paths)}
-    required = [r for r in plugins.required if r.startswith(f"{TRAINER}:") or r in names]
-    options = RunOptions(plugins=attrs.evolve(plugins, required=required))
-    return merge_trainer_types(load_trainer_plugins(options), plugins.trainer_types)

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from evtrain import signals
 from evtrain.bus import Bus
-from evtrain.payloads import StatsEvent
+from evtrain.events import signals
+from evtrain.events.payloads import StatsEvent
 
 REWARD = "Environment/Cumulative Reward"
 
@@ -54,7 +54,7 @@ class ProgressDisplay:
 
     def connect(self, bus: Bus) -> None:
         """Follow the last mean reward of each behavior."""
-        bus.connect(signals.stats, self.on_stats, name="evtrain.progress")
+        bus.connect(signals.stats, self.on_stats, name="evtrain.run.progress")
 
     def on_stats(self, event: StatsEvent) -> None:
         task = self._tasks.get(event.category)

@@ -1,7 +1,7 @@
 """A subscriber's bounded inbox: producers append from any thread, one consumer swaps it out.
 
 The producer side is the hot path of ``Bus.emit``: one uncontended lock, one append, no loop
-wake-up unless the consumer is in its deep sleep (see :mod:`evtrain.dispatch`).  The consumer
+wake-up unless the consumer is in its deep sleep (see :mod:`evtrain.bus.dispatch`).  The consumer
 takes everything at once by swapping the container, so a burst of events costs one hand-over.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from evtrain.payloads import StatsEvent
+from evtrain.events.payloads import StatsEvent
 
 Item = tuple[float | None, Any]
 """``(emit time, payload)``; a ``None`` time marks a control :class:`Marker` instead."""
@@ -33,6 +33,15 @@ class Overflow(enum.Enum):
     LATEST = "latest"
     """Keep only the newest event per key (behavior); a newer ``StatsEvent`` inherits the stat
     keys the replaced one had and it lacks.  Replaced events are counted as dropped."""
+
+
+@attrs.define(kw_only=True)
+class SubscriberSettings:
+    """Inbox overrides for one subscriber, keyed by its name on the bus (``bus.subscribers``
+    in a run's options)."""
+
+    capacity: int | None = attrs.field(default=None)
+    overflow: Overflow | None = None
 
 
 class Marker:

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from evtrain.filters import get_rank
-from evtrain.stats import StatsPropertyType, StatsSummary
+from evtrain.events.stats import StatsPropertyType, StatsSummary
+from evtrain.ranks import get_rank
 
 
 class RunStatus(enum.Enum):

@@ -13,8 +13,8 @@ import importlib
 import re
 from typing import Any
 
+from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
-from evtrain.settings import EnvironmentSettings
 
 
 def make_envs(settings: EnvironmentSettings) -> Any:

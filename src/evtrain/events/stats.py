@@ -1,4 +1,4 @@
-"""ML-Agents' statistics vocabulary: aggregation methods, summaries, property types, writers.
+"""ML-Agents' statistics vocabulary: aggregation methods, summaries, property types.
 
 A :class:`StatsSummary` is everything recorded for one key during one summary period.  Its
 ``aggregated_value`` is what a scalar writer plots: the sum for ``SUM``, the last value for
@@ -8,16 +8,11 @@ A :class:`StatsSummary` is everything recorded for one key during one summary pe
 
 from __future__ import annotations
 
-import abc
 import enum
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import attrs
-
-if TYPE_CHECKING:
-    from evtrain.bus import Bus
 
 
 class StatsAggregationMethod(enum.Enum):
@@ -90,32 +85,3 @@ class StatsSummary:
         if method is StatsAggregationMethod.MOST_RECENT:
             return self.full_dist[-1] if self.full_dist else 0.0
         return self.mean
-
-
-class StatsWriter(abc.ABC):
-    """A sink for statistics, connected to a bus with :meth:`evtrain.Bus.add_writer`.
-
-    The bus calls one writer from one thread at a time, in emission order, so writers need no
-    locks of their own.  An exception escaping any method is isolated by the bus.
-    """
-
-    ranks: ClassVar[frozenset[int] | None] = None
-    """Ranks this writer runs on by default; ``None`` means every rank.  File writers use
-    ``frozenset({0})`` so a distributed run writes each file once."""
-
-    @abc.abstractmethod
-    def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
-        """Record one summary period of ``category`` labelled with ``step``."""
-
-    def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Record a property (e.g. hyperparameters).  Writers need not support every type."""
-
-    def on_connect(self, bus: Bus) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Called once by ``Bus.add_writer`` before any event; writers that report bus state
-        (the gauge writer records ``bus.metrics()``) keep the reference."""
-
-    def flush(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Push buffered data to its destination.  Called by ``Bus.flush`` and before close."""
-
-    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Release resources.  Called once, after the writer's last event, by ``Bus.close``."""

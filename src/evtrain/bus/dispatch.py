@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 import anyio
 
-from evtrain.inbox import Item
-from evtrain.isolation import deliver, deliver_async
-from evtrain.subscription import Subscription
+from evtrain.bus.delivery import deliver, deliver_async
+from evtrain.bus.inbox import Item
+from evtrain.bus.subscription import Subscription
 
 logger = logging.getLogger("evtrain.bus")
 

@@ -24,8 +24,8 @@ from cattrs.errors import (
 )
 from cattrs.v import format_exception
 
+from evtrain.config.mlagents import kind_of, unsupported
 from evtrain.errors import ConfigError
-from evtrain.mlagents_options import kind_of, unsupported
 
 T = TypeVar("T")
 
@@ -117,7 +117,7 @@ def make_converter() -> cattrs.Converter:
 
 def _structure_trainer_settings(value: Any, cls: type[Any]) -> Any:
     """``hyperparameters`` is structured as the class registered for ``trainer_type``."""
-    from evtrain.registry import trainer_type
+    from evtrain.trainers.registry import trainer_type
 
     if not isinstance(value, dict):
         raise TypeError(f"expected a mapping, got {value!r}")
@@ -220,7 +220,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 converter = make_converter()
-"""The converter used for :class:`~evtrain.settings.RunOptions`."""
+"""The converter used for :class:`~evtrain.config.options.RunOptions`."""
 
 
 def _install_trainer_hook() -> None:

@@ -21,15 +21,11 @@ from typing import Any, TypeVar
 import attrs
 import blinker
 
-from evtrain.dispatch import Dispatcher
-from evtrain.errors import BusClosedError, BusTimeoutError, SubscriberError
-from evtrain.filters import RankFilter, get_rank
-from evtrain.inbox import Inbox, Marker, Overflow, default_key
-from evtrain.isolation import FailurePolicy
-from evtrain.settings import SubscriberSettings
-from evtrain.signals import EventSignal, subscriber_failed
-from evtrain.stats import StatsWriter
-from evtrain.subscription import (
+from evtrain.bus.delivery import FailurePolicy
+from evtrain.bus.dispatch import Dispatcher
+from evtrain.bus.filters import RankFilter
+from evtrain.bus.inbox import Inbox, Marker, Overflow, SubscriberSettings, default_key
+from evtrain.bus.subscription import (
     SubscriberMetrics,
     Subscription,
     SubscriptionHandle,
@@ -37,7 +33,10 @@ from evtrain.subscription import (
     is_async_callable,
     subscriber_name,
 )
-from evtrain.writer_adapter import WriterAdapter
+from evtrain.bus.writers import StatsWriter, WriterAdapter
+from evtrain.errors import BusClosedError, BusTimeoutError, SubscriberError
+from evtrain.events.signals import EventSignal, subscriber_failed
+from evtrain.ranks import get_rank
 
 logger = logging.getLogger("evtrain.bus")
 
@@ -183,7 +182,7 @@ class Bus:
         ``bus.flush()`` calls its ``flush()``, ``bus.close()`` its ``close()``.  Unless
         ``ranks=`` is given, the writer's own ``ranks`` attribute applies.
         """
-        from evtrain.signals import hyperparameters, stats
+        from evtrain.events.signals import hyperparameters, stats
 
         adapter = WriterAdapter(writer)
         options.setdefault("ranks", writer.ranks)

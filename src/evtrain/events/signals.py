@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 import blinker
 
-from evtrain.payloads import (
+from evtrain.events.payloads import (
     ExportEvent,
     PropertyEvent,
     RunFinished,

@@ -26,21 +26,21 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from evtrain import signals
 from evtrain.atomic import StrPath, _copy, atomic_write, remove_stale_temps
 from evtrain.bus import Bus
 from evtrain.errors import BusClosedError
+from evtrain.events import signals
+from evtrain.events.payloads import ExportEvent, SaveEvent
+from evtrain.events.signals import EventSignal
 from evtrain.export import PolicyExporter
-from evtrain.payloads import ExportEvent, SaveEvent
-from evtrain.signals import EventSignal
-from evtrain.timers import hierarchical_timer
-from evtrain.training_status import (
+from evtrain.run.training_status import (
     ModelCheckpoint,
     TrainingStatus,
     _finite_or_none,
 )
+from evtrain.timers import hierarchical_timer
 
-logger = logging.getLogger("evtrain.checkpoint")
+logger = logging.getLogger("evtrain.run.checkpoint")
 
 P = TypeVar("P")
 

@@ -18,12 +18,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from evtrain.inbox import Item
-from evtrain.payloads import SubscriberFailed
-from evtrain.subscription import LATENCY_MASK
+from evtrain.bus.inbox import Item
+from evtrain.bus.subscription import LATENCY_MASK
+from evtrain.events.payloads import SubscriberFailed
 
 if TYPE_CHECKING:
-    from evtrain.subscription import Subscription
+    from evtrain.bus.subscription import Subscription
 
 logger = logging.getLogger("evtrain.bus")
 

@@ -1,4 +1,4 @@
-"""Rank filters for distributed runs: file writers run on rank 0 only.
+"""This process's rank and the job's world size, without importing torch.
 
 The rank is ``torch.distributed.get_rank()`` once a process group is initialised, else the
 ``RANK`` environment variable ``torchrun`` sets, else 0.  torch is never imported here just to
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable
 from typing import Any
 
 
-def _process_group() -> Any:
+def process_group() -> Any:
     """``torch.distributed`` if a process group is initialised (never importing torch)."""
     dist: Any = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
@@ -31,36 +30,11 @@ def _env_int(name: str, default: int) -> int:
 
 def get_rank() -> int:
     """This process's rank in the distributed job (0 when not distributed)."""
-    dist = _process_group()
+    dist = process_group()
     return int(dist.get_rank()) if dist is not None else _env_int("RANK", 0)
 
 
 def get_world_size() -> int:
     """Processes in the distributed job: the process group's size, else ``WORLD_SIZE``, else 1."""
-    dist = _process_group()
+    dist = process_group()
     return int(dist.get_world_size()) if dist is not None else _env_int("WORLD_SIZE", 1)
-
-
-class RankFilter:
-    """Wraps a subscriber so it only acts on the given ranks.
-
-    ``Bus.connect`` reads ``ranks`` and does not connect it at all on other ranks (zero cost);
-    called directly, it checks the rank at call time.
-    """
-
-    def __init__(self, subscriber: Callable[[Any], Any], ranks: Iterable[int]) -> None:
-        self.subscriber = subscriber
-        self.ranks = frozenset(ranks)
-
-    def __call__(self, payload: Any) -> Any:
-        if get_rank() in self.ranks:
-            return self.subscriber(payload)
-        return None
-
-    def __repr__(self) -> str:
-        return f"RankFilter({self.subscriber!r}, ranks={sorted(self.ranks)})"
-
-
-def rank_zero_only(subscriber: Callable[[Any], Any]) -> RankFilter:
-    """``RankFilter(subscriber, {0})``, for anything that writes files."""
-    return RankFilter(subscriber, {0})

@@ -1,0 +1,22 @@
+"""Delivery: the bus, its subscribers' inboxes, the dispatcher, isolation, writers, filters and
+the stats reporter.  Knows the vocabulary (:mod:`evtrain.events`), nothing above it.
+
+The names most code wants are re-exported here: ``from evtrain.bus import Bus``.
+"""
+
+from __future__ import annotations
+
+from evtrain.bus.bus import ANY, Bus, CloseReport
+from evtrain.bus.delivery import FailurePolicy
+from evtrain.bus.inbox import Overflow, SubscriberSettings
+from evtrain.bus.writers import StatsWriter
+
+__all__ = [
+    "ANY",
+    "Bus",
+    "CloseReport",
+    "FailurePolicy",
+    "Overflow",
+    "StatsWriter",
+    "SubscriberSettings",
+]

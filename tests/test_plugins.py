@@ -153,7 +153,9 @@ def test_cli_lists_plugins_per_group() -> None:
     assert result.returncode == 0, result.stderr
     assert [line.split() for line in result.stdout.splitlines()] == [
         ["evtrain.stats_writer:"],
+        ["csv", "evtrain", "0.1.0", "evtrain_writers.csv_file:get_csv_writers", "loaded"],
         ["default", "evtrain", "0.1.0", "evtrain_writers:get_default_stats_writers", "loaded"],
+        ["jsonl", "evtrain", "0.1.0", "evtrain_writers.jsonl:get_jsonl_writers", "loaded"],
         ["evtrain.subscriber:"],
         ["(none)"],
         ["evtrain.trainer:"],

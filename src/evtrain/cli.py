@@ -7,6 +7,9 @@ import logging
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
 
 from evtrain import plugins
 from evtrain.config.options import RunOptions
@@ -53,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         "--initializer",
         metavar="NAME",
         help="plugins.initializer: the evtrain.initializer plugin to use (none: no initializer)",
+    )
+    overrides.add_argument(
+        "--writer",
+        action="append",
+        metavar="NAME[:KEY=VALUE,...]",
+        help="writers.NAME: run this optional writer (csv, jsonl, ...), with its options; "
+        "repeatable",
     )
 
     demo = commands.add_parser(
@@ -125,9 +135,35 @@ def options_from_cli(args: argparse.Namespace) -> RunOptions:
             if not isinstance(part, dict):
                 raise ConfigError([f"{section}: expected a mapping of options, got {part!r}"])
             part[key] = [str(p) for p in value] if dest == "plugins" else value
+    for flag in args.writer or ():
+        name, options = parse_writer_flag(flag)
+        writers = data.setdefault("writers", {})
+        if not isinstance(writers, dict):
+            raise ConfigError([f"writers: expected a mapping of writer names, got {writers!r}"])
+        writers[name] = {**(writers.get(name) or {}), **options}
     if args.debug:
         data["debug"] = True
     return options_from_data(data)
+
+
+def parse_writer_flag(flag: str) -> tuple[str, dict[str, Any]]:
+    """``mlflow:tracking_uri=http://127.0.0.1:5000,experiment=cartpole`` to the writer's name
+    and options; each value is read as YAML (``port=9100`` is a number).
+
+    :raises ConfigError: an empty name, or an option without ``=``.
+    """
+    name, _, rest = flag.partition(":")
+    if not name:
+        raise ConfigError([f"--writer {flag!r}: expected NAME or NAME:KEY=VALUE,..."])
+    options: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise ConfigError(
+                [f"--writer {flag!r}: expected KEY=VALUE after {name}:, got {item!r}"]
+            )
+        options[key] = yaml.safe_load(value) if value else ""
+    return name, options
 
 
 def run_learn(args: argparse.Namespace) -> int:
@@ -177,6 +213,8 @@ def _interrupted_line(args: argparse.Namespace, run_id: str, steps: Mapping[str,
             continue
         command.append("--" + dest.replace("_", "-"))
         command.extend([str(v) for v in value] if dest == "plugins" else [str(value)])
+    for flag in args.writer or ():
+        command += ["--writer", flag]
     command += ["--run-id", run_id, "--resume"]
     return f"Interrupted at {where}. Continue with: {shlex.join(command)}"
 

@@ -178,6 +178,9 @@ class RunOptions:
     torch_settings: TorchSettings = attrs.field(factory=TorchSettings)
     bus: BusSettings = attrs.field(factory=BusSettings)
     plugins: PluginSettings = attrs.field(factory=PluginSettings)
+    writers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    """Optional writers to run, by the name of their ``evtrain.stats_writer`` plugin, each with
+    its own options: ``{csv: {}, jsonl: {}}`` (``--writer NAME[:key=value,...]``)."""
     debug: bool = False
 
     @classmethod

@@ -25,7 +25,7 @@ from evtrain.bus.subscription import SubscriptionHandle
 from evtrain.bus.writers import StatsWriter
 from evtrain.config.options import PluginSettings, RunOptions
 from evtrain.distributed import Initializer
-from evtrain.errors import PluginError
+from evtrain.errors import ConfigError, PluginError
 from evtrain.plugins import (
     GROUPS,
     INITIALIZER,
@@ -120,6 +120,8 @@ def _call_each(selection: _Selection, *args: Any) -> Iterator[tuple[Plugin, Any]
             continue
         try:
             made = result.obj(*args)
+        except (ConfigError, PluginError):
+            raise  # the plugin's word on the run's options (writers.NAME...): the run stops
         except Exception as error:  # isolate each plugin
             selection.fail(plugin, f"raised {type(error).__name__}: {error}", error)
             continue
@@ -146,6 +148,17 @@ def register_stats_writer_plugins(
             "installed, so the evtrain installation is incomplete or stale. Reinstall it "
             f"(pip install evtrain, or pip install -e . in a checkout), or run without them "
             f"with plugins.disabled: [{default}]."
+        )
+    installed = sorted({p.name for p in selection.found} - {DEFAULT_WRITERS})
+    unknown = [name for name in run_options.writers if name not in installed]
+    if unknown:
+        raise ConfigError(
+            [
+                f"writers.{name}: no installed writer plugin is named {name!r} (installed: "
+                f"{', '.join(installed) or 'none'}); install the package that provides it, "
+                "or remove it"
+                for name in unknown
+            ]
         )
     writers: list[StatsWriter] = []
     for plugin, made in _call_each(selection, run_options):

@@ -1,0 +1,107 @@
+"""``JsonlWriter``: every summary period and property as one JSON line.
+
+``writers: {jsonl: {}}`` (or ``--writer jsonl``) appends to
+``results/<run_id>/<Behavior>/stats.jsonl``, one object a line::
+
+    {"step": 5000, "time": 1733221234.5, "stats": {"Environment/Cumulative Reward":
+     {"value": 21.5, "mean": 21.5, "std": 3.2, "num": 12, "sum": 258.0}, ...}}
+    {"property": "hyperparameters", "value": {...}}
+
+``value`` is the aggregated value a scalar writer plots; a ``HISTOGRAM`` key also carries
+``"values"``, every value of the period.  Numbers that JSON cannot hold (NaN, infinities) are
+written as ``null``.  Lines reach the disk at every flush; a resumed run appends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, ClassVar
+
+import attrs
+
+from evtrain.bus.writers import StatsWriter
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
+from evtrain_writers._options import writer_options
+
+if TYPE_CHECKING:
+    from evtrain.config.options import RunOptions
+
+FILE_NAME = "stats.jsonl"
+
+
+@attrs.define(kw_only=True)
+class JsonlOptions:
+    """``writers.jsonl``."""
+
+    hidden_keys: list[str] = attrs.field(factory=list)
+    """Stat keys left out of the file."""
+
+
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def summary_record(summary: StatsSummary) -> dict[str, Any]:
+    """A summary as plain JSON data."""
+    record: dict[str, Any] = {
+        "value": _number(summary.aggregated_value),
+        "mean": _number(summary.mean),
+        "std": _number(summary.std),
+        "num": summary.num,
+        "sum": _number(summary.sum),
+    }
+    if summary.aggregation_method is StatsAggregationMethod.HISTOGRAM:
+        record["values"] = [_number(v) for v in summary.full_dist]
+    return record
+
+
+class JsonlWriter(StatsWriter):
+    """Appends each period and property of a behavior to its ``stats.jsonl``.
+
+    :param run_folder: ``results/<run_id>``; each behavior's file is in its own folder there.
+    :param hidden_keys: stat keys left out.
+    """
+
+    ranks: ClassVar[frozenset[int] | None] = frozenset({0})
+
+    def __init__(self, run_folder: str | Path, hidden_keys: list[str] | None = None) -> None:
+        self.run_folder = Path(run_folder)
+        self.hidden_keys = frozenset(hidden_keys or ())
+        self._streams: dict[str, IO[str]] = {}
+
+    def _write(self, category: str, record: Mapping[str, Any]) -> None:
+        stream = self._streams.get(category)
+        if stream is None:
+            path = self.run_folder / category / FILE_NAME
+            path.parent.mkdir(parents=True, exist_ok=True)
+            stream = self._streams[category] = path.open("a", encoding="utf-8")
+        stream.write(json.dumps(record, allow_nan=False, default=str) + "\n")
+
+    def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+        stats = {k: summary_record(s) for k, s in values.items() if k not in self.hidden_keys}
+        self._write(category, {"step": step, "time": time.time(), "stats": stats})
+
+    def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
+        self._write(category, {"property": property_type.value, "value": value})
+
+    def flush(self) -> None:
+        for stream in self._streams.values():
+            stream.flush()
+
+    def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
+
+
+def get_jsonl_writers(run_options: RunOptions) -> list[StatsWriter]:
+    """Registration function of the ``evtrain.stats_writer`` entry point ``jsonl``: a
+    :class:`JsonlWriter` when the run's ``writers:`` asks for ``jsonl``."""
+    options = writer_options(run_options, "jsonl", JsonlOptions)
+    if options is None:
+        return []
+    return [JsonlWriter(run_options.checkpoint_settings.write_path, options.hidden_keys)]

@@ -54,7 +54,7 @@ def test_evtrain_plugins_lists_the_installed_example(plugin_site: Path) -> None:
     ours = [row for row in rows if row[1:2] == ["evtrain-example-plugin"]]
     assert ours == [
         [
-            "jsonl",
+            "example_jsonl",
             "evtrain-example-plugin",
             "0.1.0",
             "evtrain_example_plugin.jsonl:get_jsonl_writers",
@@ -92,9 +92,13 @@ def test_evtrain_plugins_lists_the_installed_example(plugin_site: Path) -> None:
     ]
     where = {row[0]: i for i, row in enumerate(rows) if len(row) > 1}
     bounds = [lines.index(group) for group in groups] + [len(lines)]
-    for group, names in enumerate(
-        (["default", "jsonl"], ["save_log"], ["ppo", "sac", "reward_clip"], ["slurm", "torch"])
-    ):
+    expected = (
+        ["default", "example_jsonl"],
+        ["save_log"],
+        ["ppo", "sac", "reward_clip"],
+        ["slurm", "torch"],
+    )
+    for group, names in enumerate(expected):
         assert all(bounds[group] < where[name] < bounds[group + 1] for name in names), names
     assert rows[where["ppo"]][3:] == ["evtrain.trainers.ppo:PPOTrainer", "built", "in"]
 
@@ -150,7 +154,7 @@ def run_with_plugins(site: Path, results: Path, plugins: Mapping[str, list[str]]
 
 NO_DEFAULTS = "evtrain.stats_writer:default"
 # Required by qualified name: each group applies an unqualified required name to itself.
-JSONL = "evtrain.stats_writer:jsonl"
+JSONL = "evtrain.stats_writer:example_jsonl"
 SAVE_LOG = "evtrain.subscriber:save_log"
 
 
@@ -181,7 +185,7 @@ def test_a_run_loads_the_installed_plugins(plugin_site: Path, tmp_path: Path) ->
 
 def test_a_disabled_plugin_writes_nothing(plugin_site: Path, tmp_path: Path) -> None:
     stdout = run_with_plugins(
-        plugin_site, tmp_path, {"disabled": [NO_DEFAULTS, "jsonl"], "required": [SAVE_LOG]}
+        plugin_site, tmp_path, {"disabled": [NO_DEFAULTS, "example_jsonl"], "required": [SAVE_LOG]}
     )
     assert stdout.splitlines() == ["clean: True", "evtrain_example_plugin.save_log 2 0"]
     assert sorted(p.name for p in (tmp_path / "run1").iterdir()) == ["artifacts.jsonl"]

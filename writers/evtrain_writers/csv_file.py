@@ -13,28 +13,18 @@ import csv
 import io
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
-
-import attrs
+from typing import IO, TYPE_CHECKING, Any
 
 from evtrain.atomic import atomic_write
 from evtrain.bus.writers import StatsWriter
 from evtrain.events.stats import StatsSummary
-from evtrain_writers._options import writer_options
+from evtrain_writers._options import BehaviorFileWriter, file_writers
 
 if TYPE_CHECKING:
     from evtrain.config.options import RunOptions
 
 FILE_NAME = "progress.csv"
 STEP = "step"
-
-
-@attrs.define(kw_only=True)
-class CsvOptions:
-    """``writers.csv``."""
-
-    hidden_keys: list[str] = attrs.field(factory=list)
-    """Stat keys left out of the file."""
 
 
 class _BehaviorFile:
@@ -85,25 +75,16 @@ class _BehaviorFile:
             self.stream = None
 
 
-class CsvWriter(StatsWriter):
-    """Appends one row per summary period to the behavior's ``progress.csv``.
-
-    :param run_folder: ``results/<run_id>``; each behavior's file is in its own folder there.
-    :param hidden_keys: stat keys left out.
-    """
-
-    ranks: ClassVar[frozenset[int] | None] = frozenset({0})
+class CsvWriter(BehaviorFileWriter):
+    """Appends one row per summary period to the behavior's ``progress.csv``."""
 
     def __init__(self, run_folder: str | Path, hidden_keys: list[str] | None = None) -> None:
-        self.run_folder = Path(run_folder)
-        self.hidden_keys = frozenset(hidden_keys or ())
+        super().__init__(run_folder, hidden_keys)
         self._files: dict[str, _BehaviorFile] = {}
 
     def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
         row: dict[str, Any] = {STEP: step}
-        for key, summary in values.items():
-            if key not in self.hidden_keys:
-                row[key] = summary.aggregated_value
+        row.update((key, summary.aggregated_value) for key, summary in self.visible(values))
         if category not in self._files:
             self._files[category] = _BehaviorFile(self.run_folder / category / FILE_NAME)
         self._files[category].append(row)
@@ -120,7 +101,4 @@ class CsvWriter(StatsWriter):
 def get_csv_writers(run_options: RunOptions) -> list[StatsWriter]:
     """Registration function of the ``evtrain.stats_writer`` entry point ``csv``: a
     :class:`CsvWriter` when the run's ``writers:`` asks for ``csv``."""
-    options = writer_options(run_options, "csv", CsvOptions)
-    if options is None:
-        return []
-    return [CsvWriter(run_options.checkpoint_settings.write_path, options.hidden_keys)]
+    return file_writers(run_options, "csv", CsvWriter)

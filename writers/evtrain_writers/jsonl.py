@@ -19,26 +19,16 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
-
-import attrs
+from typing import IO, TYPE_CHECKING, Any
 
 from evtrain.bus.writers import StatsWriter
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
-from evtrain_writers._options import writer_options
+from evtrain_writers._options import BehaviorFileWriter, file_writers
 
 if TYPE_CHECKING:
     from evtrain.config.options import RunOptions
 
 FILE_NAME = "stats.jsonl"
-
-
-@attrs.define(kw_only=True)
-class JsonlOptions:
-    """``writers.jsonl``."""
-
-    hidden_keys: list[str] = attrs.field(factory=list)
-    """Stat keys left out of the file."""
 
 
 def _number(value: float) -> float | None:
@@ -59,18 +49,11 @@ def summary_record(summary: StatsSummary) -> dict[str, Any]:
     return record
 
 
-class JsonlWriter(StatsWriter):
-    """Appends each period and property of a behavior to its ``stats.jsonl``.
-
-    :param run_folder: ``results/<run_id>``; each behavior's file is in its own folder there.
-    :param hidden_keys: stat keys left out.
-    """
-
-    ranks: ClassVar[frozenset[int] | None] = frozenset({0})
+class JsonlWriter(BehaviorFileWriter):
+    """Appends each period and property of a behavior to its ``stats.jsonl``."""
 
     def __init__(self, run_folder: str | Path, hidden_keys: list[str] | None = None) -> None:
-        self.run_folder = Path(run_folder)
-        self.hidden_keys = frozenset(hidden_keys or ())
+        super().__init__(run_folder, hidden_keys)
         self._streams: dict[str, IO[str]] = {}
 
     def _write(self, category: str, record: Mapping[str, Any]) -> None:
@@ -82,7 +65,7 @@ class JsonlWriter(StatsWriter):
         stream.write(json.dumps(record, allow_nan=False, default=str) + "\n")
 
     def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
-        stats = {k: summary_record(s) for k, s in values.items() if k not in self.hidden_keys}
+        stats = {key: summary_record(summary) for key, summary in self.visible(values)}
         self._write(category, {"step": step, "time": time.time(), "stats": stats})
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
@@ -101,7 +84,4 @@ class JsonlWriter(StatsWriter):
 def get_jsonl_writers(run_options: RunOptions) -> list[StatsWriter]:
     """Registration function of the ``evtrain.stats_writer`` entry point ``jsonl``: a
     :class:`JsonlWriter` when the run's ``writers:`` asks for ``jsonl``."""
-    options = writer_options(run_options, "jsonl", JsonlOptions)
-    if options is None:
-        return []
-    return [JsonlWriter(run_options.checkpoint_settings.write_path, options.hidden_keys)]
+    return file_writers(run_options, "jsonl", JsonlWriter)

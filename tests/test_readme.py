@@ -42,28 +42,25 @@ def test_a_readme_snippet_runs_as_written(index: int, tmp_path: Path) -> None:
         assert (tmp_path / final).exists()
 
 
+def pip(*args: str) -> subprocess.CompletedProcess[str]:
+    """This venv's pip, quietly: pip warns through its own logging, which ``-W error`` would
+    not see anyway, so it runs without the suite's warning flags."""
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args, "--quiet"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+
+
 def test_the_wheel_holds_every_package_and_runs(tmp_path: Path) -> None:
     """Built as ``pip wheel .`` builds it, installed to a folder, and run without the source
     tree: ``python -S`` skips the ``.pth`` files, so the editable install of this checkout is
     not on the path, only the wheel's files and the other packages."""
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--quiet",
-            "-w",
-            str(tmp_path / "dist"),
-            str(ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    built = pip(
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-w",
+        str(tmp_path / "dist"),
+        str(ROOT),
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp_path / "dist").glob("evtrain-*.whl")
@@ -79,24 +76,7 @@ def test_the_wheel_holds_every_package_and_runs(tmp_path: Path) -> None:
     }
     assert packages <= in_wheel
     site = tmp_path / "site"
-    installed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-index",
-            "--quiet",
-            "--target",
-            str(site),
-            str(wheel),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    installed = pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheel))
     assert installed.returncode == 0, installed.stderr
     env = clean_env(PYTHONPATH=f"{site}:{isolated_site()}")
     where = python("-S", "-c", "import evtrain.trainers; print(evtrain.__file__)", env=env)

@@ -10,16 +10,13 @@ or closed, the error waiting for the producer — and hands the isolation wrappe
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
-import warnings
-import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from evtrain.bus.closing import CloseReport, Deadline, pass_marker, settle
+from evtrain.bus.closing import CloseReport, Deadline, drain_at_exit, pass_marker, settle
 from evtrain.bus.delivery import FailureContext, FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
@@ -41,8 +38,6 @@ from evtrain.ranks import get_rank
 logger = logging.getLogger("evtrain.bus")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_live_buses: weakref.WeakSet[Bus] = weakref.WeakSet()
 
 
 class Bus:
@@ -100,7 +95,7 @@ class Bus:
         self._closed = False
         self._report: CloseReport | None = None
         self._pending_error: BaseException | None = None
-        _live_buses.add(self)
+        drain_at_exit(self)
 
     # -- subscribing -------------------------------------------------------------------------
 
@@ -386,19 +381,3 @@ class Bus:
     def _refuse_from_dispatcher(self, what: str) -> None:
         if self._dispatcher.owns_current_thread():
             raise RuntimeError(f"Bus.{what}() called from a subscriber would wait for itself")
-
-
-@atexit.register
-def _drain_unclosed_buses() -> None:
-    for bus in list(_live_buses):
-        if not bus.closed and bus.subscriptions:
-            warnings.warn(
-                "evtrain Bus was never closed; draining it at interpreter exit. Call bus.close() "
-                "(or use `with Bus() as bus:`) so nothing depends on exit hooks.",
-                ResourceWarning,
-                stacklevel=1,
-            )
-            try:
-                bus.close(timeout=30.0)
-            except Exception:
-                logger.exception("Draining an unclosed bus at exit failed")

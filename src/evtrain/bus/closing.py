@@ -1,10 +1,15 @@
-"""Draining a bus: markers through every inbox, and the report of what ``close`` could not do."""
+"""Draining a bus: markers through every inbox, the report of what ``close`` could not do, and
+the drain at interpreter exit of a bus nobody closed."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import time
+import warnings
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import attrs
 
@@ -71,3 +76,39 @@ def settle(
             list(timed_out),
         )
     return report
+
+
+class Closable(Protocol):
+    """What the drain at exit needs of a bus (``Bus`` provides it)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]: ...
+
+    def close(self, timeout: float | None = None) -> CloseReport: ...
+
+
+_live_buses: weakref.WeakSet[Closable] = weakref.WeakSet()
+
+
+def drain_at_exit(bus: Closable) -> None:
+    """Close ``bus`` at interpreter exit, with a ``ResourceWarning``, if nobody else did."""
+    _live_buses.add(bus)
+
+
+@atexit.register
+def _drain_unclosed_buses() -> None:
+    for bus in list(_live_buses):
+        if not bus.closed and bus.subscriptions:
+            warnings.warn(
+                "evtrain Bus was never closed; draining it at interpreter exit. Call bus.close() "
+                "(or use `with Bus() as bus:`) so nothing depends on exit hooks.",
+                ResourceWarning,
+                stacklevel=1,
+            )
+            try:
+                bus.close(timeout=30.0)
+            except Exception:
+                logger.exception("Draining an unclosed bus at exit failed")

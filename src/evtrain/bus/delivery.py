@@ -2,8 +2,9 @@
 
 Every delivery — sync subscribers on their worker thread, async ones on the dispatcher loop —
 goes through :func:`deliver_async` (:func:`deliver` runs the same coroutine on a worker thread,
-where it never suspends), and every call of subscriber code through :func:`_isolated`, whose only
-``except`` clause catches :class:`Exception` and hands it to :func:`record_failure`.
+where it never suspends).  Its two ``except`` clauses — one round each event, one round a
+``flush``/``close`` hook (:func:`_isolated`; an event's is inline, as a coroutine per event would
+double delivery's own cost) — catch :class:`Exception` and hand it to :func:`record_failure`.
 ``BaseException`` (KeyboardInterrupt, SystemExit, cancellation) is never caught here: it
 propagates to the dispatcher, which stops the subscriber and re-raises it on the producer's
 thread at its next ``emit``/``flush``/``close``.
@@ -103,31 +104,26 @@ def record_failure(
         )
 
 
-async def _isolated(
-    sub: Subscription, failures: FailureContext, hook: str, fn: Callable[..., Any], *args: Any
-) -> bool:
-    """Run ``fn(*args)`` — the subscriber (``hook`` empty) or its ``flush``/``close`` hook —
-    awaiting its result for an async subscriber.  ``False``: it raised, and that was recorded."""
-    try:
-        result = fn(*args)
-        if sub.is_async and hasattr(result, "__await__"):
-            await result
-    except Exception as error:
-        record_failure(sub, failures, hook or sub.signal_name(*args), error)
-        return False
-    return True
-
-
 async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureContext) -> None:
     """Hand ``batch`` to ``sub`` in order; awaited on the loop for an async subscriber."""
-    call = sub.call
+    call, awaited = sub.call, sub.is_async
     for t, payload in batch:
         if t is None:
             await _pass_marker(sub, failures, payload)
-        elif not sub.accepting:
+            continue
+        if sub.disabled or sub.finished:
             sub.discard()
+            continue
+        try:
+            if awaited:
+                await call(payload)
+            else:
+                call(payload)
+        except Exception as error:
+            record_failure(sub, failures, sub.signal_name(payload), error)
+            sub.handled(t, ok=False)
         else:
-            sub.handled(t, await _isolated(sub, failures, "", call, payload))
+            sub.handled(t, ok=True)
 
 
 async def _pass_marker(sub: Subscription, failures: FailureContext, marker: Marker) -> None:
@@ -138,6 +134,18 @@ async def _pass_marker(sub: Subscription, failures: FailureContext, marker: Mark
     if marker.close:
         sub.finish()
     marker.arrive(sub.inbox)
+
+
+async def _isolated(
+    sub: Subscription, failures: FailureContext, hook: str, fn: Callable[[], Any]
+) -> None:
+    """Run a ``flush``/``close`` hook, awaiting its result for an async subscriber."""
+    try:
+        result = fn()
+        if sub.is_async and hasattr(result, "__await__"):
+            await result
+    except Exception as error:
+        record_failure(sub, failures, hook, error)
 
 
 def deliver(sub: Subscription, batch: list[Item], failures: FailureContext) -> None:

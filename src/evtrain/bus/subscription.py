@@ -132,11 +132,6 @@ class Subscription:
 
     # -- the consumer's bookkeeping (called by evtrain.bus.delivery and dispatch) -------------
 
-    @property
-    def accepting(self) -> bool:
-        """Events taken from the inbox are still handed over (neither disabled nor finished)."""
-        return not (self.disabled or self.finished)
-
     def handled(self, t: float, ok: bool) -> None:
         """One event emitted at ``t`` was handed over; ``ok``: it did not raise."""
         self.latencies[self.delivered & LATENCY_MASK] = time.perf_counter() - t
@@ -166,7 +161,7 @@ class Subscription:
         self.disabled = True
 
     def discard(self) -> None:
-        """An event taken from the inbox is not handed over (see :attr:`accepting`)."""
+        """An event taken from the inbox is not handed over: disabled, or finished."""
         self.inbox.discard()
 
     def finish(self) -> None:

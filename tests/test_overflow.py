@@ -99,3 +99,32 @@ def test_stats_event_payload_is_frozen() -> None:
     event = StatsEvent(category="C", step=1, values={"k": StatsSummary(full_dist=[1])})
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         event.step = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("overflow", ["drop_oldest", "latest"])
+def test_evicting_the_oldest_never_evicts_a_flush_marker(bus: Bus, overflow: str) -> None:
+    gate = fill_behind_gate(bus, overflow, range(1, 3))
+    flushed = threading.Event()
+
+    def flush() -> None:
+        bus.flush(timeout=5)
+        flushed.set()
+
+    flusher = threading.Thread(target=flush)
+    flusher.start()
+    time.sleep(0.05)  # its marker is queued behind steps 1-2
+    for step in range(3, 6):  # the full inbox evicts its oldest events, not the marker
+        bus.emit(signals.stats, stats_event(step, category=f"B{step}"))
+    gate.open.set()
+    flusher.join(10)
+    assert flushed.is_set()
+
+
+def test_close_counts_what_a_stuck_drop_newest_subscriber_left() -> None:
+    bus = Bus()
+    gate = fill_behind_gate(bus, "drop_newest", range(1, 6))
+    report = bus.close(timeout=0.2)
+    gate.open.set()
+    # step 0 is stuck inside the subscriber, 1-2 queued, 3-5 dropped by the policy
+    assert report.undelivered == {"gated": 3}
+    assert bus.metrics()["gated"].dropped == 6

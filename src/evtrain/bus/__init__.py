@@ -6,9 +6,11 @@ The names most code wants are re-exported here: ``from evtrain.bus import Bus``.
 
 from __future__ import annotations
 
-from evtrain.bus.bus import ANY, Bus, CloseReport
+from evtrain.bus.bus import Bus
+from evtrain.bus.closing import CloseReport
 from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.inbox import Overflow, SubscriberSettings
+from evtrain.bus.routes import ANY
 from evtrain.bus.writers import StatsWriter
 
 __all__ = [

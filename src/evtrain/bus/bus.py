@@ -1,30 +1,27 @@
-"""The bus: blinker is the registry of who listens; evtrain owns delivery.
+"""The bus: blinker is the registry of who listens (:mod:`evtrain.bus.routes`); evtrain owns
+delivery.
 
-Each :class:`Bus` keeps one private :class:`blinker.Signal` per evtrain signal, and every
-subscription is a blinker connection on it (strong reference; ``sender`` is the behavior).  An
-``emit`` never calls blinker's ``send`` — blinker would run receivers synchronously, in
-undefined order, letting their exceptions escape — it looks up the subscriptions' inboxes
-(cached per signal and sender) and appends to each.
+:class:`Bus` is the face: it connects subscribers (each a
+:class:`~evtrain.bus.subscription.Subscription` with its own inbox and dispatcher task), and
+``emit`` appends to the inboxes of a signal's subscribers.  It holds the bus-wide state — open
+or closed, the error waiting for the producer — and hands the isolation wrapper
+(:mod:`evtrain.bus.delivery`) only a :class:`~evtrain.bus.delivery.FailureContext`.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
-import warnings
-import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
-import attrs
-import blinker
-
-from evtrain.bus.delivery import FailurePolicy
+from evtrain.bus.closing import CloseReport, Deadline, drain_at_exit, pass_marker, settle
+from evtrain.bus.delivery import FailureContext, FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
-from evtrain.bus.inbox import Inbox, Marker, Overflow, SubscriberSettings, default_key
+from evtrain.bus.inbox import Inbox, Overflow, SubscriberSettings, default_key
+from evtrain.bus.routes import ANY, Routes
 from evtrain.bus.subscription import (
     SubscriberMetrics,
     Subscription,
@@ -41,25 +38,6 @@ from evtrain.ranks import get_rank
 logger = logging.getLogger("evtrain.bus")
 
 F = TypeVar("F", bound=Callable[..., Any])
-_RouteKey = tuple[EventSignal[Any], Hashable]
-
-ANY = blinker.ANY
-"""Connect to every sender (behavior)."""
-
-_live_buses: weakref.WeakSet[Bus] = weakref.WeakSet()
-
-
-@attrs.frozen(kw_only=True)
-class CloseReport:
-    """What ``Bus.close`` could not do: per subscriber, events left undelivered."""
-
-    undelivered: dict[str, int] = attrs.field(factory=dict)
-    timed_out: tuple[str, ...] = ()
-
-    @property
-    def clean(self) -> bool:
-        """Everything emitted was handled and every subscriber closed."""
-        return not self.undelivered and not self.timed_out
 
 
 class Bus:
@@ -97,20 +75,27 @@ class Bus:
         self.rank = get_rank() if rank is None else rank
         """Rank used by ``ranks=`` filters, fixed when the bus is created."""
         self._overrides = dict(subscribers or {})
-        self._registry: dict[EventSignal[Any], blinker.Signal] = {}
-        self._routes: dict[_RouteKey, tuple[Inbox, ...]] = {}
+        self._routes = Routes()
+        self._route_cache = self._routes.cache
+        """The same dict, one attribute lookup nearer for ``emit``."""
         self._lock = threading.RLock()
         self._subscriptions: list[Subscription] = []
         self._history: list[Subscription] = []
         """Every subscription this bus ever had, for ``metrics()`` after disconnect or close."""
         self._internal_emits = 0
         self._names: set[str] = set()
-        self._dispatcher = Dispatcher(self._on_fatal)
+        failures = FailureContext(
+            policy=self.on_error,
+            max_consecutive_failures=max_consecutive_failures,
+            report=self.emit_internal,
+            raise_later=self.raise_later,
+        )
+        self._dispatcher = Dispatcher(self._on_fatal, failures)
         self._open = True
         self._closed = False
         self._report: CloseReport | None = None
         self._pending_error: BaseException | None = None
-        _live_buses.add(self)
+        drain_at_exit(self)
 
     # -- subscribing -------------------------------------------------------------------------
 
@@ -223,7 +208,6 @@ class Bus:
                 unique = f"{label}#{n}"
             self._names.add(unique)
             sub = Subscription(
-                bus=self,
                 name=unique,
                 signals=signals,
                 sender=sender,
@@ -234,23 +218,15 @@ class Bus:
             )
             self._dispatcher.start()
             self._dispatcher.spawn(sub)
-            for signal in signals:
-                self._blinker(signal).connect(sub, sender=sender, weak=False)
+            self._routes.add(sub)
             self._subscriptions.append(sub)
             self._history.append(sub)
-            self._routes = {}
         return SubscriptionHandle(self, sub)
-
-    def _blinker(self, signal: EventSignal[Any]) -> blinker.Signal:
-        registry = self._registry.get(signal)
-        if registry is None:
-            registry = self._registry[signal] = blinker.Signal(signal.__doc__)
-        return registry
 
     def has_receivers(self, signal: EventSignal[Any], sender: Any = ANY) -> bool:
         """Whether ``emit`` on ``signal`` from ``sender`` would reach anyone (so producers can
         skip building payloads)."""
-        return bool(self._route((signal, sender)))
+        return bool(self._routes.lookup(signal, sender))
 
     def disconnect_subscription(self, sub: Subscription, timeout: float | None = None) -> None:
         """Used by :meth:`SubscriptionHandle.disconnect`."""
@@ -258,20 +234,16 @@ class Bus:
             if sub not in self._subscriptions:
                 return
             self._unroute(sub)
-        marker = Marker(1, close=True)
-        sub.inbox.put_marker(marker)
-        if self._on_dispatcher_thread():
-            return
-        if not marker.wait(timeout):
+        # From inside the dispatcher, waiting would wait for itself: the marker does the rest.
+        inside = self._dispatcher.owns_current_thread()
+        if not pass_marker([sub], 0.0 if inside else timeout, close=True) and not inside:
             raise BusTimeoutError(
                 f"subscriber {sub.name!r} did not finish within {timeout}s", [sub.name]
             )
 
     def _unroute(self, sub: Subscription) -> None:
-        for signal in sub.signals:
-            self._blinker(signal).disconnect(sub, sender=sub.sender)
+        self._routes.remove(sub)
         self._subscriptions.remove(sub)
-        self._routes = {}
 
     # -- emitting ----------------------------------------------------------------------------
 
@@ -307,9 +279,9 @@ class Bus:
         if not self._open:
             raise BusClosedError(f"cannot emit {signal.name!r}: the bus is closing or closed")
         try:
-            inboxes = self._routes[(signal, getattr(payload, "category", ANY))]
+            inboxes = self._route_cache[(signal, getattr(payload, "category", ANY))]
         except KeyError:
-            inboxes = self._route((signal, getattr(payload, "category", ANY)))
+            inboxes = self._routes.lookup(signal, getattr(payload, "category", ANY))
         if inboxes:
             t = time.perf_counter()
             for inbox in inboxes:
@@ -318,23 +290,10 @@ class Bus:
     def emit_internal(self, payload: Any) -> None:
         """The bus's own ``subscriber_failed`` events: accepted while closing, never blocking."""
         self._internal_emits += 1
-        inboxes = self._route((subscriber_failed, ANY))
+        inboxes = self._routes.lookup(subscriber_failed, ANY)
         t = time.perf_counter()
         for inbox in inboxes:
             inbox.put_nowait(t, payload)
-
-    def _route(self, key: _RouteKey) -> tuple[Inbox, ...]:
-        with self._lock:
-            inboxes = self._routes.get(key)
-            if inboxes is None:
-                signal, sender = key
-                registry = self._registry.get(signal)
-                subs = () if registry is None else registry.receivers_for(sender)
-                inboxes = tuple(sub.inbox for sub in subs if isinstance(sub, Subscription))
-                if len(self._routes) > 4096:  # senders are behavior names; bound the cache anyway
-                    self._routes = {}
-                self._routes[key] = inboxes
-            return inboxes
 
     # -- draining ----------------------------------------------------------------------------
 
@@ -346,17 +305,13 @@ class Bus:
         :raises RuntimeError: called from a subscriber (it would wait for itself).
         """
         self._refuse_from_dispatcher("flush")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = Deadline(timeout)
         # Failures found while flushing emit subscriber_failed; go round again until quiet so
         # those are handled too.
         while True:
             internal = self._internal_emits
             subs = [s for s in self.subscriptions if not s.finished]
-            marker = Marker(len(subs))
-            for sub in subs:
-                sub.inbox.put_marker(marker)
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done = marker.wait(left)
+            done = pass_marker(subs, deadline.left(), close=False)
             if self._pending_error is not None:
                 self._raise_pending()
             if not done:
@@ -380,33 +335,10 @@ class Bus:
             self._open = False
             subs = list(self._subscriptions)
         live = [s for s in subs if not s.finished]
-        marker = Marker(len(live), close=True)
-        for sub in live:
-            sub.inbox.put_marker(marker)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        marker.wait(timeout)
-        timed_out = []
-        undelivered: dict[str, int] = {}
-        for sub in live:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not sub.task_done.wait(left):
-                timed_out.append(sub.name)
-            inbox = sub.inbox
-            dropped = inbox.dropped
-            inbox.abandon()
-            # Queued, and in flight on a stuck worker: everything neither handled nor dropped.
-            lost = inbox.accepted - sub.delivered - dropped
-            inbox.dropped = dropped + lost
-            if lost:
-                undelivered[sub.name] = lost
+        deadline = Deadline(timeout)
+        pass_marker(live, deadline.left(), close=True)
+        report = settle(live, self._dispatcher.wait_ended, deadline)
         self._dispatcher.stop(timeout=1.0)
-        report = CloseReport(undelivered=undelivered, timed_out=tuple(timed_out))
-        if not report.clean:
-            logger.warning(
-                "Bus closed with events undelivered %s; subscribers not finished: %s",
-                undelivered,
-                list(timed_out),
-            )
         with self._lock:
             for sub in subs:
                 if sub in self._subscriptions:
@@ -436,9 +368,8 @@ class Bus:
             wrapped.__cause__ = error
             self._pending_error = wrapped
 
-    def _on_fatal(self, sub: Subscription, error: BaseException) -> None:
-        logger.critical("Subscriber %r raised %r; it is stopped.", sub.name, error)
-        sub.finished = True
+    def _on_fatal(self, name: str, error: BaseException) -> None:
+        logger.critical("Subscriber %r raised %r; it is stopped.", name, error)
         if self._pending_error is None:
             self._pending_error = error
 
@@ -447,28 +378,6 @@ class Bus:
         if error is not None:
             raise error
 
-    def _on_dispatcher_thread(self) -> bool:
-        ident = threading.get_ident()
-        if ident == self._dispatcher.thread_id:
-            return True
-        return any(s.worker is not None and s.worker.ident == ident for s in self._subscriptions)
-
     def _refuse_from_dispatcher(self, what: str) -> None:
-        if self._on_dispatcher_thread():
+        if self._dispatcher.owns_current_thread():
             raise RuntimeError(f"Bus.{what}() called from a subscriber would wait for itself")
-
-
-@atexit.register
-def _drain_unclosed_buses() -> None:
-    for bus in list(_live_buses):
-        if not bus.closed and bus.subscriptions:
-            warnings.warn(
-                "evtrain Bus was never closed; draining it at interpreter exit. Call bus.close() "
-                "(or use `with Bus() as bus:`) so nothing depends on exit hooks.",
-                ResourceWarning,
-                stacklevel=1,
-            )
-            try:
-                bus.close(timeout=30.0)
-            except Exception:
-                logger.exception("Draining an unclosed bus at exit failed")

@@ -1,29 +1,33 @@
 """The one place where a subscriber's exception is caught.
 
 Every delivery — sync subscribers on their worker thread, async ones on the dispatcher loop —
-goes through :func:`deliver` or :func:`deliver_async`, whose only ``except`` clause catches
-:class:`Exception` and hands it to :func:`record_failure`.  ``BaseException`` (KeyboardInterrupt,
-SystemExit, cancellation) is never caught here: it propagates to the dispatcher, which stops
-the subscriber and re-raises it on the producer's thread at its next ``emit``/``flush``/``close``.
+goes through :func:`deliver_async` (:func:`deliver` runs the same coroutine on a worker thread,
+where it never suspends).  Its two ``except`` clauses — one round each event, one round a
+``flush``/``close`` hook (:func:`_isolated`; an event's is inline, as a coroutine per event would
+double delivery's own cost) — catch :class:`Exception` and hand it to :func:`record_failure`.
+``BaseException`` (KeyboardInterrupt, SystemExit, cancellation) is never caught here: it
+propagates to the dispatcher, which stops the subscriber and re-raises it on the producer's
+thread at its next ``emit``/``flush``/``close``.
 
 :func:`record_failure` counts the failure, logs it with its traceback (the first one, then at
 most once per :data:`LOG_EVERY_S` per subscriber, with the number suppressed), emits
-``subscriber_failed``, and applies the bus's policy (:class:`FailurePolicy`).
+``subscriber_failed``, and applies the bus's policy (:class:`FailurePolicy`).  It knows the bus
+only as a :class:`FailureContext`: the policy and two callables.  The counters it changes belong
+to the :class:`~evtrain.bus.subscription.Subscription` and change through its methods.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from evtrain.bus.inbox import Item
-from evtrain.bus.subscription import LATENCY_MASK
+import attrs
+
+from evtrain.bus.inbox import Item, Marker
+from evtrain.bus.subscription import Subscription
 from evtrain.events.payloads import SubscriberFailed
-
-if TYPE_CHECKING:
-    from evtrain.bus.subscription import Subscription
 
 logger = logging.getLogger("evtrain.bus")
 
@@ -44,46 +48,54 @@ class FailurePolicy(enum.Enum):
     ``emit``/``flush``/``close`` on the producer's thread.  Meant for tests."""
 
 
-def record_failure(sub: Subscription, payload: Any, error: Exception, phase: str = "") -> None:
-    """Count, log, report and apply the policy to one failure of ``sub``."""
-    sub.failed += 1
-    sub.consecutive_failures += 1
-    bus = sub.bus
+@attrs.frozen(kw_only=True)
+class FailureContext:
+    """What the isolation wrapper needs of the bus."""
+
+    policy: FailurePolicy
+    max_consecutive_failures: int
+    """Failures in a row after which ``disable`` stops a subscriber."""
+    report: Callable[[SubscriberFailed], None]
+    """Queues ``subscriber_failed`` without ever blocking (``Bus.emit_internal``)."""
+    raise_later: Callable[[str, str, Exception], None]
+    """Policy ``raise``: ``(subscriber, signal, error)`` surfaces on the producer's thread."""
+
+
+def record_failure(
+    sub: Subscription, failures: FailureContext, signal: str, error: Exception
+) -> None:
+    """Count, log, report and apply the policy to one failure of ``sub`` handling ``signal``
+    (or its ``flush``/``close`` hook)."""
+    in_a_row = sub.count_failure()
     disable = (
-        bus.on_error is FailurePolicy.DISABLE
-        and sub.consecutive_failures >= bus.max_consecutive_failures
+        failures.policy is FailurePolicy.DISABLE
+        and in_a_row >= failures.max_consecutive_failures
         and not sub.disabled
     )
-    signal_name = sub.signal_name(payload) if phase == "" else phase
-    now = time.monotonic()
-    if sub.failed == 1 or now - sub.last_logged >= LOG_EVERY_S or disable:
-        suppressed = f" ({sub.suppressed} similar failures not logged)" if sub.suppressed else ""
+    suppressed = sub.log_due(LOG_EVERY_S, force=disable)
+    if suppressed is not None:
         logger.error(
             "Subscriber %r raised handling %r; training continues%s.",
             sub.name,
-            signal_name,
-            suppressed,
+            signal,
+            f" ({suppressed} similar failures not logged)" if suppressed else "",
             exc_info=error,
         )
-        sub.last_logged = now
-        sub.suppressed = 0
-    else:
-        sub.suppressed += 1
     if disable:
-        sub.disabled = True
+        sub.disable()
         logger.error(
             "Subscriber %r failed %d times in a row and is disabled; its further events are "
             "dropped. Fix it, or raise bus max_consecutive_failures.",
             sub.name,
-            sub.consecutive_failures,
+            in_a_row,
         )
-    if bus.on_error is FailurePolicy.RAISE:
-        bus.raise_later(sub.name, signal_name, error)
-    if signal_name != "subscriber_failed":
-        bus.emit_internal(
+    if failures.policy is FailurePolicy.RAISE:
+        failures.raise_later(sub.name, signal, error)
+    if signal != "subscriber_failed":
+        failures.report(
             SubscriberFailed(
                 subscriber=sub.name,
-                signal=signal_name,
+                signal=signal,
                 error=str(error),
                 error_type=type(error).__name__,
                 count=sub.failed,
@@ -92,78 +104,60 @@ def record_failure(sub: Subscription, payload: Any, error: Exception, phase: str
         )
 
 
-def deliver(sub: Subscription, batch: list[Item]) -> None:
-    """Hand ``batch`` to a sync subscriber, in order, on the calling (worker) thread."""
-    call = sub.call
-    clock = time.perf_counter
-    latencies, mask, delivered = sub.latencies, LATENCY_MASK, sub.delivered
+async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureContext) -> None:
+    """Hand ``batch`` to ``sub`` in order; awaited on the loop for an async subscriber."""
+    call, awaited = sub.call, sub.is_async
     for t, payload in batch:
         if t is None:
-            _call_hook(sub, "flush")
-            if payload.close:
-                _call_hook(sub, "close")
-                sub.finished = True
-            payload.arrive(sub.inbox)
+            await _pass_marker(sub, failures, payload)
             continue
         if sub.disabled or sub.finished:
-            sub.inbox.dropped += 1
+            sub.discard()
             continue
         try:
-            call(payload)
+            if awaited:
+                await call(payload)
+            else:
+                call(payload)
         except Exception as error:
-            record_failure(sub, payload, error)
+            record_failure(sub, failures, sub.signal_name(payload), error)
+            sub.handled(t, ok=False)
         else:
-            if sub.consecutive_failures:
-                sub.consecutive_failures = 0
-        latencies[delivered & mask] = clock() - t
-        delivered += 1
-        sub.delivered = delivered  # per event: close() counts what a stuck batch left over
+            sub.handled(t, ok=True)
 
 
-async def deliver_async(sub: Subscription, batch: list[Item]) -> None:
-    """Await an async subscriber once per event of ``batch``, in order, on the loop."""
-    call = sub.call
-    clock = time.perf_counter
-    latencies, mask = sub.latencies, LATENCY_MASK
-    for t, payload in batch:
-        if t is None:
-            for name in ("flush", "close") if payload.close else ("flush",):
-                await _await_hook(sub, name)
-            if payload.close:
-                sub.finished = True
-            payload.arrive(sub.inbox)
-            continue
-        if sub.disabled or sub.finished:
-            sub.inbox.dropped += 1
-            continue
-        try:
-            await call(payload)
-        except Exception as error:
-            record_failure(sub, payload, error)
-        else:
-            if sub.consecutive_failures:
-                sub.consecutive_failures = 0
-        latencies[sub.delivered & mask] = clock() - t
-        sub.delivered += 1
+async def _pass_marker(sub: Subscription, failures: FailureContext, marker: Marker) -> None:
+    for hook in ("flush", "close") if marker.close else ("flush",):
+        fn = sub.hooks.get(hook)
+        if fn is not None:
+            await _isolated(sub, failures, hook, fn)
+    if marker.close:
+        sub.finish()
+    marker.arrive(sub.inbox)
 
 
-def _call_hook(sub: Subscription, name: str) -> None:
-    hook = sub.hooks.get(name)
-    if hook is None:
-        return
+async def _isolated(
+    sub: Subscription, failures: FailureContext, hook: str, fn: Callable[[], Any]
+) -> None:
+    """Run a ``flush``/``close`` hook, awaiting its result for an async subscriber."""
     try:
-        hook()
-    except Exception as error:
-        record_failure(sub, None, error, phase=name)
-
-
-async def _await_hook(sub: Subscription, name: str) -> None:
-    hook = sub.hooks.get(name)
-    if hook is None:
-        return
-    try:
-        result = hook()
-        if hasattr(result, "__await__"):
+        result = fn()
+        if sub.is_async and hasattr(result, "__await__"):
             await result
     except Exception as error:
-        record_failure(sub, None, error, phase=name)
+        record_failure(sub, failures, hook, error)
+
+
+def deliver(sub: Subscription, batch: list[Item], failures: FailureContext) -> None:
+    """Hand ``batch`` to a sync subscriber on the calling (worker) thread.
+
+    It runs :func:`deliver_async` to its end at once: for a sync subscriber nothing in it awaits
+    anything that suspends, so it needs no event loop.
+    """
+    steps = deliver_async(sub, batch, failures)
+    try:
+        steps.send(None)
+    except StopIteration:
+        return
+    steps.close()
+    raise RuntimeError(f"delivery to sync subscriber {sub.name!r} suspended")

@@ -10,6 +10,9 @@ for the append itself, so producers do not wake it per event.  An idle task firs
 inbox with a growing interval (:data:`POLL_MIN_S` doubling to :data:`POLL_MAX_S`); only after
 :data:`DEEP_SLEEP_AFTER_S` without events does it sleep until woken, and only then does the next
 ``emit`` pay for a wake-up.  Flush and close markers always wake it.
+
+The dispatcher keeps what belongs to a task — its worker thread, whether it has ended — and
+changes a subscription only through its methods.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable
 
 import anyio
 
-from evtrain.bus.delivery import deliver, deliver_async
+from evtrain.bus.delivery import FailureContext, deliver, deliver_async
 from evtrain.bus.inbox import Item
 from evtrain.bus.subscription import Subscription
 
@@ -37,8 +40,9 @@ DEEP_SLEEP_AFTER_S = 0.25
 class Worker(threading.Thread):
     """A daemon thread that runs one sync subscriber's batches, one at a time."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, failures: FailureContext) -> None:
         super().__init__(name=f"evtrain-subscriber[{name}]", daemon=True)
+        self._failures = failures
         self._jobs: queue.SimpleQueue[tuple[Subscription, list[Item], Callable[..., None]] | None]
         self._jobs = queue.SimpleQueue()
 
@@ -52,28 +56,56 @@ class Worker(threading.Thread):
         while (job := self._jobs.get()) is not None:
             sub, batch, done = job
             try:
-                deliver(sub, batch)
+                deliver(sub, batch, self._failures)
             except BaseException as error:  # handed to the dispatcher, which re-raises it
                 done(error)
             else:
                 done(None)
 
 
-class Dispatcher:
-    """Owns the loop thread; ``start`` it, ``spawn`` subscriber tasks, ``stop`` it."""
+class _Task:
+    """What the dispatcher keeps per subscriber task."""
 
-    def __init__(self, on_fatal: Callable[[Subscription, BaseException], None]) -> None:
+    __slots__ = ("ended", "worker")
+
+    def __init__(self, worker: Worker | None) -> None:
+        self.worker = worker
+        """The sync subscriber's thread; ``None`` for an async one."""
+        self.ended = threading.Event()
+
+
+class Dispatcher:
+    """Owns the loop thread; ``start`` it, ``spawn`` subscriber tasks, ``stop`` it.
+
+    :param on_fatal: called with a subscriber's name and the ``BaseException`` that ended its
+        task (the subscription is already finished).
+    :param failures: handed to every delivery, for the isolation wrapper.
+    """
+
+    def __init__(
+        self, on_fatal: Callable[[str, BaseException], None], failures: FailureContext
+    ) -> None:
         self._on_fatal = on_fatal
+        self._failures = failures
+        self._tasks: dict[Subscription, _Task] = {}
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: anyio.Event | None = None
         self._spawn: Callable[[Subscription], None] | None = None
 
-    @property
-    def thread_id(self) -> int | None:
-        """Ident of the loop thread, to detect calls made from inside the dispatcher."""
-        return None if self._thread is None else self._thread.ident
+    def owns_current_thread(self) -> bool:
+        """Whether the caller runs on the loop or on a live subscriber's worker thread (where
+        waiting for subscribers would wait for itself)."""
+        ident = threading.get_ident()
+        if self._thread is not None and ident == self._thread.ident:
+            return True
+        tasks = tuple(self._tasks.values())
+        return any(t.worker is not None and t.worker.ident == ident for t in tasks)
+
+    def wait_ended(self, sub: Subscription, timeout: float | None) -> bool:
+        """Block until ``sub``'s task has ended; ``False`` on timeout."""
+        return self._tasks[sub].ended.wait(timeout)
 
     def start(self) -> None:
         if self._thread is not None:
@@ -100,9 +132,9 @@ class Dispatcher:
     def spawn(self, sub: Subscription) -> None:
         """Start delivering to ``sub`` (from any thread but the loop's)."""
         assert self._loop is not None and self._spawn is not None
-        if not sub.is_async:
-            sub.worker = Worker(sub.name)
-            sub.worker.start()
+        task = self._tasks[sub] = _Task(None if sub.is_async else Worker(sub.name, self._failures))
+        if task.worker is not None:
+            task.worker.start()
         self._loop.call_soon_threadsafe(self._spawn, sub)
 
     def stop(self, timeout: float | None = None) -> None:
@@ -116,6 +148,7 @@ class Dispatcher:
 
     async def _run(self, sub: Subscription) -> None:
         loop = asyncio.get_running_loop()
+        task = self._tasks[sub]
         inbox = sub.inbox
         wake = anyio.Event()
 
@@ -134,10 +167,10 @@ class Dispatcher:
                 batch = inbox.take()
                 if batch:
                     interval, idle = POLL_MIN_S, 0.0
-                    if sub.is_async:
-                        await deliver_async(sub, batch)
+                    if task.worker is None:
+                        await deliver_async(sub, batch, self._failures)
                     else:
-                        await self._on_worker(sub, batch)
+                        await _on_worker(task.worker, sub, batch)
                     continue
                 wake = anyio.Event()
                 if idle < DEEP_SLEEP_AFTER_S:
@@ -155,33 +188,37 @@ class Dispatcher:
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException as error:  # not swallowed: re-raised on the producer's thread
-            self._on_fatal(sub, error)
+            sub.finish()
+            self._on_fatal(sub.name, error)
             for t, payload in batch:  # markers of the interrupted batch must not be waited for
                 if t is None:
                     payload.arrive(inbox)
         finally:
-            inbox.abandon()
-            if sub.worker is not None:
-                sub.worker.stop()
-            sub.task_done.set()
+            sub.finish()
+            sub.abandon()
+            if task.worker is not None:
+                task.worker.stop()
+                task.worker = None  # its ident may be reused by a later thread
+            task.ended.set()
 
-    async def _on_worker(self, sub: Subscription, batch: list[Item]) -> None:
-        assert sub.worker is not None
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
 
-        def settle(error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
+async def _on_worker(worker: Worker, sub: Subscription, batch: list[Item]) -> None:
+    """Run ``batch`` on the sync subscriber's ``worker`` thread; re-raise what escaped it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
 
-        def done(error: BaseException | None) -> None:
-            # RuntimeError: the loop closed while the subscriber ran; nobody waits any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, error)
+    def settle(error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
 
-        sub.worker.submit(sub, batch, done)
-        await future
+    def done(error: BaseException | None) -> None:
+        # RuntimeError: the loop closed while the subscriber ran; nobody waits any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, error)
+
+    worker.submit(sub, batch, done)
+    await future

@@ -84,18 +84,24 @@ def _merge_latest(old: Any, new: Any) -> Any:
 
 
 class Inbox:
-    """Bounded FIFO of ``(emit time, payload)`` with an :class:`Overflow` policy."""
+    """Bounded FIFO of ``(emit time, payload)`` with an :class:`Overflow` policy.
+
+    Owns the producer-side counters (``offered``, ``dropped``, ``high_water``); they change only
+    here, under the inbox's lock.
+    """
 
     __slots__ = (
+        "_high_water",
         "_items",
         "_key",
         "_lock",
+        "_markers",
         "_not_full",
+        "_room",
         "abandoned",
-        "accepted",
         "capacity",
         "dropped",
-        "high_water",
+        "offered",
         "overflow",
         "put",
         "sleeping",
@@ -118,12 +124,18 @@ class Inbox:
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
         self._items: deque[Item] | dict[Hashable, Item] = self._new_container()
+        self._room = capacity
+        """``capacity`` while consumed, 0 once abandoned: every later put meets a full inbox,
+        whose policy drops it, with no extra test on the hot path."""
+        self._markers = 0
+        """Markers in ``_items``: they are not events, so not part of the high-water mark."""
+        self._high_water = 0
         self.dropped = 0
-        """Events discarded by the overflow policy, or after the bus gave up on this inbox."""
-        self.accepted = 0
-        """Events queued (a LATEST replacement counts as accepted and its victim as dropped)."""
-        self.high_water = 0
-        """Largest number of queued events seen."""
+        """Events discarded by the overflow policy, by the subscriber's state (disabled, closed),
+        or because the bus gave up on this inbox."""
+        self.offered = 0
+        """Events put here.  Each one is handled by the consumer, dropped, or still queued (or
+        in flight); a LATEST replacement is offered and its victim dropped."""
         self.sleeping = False
         """Set by the consumer when it sleeps until woken; the next ``put`` calls ``waker``."""
         self.waker: Callable[[], None] = _nothing
@@ -141,58 +153,49 @@ class Inbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    def _put_fifo(self, t: float, payload: Any) -> None:
-        with self._lock:
-            items = self._items
-            if len(items) >= self.capacity and not self._make_room(payload, True):
-                return
-            items = self._items
-            items.append((t, payload))  # type: ignore[union-attr]
-            self.accepted += 1
-            if len(items) > self.high_water:
-                self.high_water = len(items)
-        if self.sleeping:
-            self.sleeping = False
-            self.waker()
+    @property
+    def high_water(self) -> int:
+        """Largest number of queued events seen.  Between two takes the queue only grows (an
+        overflow replaces, never shrinks it), so its length when taken is its peak: the hot path
+        keeps no mark."""
+        return max(self._high_water, len(self._items) - self._markers)
 
-    def _put_latest(self, t: float, payload: Any) -> None:
+    def _put_fifo(self, t: float, payload: Any, may_block: bool = True) -> None:
         with self._lock:
-            items = self._items
-            if len(items) >= self.capacity:
-                self._make_room(payload, True)
-            assert isinstance(items, dict)
-            key = self._key(payload)
-            old = items.pop(key, None)
-            if old is not None:
-                self.dropped += 1
-                payload = _merge_latest(old[1], payload)
-            items[key] = (t, payload)
-            self.accepted += 1
-            if len(items) > self.high_water:
-                self.high_water = len(items)
+            self.offered += 1
+            if len(self._items) >= self._room and not self._make_room(may_block):
+                return
+            self._items.append((t, payload))  # type: ignore[union-attr]
         if self.sleeping:
-            self.sleeping = False
-            self.waker()
+            self._wake()
+
+    def _put_latest(self, t: float, payload: Any, key: Hashable | None = None) -> None:
+        if key is None:
+            key = self._key(payload)
+        with self._lock:
+            self.offered += 1
+            items = self._items
+            assert isinstance(items, dict)
+            if key in items:  # replacing needs no room
+                self.dropped += 1
+                payload = _merge_latest(items.pop(key)[1], payload)
+            elif len(items) >= self._room and not self._make_room(False):
+                return
+            items[key] = (t, payload)
+        if self.sleeping:
+            self._wake()
 
     def put_nowait(self, t: float, payload: Any) -> None:
         """Like ``put`` but never waits: a full ``block`` inbox takes the event anyway.  Used on
-        the dispatcher's own threads, which must not wait for themselves."""
-        with self._lock:
-            items = self._items
-            if len(items) >= self.capacity and not self._make_room(payload, False):
-                return
-            if isinstance(items, dict):
-                items[object()] = (t, payload)
-            else:
-                items.append((t, payload))
-            self.accepted += 1
-            self.high_water = max(self.high_water, len(items))
-        if self.sleeping:
-            self.sleeping = False
-            self.waker()
+        the dispatcher's own threads, which must not wait for themselves.  A LATEST inbox keeps
+        each such event (it replaces nothing)."""
+        if self.overflow is Overflow.LATEST:
+            self._put_latest(t, payload, key=object())
+        else:
+            self._put_fifo(t, payload, may_block=False)
 
-    def _make_room(self, payload: Any, may_block: bool) -> bool:
-        """Apply the overflow policy with the lock held; ``False`` drops ``payload``."""
+    def _make_room(self, may_block: bool) -> bool:
+        """Apply the overflow policy with the lock held; ``False`` drops the new event."""
         if self.abandoned:
             self.dropped += 1
             return False
@@ -200,9 +203,8 @@ class Inbox:
         if overflow is Overflow.BLOCK:
             if not may_block:
                 return True  # the dispatcher's own thread must never wait on itself: overfill
-            while len(self._items) >= self.capacity and not self.abandoned:
-                self.sleeping = False
-                self.waker()
+            while len(self._items) >= self._room and not self.abandoned:
+                self._wake()
                 self._not_full.wait(0.05)
             if self.abandoned:
                 self.dropped += 1
@@ -211,17 +213,23 @@ class Inbox:
         if overflow is Overflow.DROP_NEWEST:
             self.dropped += 1
             return False
-        if overflow is Overflow.DROP_OLDEST:
-            assert isinstance(self._items, deque)
-            self._items.popleft()
-            self.dropped += 1
-            return True
-        # LATEST: replacing an existing key needs no room; a new key evicts the oldest key.
-        assert isinstance(self._items, dict)
-        if self._key(payload) not in self._items:
-            del self._items[next(iter(self._items))]
-            self.dropped += 1
+        self._evict_oldest()  # DROP_OLDEST, and LATEST for a new key
         return True
+
+    def _evict_oldest(self) -> None:
+        """Drop the oldest queued event.  A marker is no event: it stays, or a flush would wait
+        for it forever."""
+        items = self._items
+        queued = items.items() if isinstance(items, dict) else enumerate(items)
+        for where, (t, _) in queued:
+            if t is not None:
+                del items[where]  # type: ignore[arg-type]
+                self.dropped += 1
+                return
+
+    def _wake(self) -> None:
+        self.sleeping = False
+        self.waker()
 
     def put_marker(self, marker: Marker) -> None:
         """Queue a control marker; markers ignore capacity and always wake the consumer.
@@ -235,38 +243,47 @@ class Inbox:
                 self._items[object()] = (None, marker)
             else:
                 self._items.append((None, marker))
-        self.sleeping = False
-        self.waker()
+            self._markers += 1
+        self._wake()
+
+    def _swap(self) -> list[Item]:
+        """With the lock held: everything queued, oldest first, leaving the inbox empty."""
+        items = self._items
+        self._high_water = max(self._high_water, len(items) - self._markers)
+        self._items = self._new_container()
+        self._markers = 0
+        self._not_full.notify_all()
+        return list(items.values()) if isinstance(items, dict) else list(items)
 
     def take(self) -> list[Item]:
         """Everything queued, oldest first; the inbox is empty afterwards."""
         with self._lock:
-            items = self._items
-            if not items:
-                return []
-            self._items = self._new_container()
-            self._not_full.notify_all()
-        return list(items.values()) if isinstance(items, dict) else list(items)
+            return self._swap() if self._items else []
 
-    def abandon(self) -> int:
+    def discard(self) -> None:
+        """The consumer took an event it will not hand over (disabled or closed subscriber)."""
+        with self._lock:
+            self.dropped += 1
+
+    def abandon(self, handled: int) -> int:
         """The consumer is gone: discard what is queued (markers arrive, so nobody waits for
-        them), drop future events, release blocked producers.  Returns the events discarded."""
+        them), drop future events, release blocked producers.
+
+        Every event offered and neither ``handled`` by the consumer nor dropped already — queued,
+        or in flight on a stuck subscriber — now counts as dropped.  Returns how many that made;
+        a second call returns 0.
+        """
         with self._lock:
             self.abandoned = True
-            items = self._items
-            queued = list(items.values()) if isinstance(items, dict) else list(items)
-            self._items = self._new_container()
-            self._not_full.notify_all()
-        lost = 0
+            self._room = 0
+            queued = self._swap()
+            lost = max(0, self.offered - handled - self.dropped)
+            self.dropped += lost
         for t, payload in queued:
             if t is None:
                 payload.arrive(self)
-            else:
-                lost += 1
-        self.dropped += lost
         return lost
 
 
 def _nothing() -> None:
     return None
-

@@ -1,23 +1,25 @@
-"""One subscriber's state on a bus: its inbox, counters, hooks, and the handle users hold."""
+"""One subscriber's state on a bus: its inbox, counters, hooks, and the handle users hold.
+
+:class:`Subscription` owns its consumer-side counters (delivered, failed, failures in a row,
+disabled, finished, latencies, log throttling): they change only through its methods, here.  The
+producer-side ones (offered, dropped, high-water) belong to its :class:`~evtrain.bus.inbox.Inbox`.
+It knows neither the bus nor the dispatcher; a :class:`SubscriptionHandle` reaches the bus
+through the small :class:`Connections` protocol.
+"""
 
 from __future__ import annotations
 
 import inspect
-import threading
 import time
 from array import array
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from evtrain.bus.inbox import Inbox
-
-if TYPE_CHECKING:
-    from evtrain.bus import Bus
-    from evtrain.bus.dispatch import Worker
-    from evtrain.events.signals import EventSignal
+from evtrain.events.signals import EventSignal
 
 LATENCY_SAMPLES = 2048
 """Handling latencies kept per subscriber (a ring) for the p50/p99 in ``Bus.metrics``."""
@@ -90,7 +92,6 @@ class Subscription:
     def __init__(
         self,
         *,
-        bus: Bus,
         name: str,
         signals: tuple[EventSignal[Any], ...],
         sender: Any,
@@ -99,7 +100,6 @@ class Subscription:
         inbox: Inbox,
         hooks: dict[str, Callable[[], Any]],
     ) -> None:
-        self.bus = bus
         self.name = name
         self.signals = signals
         self.sender = sender
@@ -108,15 +108,13 @@ class Subscription:
         self.inbox = inbox
         self.hooks = hooks
         """Optional ``flush``/``close`` callables run at flush and close markers."""
-        self.worker: Worker | None = None
         self.delivered = 0
+        """Events handed to the subscriber (whether or not it raised)."""
         self.failed = 0
         self.consecutive_failures = 0
         self.disabled = False
         self.finished = False
-        """Its close marker was handled; the dispatcher task ends."""
-        self.task_done = threading.Event()
-        """Set when the dispatcher task for this subscriber has ended."""
+        """Its close marker was handled, or its task ended: nothing more is delivered."""
         self.last_logged = float("-inf")
         self.suppressed = 0
         self.latencies = array("d", bytes(8 * LATENCY_SAMPLES))
@@ -131,6 +129,49 @@ class Subscription:
 
     def signal_name(self, payload: Any) -> str:
         return self._by_payload.get(type(payload), "?")
+
+    # -- the consumer's bookkeeping (called by evtrain.bus.delivery and dispatch) -------------
+
+    def handled(self, t: float, ok: bool) -> None:
+        """One event emitted at ``t`` was handed over; ``ok``: it did not raise."""
+        self.latencies[self.delivered & LATENCY_MASK] = time.perf_counter() - t
+        # Per event, not per batch: close() counts what a stuck batch left over.
+        self.delivered += 1
+        if ok and self.consecutive_failures:
+            self.consecutive_failures = 0
+
+    def count_failure(self) -> int:
+        """One call raised; returns the failures in a row (``failed`` is the total)."""
+        self.failed += 1
+        self.consecutive_failures += 1
+        return self.consecutive_failures
+
+    def log_due(self, every_s: float, *, force: bool) -> int | None:
+        """Whether to log this failure: the number of failures not logged since the last one
+        logged, or ``None`` (counted as not logged) within ``every_s`` of it unless ``force``."""
+        now = time.monotonic()
+        if force or now - self.last_logged >= every_s:
+            suppressed, self.suppressed, self.last_logged = self.suppressed, 0, now
+            return suppressed
+        self.suppressed += 1
+        return None
+
+    def disable(self) -> None:
+        """Stop handing events over; later ones are dropped."""
+        self.disabled = True
+
+    def discard(self) -> None:
+        """An event taken from the inbox is not handed over: disabled, or finished."""
+        self.inbox.discard()
+
+    def finish(self) -> None:
+        """Its close marker was handled, or its task ended."""
+        self.finished = True
+
+    def abandon(self) -> int:
+        """Nobody consumes the inbox any more: returns the events now lost (queued, or in flight
+        on a stuck subscriber), counted as dropped; 0 on a second call."""
+        return self.inbox.abandon(self.delivered)
 
     def metrics(self) -> SubscriberMetrics:
         kept = sorted(self.latencies[: min(self.delivered, LATENCY_SAMPLES)])
@@ -152,13 +193,26 @@ class Subscription:
         )
 
 
+class Connections(Protocol):
+    """What a handle needs of the bus that made it (``Bus`` provides it)."""
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        """Subscriptions routed now."""
+        ...
+
+    def disconnect_subscription(self, sub: Subscription, timeout: float | None = None) -> None:
+        """Unroute ``sub``, deliver what is queued for it, close it, wait up to ``timeout``."""
+        ...
+
+
 class SubscriptionHandle:
     """Returned by ``Bus.connect``/``Bus.add_writer``; ``with`` disconnects on exit.
 
     A handle for a subscription skipped by its ``ranks`` filter is inert: ``active`` is False.
     """
 
-    def __init__(self, bus: Bus, subscription: Subscription | None) -> None:
+    def __init__(self, bus: Connections, subscription: Subscription | None) -> None:
         self._bus = bus
         self._subscription = subscription
 

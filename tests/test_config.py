@@ -150,3 +150,31 @@ def test_unity_only_ml_agents_options_are_ignored_with_one_warning_each(
         "env_settings.num_areas: Unity-only ML-Agents option: ignored",
     ]
     assert data["env_settings"]["num_areas"] == 4  # the caller's data is not changed
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"env_settings": {"vectorization": "threads"}},
+            ["env_settings.vectorization: expected one of 'sync', 'async', got 'threads'"],
+        ),
+        (
+            {"behaviors": {"B": {"network_settings": {"activation": "gelu"}}}},
+            [
+                "behaviors.B.network_settings.activation: expected one of 'tanh', 'relu', "
+                "'elu', 'silu', got 'gelu'"
+            ],
+        ),
+        (
+            {"behaviors": {"B": {"hyperparameters": [64]}}},
+            ["behaviors.B.hyperparameters: expected a mapping of options"],
+        ),
+        (
+            {"behaviors": {"B": {"trainer_type": "sac", "hyperparameters": {"tau": 0}}}},
+            ["behaviors.B.hyperparameters.tau: must be > 0.0, got 0.0"],
+        ),
+    ],
+)
+def test_values_name_what_was_expected(data: object, expected: list[str]) -> None:
+    assert problems(data) == expected

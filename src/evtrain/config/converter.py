@@ -1,9 +1,9 @@
-"""evtrain's cattrs converter and the error messages users see for bad options.
+"""evtrain's cattrs converter: one for every options class.
 
-One converter for every options class: unknown keys are refused, ints accept ``5.0e5`` (PyYAML
-reads that as a string) and integral floats, enums accept their values.  Structuring errors are
-flattened into :class:`~evtrain.errors.ConfigError` lines ``"path.to.key: what is wrong"``,
-with the closest valid key for typos.
+Unknown keys are refused, ints accept ``5.0e5`` (PyYAML reads that as a string) and integral
+floats, enums and literals accept their values, an options class accepts only a mapping.
+:func:`structure` turns structuring errors into :class:`~evtrain.errors.ConfigError` lines
+``"path.to.key: what is wrong"`` (:mod:`evtrain.config.problems`).
 """
 
 from __future__ import annotations
@@ -11,21 +11,25 @@ from __future__ import annotations
 import difflib
 import enum
 import re
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import attrs
 import cattrs
 from cattrs.cols import is_mapping, is_sequence, list_structure_factory, mapping_structure_factory
 from cattrs.errors import (
+    AttributeValidationNote,
     ClassValidationError,
     ForbiddenExtraKeysError,
     IterableValidationError,
 )
+from cattrs.gen import make_dict_structure_fn, override
 from cattrs.v import format_exception
 
 from evtrain.config.mlagents import kind_of, unsupported
 from evtrain.errors import ConfigError
+from evtrain.trainers.registry import trainer_type
+from evtrain.trainers.settings import TrainerSettings
 
 T = TypeVar("T")
 
@@ -71,8 +75,19 @@ def _structure_enum(value: Any, cls: type[enum.Enum]) -> enum.Enum:
     try:
         return cls(value)
     except ValueError:
-        choices = ", ".join(repr(m.value) for m in cls)
-        raise ValueError(f"expected one of {choices}, got {value!r}") from None
+        expected = ", ".join(repr(member.value) for member in cls)
+        raise ValueError(f"expected one of {expected}, got {value!r}") from None
+
+
+def _is_literal(t: Any) -> bool:
+    return get_origin(t) is Literal
+
+
+def _structure_literal(value: Any, cls: Any) -> Any:
+    if value not in get_args(cls):
+        expected = ", ".join(repr(choice) for choice in get_args(cls))
+        raise ValueError(f"expected one of {expected}, got {value!r}")
+    return value
 
 
 def _strict_list(cl: Any, converter: cattrs.Converter) -> Any:
@@ -97,6 +112,17 @@ def _strict_mapping(cl: Any, converter: cattrs.Converter) -> Any:
     return structure_mapping
 
 
+def _strict_options(cl: Any, converter: cattrs.Converter) -> Any:
+    inner = converter.gen_structure_attrs_fromdict(cl)
+
+    def structure_options(value: Any, _: type) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError("expected a mapping of options")
+        return inner(value, cl)
+
+    return structure_options
+
+
 def make_converter() -> cattrs.Converter:
     """A fresh converter with evtrain's strict hooks (plugins may register more on it)."""
     converter = cattrs.Converter(forbid_extra_keys=True)
@@ -109,51 +135,12 @@ def make_converter() -> cattrs.Converter:
     )
     converter.register_structure_hook_factory(is_sequence, _strict_list)
     converter.register_structure_hook_factory(is_mapping, _strict_mapping)
+    converter.register_structure_hook_func(_is_literal, _structure_literal)
+    converter.register_structure_hook_factory(attrs.has, _strict_options)
     converter.register_unstructure_hook_func(
         lambda t: isinstance(t, type) and issubclass(t, enum.Enum), lambda e: e.value
     )
     return converter
-
-
-def _structure_trainer_settings(value: Any, cls: type[Any]) -> Any:
-    """``hyperparameters`` is structured as the class registered for ``trainer_type``."""
-    from evtrain.trainers.registry import trainer_type
-
-    if not isinstance(value, dict):
-        raise TypeError(f"expected a mapping, got {value!r}")
-    kind = value.get("trainer_type", "ppo")
-    if not isinstance(kind, str):
-        raise ClassValidationError(
-            "", [_at("trainer_type", TypeError(f"expected a string, got {kind!r}"))], cls
-        )
-    try:
-        settings_cls = trainer_type(kind).settings
-    except ValueError as error:
-        raise ClassValidationError("", [_at("trainer_type", error)], cls) from None
-    rest = {k: v for k, v in value.items() if k != "hyperparameters"}
-    errors: list[Exception] = []
-    hyperparameters = None
-    try:
-        hyperparameters = converter.structure(value.get("hyperparameters", {}), settings_cls)
-    except Exception as error:
-        errors.append(_at("hyperparameters", error))
-    try:
-        plain = converter.structure(rest, _TrainerSettingsWithoutHyperparameters)
-    except ClassValidationError as error:
-        errors.extend(error.exceptions)
-        plain = None
-    if errors or plain is None or hyperparameters is None:
-        raise ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
-    return cls(hyperparameters=hyperparameters, **attrs.asdict(plain, recurse=False))
-
-
-def _at(name: str, error: Exception) -> Exception:
-    """Give ``error`` the note cattrs uses for "inside attribute ``name``"."""
-    from cattrs.errors import AttributeValidationNote
-
-    notes = [*getattr(error, "__notes__", []), AttributeValidationNote(name, name, Any)]
-    error.__notes__ = notes  # type: ignore[attr-defined]  # Python 3.10 has no add_note()
-    return error
 
 
 def merge_default_settings(data: Any) -> Any:
@@ -223,32 +210,56 @@ converter = make_converter()
 """The converter used for :class:`~evtrain.config.options.RunOptions`."""
 
 
-def _install_trainer_hook() -> None:
-    from evtrain.trainers.settings import TrainerSettings
+def _structure_trainer_settings(value: Any, cls: type[TrainerSettings]) -> TrainerSettings:
+    """``hyperparameters`` is structured as the class registered for ``trainer_type``."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a mapping, got {value!r}")
+    kind = value.get("trainer_type", "ppo")
+    if not isinstance(kind, str):
+        raise _invalid_trainer_type(TypeError(f"expected a string, got {kind!r}"))
+    try:
+        settings = trainer_type(kind).settings
+    except ValueError as error:
+        raise _invalid_trainer_type(error) from None
+    # without hyperparameters, the trainer type's defaults (TrainerSettings' own default
+    # knows only ppo and sac)
+    return _trainer_settings_hook(settings)({"hyperparameters": {}, **value}, cls)
 
-    global _TrainerSettingsWithoutHyperparameters
-    attrs.resolve_types(TrainerSettings)  # the copy below must not carry string annotations
-    fields = {
-        a.name: attrs.field(default=a.default, type=a.type, validator=a.validator)
+
+def _invalid_trainer_type(error: Exception) -> ClassValidationError:
+    note = AttributeValidationNote("Structuring trainer_type", "trainer_type", str)
+    error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+    return ClassValidationError("While structuring TrainerSettings", [error], TrainerSettings)
+
+
+def _trainer_settings_hook(settings: type[Any]) -> Callable[[Any, Any], TrainerSettings]:
+    """cattrs' structuring of :class:`TrainerSettings` with ``hyperparameters`` as
+    ``settings`` (generated once per settings class)."""
+    hook = _TRAINER_SETTINGS_HOOKS.get(settings)
+    if hook is None:
+
+        def structure_hyperparameters(value: Any, _: Any) -> Any:
+            return converter.structure(value, settings)
+
+        hyperparameters = override(struct_hook=structure_hyperparameters)
+        hook = make_dict_structure_fn(TrainerSettings, converter, hyperparameters=hyperparameters)
+        _TRAINER_SETTINGS_HOOKS[settings] = hook
+    return hook
+
+
+_TRAINER_SETTINGS_HOOKS: dict[type[Any], Callable[[Any, Any], TrainerSettings]] = {}
+
+
+attrs.resolve_types(TrainerSettings)
+converter.register_structure_hook(TrainerSettings, _structure_trainer_settings)
+converter.register_unstructure_hook(
+    TrainerSettings,
+    # hyperparameters is typed `object`: unstructure it as what it really is
+    lambda settings: {
+        a.name: converter.unstructure(getattr(settings, a.name))
         for a in attrs.fields(TrainerSettings)
-        if a.name != "hyperparameters"
-    }
-    _TrainerSettingsWithoutHyperparameters = attrs.make_class(
-        "TrainerSettings", fields, kw_only=True
-    )
-    converter.register_structure_hook(TrainerSettings, _structure_trainer_settings)
-    converter.register_unstructure_hook(
-        TrainerSettings,
-        # hyperparameters is typed `object`: unstructure it as what it really is
-        lambda settings: {
-            a.name: converter.unstructure(getattr(settings, a.name))
-            for a in attrs.fields(TrainerSettings)
-        },
-    )
-
-
-_TrainerSettingsWithoutHyperparameters: Any = None
-_install_trainer_hook()
+    },
+)
 
 
 def structure(data: Any, cls: type[T], *, root: str = "") -> T:
@@ -297,10 +308,6 @@ def describe(error: BaseException, path: str = "") -> list[str]:
 def _extra_key(cls: type[Any], full: str, key: str) -> str:
     if kind_of(cls, key) is not None:  # Unity-only ones never get here: they are dropped
         return unsupported(full, key)
-    if cls is _TrainerSettingsWithoutHyperparameters:
-        from evtrain.trainers.settings import TrainerSettings
-
-        cls = TrainerSettings  # hyperparameters is structured apart, but it is valid here
     valid = [a.name for a in attrs.fields(cls)] if attrs.has(cls) else []
     return _unknown_key(full, key, valid)
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import attrs
 import pytest
 
 from evtrain import ConfigError, Overflow, RunOptions
+from evtrain.config.converter import structure
 
 
 def problems(data: object) -> list[str]:
@@ -150,3 +152,87 @@ def test_unity_only_ml_agents_options_are_ignored_with_one_warning_each(
         "env_settings.num_areas: Unity-only ML-Agents option: ignored",
     ]
     assert data["env_settings"]["num_areas"] == 4  # the caller's data is not changed
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"env_settings": {"vectorization": "threads"}},
+            ["env_settings.vectorization: expected one of 'sync', 'async', got 'threads'"],
+        ),
+        (
+            {"behaviors": {"B": {"network_settings": {"activation": "gelu"}}}},
+            [
+                "behaviors.B.network_settings.activation: expected one of 'tanh', 'relu', "
+                "'elu', 'silu', got 'gelu'"
+            ],
+        ),
+        (
+            {"behaviors": {"B": {"hyperparameters": [64]}}},
+            ["behaviors.B.hyperparameters: expected a mapping of options"],
+        ),
+        (
+            {"behaviors": {"B": {"trainer_type": "sac", "hyperparameters": {"tau": 0}}}},
+            ["behaviors.B.hyperparameters.tau: must be > 0.0, got 0.0"],
+        ),
+    ],
+)
+def test_values_name_what_was_expected(data: object, expected: list[str]) -> None:
+    assert problems(data) == expected
+
+
+@attrs.define(kw_only=True)
+class _Part:
+    """A plugin's options class: attrs' own validators, a required key."""
+
+    size: int
+    color: str = attrs.field(default="red", validator=attrs.validators.in_(("red", "blue")))
+    token: Any = attrs.field(default=1, validator=attrs.validators.instance_of(int))
+    rate: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
+
+
+@attrs.define(kw_only=True)
+class _Whole:
+    parts: dict[str, _Part] = attrs.field(factory=dict)
+    row: list[_Part] = attrs.field(factory=list)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"parts": {"a": {}}}, ["my.parts.a.size: required key is missing"]),
+        (
+            {"parts": {"a": {"size": 1, "color": "green"}}},
+            ["my.parts.a.color: expected one of 'red', 'blue', got 'green'"],
+        ),
+        (
+            {"parts": {"a": {"size": 1, "token": "x"}}},
+            ["my.parts.a.token: expected int, got 'x'"],
+        ),
+        ({"parts": {"a": {"size": 1, "rate": 0}}}, ["my.parts.a.rate: must be > 0, got 0.0"]),
+        (
+            {"parts": {"it's [1] @ x": {"size": 1, 2: 0, "sizee": 0}}},
+            [
+                "my.parts.it's [1] @ x.2: unknown key (valid keys: size, color, token, rate)",
+                "my.parts.it's [1] @ x.sizee: unknown key (did you mean size?)",
+            ],
+        ),
+        (
+            {"row": [{"size": 1}, {"size": "big"}, 3]},
+            [
+                "my.row.1.size: expected an integer, got 'big'",
+                "my.row.2: expected a mapping of options",
+            ],
+        ),
+    ],
+)
+def test_a_plugins_options_name_the_full_path(data: object, expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        structure(data, _Whole, root="my")
+    assert list(info.value.problems) == expected
+
+
+def test_default_settings_problems_are_reported_once_under_any_behavior_name() -> None:
+    data = {"default_settings": {"max_stepz": 5}, "behaviors": {"a": {}, "a.b": {}, "c": {}}}
+    assert problems(data) == ["default_settings.max_stepz: unknown key (did you mean max_steps?)"]

@@ -99,9 +99,9 @@ def kind_of(cls: type[Any], key: str) -> Kind | None:
     return None
 
 
-def unsupported(path: str, key: str) -> str:
-    """The problem line for an ML-Agents option evtrain does not implement."""
-    return f"{path}: ML-Agents option {key} is not supported by evtrain yet; remove it"
+def unsupported(key: str) -> str:
+    """What is wrong with ML-Agents option ``key``, which evtrain does not implement."""
+    return f"ML-Agents option {key} is not supported by evtrain yet; remove it"
 
 
 def drop_unity_only(data: Any) -> Any:

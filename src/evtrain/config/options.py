@@ -17,15 +17,15 @@ from evtrain.bus.inbox import Overflow, SubscriberSettings
 from evtrain.trainers.settings import TrainerSettings
 
 
+# Validators raise (message, attribute), as attrs' own do: the attribute is the key in the path.
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
     if value < 1:
-        # "<name>: expected ..." is how the converter puts a validator's key into the path
-        raise ValueError(f"{attribute.name}: expected an integer of at least 1, got {value}")
+        raise ValueError(f"expected an integer of at least 1, got {value}", attribute)
 
 
 def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
-        raise ValueError(f"{attribute.name}: expected a number of seconds above 0, got {value}")
+        raise ValueError(f"expected a number of seconds above 0, got {value}", attribute)
 
 
 @attrs.define(kw_only=True)
@@ -186,8 +186,8 @@ class RunOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         """Structure options from plain data (parsed YAML), merging ``default_settings`` under
-        each behavior first, and dropping Unity-only ML-Agents options with a warning each
-        (:mod:`evtrain.config.mlagents`).
+        each behavior first (:mod:`evtrain.config.defaults`), and dropping Unity-only ML-Agents
+        options with a warning each (:mod:`evtrain.config.mlagents`).
 
         Pure: ``trainer_type`` is checked against the trainer types in effect
         (:func:`evtrain.trainers.registry.use_trainer_types`; the built-in ones by default).
@@ -195,15 +195,14 @@ class RunOptions:
 
         :raises ConfigError: listing every bad key with its full path.
         """
-        from evtrain.config.converter import drop_inherited, merge_default_settings, structure
+        from evtrain.config.converter import structure
+        from evtrain.config.defaults import drop_inherited, merge_default_settings
         from evtrain.config.mlagents import drop_unity_only
-        from evtrain.errors import ConfigError
 
         data = drop_unity_only(data)
-        try:
-            return structure(merge_default_settings(data), cls)
-        except ConfigError as error:
-            raise ConfigError(drop_inherited(error.problems, data)) from None
+        return structure(
+            merge_default_settings(data), cls, keep=lambda found: drop_inherited(found, data)
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`from_dict` turns back into equal options."""

@@ -29,11 +29,10 @@ from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
+from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy
 from evtrain.trainers.settings import PPOSettings, TrainerSettings
 
-LEARNING_RATE_FLOOR = 1.0e-10
-"""Where a linear learning-rate schedule ends at ``max_steps`` (ML-Agents' value)."""
 EPSILON_FLOOR = 0.1
 """Where a linear clip-range schedule ends (ML-Agents' value)."""
 BETA_FLOOR = 1.0e-5
@@ -62,15 +61,6 @@ def _normalized(advantages: torch.Tensor) -> torch.Tensor:
     if advantages.numel() < 2:
         return advantages
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-
-def make_adam(
-    params: list[nn.Parameter], lr: float, device: torch.device, eps: float = 1e-8
-) -> torch.optim.Adam:
-    """Adam, fused into one kernel where torch has one for the device (much less overhead
-    for the small networks RL uses)."""
-    fused = device.type in ("cpu", "cuda")
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused)
 
 
 class PPOTrainer(Trainer):

@@ -34,8 +34,8 @@ from evtrain.trainers.networks import (
     flatten_parameters,
     zero_grad_,
 )
+from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import flat_obs_dim
-from evtrain.trainers.ppo import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.replay import ReplayBuffer
 from evtrain.trainers.settings import NetworkSettings, SACSettings, TrainerSettings
 

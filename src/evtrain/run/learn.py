@@ -25,7 +25,7 @@ from evtrain.config.options import RunOptions
 from evtrain.errors import ConfigError, RunFolderError
 from evtrain.events import signals
 from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
-from evtrain.events.stats import StatsAggregationMethod
+from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod
 from evtrain.ranks import get_rank
 from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.options import load_options
@@ -237,7 +237,7 @@ class _RewardTracker:
         self.mean: dict[str, float | None] = {}
 
     def __call__(self, event: StatsEvent) -> None:
-        summary = event.values.get("Environment/Cumulative Reward")
+        summary = event.values.get(CUMULATIVE_REWARD)
         if summary is not None and summary.num:
             self.mean[event.category] = summary.mean
 
@@ -417,7 +417,7 @@ class _Inference:
             self.returns[i] += float(reward)
             self.lengths[i] += 1
             if done:
-                reporter.add_stat("Environment/Cumulative Reward", self.returns[i], HISTOGRAM)
+                reporter.add_stat(CUMULATIVE_REWARD, self.returns[i], HISTOGRAM)
                 reporter.add_stat("Environment/Episode Length", float(self.lengths[i]))
                 self.returns[i], self.lengths[i] = 0.0, 0
         trainer.step += self.steps_per_advance

@@ -28,7 +28,7 @@ from gymnasium.vector import VectorEnv
 from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
-from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType
+from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.settings import TrainerSettings
@@ -290,7 +290,7 @@ class Trainer(abc.ABC):
             for i in np.flatnonzero(finished):
                 reward = float(self._episode_reward[i])
                 self._recent_rewards.append(reward)
-                self.reporter.add_stat("Environment/Cumulative Reward", reward, HISTOGRAM)
+                self.reporter.add_stat(CUMULATIVE_REWARD, reward, HISTOGRAM)
                 self.reporter.add_stat("Environment/Episode Length", float(self._episode_length[i]))
             self._episode_reward[finished] = 0.0
             self._episode_length[finished] = 0

@@ -26,25 +26,19 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from evtrain.atomic import StrPath, _copy, atomic_write, remove_stale_temps
+from evtrain.atomic import StrPath, atomic_copy, atomic_write, remove_stale_temps
 from evtrain.bus import Bus
 from evtrain.errors import BusClosedError
 from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.events.signals import EventSignal
 from evtrain.export import PolicyExporter
-from evtrain.run.training_status import (
-    ModelCheckpoint,
-    TrainingStatus,
-    _finite_or_none,
-)
+from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
 
 logger = logging.getLogger("evtrain.run.checkpoint")
 
 P = TypeVar("P")
-
-"""Names of :func:`atomic_write`'s temporary files: ``.<target name>.<12 hex>.tmp``."""
 
 
 # Types ``torch.load(weights_only=True)`` reads back, besides containers of them.
@@ -271,7 +265,7 @@ class CheckpointManager:
         example_obs: torch.Tensor | npt.NDArray[Any] | None,
         reward: float | None,
     ) -> list[SaveEvent | ExportEvent]:
-        reward = _finite_or_none(reward)
+        reward = finite_or_none(reward)
         name = f"{self.behavior}-{step}"
         pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
         events: list[SaveEvent | ExportEvent] = []
@@ -286,7 +280,7 @@ class CheckpointManager:
             )
         )
         self._writing(self.checkpoint_path)
-        _copy(pt, self.checkpoint_path)
+        atomic_copy(pt, self.checkpoint_path)
         self._wrote(self.checkpoint_path)
         if (
             policy is not None
@@ -338,7 +332,7 @@ class CheckpointManager:
         if exported:
             try:
                 self._writing(self.final_model_path)
-                _copy(Path(latest.file_path), self.final_model_path)
+                atomic_copy(Path(latest.file_path), self.final_model_path)
             except OSError:
                 logger.exception(
                     "Could not copy the final model of %s to %s",

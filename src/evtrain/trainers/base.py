@@ -115,6 +115,13 @@ class Trainer(abc.ABC):
         self.next_obs: npt.NDArray[Any] = np.asarray(obs)
         """The observation each sub-environment is in now."""
         reporter.add_property(StatsPropertyType.HYPERPARAMETERS, attrs.asdict(settings))
+        self._setup()
+
+    def _setup(self) -> None:  # noqa: B027 - optional hook, nothing to build by default
+        """Build what the algorithm needs (networks, optimizers, buffers); the constructor's
+        last step, once the shared state exists.  The constructor's signature is declared
+        only here: a subclass overrides this hook instead of re-declaring ``__init__`` (and
+        calls ``super()._setup()`` when it extends a trainer that has one)."""
 
     # -- what the runner calls ----------------------------------------------------------------
 

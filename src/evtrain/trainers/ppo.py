@@ -20,10 +20,8 @@ import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from gymnasium.vector import VectorEnv
 from torch import nn
 
-from evtrain.bus.reporter import StatsReporter
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
@@ -31,7 +29,7 @@ from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy
-from evtrain.trainers.settings import PPOSettings, TrainerSettings
+from evtrain.trainers.settings import PPOSettings
 
 EPSILON_FLOOR = 0.1
 """Where a linear clip-range schedule ends (ML-Agents' value)."""
@@ -68,24 +66,15 @@ class PPOTrainer(Trainer):
 
     settings_type = PPOSettings
 
-    def __init__(
-        self,
-        behavior_name: str,
-        settings: TrainerSettings,
-        envs: VectorEnv[Any, Any, Any],
-        reporter: StatsReporter,
-        *,
-        seed: int,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
+    def _setup(self) -> None:
+        settings, envs = self.settings, self.envs
         hp: PPOSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
         buffer_size = hp.rollout_buffer_size(self.num_envs)
         if buffer_size != hp.buffer_size:
             logger.info(
                 "behaviors.%s.hyperparameters.buffer_size: %d rounded up to %d, a multiple of "
                 "batch_size (%d) and of the number of environments (%d)",
-                behavior_name,
+                self.behavior_name,
                 hp.buffer_size,
                 buffer_size,
                 hp.batch_size,

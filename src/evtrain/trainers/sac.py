@@ -19,10 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from gymnasium.vector import VectorEnv
 from torch import nn
 
-from evtrain.bus.reporter import StatsReporter
 from evtrain.errors import SpaceMismatchError
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
@@ -37,7 +35,7 @@ from evtrain.trainers.networks import (
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import flat_obs_dim
 from evtrain.trainers.replay import ReplayBuffer
-from evtrain.trainers.settings import NetworkSettings, SACSettings, TrainerSettings
+from evtrain.trainers.settings import NetworkSettings, SACSettings
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 """Range of the policy's log standard deviation (cleanrl's bounds)."""
@@ -114,17 +112,8 @@ class SACTrainer(Trainer):
 
     settings_type = SACSettings
 
-    def __init__(
-        self,
-        behavior_name: str,
-        settings: TrainerSettings,
-        envs: VectorEnv[Any, Any, Any],
-        reporter: StatsReporter,
-        *,
-        seed: int,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
+    def _setup(self) -> None:
+        settings, envs = self.settings, self.envs
         hp: SACSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
         space = envs.single_action_space
         if not isinstance(space, spaces.Box) or not (

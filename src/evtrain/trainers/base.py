@@ -108,6 +108,8 @@ class Trainer(abc.ABC):
         last step of a run, see :meth:`write_final_summary`)."""
         self._summarised_at = 0
         """:attr:`step` when the last summary was written: nothing is pending while equal."""
+        self._policy: nn.Module | None = None
+        """The deterministic policy :meth:`run_policy` acts with; ``None`` while training."""
         self._episode_reward = np.zeros(self.num_envs, dtype=np.float64)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self._recent_rewards: deque[float] = deque(maxlen=100)
@@ -142,6 +144,32 @@ class Trainer(abc.ABC):
         """Collect experience, learn from it, and report (one ``stats`` event whenever
         :attr:`step` crosses a multiple of ``summary_freq``, labelled with the last multiple
         crossed)."""
+
+    def begin_inference(self) -> None:
+        """Run the deterministic policy from now on, learning nothing (``--inference``): the
+        runner calls :meth:`run_policy` instead of :meth:`advance`.  Steps count afresh from 0
+        up to ``max_steps`` (global, as in training), and summaries say ``Is Training`` 0."""
+        self._policy = self.policy_module()
+        self.step = self.local_step = 0
+        self._synced = (0, 0)
+        self._last_summary = self._summarised_at = 0
+
+    @torch.no_grad()
+    def run_policy(self) -> None:
+        """Step every environment once with the policy and report as :meth:`advance` does:
+        episode returns and lengths, ``Step``, a summary per ``summary_freq`` steps.
+
+        :raises RuntimeError: :meth:`begin_inference` was not called.
+        """
+        if self._policy is None:
+            raise RuntimeError("run_policy() runs the policy of begin_inference(): call it first")
+        obs = torch.as_tensor(np.asarray(self.next_obs, dtype=np.float32), device=self.device)
+        actions = self._policy(obs).cpu().numpy()
+        next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        dones = terminated | truncated
+        self._record_step(rewards, dones, self.autoreset.observe(dones))
+        self.next_obs = np.asarray(next_obs)
+        self._end_period()
 
     def write_final_summary(self) -> None:
         """End of training (``max_steps`` reached or a stop requested): report the period still
@@ -330,7 +358,7 @@ class Trainer(abc.ABC):
             self._write_summary(boundary)
 
     def _write_summary(self, label: int) -> None:
-        self.reporter.add_stat("Is Training", 1.0)
+        self.reporter.add_stat("Is Training", 0.0 if self._policy is not None else 1.0)
         merge = self.world.merge_stats if self.world.size > 1 else None
         self.reporter.write_stats(label, merge=merge)
         self._last_summary = label

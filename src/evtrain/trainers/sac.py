@@ -218,22 +218,9 @@ class SACTrainer(Trainer):
         mb_obs = self.normalizer(mb_obs)
         mb_next_obs = self.normalizer(mb_next_obs)
         alpha = self.log_alpha.exp().detach()
-        gamma = self.settings.reward_signals.extrinsic.gamma
-
-        # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
-        with torch.no_grad():
-            next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
-            q1_next, q2_next = self.qf_target(mb_next_obs, next_actions)
-            min_q_next = torch.min(q1_next, q2_next) - alpha * next_logprob
-            y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
-        q1, q2 = self.qf(mb_obs, mb_actions)
-        q1_loss = F.mse_loss(q1, y)
-        q2_loss = F.mse_loss(q2, y)
-        zero_grad_(self.qf_params)
-        torch.autograd.backward(q1_loss + q2_loss)
-        self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
-        self._clip(self.qf_params)
-        self.q_optimizer.step()
+        q1_loss, q2_loss = self._critic_step(
+            mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated, alpha
+        )
 
         # -- actor: minimise alpha log pi(a|s) - min Q(s, a), a ~ pi reparameterised
         actions, logprob = self.actor(mb_obs, self.generator)
@@ -264,6 +251,33 @@ class SACTrainer(Trainer):
             alpha,
             min_q_pi.detach().mean(),
         )
+
+    def _critic_step(
+        self,
+        mb_obs: torch.Tensor,
+        mb_actions: torch.Tensor,
+        mb_rewards: torch.Tensor,
+        mb_next_obs: torch.Tensor,
+        mb_terminated: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step of both critics; returns their losses."""
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
+        with torch.no_grad():
+            next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
+            q1_next, q2_next = self.qf_target(mb_next_obs, next_actions)
+            min_q_next = torch.min(q1_next, q2_next) - alpha * next_logprob
+            y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
+        q1, q2 = self.qf(mb_obs, mb_actions)
+        q1_loss = F.mse_loss(q1, y)
+        q2_loss = F.mse_loss(q2, y)
+        zero_grad_(self.qf_params)
+        torch.autograd.backward(q1_loss + q2_loss)
+        self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
+        self._clip(self.qf_params)
+        self.q_optimizer.step()
+        return q1_loss, q2_loss
 
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:

@@ -106,7 +106,7 @@ def _initial_state(
 ) -> dict[str, Any] | None:
     """The state ``name`` starts from: the latest checkpoint (``--resume``, ``--inference``),
     an earlier run's with the counters at 0 (``--initialize-from``), or none."""
-    from evtrain.run.checkpoint import load_checkpoint
+    from evtrain.run.checkpoint_file import load_checkpoint
 
     cs = options.checkpoint_settings
     if cs.resume or (cs.inference and cs.maybe_init_path is None):

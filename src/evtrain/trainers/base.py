@@ -4,7 +4,9 @@ A trainer owns the networks of one behavior and steps its vector environment.  T
 calls :meth:`Trainer.advance` until :attr:`Trainer.should_stop`, saves :meth:`state_dict`
 every ``checkpoint_interval`` steps and exports :meth:`policy_module`.  Everything a trainer
 wants to say goes through its :class:`StatsReporter`: one ``stats`` event per ``summary_freq``
-steps, labelled with the boundary step, as ML-Agents' ``RLTrainer`` does.
+steps, labelled with the boundary step, as ML-Agents' ``RLTrainer`` does.  ``--inference``
+calls :meth:`Trainer.begin_inference` once, then :meth:`Trainer.run_policy` instead of
+``advance``: the same bookkeeping, with the deterministic policy and no learning.
 
 Data-parallel runs (:mod:`evtrain.distributed`): :attr:`Trainer.world` holds the ranks.  The
 bookkeeping here makes :attr:`Trainer.step` the global step (every rank's transitions) and
@@ -149,7 +151,9 @@ class Trainer(abc.ABC):
         """Run the deterministic policy from now on, learning nothing (``--inference``): the
         runner calls :meth:`run_policy` instead of :meth:`advance`.  Steps count afresh from 0
         up to ``max_steps`` (global, as in training), and summaries say ``Is Training`` 0."""
-        self._policy = self.policy_module()
+        # Buffers an export view makes (action bounds) start on the CPU; the parameters are
+        # the trainer's own, on its device already.
+        self._policy = self.policy_module().to(self.device)
         self.step = self.local_step = 0
         self._synced = (0, 0)
         self._last_summary = self._summarised_at = 0

@@ -79,6 +79,7 @@ def remove_stale_temps(folder: StrPath, target: str | None = None) -> list[Path]
     return removed
 
 
-def _copy(source: Path, destination: Path) -> None:
+def atomic_copy(source: Path, destination: Path) -> None:
+    """Copy ``source`` to ``destination`` through :func:`atomic_write`."""
     with source.open("rb") as src:
         atomic_write(destination, lambda dst: shutil.copyfileobj(src, dst, 1 << 20))

@@ -15,7 +15,7 @@ from evtrain.bus.reporter import StatsReporter
 from evtrain.config.options import RunOptions
 from evtrain.events import signals
 from evtrain.events.payloads import RunFinished, RunStarted, RunStatus
-from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType
+from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
 from evtrain.run.wiring import attach_plugins, make_bus
 
 logger = logging.getLogger("evtrain")
@@ -40,9 +40,7 @@ def run_demo(options: RunOptions, *, steps: int = 50_000, summary_freq: int = 1_
             skill += (1.0 - skill) * 0.08
             for _ in range(5):
                 reward = 500.0 * skill + rng.gauss(0.0, 25.0)
-                reporter.add_stat(
-                    "Environment/Cumulative Reward", reward, StatsAggregationMethod.HISTOGRAM
-                )
+                reporter.add_stat(CUMULATIVE_REWARD, reward, StatsAggregationMethod.HISTOGRAM)
                 reporter.add_stat("Environment/Episode Length", max(1.0, reward))
             reporter.add_stat("Losses/Policy Loss", rng.gauss(0.0, 0.01))
             reporter.add_stat("Losses/Value Loss", 10.0 * (1.0 - skill) + abs(rng.gauss(0, 1)))

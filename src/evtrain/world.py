@@ -108,10 +108,10 @@ class World:
         """All-reduce (sum) ``tensor`` in place.
 
         Two ranks on gloo swap their tensors instead (one message each way) and add: gloo's
-        ring all-reduce takes several round trips, 1.7 ms for a 9,000-float gradient between
-        two processes of this 2-core machine against 0.3 ms for the swap, and PPO averages a
-        gradient 20 times per update.  ``a + b == b + a`` exactly, so both ranks still hold
-        the same bits.
+        ring all-reduce takes several round trips for the same result, and PPO averages a
+        gradient at every minibatch step, so on CPU ranks the exchange can cost as much as the
+        step's computation (measured in ``docs/benchmark.md``, ``bench_distributed.py``).
+        ``a + b == b + a`` exactly, so both ranks still hold the same bits.
         """
         if self.size != 2 or self._dist.get_backend() != "gloo":
             self._collective(what, self._dist.all_reduce, tensor)

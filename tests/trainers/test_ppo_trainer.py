@@ -18,7 +18,8 @@ from evtrain.trainers import (
     SACSettings,
     make_vector_env,
 )
-from evtrain.trainers.ppo import BETA_FLOOR, EPSILON_FLOOR, LEARNING_RATE_FLOOR
+from evtrain.trainers.optim import LEARNING_RATE_FLOOR
+from evtrain.trainers.ppo import BETA_FLOOR, EPSILON_FLOOR
 from tests.trainers.helpers import (
     Recording,
     counting_envs,

@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from evtrain.bus.writers import StatsWriter
-from evtrain.events.stats import StatsPropertyType, StatsSummary
+from evtrain.events.stats import CUMULATIVE_REWARD, StatsPropertyType, StatsSummary
 from evtrain.ranks import get_rank, get_world_size
 from evtrain_writers._format import render_nested
 
 logger = logging.getLogger("evtrain")
 
-REWARD_KEY = "Environment/Cumulative Reward"
 GROUP_REWARD_KEY = "Environment/Group Cumulative Reward"
 TRAINING_KEY = "Is Training"
 ELO_KEY = "Self-play/ELO"
@@ -62,7 +61,7 @@ class ConsoleWriter(StatsWriter):
             if is_training is not None and is_training.aggregated_value > 0
             else "Not Training"
         )
-        reward = values.get(REWARD_KEY)
+        reward = values.get(CUMULATIVE_REWARD)
         if reward is not None:
             parts.append(f"Mean Reward: {reward.mean:0.3f}")
             group = values.get(GROUP_REWARD_KEY)

@@ -10,9 +10,11 @@ framed as::
 
 where ``masked(crc) = ((crc >> 15 | crc << 17) + 0xa282ead8) mod 2**32``.
 
-Where the time goes per scalar record with tensorboard's own writer (``reference/anchors.md``):
-building the protobuf ~3.6 µs, its pure-Python crc32c ~7.2 µs, reopening the file per record
-~10 µs.  Here a scalar event is wire-encoded by hand from per-tag bytes computed once, the
+Where the time goes per scalar record with tensorboard's own writer: building the protobuf,
+its pure-Python crc32c and reopening the file per record, several microseconds each
+(``benchmarks/bench_writers.py`` measures this writer against torch's ``SummaryWriter``,
+which uses that path; figures in ``docs/benchmark.md``).
+Here a scalar event is wire-encoded by hand from per-tag bytes computed once, the
 checksum is google-crc32c's C code, records collect in memory and reach the file in chunks of at
 least :data:`CHUNK_BYTES` through an unbuffered file kept open, so a full event of ten scalars
 costs a few microseconds.  Rare records (histograms, text) may be built with protobuf objects

@@ -14,6 +14,10 @@ from typing import Any
 
 import attrs
 
+CUMULATIVE_REWARD = "Environment/Cumulative Reward"
+"""The stat key of an episode's return (ML-Agents' name): trainers add one ``HISTOGRAM`` value
+per finished episode; the console line, the progress bar and the runner read its mean."""
+
 
 class StatsAggregationMethod(enum.Enum):
     """How the values recorded for a key during a summary period are reduced."""

@@ -8,10 +8,11 @@ Layout (ML-Agents', kept on purpose)::
     results/<run_id>/<Behavior>/checkpoint.pt         latest state, for --resume
     results/<run_id>/run_logs/training_status.json    checkpoint lists, final checkpoints
 
-Every file is written by :func:`atomic_write`: a reader, a crash or ``kill -9`` at any moment
-sees the old complete file or the new complete one, never a torn one.  ``save`` and ``export``
-are emitted only once their file is in place.  Only one rank writes (``is_writer``); the
-runner decides which.
+Every file is written by :func:`~evtrain.atomic.atomic_write` (a trainer state by
+:func:`~evtrain.run.checkpoint_file.save_checkpoint`, re-exported here): a reader, a crash or
+``kill -9`` at any moment sees the old complete file or the new complete one, never a torn
+one.  ``save`` and ``export`` are emitted only once their file is in place.  Only one rank
+writes (``is_writer``); the runner decides which.
 """
 
 from __future__ import annotations
@@ -26,57 +27,22 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from evtrain.atomic import StrPath, _copy, atomic_write, remove_stale_temps
+from evtrain.atomic import StrPath, atomic_copy, remove_stale_temps
 from evtrain.bus import Bus
 from evtrain.errors import BusClosedError
 from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.events.signals import EventSignal
 from evtrain.export import PolicyExporter
-from evtrain.run.training_status import (
-    ModelCheckpoint,
-    TrainingStatus,
-    _finite_or_none,
-)
+from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
+from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
+
+__all__ = ["CheckpointManager", "load_checkpoint", "save_checkpoint"]
 
 logger = logging.getLogger("evtrain.run.checkpoint")
 
 P = TypeVar("P")
-
-"""Names of :func:`atomic_write`'s temporary files: ``.<target name>.<12 hex>.tmp``."""
-
-
-# Types ``torch.load(weights_only=True)`` reads back, besides containers of them.
-_LOADABLE: tuple[type, ...] = (
-    torch.Tensor,
-    bool,
-    int,
-    float,
-    complex,
-    str,
-    bytes,
-    type(None),
-    torch.dtype,
-    torch.device,
-    torch.Size,
-)
-
-
-def _check_loadable(value: object, where: str) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_loadable(key, where)
-            _check_loadable(item, f"{where}[{key!r}]")
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check_loadable(item, f"{where}[{i}]")
-    elif not isinstance(value, _LOADABLE):
-        raise TypeError(
-            f"{where} is a {type(value).__module__}.{type(value).__qualname__}; a checkpoint "
-            "holds tensors, numbers, strings and dicts/lists/tuples of those, which "
-            "torch.load(weights_only=True) reads back (convert arrays with torch.from_numpy)"
-        )
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -86,33 +52,6 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return (info.st_ino, info.st_mtime_ns)
-
-
-def save_checkpoint(path: StrPath, state: dict[str, Any]) -> Path:
-    """``torch.save`` ``state`` to ``path`` through :func:`atomic_write`.
-
-    :raises TypeError: ``state`` holds a value :func:`load_checkpoint` could not read back;
-        checked before anything is written, so the mistake shows at the first save, not at
-        ``--resume``.
-    """
-    _check_loadable(state, "state")
-    return atomic_write(path, lambda file: torch.save(state, file))
-
-
-def load_checkpoint(path: StrPath, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint :func:`save_checkpoint` wrote.
-
-    ``weights_only=True``: unpickling builds only tensors and plain data, never runs code, so
-    a results folder from elsewhere (``--initialize-from``) is safe to load.  Trainer states
-    are built for it: the numpy RNG state (``bit_generator.state`` of PCG64) is a dict of ints
-    and strings, replay buffers are stored as tensors.
-
-    :raises TypeError: the file does not hold a dict.
-    """
-    state = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(state, dict):
-        raise TypeError(f"{path} holds a {type(state).__name__}, expected a checkpoint dict")
-    return state
 
 
 class CheckpointManager:
@@ -271,7 +210,7 @@ class CheckpointManager:
         example_obs: torch.Tensor | npt.NDArray[Any] | None,
         reward: float | None,
     ) -> list[SaveEvent | ExportEvent]:
-        reward = _finite_or_none(reward)
+        reward = finite_or_none(reward)
         name = f"{self.behavior}-{step}"
         pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
         events: list[SaveEvent | ExportEvent] = []
@@ -286,7 +225,7 @@ class CheckpointManager:
             )
         )
         self._writing(self.checkpoint_path)
-        _copy(pt, self.checkpoint_path)
+        atomic_copy(pt, self.checkpoint_path)
         self._wrote(self.checkpoint_path)
         if (
             policy is not None
@@ -338,7 +277,7 @@ class CheckpointManager:
         if exported:
             try:
                 self._writing(self.final_model_path)
-                _copy(Path(latest.file_path), self.final_model_path)
+                atomic_copy(Path(latest.file_path), self.final_model_path)
             except OSError:
                 logger.exception(
                     "Could not copy the final model of %s to %s",

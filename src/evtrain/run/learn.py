@@ -8,7 +8,6 @@ Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -19,39 +18,29 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import attrs
 
 from evtrain.bus import Bus
-from evtrain.bus.reporter import StatsReporter
 from evtrain.bus.subscription import SubscriptionHandle
 from evtrain.config.options import RunOptions
 from evtrain.errors import ConfigError, RunFolderError
 from evtrain.events import signals
 from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
-from evtrain.events.stats import StatsAggregationMethod
+from evtrain.events.stats import CUMULATIVE_REWARD
 from evtrain.ranks import get_rank
+from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
+from evtrain.run.inference import run_inference
 from evtrain.run.interrupt import stop_on_signals
+from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
 from evtrain.run.run_folder import prepare_run_folder, write_configuration
-from evtrain.run.wiring import (
-    active_initializer,
-    attach_plugins,
-    initialized,
-    make_bus,
-    trainer_types_for,
-)
+from evtrain.run.wiring import attach_plugins, initialized, make_bus, trainer_types_for
 from evtrain.timers import hierarchical_timer, reset_timers
 from evtrain.trainers.registry import trainer_type, use_trainer_types
 from evtrain.world import World
 
 if TYPE_CHECKING:
     from evtrain.run.checkpoint import CheckpointManager
-    from evtrain.run.training_status import TrainingStatus
     from evtrain.trainers.base import Trainer
 
 logger = logging.getLogger("evtrain")
-
-HISTOGRAM = StatsAggregationMethod.HISTOGRAM
-
-ProgressHook = Callable[[str, int, int], None]
-"""Called after every trainer update with (behavior, step, max_steps)."""
 
 
 @runtime_checkable
@@ -100,92 +89,201 @@ def learn(
 
 
 def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:
+    _check_behaviors(options)
+    options.torch_settings.check_device()
+    world = World.current()
+    # A folder this call creates may be discarded again (see _Run.run).
+    fresh = get_rank() == 0 and not options.checkpoint_settings.write_path.exists()
+    _prepare_run_folder(options, world, get_rank())
+    reset_timers()  # this run's timers.json times this run only
+    run_bus = make_bus(options) if bus is None else bus
+    return _Run(options, run_bus, own_bus=bus is None, world=world, progress=progress).run(fresh)
+
+
+def _check_behaviors(options: RunOptions) -> None:
     if not options.behaviors:
         raise ConfigError(["behaviors: expected at least one behavior to train"])
     for name, settings in options.behaviors.items():
         trainer_type(settings.trainer_type)  # validated already; fail before touching disk
         if not name:
             raise ConfigError(["behaviors: a behavior name must not be empty"])
-    options.torch_settings.check_device()
-    cs = options.checkpoint_settings
-    world = World.current()
-    rank = get_rank()
-    fresh = rank == 0 and not cs.write_path.exists()
-    discard = False
-    _prepare_run_folder(options, world, rank)
-    reset_timers()  # this run's timers.json times this run only
-    own_bus = bus is None
-    run_bus = make_bus(options) if bus is None else bus
-    status = RunStatus.FAILED
-    trainers: dict[str, Trainer] = {}
-    managers: dict[str, CheckpointManager] = {}
-    models: dict[str, Path] = {}
-    handles: list[SubscriptionHandle] = []
-    finished: list[str] = []  # behaviors whose final save is done
-    try:
-        handles.extend(attach_plugins(options, run_bus))
-        run_bus.emit(
-            signals.run_started,
-            RunStarted(
-                run_id=cs.run_id, options=options.as_dict(), world_size=world.size, rank=rank
-            ),
+
+
+class _Run:
+    """One call of :func:`learn` once its folder is ready: what it builds, and every step from
+    ``run_started`` to ``run_finished``.
+
+    :param own_bus: the run made ``bus`` and closes it; otherwise it only detaches from it.
+    """
+
+    def __init__(
+        self,
+        options: RunOptions,
+        bus: Bus,
+        *,
+        own_bus: bool,
+        world: World,
+        progress: ProgressHook | None,
+    ) -> None:
+        self.options = options
+        self.bus = bus
+        self.own_bus = own_bus
+        self.world = world
+        self.progress = progress
+        self.status = RunStatus.FAILED
+        self.rewards = _RewardTracker()
+        self.trainers: dict[str, Trainer] = {}
+        self.managers: dict[str, CheckpointManager] = {}
+        self.models: dict[str, Path] = {}
+        """The final exported policy per behavior."""
+        self.handles: list[SubscriptionHandle] = []
+        """What the run connected to the bus."""
+        self.finished: list[str] = []
+        """Behaviors whose final save is done."""
+        self.next_checkpoint: dict[str, int] = {}
+
+    def run(self, fresh: bool) -> LearnResult:
+        """Start, train (or infer), save; every exit emits ``run_finished`` and drains the bus.
+
+        :param fresh: this call created the run folder: a run refused before its first step
+            removes it again.
+        """
+        cs = self.options.checkpoint_settings
+        discard = False
+        try:
+            self._start()
+            with stop_on_signals() as stop, hierarchical_timer("train"):
+                self.status = self._steps(lambda: stop.requested is not None)
+            if not cs.inference:
+                self._save_final()
+        except KeyboardInterrupt:
+            self.status = RunStatus.INTERRUPTED
+            logger.warning(_abort_message(self.managers, self.finished))
+            raise
+        except ConfigError:
+            # Refused before the first step (e.g. SAC on a discrete env): a folder this call
+            # created holds nothing worth keeping, and would make the fixed rerun need --force.
+            discard = fresh and not any(t.step for t in self.trainers.values())
+            raise
+        finally:
+            self._close()
+            if discard:
+                shutil.rmtree(cs.write_path, ignore_errors=True)
+        return LearnResult(
+            run_id=cs.run_id,
+            status=self.status,
+            steps={name: t.step for name, t in self.trainers.items()},
+            mean_reward={name: self.rewards.mean.get(name) for name in self.trainers},
+            write_path=cs.write_path,
+            models=self.models,
         )
-        rewards = _RewardTracker()
-        handles.append(run_bus.connect(signals.stats, rewards, name="evtrain.learn.rewards"))
-        _configure_torch(options)
-        seed = _seed(options, world)
-        status_file = _training_status(options)
+
+    def _start(self) -> None:
+        """Plugins, ``run_started``, then one trainer per behavior (built, loaded, in sync)."""
+        options, cs, bus = self.options, self.options.checkpoint_settings, self.bus
+        self.handles.extend(attach_plugins(options, bus))
+        started = RunStarted(
+            run_id=cs.run_id, options=options.as_dict(), world_size=self.world.size, rank=get_rank()
+        )
+        bus.emit(signals.run_started, started)
+        self.handles.append(bus.connect(signals.stats, self.rewards, name="evtrain.learn.rewards"))
+        configure_torch(options)
+        seed = rank_seed(options, self.world)
+        status_file = training_status(options)
         for index, (name, settings) in enumerate(options.behaviors.items()):
             with hierarchical_timer("build"):
-                trainers[name], managers[name] = _build(
-                    options, name, settings, run_bus, seed + index, status_file
+                self.trainers[name], self.managers[name] = build_behavior(
+                    options, name, settings, bus, seed + index, status_file
                 )
-        for name, trainer in trainers.items():
-            for warning in _schedule_warnings(name, trainer, inference=cs.inference):
+        for name, trainer in self.trainers.items():
+            for warning in schedule_warnings(name, trainer, inference=cs.inference):
                 logger.warning(warning)
-        with stop_on_signals() as stop, hierarchical_timer("train"):
-            status = _train(
-                options,
-                trainers,
-                managers,
-                rewards=rewards,
-                stop_requested=lambda: stop.requested is not None,
+
+    def _steps(self, stop_requested: Callable[[], bool]) -> RunStatus:
+        """Train (or, ``--inference``, run the policies) until every behavior reaches
+        ``max_steps`` or a stop is requested; then the period still open becomes a last
+        summary, so that even a run shorter than ``summary_freq`` writes one (an abort never
+        gets there)."""
+        world, progress = self.world, self.progress
+        if self.options.checkpoint_settings.inference:
+            status = run_inference(
+                self.trainers, stop_requested=stop_requested, world=world, progress=progress
+            )
+        else:
+            self.next_checkpoint = {
+                name: _next_multiple(t.step, t.settings.checkpoint_interval)
+                for name, t in self.trainers.items()
+            }
+            status = take_turns(
+                self.trainers,
+                lambda trainer: trainer.advance(),
+                stop_requested=stop_requested,
                 world=world,
                 progress=progress,
+                after=self._checkpoint_if_due,
             )
-        if not cs.inference:
-            run_bus.flush()  # the last period's reward goes into the final checkpoint record
-            for name, trainer in trainers.items():
-                _save(
-                    managers[name], trainer, rewards.mean.get(name), final=True, progress=progress
-                )
-                finished.append(name)
-                if managers[name].is_writer and managers[name].final_model_path.exists():
-                    models[name] = managers[name].final_model_path
-    except KeyboardInterrupt:
-        status = RunStatus.INTERRUPTED
-        logger.warning(_abort_message(managers, finished))
-        raise
-    except ConfigError:
-        # Refused before the first step (e.g. SAC on a discrete env): a folder this call
-        # created holds nothing worth keeping, and would make the fixed rerun need --force.
-        discard = fresh and not any(t.step for t in trainers.values())
-        raise
-    finally:
-        steps = sum(t.step for t in trainers.values())
-        for trainer in trainers.values():
+        for trainer in self.trainers.values():
+            trainer.write_final_summary()
+        return status
+
+    def _checkpoint_if_due(self, name: str, trainer: Trainer) -> None:
+        # At max_steps the final save writes this checkpoint.
+        if trainer.step < self.next_checkpoint[name] or trainer.should_stop:
+            return
+        self._save(name, final=False)
+        interval = trainer.settings.checkpoint_interval
+        self.next_checkpoint[name] = _next_multiple(trainer.step, interval)
+
+    def _save_final(self) -> None:
+        self.bus.flush()  # the last period's reward goes into the final checkpoint record
+        for name in self.trainers:
+            self._save(name, final=True)
+            self.finished.append(name)
+            manager = self.managers[name]
+            if manager.is_writer and manager.final_model_path.exists():
+                self.models[name] = manager.final_model_path
+
+    def _save(self, name: str, *, final: bool) -> None:
+        import numpy as np
+
+        trainer, manager, progress = self.trainers[name], self.managers[name], self.progress
+        example = np.asarray(trainer.next_obs[:1], dtype=np.float32)
+        save = manager.save_final if final else manager.save
+        shown = progress.saving(name) if isinstance(progress, SavingProgress) else nullcontext()
+        with shown, hierarchical_timer("save_model"):
+            save(
+                trainer.step,
+                trainer.state_dict(),
+                trainer.policy_module(),
+                example_obs=example,
+                reward=self.rewards.mean.get(name),
+            )
+
+    def _close(self) -> None:
+        """Close the environments, emit ``run_finished``, drain the bus."""
+        started = time.monotonic()
+        for trainer in self.trainers.values():
             trainer.envs.close()
-        _finish(run_bus, own_bus, cs.run_id, status, steps, handles)
-        if discard:
-            shutil.rmtree(cs.write_path, ignore_errors=True)
-    return LearnResult(
-        run_id=cs.run_id,
-        status=status,
-        steps={name: t.step for name, t in trainers.items()},
-        mean_reward={name: rewards.mean.get(name) for name in trainers},
-        write_path=cs.write_path,
-        models=models,
-    )
+        steps = sum(t.step for t in self.trainers.values())
+        finished = RunFinished(
+            run_id=self.options.checkpoint_settings.run_id, status=self.status, steps=steps
+        )
+        try:
+            self.bus.emit(signals.run_finished, finished)
+        finally:
+            if self.own_bus:
+                self.bus.close()
+            else:
+                # The caller's bus outlives this run: detach (drain, then close) what the run
+                # connected, so a second run on the same bus does not write into this run's files.
+                for handle in self.handles:
+                    handle.disconnect()
+                self.bus.flush()
+        logger.debug("Drained the bus in %.3f s", time.monotonic() - started)
+
+
+def _next_multiple(step: int, interval: int) -> int:
+    return (step // interval + 1) * interval
 
 
 def _abort_message(managers: Mapping[str, CheckpointManager], saved: Collection[str]) -> str:
@@ -237,319 +335,6 @@ class _RewardTracker:
         self.mean: dict[str, float | None] = {}
 
     def __call__(self, event: StatsEvent) -> None:
-        summary = event.values.get("Environment/Cumulative Reward")
+        summary = event.values.get(CUMULATIVE_REWARD)
         if summary is not None and summary.num:
             self.mean[event.category] = summary.mean
-
-
-def _save(
-    manager: CheckpointManager,
-    trainer: Trainer,
-    reward: float | None,
-    *,
-    final: bool,
-    progress: ProgressHook | None,
-) -> None:
-    import numpy as np
-
-    example = np.asarray(trainer.next_obs[:1], dtype=np.float32)
-    save = manager.save_final if final else manager.save
-    shown = (
-        progress.saving(manager.behavior) if isinstance(progress, SavingProgress) else nullcontext()
-    )
-    with shown, hierarchical_timer("save_model"):
-        save(
-            trainer.step,
-            trainer.state_dict(),
-            trainer.policy_module(),
-            example_obs=example,
-            reward=reward,
-        )
-
-
-def _schedule_warnings(name: str, trainer: Trainer, *, inference: bool) -> list[str]:
-    """What a run of ``trainer`` will do that its settings do not say: train past
-    ``max_steps`` to the end of an update, or write fewer summaries than ``summary_freq``
-    asks for."""
-    settings = trainer.settings
-    max_steps, freq = settings.max_steps, settings.summary_freq
-    update = trainer.num_envs * trainer.world.size if inference else trainer.steps_per_update
-    unit = "update" if inference else "rollout"
-    what = _update_words(trainer, update, inference)
-    warnings = []
-    start = 0 if inference else trainer.step  # inference counts its own steps from 0
-    if start >= max_steps:
-        return []
-    end = start + -(-(max_steps - start) // update) * update
-    if end != max_steps:
-        if start == 0 and max_steps < update:
-            warnings.append(
-                f"{name}: max_steps {max_steps} is less than one {unit} ({what}): "
-                f"the run will take {end} steps"
-            )
-        else:
-            warnings.append(
-                f"{name}: max_steps {max_steps} is not a multiple of the {unit} ({what}): "
-                f"the run stops at the end of the {unit} that reaches it, at step {end}"
-            )
-    if end < (start // freq + 1) * freq:
-        if start == 0:
-            reason = f"summary_freq {freq} exceeds max_steps {max_steps}"
-        else:
-            reason = f"no multiple of summary_freq {freq} lies between steps {start} and {end}"
-        warnings.append(f"{name}: {reason}: only the final summary will be written")
-    elif freq < update:
-        warnings.append(
-            f"{name}: summary_freq {freq} is less than one {unit} ({what}): summaries can "
-            f"only be written once per {unit}, each labelled with the last multiple of "
-            f"{freq} it reaches"
-        )
-    return warnings
-
-
-def _update_words(trainer: Trainer, update: int, inference: bool) -> str:
-    """What one advance is, for a warning: ``"buffer_size 20480"``, ``"8 steps"``."""
-    from evtrain.trainers.ppo import PPOTrainer
-
-    if not isinstance(trainer, PPOTrainer) or inference:
-        return f"{update} steps"
-    ranks = trainer.world.size
-    return f"buffer_size {trainer.hp.buffer_size}" + (f" x {ranks} ranks" if ranks > 1 else "")
-
-
-def _train(
-    options: RunOptions,
-    trainers: Mapping[str, Trainer],
-    managers: Mapping[str, CheckpointManager],
-    *,
-    rewards: _RewardTracker,
-    stop_requested: Callable[[], bool],
-    world: World,
-    progress: ProgressHook | None,
-) -> RunStatus:
-    """Advance every behavior in turn until all reach ``max_steps`` or a stop is requested
-    (on any rank: the ranks agree after every advance, so they stop at the same step)."""
-    next_checkpoint = {
-        name: (t.step // t.settings.checkpoint_interval + 1) * t.settings.checkpoint_interval
-        for name, t in trainers.items()
-    }
-    inference = options.checkpoint_settings.inference
-    runs = {name: _Inference(trainer) for name, trainer in trainers.items()} if inference else {}
-    status = _advance_all(
-        trainers, managers, runs, next_checkpoint, rewards, stop_requested, world, progress
-    )
-    # Completed or stopped cleanly (an abort never gets here): the period still open becomes
-    # a last summary, so that even a run shorter than summary_freq writes one.
-    for name, trainer in trainers.items():
-        if inference:
-            runs[name].write_final_summary()
-        else:
-            trainer.write_final_summary()
-    return status
-
-
-def _advance_all(
-    trainers: Mapping[str, Trainer],
-    managers: Mapping[str, CheckpointManager],
-    runs: Mapping[str, _Inference],
-    next_checkpoint: dict[str, int],
-    rewards: _RewardTracker,
-    stop_requested: Callable[[], bool],
-    world: World,
-    progress: ProgressHook | None,
-) -> RunStatus:
-    """The loop of :func:`_train` (``runs`` non-empty: ``--inference``)."""
-    inference = bool(runs)
-    while not all(t.should_stop for t in trainers.values()):
-        for name, trainer in trainers.items():
-            if trainer.should_stop:
-                continue
-            with hierarchical_timer("advance"):
-                if inference:
-                    runs[name].advance()
-                else:
-                    trainer.advance()
-            if progress is not None:
-                progress(name, trainer.step, trainer.settings.max_steps)
-            due = trainer.step >= next_checkpoint[name] and not trainer.should_stop
-            if due and not inference:  # at max_steps the final save writes this checkpoint
-                _save(
-                    managers[name],
-                    trainer,
-                    rewards.mean.get(name),
-                    final=False,
-                    progress=progress,
-                )
-                interval = trainer.settings.checkpoint_interval
-                next_checkpoint[name] = (trainer.step // interval + 1) * interval
-            if world.any(stop_requested()):
-                return RunStatus.INTERRUPTED
-    return RunStatus.COMPLETED
-
-
-class _Inference:
-    """Runs a trainer's deterministic policy on its environments without learning, reporting
-    returns every ``summary_freq`` steps with ``Is Training`` 0 (``--inference``)."""
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
-        self.policy = trainer.policy_module()
-        self.returns = [0.0] * trainer.num_envs
-        self.lengths = [0] * trainer.num_envs
-        self.start = trainer.step
-        trainer.step = 0  # inference counts its own steps up to max_steps
-        # Steps are global, as in training: every rank steps its environments once per advance.
-        self.steps_per_advance = int(trainer.world.sum([trainer.num_envs])[0])
-        self.last_summary = 0
-        self.summarised_at = 0
-
-    def advance(self) -> None:
-        import numpy as np
-        import torch
-
-        trainer, reporter = self.trainer, self.trainer.reporter
-        with torch.no_grad():
-            obs = torch.as_tensor(np.asarray(trainer.next_obs, dtype=np.float32))
-            actions = self.policy(obs).cpu().numpy()
-        next_obs, rewards, terminated, truncated, _ = trainer.envs.step(actions)
-        trainer.next_obs = np.asarray(next_obs)
-        for i, (reward, done) in enumerate(zip(rewards, terminated | truncated, strict=True)):
-            self.returns[i] += float(reward)
-            self.lengths[i] += 1
-            if done:
-                reporter.add_stat("Environment/Cumulative Reward", self.returns[i], HISTOGRAM)
-                reporter.add_stat("Environment/Episode Length", float(self.lengths[i]))
-                self.returns[i], self.lengths[i] = 0.0, 0
-        trainer.step += self.steps_per_advance
-        freq = trainer.settings.summary_freq
-        boundary = trainer.step // freq * freq
-        if boundary > self.last_summary:
-            self._write_summary(boundary)
-
-    def write_final_summary(self) -> None:
-        """The open period as a last summary at the last step (see the trainer's)."""
-        if self.trainer.step != self.summarised_at:
-            self._write_summary(self.trainer.step)
-
-    def _write_summary(self, label: int) -> None:
-        trainer, reporter = self.trainer, self.trainer.reporter
-        reporter.add_stat("Is Training", 0.0)
-        reporter.set_stat("Step", float(trainer.step))
-        world = trainer.world
-        reporter.write_stats(label, merge=world.merge_stats if world.size > 1 else None)
-        self.last_summary = label
-        self.summarised_at = trainer.step
-
-
-def _training_status(options: RunOptions) -> TrainingStatus:
-    from evtrain.run.training_status import TrainingStatus
-
-    path = options.checkpoint_settings.run_logs_dir / "training_status.json"
-    if path.exists() and (
-        options.checkpoint_settings.resume or options.checkpoint_settings.inference
-    ):
-        return TrainingStatus.load(path)
-    return TrainingStatus(path)
-
-
-def _build(
-    options: RunOptions,
-    name: str,
-    settings: Any,
-    bus: Bus,
-    seed: int,
-    status: TrainingStatus,
-) -> tuple[Trainer, CheckpointManager]:
-    import torch
-
-    from evtrain.run.checkpoint import CheckpointManager, load_checkpoint
-    from evtrain.run.envs import make_envs
-
-    cs = options.checkpoint_settings
-    manager = CheckpointManager(
-        cs.write_path,
-        name,
-        keep_checkpoints=settings.keep_checkpoints,
-        status=status,
-        bus=bus,
-        is_writer=get_rank() == 0,
-        resume=cs.resume,
-    )
-    state: dict[str, Any] | None = None
-    if cs.resume or (cs.inference and cs.maybe_init_path is None):
-        state = manager.load_latest()
-        if state is None:
-            raise RunFolderError(
-                f"cannot resume behavior {name!r}: {manager.checkpoint_path} does not exist "
-                "(the run never reached a checkpoint). Start it again with --force."
-            )
-    elif cs.maybe_init_path is not None:
-        source = cs.maybe_init_path / name / "checkpoint.pt"
-        if not source.exists():
-            raise RunFolderError(
-                f"--initialize-from {cs.initialize_from!r}: no checkpoint for behavior {name!r} "
-                f"at {source}"
-            )
-        # Weights (and optimizer/normaliser state) of the earlier run; the counters restart.
-        state = {**load_checkpoint(source), "step": 0, "last_summary": 0}
-    envs = make_envs(options.env_settings)
-    trainer_cls = trainer_type(settings.trainer_type).load()
-    initializer = active_initializer()
-    device = (
-        (initializer.device if initializer is not None else None)
-        or options.torch_settings.device
-        or ("cuda" if torch.cuda.is_available() else "cpu")
-    )
-    try:
-        trainer = trainer_cls(
-            name, settings, envs, StatsReporter(bus, name), seed=seed, device=device
-        )
-        if state is not None:
-            trainer.load_state_dict(state)
-        trainer.synchronize()
-    except BaseException:
-        envs.close()
-        raise
-    if state is not None:
-        logger.info("%s starts at step %d", name, trainer.step)
-    return trainer, manager
-
-
-def _configure_torch(options: RunOptions) -> None:
-    import torch
-
-    threads = options.torch_settings.num_threads
-    if threads is not None:
-        torch.set_num_threads(threads)
-
-
-def _seed(options: RunOptions, world: World) -> int:
-    """This rank's seed: ``env_settings.seed`` (rank 0's draw when -1) + 1000 x rank."""
-    seed = options.env_settings.seed
-    if seed < 0:
-        seed = world.broadcast_object(random.SystemRandom().randrange(2**31))
-        logger.info("env_settings.seed is -1: using seed %d", seed)
-    return seed + 1000 * get_rank()
-
-
-def _finish(
-    bus: Bus,
-    own_bus: bool,
-    run_id: str,
-    status: RunStatus,
-    steps: int,
-    handles: list[SubscriptionHandle],
-) -> None:
-    started = time.monotonic()
-    try:
-        bus.emit(signals.run_finished, RunFinished(run_id=run_id, status=status, steps=steps))
-    finally:
-        if own_bus:
-            bus.close()
-        else:
-            # The caller's bus outlives this run: detach (drain, then close) what the run
-            # connected, so a second run on the same bus does not write into this run's files.
-            for handle in handles:
-                handle.disconnect()
-            bus.flush()
-    logger.debug("Drained the bus in %.3f s", time.monotonic() - started)

@@ -13,8 +13,7 @@ from typing import Any
 from evtrain.bus import Bus
 from evtrain.events import signals
 from evtrain.events.payloads import StatsEvent
-
-REWARD = "Environment/Cumulative Reward"
+from evtrain.events.stats import CUMULATIVE_REWARD
 
 
 class ProgressDisplay:
@@ -58,7 +57,7 @@ class ProgressDisplay:
 
     def on_stats(self, event: StatsEvent) -> None:
         task = self._tasks.get(event.category)
-        summary = event.values.get(REWARD)
+        summary = event.values.get(CUMULATIVE_REWARD)
         if task is not None and summary is not None and summary.num:
             self.progress.update(task, reward=f"{summary.mean:.3f}")
 

@@ -22,7 +22,8 @@ logger = logging.getLogger("evtrain.run.checkpoint")
 # -- training_status.json ------------------------------------------------------------------------
 
 
-def _finite_or_none(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float, or ``None`` for no value, NaN or an infinity (JSON has neither)."""
     return None if value is None or not math.isfinite(value) else float(value)
 
 
@@ -40,7 +41,7 @@ class ModelCheckpoint:
 
     steps: int
     file_path: str
-    reward: float | None = attrs.field(default=None, converter=_finite_or_none)
+    reward: float | None = attrs.field(default=None, converter=finite_or_none)
     creation_time: float = attrs.field(factory=time.time)
     auxillary_file_paths: tuple[str, ...] = attrs.field(default=(), converter=_paths)
 

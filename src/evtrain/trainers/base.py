@@ -4,7 +4,9 @@ A trainer owns the networks of one behavior and steps its vector environment.  T
 calls :meth:`Trainer.advance` until :attr:`Trainer.should_stop`, saves :meth:`state_dict`
 every ``checkpoint_interval`` steps and exports :meth:`policy_module`.  Everything a trainer
 wants to say goes through its :class:`StatsReporter`: one ``stats`` event per ``summary_freq``
-steps, labelled with the boundary step, as ML-Agents' ``RLTrainer`` does.
+steps, labelled with the boundary step, as ML-Agents' ``RLTrainer`` does.  ``--inference``
+calls :meth:`Trainer.begin_inference` once, then :meth:`Trainer.run_policy` instead of
+``advance``: the same bookkeeping, with the deterministic policy and no learning.
 
 Data-parallel runs (:mod:`evtrain.distributed`): :attr:`Trainer.world` holds the ranks.  The
 bookkeeping here makes :attr:`Trainer.step` the global step (every rank's transitions) and
@@ -28,7 +30,7 @@ from gymnasium.vector import VectorEnv
 from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
-from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType
+from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.settings import TrainerSettings
@@ -108,6 +110,8 @@ class Trainer(abc.ABC):
         last step of a run, see :meth:`write_final_summary`)."""
         self._summarised_at = 0
         """:attr:`step` when the last summary was written: nothing is pending while equal."""
+        self._policy: nn.Module | None = None
+        """The deterministic policy :meth:`run_policy` acts with; ``None`` while training."""
         self._episode_reward = np.zeros(self.num_envs, dtype=np.float64)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self._recent_rewards: deque[float] = deque(maxlen=100)
@@ -115,6 +119,13 @@ class Trainer(abc.ABC):
         self.next_obs: npt.NDArray[Any] = np.asarray(obs)
         """The observation each sub-environment is in now."""
         reporter.add_property(StatsPropertyType.HYPERPARAMETERS, attrs.asdict(settings))
+        self._setup()
+
+    def _setup(self) -> None:  # noqa: B027 - optional hook, nothing to build by default
+        """Build what the algorithm needs (networks, optimizers, buffers); the constructor's
+        last step, once the shared state exists.  The constructor's signature is declared
+        only here: a subclass overrides this hook instead of re-declaring ``__init__`` (and
+        calls ``super()._setup()`` when it extends a trainer that has one)."""
 
     # -- what the runner calls ----------------------------------------------------------------
 
@@ -135,6 +146,34 @@ class Trainer(abc.ABC):
         """Collect experience, learn from it, and report (one ``stats`` event whenever
         :attr:`step` crosses a multiple of ``summary_freq``, labelled with the last multiple
         crossed)."""
+
+    def begin_inference(self) -> None:
+        """Run the deterministic policy from now on, learning nothing (``--inference``): the
+        runner calls :meth:`run_policy` instead of :meth:`advance`.  Steps count afresh from 0
+        up to ``max_steps`` (global, as in training), and summaries say ``Is Training`` 0."""
+        # Buffers an export view makes (action bounds) start on the CPU; the parameters are
+        # the trainer's own, on its device already.
+        self._policy = self.policy_module().to(self.device)
+        self.step = self.local_step = 0
+        self._synced = (0, 0)
+        self._last_summary = self._summarised_at = 0
+
+    @torch.no_grad()
+    def run_policy(self) -> None:
+        """Step every environment once with the policy and report as :meth:`advance` does:
+        episode returns and lengths, ``Step``, a summary per ``summary_freq`` steps.
+
+        :raises RuntimeError: :meth:`begin_inference` was not called.
+        """
+        if self._policy is None:
+            raise RuntimeError("run_policy() runs the policy of begin_inference(): call it first")
+        obs = torch.as_tensor(np.asarray(self.next_obs, dtype=np.float32), device=self.device)
+        actions = self._policy(obs).cpu().numpy()
+        next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        dones = terminated | truncated
+        self._record_step(rewards, dones, self.autoreset.observe(dones))
+        self.next_obs = np.asarray(next_obs)
+        self._end_period()
 
     def write_final_summary(self) -> None:
         """End of training (``max_steps`` reached or a stop requested): report the period still
@@ -290,7 +329,7 @@ class Trainer(abc.ABC):
             for i in np.flatnonzero(finished):
                 reward = float(self._episode_reward[i])
                 self._recent_rewards.append(reward)
-                self.reporter.add_stat("Environment/Cumulative Reward", reward, HISTOGRAM)
+                self.reporter.add_stat(CUMULATIVE_REWARD, reward, HISTOGRAM)
                 self.reporter.add_stat("Environment/Episode Length", float(self._episode_length[i]))
             self._episode_reward[finished] = 0.0
             self._episode_length[finished] = 0
@@ -323,7 +362,7 @@ class Trainer(abc.ABC):
             self._write_summary(boundary)
 
     def _write_summary(self, label: int) -> None:
-        self.reporter.add_stat("Is Training", 1.0)
+        self.reporter.add_stat("Is Training", 0.0 if self._policy is not None else 1.0)
         merge = self.world.merge_stats if self.world.size > 1 else None
         self.reporter.write_stats(label, merge=merge)
         self._last_summary = label

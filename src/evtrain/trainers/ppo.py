@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -20,26 +21,28 @@ import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from gymnasium.vector import VectorEnv
 from torch import nn
 
-from evtrain.bus.reporter import StatsReporter
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
+from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy
-from evtrain.trainers.settings import PPOSettings, TrainerSettings
+from evtrain.trainers.settings import PPOSettings
 
-LEARNING_RATE_FLOOR = 1.0e-10
-"""Where a linear learning-rate schedule ends at ``max_steps`` (ML-Agents' value)."""
 EPSILON_FLOOR = 0.1
 """Where a linear clip-range schedule ends (ML-Agents' value)."""
 BETA_FLOOR = 1.0e-5
 """Where a linear entropy-coefficient schedule ends (ML-Agents' value)."""
 
 logger = logging.getLogger("evtrain")
+
+_Minibatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""(obs, actions, logprobs, advantages, returns) of a batch (``b_``) or minibatch (``mb_``)."""
+_Finals = tuple[int, npt.NDArray[np.bool_], torch.Tensor]
+"""(step, which environments, normalised final observations) of time-limited episodes."""
 
 
 def clipped_surrogate_loss(
@@ -64,38 +67,20 @@ def _normalized(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
-def make_adam(
-    params: list[nn.Parameter], lr: float, device: torch.device, eps: float = 1e-8
-) -> torch.optim.Adam:
-    """Adam, fused into one kernel where torch has one for the device (much less overhead
-    for the small networks RL uses)."""
-    fused = device.type in ("cpu", "cuda")
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused)
-
-
 class PPOTrainer(Trainer):
     """PPO for ``Discrete`` and ``Box`` action spaces (see :mod:`evtrain.trainers.policies`)."""
 
     settings_type = PPOSettings
 
-    def __init__(
-        self,
-        behavior_name: str,
-        settings: TrainerSettings,
-        envs: VectorEnv[Any, Any, Any],
-        reporter: StatsReporter,
-        *,
-        seed: int,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
+    def _setup(self) -> None:
+        settings, envs = self.settings, self.envs
         hp: PPOSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
         buffer_size = hp.rollout_buffer_size(self.num_envs)
         if buffer_size != hp.buffer_size:
             logger.info(
                 "behaviors.%s.hyperparameters.buffer_size: %d rounded up to %d, a multiple of "
                 "batch_size (%d) and of the number of environments (%d)",
-                behavior_name,
+                self.behavior_name,
                 hp.buffer_size,
                 buffer_size,
                 hp.batch_size,
@@ -180,67 +165,73 @@ class PPOTrainer(Trainer):
         and the ``(T, N)`` numpy arrays ``rewards``, ``terminated``, ``truncated``,
         ``bootstrap`` and ``valid``.
         """
-        agent, normalizer = self.agent, self.agent.normalizer
         obs_list, action_list, logprob_list = [], [], []
-        # (step, which environments, normalised final observations) of time-limited episodes
-        finals: list[tuple[int, npt.NDArray[np.bool_], torch.Tensor]] = []
+        finals: list[_Finals] = []
         for t in range(self.num_steps):
             # -- act: sample a_t ~ pi(.|s_t) and keep log pi(a_t|s_t) for the ratio
             # (torch.tensor copies: a vector env may reuse its observation array.)
             x = self._observe(torch.tensor(self.next_obs, dtype=torch.float32, device=self.device))
-            action, logprob = agent.act(x, self.generator)
+            action, logprob = self.agent.act(x, self.generator)
             obs_list.append(x)
             action_list.append(action)
             logprob_list.append(logprob)
-
             # -- step the environments
-            env_action = action.cpu().numpy()
-            if self._clip_actions:
-                env_action = np.clip(env_action, self._action_low, self._action_high)
-                env_action = env_action.reshape(self._action_shape)
-            next_obs, reward, terminated, truncated, infos = self.envs.step(env_action)
-            dones = terminated | truncated
-            self.valid[t] = valid = self.autoreset.observe(dones)
-            self.rewards[t] = reward
-            self.terminated[t] = terminated
-            self.truncated[t] = truncated
-            self._record_step(reward, dones, valid)
-            # A time-limited episode is worth V(final observation): keep it to value below.
-            # (In NEXT_STEP mode the next step observes it; see _advantages.)
-            time_limited = truncated & ~terminated
-            if time_limited.any() and not self.autoreset.next_step:
-                final = final_observations(infos, time_limited)
-                finals.append(
-                    (
-                        t,
-                        time_limited,
-                        normalizer(
-                            torch.as_tensor(
-                                final.reshape(final.shape[0], -1),
-                                dtype=torch.float32,
-                                device=self.device,
-                            )
-                        ),
-                    )
-                )
-            self.next_obs = next_obs
+            final = self._step_envs(t, action)
+            if final is not None:
+                finals.append(final)
 
         if self.world.size > 1:  # every rank's observations into every rank's statistics
-            normalizer.merge_ranks(self.world)
+            self.agent.normalizer.merge_ranks(self.world)
         strength = self.settings.reward_signals.extrinsic.strength
         if strength != 1.0:
             self.rewards *= strength
         self.b_obs = torch.stack(obs_list)
         self.b_actions = torch.stack(action_list)
         self.b_logprobs = torch.stack(logprob_list)
+        return self._value_rollout(finals)
 
-        # -- V(s) of every observation of the rollout in one batched pass (the values do not
-        # steer the rollout, and one pass over T*N rows costs about what one step's does)
+    def _step_envs(self, t: int, action: torch.Tensor) -> _Finals | None:
+        """Step every environment with ``action``, record row ``t`` of the rollout; returns
+        the normalised final observations of the episodes a time limit ended, if any."""
+        env_action = action.cpu().numpy()
+        if self._clip_actions:
+            env_action = np.clip(env_action, self._action_low, self._action_high)
+            env_action = env_action.reshape(self._action_shape)
+        next_obs, reward, terminated, truncated, infos = self.envs.step(env_action)
+        dones = terminated | truncated
+        self.valid[t] = valid = self.autoreset.observe(dones)
+        self.rewards[t] = reward
+        self.terminated[t] = terminated
+        self.truncated[t] = truncated
+        self._record_step(reward, dones, valid)
+        self.next_obs = next_obs
+        # A time-limited episode is worth V(final observation): keep it to value later.
+        # (In NEXT_STEP mode the next step observes it; see _advantages.)
+        time_limited = truncated & ~terminated
+        if not time_limited.any() or self.autoreset.next_step:
+            return None
+        final = final_observations(infos, time_limited)
+        final_x = self.agent.normalizer(
+            torch.as_tensor(
+                final.reshape(final.shape[0], -1), dtype=torch.float32, device=self.device
+            )
+        )
+        return t, time_limited, final_x
+
+    def _value_rollout(self, finals: list[_Finals]) -> torch.Tensor:
+        """``b_values`` and ``bootstrap`` (``V`` of the time-limited finals); returns ``V`` of
+        the last observations.
+
+        One batched pass over every observation of the rollout: the values do not steer the
+        rollout, and one pass over T*N rows costs about what one step's does.
+        """
         T, N = self.num_steps, self.num_envs
-        next_x = normalizer(
+        next_x = self.agent.normalizer(
             torch.as_tensor(self.next_obs, dtype=torch.float32, device=self.device).reshape(N, -1)
         )
-        values = agent.value(torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)]))
+        values = self.agent.value(
+            torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)])
+        )
         self.b_values = values[: T * N].view(T, N)
         self.bootstrap.fill(0.0)
         offset = (T + 1) * N
@@ -292,7 +283,36 @@ class PPOTrainer(Trainer):
     ) -> None:
         """``num_epoch`` passes of minibatch gradient steps on the clipped objective."""
         hp = self.hp
-        # -- flatten the rollout into a batch, dropping autoreset steps (NEXT_STEP mode)
+        b = self._batch(advantages, returns)
+        batch_size = b[0].shape[0]
+        # From the settings, not the batch: every rank must take as many gradient steps (each
+        # is an all-reduce), even when dropped autoreset steps leave them different batches.
+        num_minibatches = max(1, min(hp.buffer_size // hp.batch_size, batch_size))
+        if num_minibatches == 1 and hp.normalize_advantage:
+            # One minibatch is the whole batch, the same every epoch: normalise it once.
+            b = (*b[:3], _normalized(b[3]), b[4])
+
+        pg_losses, v_losses, entropies = [], [], []
+        for epoch in range(hp.num_epoch):
+            for mb in self._minibatches(b, num_minibatches):
+                # Entropy enters the loss only with a nonzero beta; otherwise it is measured
+                # once per minibatch in the first epoch (the rollout policy's), for the stats.
+                pg_loss, v_loss, entropy = self._gradient_step(
+                    mb, clip_coef, ent_coef, with_entropy=ent_coef > 0.0 or epoch == 0
+                )
+                pg_losses.append(pg_loss)
+                v_losses.append(v_loss)
+                if entropy is not None:
+                    entropies.append(entropy)
+
+        report = self.reporter.add_stat
+        report("Losses/Policy Loss", float(torch.stack(pg_losses).mean()))
+        report("Losses/Value Loss", float(torch.stack(v_losses).mean()))
+        report("Policy/Entropy", float(torch.stack(entropies).mean()))
+
+    def _batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> _Minibatch:
+        """The rollout flattened into one batch (``b_obs``, ``b_actions``, ``b_logprobs``,
+        ``b_advantages``, ``b_returns``), without the autoreset steps of NEXT_STEP mode."""
         b_obs = self.b_obs.flatten(0, 1)
         b_actions = self.b_actions.flatten(0, 1)
         b_logprobs = self.b_logprobs.flatten(0, 1)
@@ -302,64 +322,54 @@ class PPOTrainer(Trainer):
             keep = torch.from_numpy(np.flatnonzero(self.valid)).to(self.device)
             b_obs, b_actions, b_logprobs = b_obs[keep], b_actions[keep], b_logprobs[keep]
             b_advantages, b_returns = b_advantages[keep], b_returns[keep]
-        batch = b_obs.shape[0]
-        # From the settings, not the batch: every rank must take as many gradient steps (each
-        # is an all-reduce), even when dropped autoreset steps leave them different batches.
-        num_minibatches = max(1, min(hp.buffer_size // hp.batch_size, batch))
-        if num_minibatches == 1 and hp.normalize_advantage:
-            # One minibatch is the whole batch, the same every epoch: normalise it once.
-            b_advantages = _normalized(b_advantages)
+        return b_obs, b_actions, b_logprobs, b_advantages, b_returns
 
-        pg_losses, v_losses, entropies = [], [], []
+    def _minibatches(self, b: _Minibatch, num_minibatches: int) -> Iterator[_Minibatch]:
+        """One epoch's minibatches of ``b``, shuffled, advantages normalised per minibatch."""
+        if num_minibatches == 1:
+            # Nothing to shuffle: the order of a single minibatch does not matter.
+            yield b
+            return
+        perm = torch.randperm(b[0].shape[0], generator=self.generator, device=self.device)
+        for mb_inds in torch.tensor_split(perm, num_minibatches):
+            mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = (t[mb_inds] for t in b)
+            if self.hp.normalize_advantage:
+                mb_advantages = _normalized(mb_advantages)
+            yield mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns
+
+    def _gradient_step(
+        self, mb: _Minibatch, clip_coef: float, ent_coef: float, *, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One optimizer step on minibatch ``mb``; returns ``pg_loss``, ``v_loss`` and the mean
+        entropy (``None`` unless ``with_entropy``), detached."""
+        mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = mb
+        newlogprob, entropy, newvalue = self.agent.evaluate(
+            mb_obs, mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
+        )
+
+        # -- policy loss: clipped surrogate objective (paper eq. 7)
+        pg_loss = clipped_surrogate_loss(newlogprob, mb_logprobs, mb_advantages, clip_coef)
+        # -- value loss: regression onto the GAE returns
+        v_loss = F.mse_loss(newvalue, mb_returns)
+        loss = pg_loss + self.hp.vf_coef * v_loss
+        # -- entropy bonus (paper eq. 9)
+        entropy_loss = None
+        if entropy is not None:
+            entropy_loss = entropy.mean()
+            if ent_coef > 0.0:
+                loss = loss - ent_coef * entropy_loss
+
         flat_params = self.flat_params
-        for epoch in range(hp.num_epoch):
-            if num_minibatches == 1:
-                # Nothing to shuffle: the order of a single minibatch does not matter.
-                minibatches: tuple[torch.Tensor | None, ...] = (None,)
-            else:
-                perm = torch.randperm(batch, generator=self.generator, device=self.device)
-                minibatches = torch.tensor_split(perm, num_minibatches)
-            for mb_inds in minibatches:
-                if mb_inds is None:
-                    mb_obs, mb_actions, mb_logprobs = b_obs, b_actions, b_logprobs
-                    mb_advantages, mb_returns = b_advantages, b_returns
-                else:
-                    mb_obs, mb_actions = b_obs[mb_inds], b_actions[mb_inds]
-                    mb_logprobs = b_logprobs[mb_inds]
-                    mb_advantages, mb_returns = b_advantages[mb_inds], b_returns[mb_inds]
-                    if hp.normalize_advantage:
-                        mb_advantages = _normalized(mb_advantages)
-                # Entropy enters the loss only with a nonzero beta; otherwise it is measured
-                # once per minibatch in the first epoch (the rollout policy's), for the stats.
-                with_entropy = ent_coef > 0.0 or epoch == 0
-                newlogprob, entropy, newvalue = self.agent.evaluate(
-                    mb_obs, mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
-                )
-
-                # -- policy loss: clipped surrogate objective (paper eq. 7)
-                pg_loss = clipped_surrogate_loss(newlogprob, mb_logprobs, mb_advantages, clip_coef)
-                # -- value loss: regression onto the GAE returns
-                v_loss = F.mse_loss(newvalue, mb_returns)
-                loss = pg_loss + hp.vf_coef * v_loss
-                # -- entropy bonus (paper eq. 9)
-                if entropy is not None:
-                    entropy_loss = entropy.mean()
-                    entropies.append(entropy_loss.detach())
-                    if ent_coef > 0.0:
-                        loss = loss - ent_coef * entropy_loss
-
-                zero_grad_(flat_params)
-                torch.autograd.backward(loss)
-                self.world.average_(flat_params.grad)  # data parallel: the mean over ranks
-                clip_grad_norm_(flat_params, hp.max_grad_norm)
-                self.optimizer.step()
-                pg_losses.append(pg_loss.detach())
-                v_losses.append(v_loss.detach())
-
-        report = self.reporter.add_stat
-        report("Losses/Policy Loss", float(torch.stack(pg_losses).mean()))
-        report("Losses/Value Loss", float(torch.stack(v_losses).mean()))
-        report("Policy/Entropy", float(torch.stack(entropies).mean()))
+        zero_grad_(flat_params)
+        torch.autograd.backward(loss)
+        self.world.average_(flat_params.grad)  # data parallel: the mean over ranks
+        clip_grad_norm_(flat_params, self.hp.max_grad_norm)
+        self.optimizer.step()
+        return (
+            pg_loss.detach(),
+            v_loss.detach(),
+            None if entropy_loss is None else entropy_loss.detach(),
+        )
 
     # -- what the runner needs ------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ Settings classes are needed to validate a config (no torch import); trainer clas
 a run starts, so built-in trainers are named by ``module:Class`` and imported on first use.
 
 Trainer plugins (the ``evtrain.trainer`` entry-point group, and ``--plugins`` modules) add types
-for one run: :func:`available_trainer_types` merges them with the built-ins, and
+for one run: :func:`merge_trainer_types` merges them with the built-ins, and
 :func:`use_trainer_types` makes that mapping the one config structuring and the runner see.
 A plugin may not silently replace a type: a clash is an error unless ``plugins.trainer_types``
 names the source that wins.

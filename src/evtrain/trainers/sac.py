@@ -19,10 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from gymnasium.vector import VectorEnv
 from torch import nn
 
-from evtrain.bus.reporter import StatsReporter
 from evtrain.errors import SpaceMismatchError
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
@@ -34,10 +32,10 @@ from evtrain.trainers.networks import (
     flatten_parameters,
     zero_grad_,
 )
+from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import flat_obs_dim
-from evtrain.trainers.ppo import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.replay import ReplayBuffer
-from evtrain.trainers.settings import NetworkSettings, SACSettings, TrainerSettings
+from evtrain.trainers.settings import NetworkSettings, SACSettings
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 """Range of the policy's log standard deviation (cleanrl's bounds)."""
@@ -114,17 +112,8 @@ class SACTrainer(Trainer):
 
     settings_type = SACSettings
 
-    def __init__(
-        self,
-        behavior_name: str,
-        settings: TrainerSettings,
-        envs: VectorEnv[Any, Any, Any],
-        reporter: StatsReporter,
-        *,
-        seed: int,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(behavior_name, settings, envs, reporter, seed=seed, device=device)
+    def _setup(self) -> None:
+        settings, envs = self.settings, self.envs
         hp: SACSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
         space = envs.single_action_space
         if not isinstance(space, spaces.Box) or not (
@@ -229,22 +218,9 @@ class SACTrainer(Trainer):
         mb_obs = self.normalizer(mb_obs)
         mb_next_obs = self.normalizer(mb_next_obs)
         alpha = self.log_alpha.exp().detach()
-        gamma = self.settings.reward_signals.extrinsic.gamma
-
-        # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
-        with torch.no_grad():
-            next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
-            q1_next, q2_next = self.qf_target(mb_next_obs, next_actions)
-            min_q_next = torch.min(q1_next, q2_next) - alpha * next_logprob
-            y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
-        q1, q2 = self.qf(mb_obs, mb_actions)
-        q1_loss = F.mse_loss(q1, y)
-        q2_loss = F.mse_loss(q2, y)
-        zero_grad_(self.qf_params)
-        torch.autograd.backward(q1_loss + q2_loss)
-        self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
-        self._clip(self.qf_params)
-        self.q_optimizer.step()
+        q1_loss, q2_loss = self._critic_step(
+            mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated, alpha
+        )
 
         # -- actor: minimise alpha log pi(a|s) - min Q(s, a), a ~ pi reparameterised
         actions, logprob = self.actor(mb_obs, self.generator)
@@ -275,6 +251,33 @@ class SACTrainer(Trainer):
             alpha,
             min_q_pi.detach().mean(),
         )
+
+    def _critic_step(
+        self,
+        mb_obs: torch.Tensor,
+        mb_actions: torch.Tensor,
+        mb_rewards: torch.Tensor,
+        mb_next_obs: torch.Tensor,
+        mb_terminated: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step of both critics; returns their losses."""
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
+        with torch.no_grad():
+            next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
+            q1_next, q2_next = self.qf_target(mb_next_obs, next_actions)
+            min_q_next = torch.min(q1_next, q2_next) - alpha * next_logprob
+            y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
+        q1, q2 = self.qf(mb_obs, mb_actions)
+        q1_loss = F.mse_loss(q1, y)
+        q2_loss = F.mse_loss(q2, y)
+        zero_grad_(self.qf_params)
+        torch.autograd.backward(q1_loss + q2_loss)
+        self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
+        self._clip(self.qf_params)
+        self.q_optimizer.step()
+        return q1_loss, q2_loss
 
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:

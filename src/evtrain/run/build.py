@@ -1,0 +1,141 @@
+"""What a run builds before its first step: torch's settings, the seed, and per behavior a
+checkpoint manager, the state to start from, the environments and the trainer.
+
+torch is imported only inside these functions (``import evtrain`` stays light).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+from evtrain.bus.reporter import StatsReporter
+from evtrain.errors import RunFolderError
+from evtrain.ranks import get_rank
+from evtrain.run.wiring import active_initializer
+from evtrain.trainers.registry import trainer_type
+
+if TYPE_CHECKING:
+    from evtrain.bus import Bus
+    from evtrain.config.options import RunOptions
+    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.training_status import TrainingStatus
+    from evtrain.trainers.base import Trainer
+    from evtrain.world import World
+
+logger = logging.getLogger("evtrain")
+
+
+def configure_torch(options: RunOptions) -> None:
+    """Apply ``torch_settings.num_threads``."""
+    import torch
+
+    threads = options.torch_settings.num_threads
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def rank_seed(options: RunOptions, world: World) -> int:
+    """This rank's seed: ``env_settings.seed`` (rank 0's draw when -1) + 1000 x rank."""
+    seed = options.env_settings.seed
+    if seed < 0:
+        seed = world.broadcast_object(random.SystemRandom().randrange(2**31))
+        logger.info("env_settings.seed is -1: using seed %d", seed)
+    return seed + 1000 * get_rank()
+
+
+def training_status(options: RunOptions) -> TrainingStatus:
+    """The run's training_status.json: the recorded one when resuming (or inferring)."""
+    from evtrain.run.training_status import TrainingStatus
+
+    cs = options.checkpoint_settings
+    path = cs.run_logs_dir / "training_status.json"
+    if path.exists() and (cs.resume or cs.inference):
+        return TrainingStatus.load(path)
+    return TrainingStatus(path)
+
+
+def build_behavior(
+    options: RunOptions,
+    name: str,
+    settings: Any,
+    bus: Bus,
+    seed: int,
+    status: TrainingStatus,
+) -> tuple[Trainer, CheckpointManager]:
+    """Behavior ``name``'s trainer, at the state it starts from and in sync with the other
+    ranks, and its checkpoint manager.
+
+    :raises RunFolderError: ``--resume``/``--inference`` without a checkpoint, or
+        ``--initialize-from`` a run without this behavior.
+    """
+    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.envs import make_envs
+
+    cs = options.checkpoint_settings
+    manager = CheckpointManager(
+        cs.write_path,
+        name,
+        keep_checkpoints=settings.keep_checkpoints,
+        status=status,
+        bus=bus,
+        is_writer=get_rank() == 0,
+        resume=cs.resume,
+    )
+    state = _initial_state(options, name, manager)
+    envs = make_envs(options.env_settings)
+    trainer_cls = trainer_type(settings.trainer_type).load()
+    try:
+        trainer = trainer_cls(
+            name, settings, envs, StatsReporter(bus, name), seed=seed, device=_device(options)
+        )
+        if state is not None:
+            trainer.load_state_dict(state)
+        trainer.synchronize()
+    except BaseException:
+        envs.close()
+        raise
+    if state is not None:
+        logger.info("%s starts at step %d", name, trainer.step)
+    return trainer, manager
+
+
+def _initial_state(
+    options: RunOptions, name: str, manager: CheckpointManager
+) -> dict[str, Any] | None:
+    """The state ``name`` starts from: the latest checkpoint (``--resume``, ``--inference``),
+    an earlier run's with the counters at 0 (``--initialize-from``), or none."""
+    from evtrain.run.checkpoint_file import load_checkpoint
+
+    cs = options.checkpoint_settings
+    if cs.resume or (cs.inference and cs.maybe_init_path is None):
+        state = manager.load_latest()
+        if state is None:
+            raise RunFolderError(
+                f"cannot resume behavior {name!r}: {manager.checkpoint_path} does not exist "
+                "(the run never reached a checkpoint). Start it again with --force."
+            )
+        return state
+    if cs.maybe_init_path is None:
+        return None
+    source = cs.maybe_init_path / name / "checkpoint.pt"
+    if not source.exists():
+        raise RunFolderError(
+            f"--initialize-from {cs.initialize_from!r}: no checkpoint for behavior {name!r} "
+            f"at {source}"
+        )
+    # Weights (and optimizer/normaliser state) of the earlier run; the counters restart.
+    return {**load_checkpoint(source), "step": 0, "last_summary": 0}
+
+
+def _device(options: RunOptions) -> str:
+    """The initializer's choice, else ``torch_settings.device``, else CUDA when present."""
+    import torch
+
+    initializer = active_initializer()
+    return (
+        (initializer.device if initializer is not None else None)
+        or options.torch_settings.device
+        or ("cuda" if torch.cuda.is_available() else "cpu")
+    )

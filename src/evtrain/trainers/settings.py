@@ -71,7 +71,7 @@ class PPOSettings:
     # rounded up to what the rollout needs, as ML-Agents accepts such values.
     def __attrs_post_init__(self) -> None:
         if self.batch_size > self.buffer_size:
-            # "<key>: ..." is how evtrain.config.converter puts the key into the message's path
+            # "<key>: ..." is how evtrain.config.problems puts the key into the message's path
             raise ValueError(
                 f"batch_size: {self.batch_size} must not exceed buffer_size "
                 f"({self.buffer_size}); lower batch_size or raise buffer_size to at least "

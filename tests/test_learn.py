@@ -26,6 +26,7 @@ from evtrain import (
     RunStatus,
     SaveEvent,
     StatsEvent,
+    signals,
 )
 from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
 from evtrain.run.checkpoint import load_checkpoint
@@ -582,3 +583,35 @@ def test_cli_yaml_syntax_error_names_the_file_line_and_column(tmp_path: Path) ->
         "expected ',' or ']', but got '<stream end>'\n"
         '  in "bad.yaml", line 4, column 1\n'
     )
+
+
+def test_a_hung_subscriber_on_the_callers_bus_does_not_keep_learn_from_returning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It never returns from its first event; its inbox drops the oldest, so emit never
+    waits.  Without bus.drain_timeout, learn would wait for it at the final save and again
+    at the end, for as long as it hangs."""
+    import threading
+
+    released = threading.Event()
+    options = config(tmp_path, max_steps=512)
+    options["bus"] = {"drain_timeout": 0.5}
+    outcome: list[Any] = []
+    with Bus() as bus:
+        bus.connect(
+            signals.stats,
+            lambda event: released.wait(120),
+            name="hung",
+            capacity=2,
+            overflow="drop_oldest",
+        )
+        runner = threading.Thread(target=lambda: outcome.append(learn(options, bus)))
+        runner.start()
+        runner.join(timeout=100)
+        returned = not runner.is_alive()
+        released.set()
+        runner.join()
+    assert returned, "learn() waited for the hung subscriber"
+    assert outcome[0].status is RunStatus.COMPLETED and outcome[0].steps == {"CartPole": 512}
+    behind = [r.getMessage() for r in caplog.records if "still behind" in r.getMessage()]
+    assert behind and all("hung" in message for message in behind)

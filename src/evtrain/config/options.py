@@ -72,6 +72,10 @@ class BusSettings:
     on_error: FailurePolicy = FailurePolicy.DISABLE
     """A subscriber's exception: log, disable (after max_consecutive_failures), raise."""
     max_consecutive_failures: int = attrs.field(default=100, validator=_positive)
+    drain_timeout: float = attrs.field(default=30.0, validator=_seconds)
+    """Seconds a run waits, at its end (completed, interrupted or failed) and before its final
+    save, for subscribers to handle what was emitted; whoever is still behind is logged and
+    the run goes on.  Training itself never waits for this."""
     subscribers: dict[str, SubscriberSettings] = attrs.field(factory=dict)
     """Overrides by subscriber name, e.g. ``{"evtrain_writers.tensorboard.TensorboardWriter":
     {"overflow": "latest"}}``."""

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import attrs
 
 from evtrain.bus import Bus
+from evtrain.bus.closing import Deadline
 from evtrain.bus.subscription import SubscriptionHandle
 from evtrain.config.options import RunOptions
-from evtrain.errors import ConfigError, RunFolderError
+from evtrain.errors import BusClosedError, BusTimeoutError, ConfigError, RunFolderError
 from evtrain.events import signals
 from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD
@@ -235,7 +236,9 @@ class _Run:
         self.next_checkpoint[name] = _next_multiple(trainer.step, interval)
 
     def _save_final(self) -> None:
-        self.bus.flush()  # the last period's reward goes into the final checkpoint record
+        # The last period's reward goes into the final checkpoint record; a subscriber that
+        # hangs may delay the final save by the drain timeout, never more.
+        self._flush(Deadline(self.options.bus.drain_timeout), "before the final save")
         for name in self.trainers:
             self._save(name, final=True)
             self.finished.append(name)
@@ -268,18 +271,52 @@ class _Run:
         finished = RunFinished(
             run_id=self.options.checkpoint_settings.run_id, status=self.status, steps=steps
         )
+        deadline = Deadline(self.options.bus.drain_timeout)
         try:
             self.bus.emit(signals.run_finished, finished)
+        except BusClosedError:
+            # Only a caller's bus can be closed under a run: its owner has what was delivered.
+            logger.warning("The bus was closed before the run ended: run_finished not emitted")
         finally:
-            if self.own_bus:
-                self.bus.close()
-            else:
-                # The caller's bus outlives this run: detach (drain, then close) what the run
-                # connected, so a second run on the same bus does not write into this run's files.
-                for handle in self.handles:
-                    handle.disconnect()
-                self.bus.flush()
+            self._drain(deadline)
         logger.debug("Drained the bus in %.3f s", time.monotonic() - started)
+
+    def _drain(self, deadline: Deadline) -> None:
+        """Deliver what was emitted, waiting at most ``bus.drain_timeout`` whatever a
+        subscriber does; who was still behind is logged (and in the close report)."""
+        if self.own_bus:
+            report = self.bus.close(timeout=deadline.left())
+            if not report.clean:
+                logger.warning(
+                    "Subscribers still behind when the run ended (bus.drain_timeout %.0f s): "
+                    "undelivered %s, not closed %s",
+                    self.options.bus.drain_timeout,
+                    report.undelivered,
+                    list(report.timed_out),
+                )
+            return
+        # The caller's bus outlives this run: detach (drain, then close) what the run
+        # connected, so a second run on the same bus does not write into this run's files.
+        try:
+            for handle in self.handles:
+                handle.disconnect(timeout=deadline.left())
+        except BusTimeoutError as error:
+            logger.warning("A writer of this run did not close in time: %s", error)
+        self._flush(deadline, "when the run ended")
+
+    def _flush(self, deadline: Deadline, when: str) -> None:
+        if self.bus.closed:
+            return
+        try:
+            self.bus.flush(timeout=deadline.left())
+        except BusTimeoutError as error:
+            logger.warning(
+                "Subscribers still behind %s after bus.drain_timeout (%.0f s): %s. The run "
+                "goes on without waiting for them.",
+                when,
+                self.options.bus.drain_timeout,
+                ", ".join(error.pending) or "none",
+            )
 
 
 def _next_multiple(step: int, interval: int) -> int:

@@ -104,3 +104,31 @@ def test_unknown_trainer_type_lists_plugin_types(tmp_path: Path, plugin_dir: Pat
         "behaviors.CartPole.trainer_type: expected a registered trainer type, got 'dqn'; "
         f"available: ppo (evtrain), sac (evtrain), tiny_ppo (path:{plugin_dir})",
     )
+
+
+COUNTING = """
+from evtrain.trainers.ppo import PPOTrainer
+
+CALLS = []
+
+
+def trainer_types():
+    CALLS.append(1)
+    return {"counted_ppo": PPOTrainer}
+
+
+EVTRAIN_PLUGINS = {"evtrain.trainer": {"counted": trainer_types}}
+"""
+
+
+def test_a_run_loads_its_trainer_plugins_once(tmp_path: Path) -> None:
+    """Structuring the config and running it share one load (a failing plugin's warning
+    would otherwise be logged twice)."""
+    import importlib
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "counted_trainers.py").write_text(COUNTING)
+    data = options(tmp_path, "counted_ppo")
+    assert learn(data).steps == {"CartPole": 256}
+    assert importlib.import_module("counted_trainers").CALLS == [1]

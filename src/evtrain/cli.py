@@ -125,7 +125,14 @@ _OVERRIDES = {
 
 def options_from_cli(args: argparse.Namespace) -> RunOptions:
     """The YAML's options with the flags that were given written over them."""
-    from evtrain.run.options import options_from_data, read_config
+    from evtrain.run.options import options_from_data
+
+    return options_from_data(cli_data(args))
+
+
+def cli_data(args: argparse.Namespace) -> dict[str, Any]:
+    """The YAML's plain data with the flags that were given written over it."""
+    from evtrain.run.options import read_config
 
     data = read_config(args.config)
     for dest, (section, key) in _OVERRIDES.items():
@@ -143,7 +150,7 @@ def options_from_cli(args: argparse.Namespace) -> RunOptions:
         writers[name] = {**(writers.get(name) or {}), **options}
     if args.debug:
         data["debug"] = True
-    return options_from_data(data)
+    return data
 
 
 def parse_writer_flag(flag: str) -> tuple[str, dict[str, Any]]:
@@ -170,12 +177,14 @@ def run_learn(args: argparse.Namespace) -> int:
     from evtrain.events.payloads import RunStatus
     from evtrain.ranks import get_rank
     from evtrain.run.learn import learn
+    from evtrain.run.options import options_and_types
     from evtrain.run.wiring import initialized
+    from evtrain.trainers.registry import use_trainer_types
 
-    options = options_from_cli(args)
+    options, types = options_and_types(cli_data(args))  # learn() keeps these trainer types
     # Initialised first: the bus takes its rank from the process group, and only rank 0 shows
     # a progress bar (ranks share one terminal under torchrun).
-    with initialized(options):
+    with use_trainer_types(types), initialized(options):
         rank = get_rank()
         if not sys.stderr.isatty() or rank != 0:
             result = learn(options)

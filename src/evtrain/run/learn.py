@@ -32,7 +32,7 @@ from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
 from evtrain.run.run_folder import prepare_run_folder, write_configuration
-from evtrain.run.wiring import attach_plugins, initialized, make_bus, trainer_types_for
+from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
 from evtrain.trainers.registry import trainer_type, use_trainer_types
 from evtrain.world import World
@@ -84,8 +84,8 @@ def learn(
     Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the
     process group first, unless the caller has done so already.
     """
-    options = load_options(config)
-    with use_trainer_types(trainer_types_for(options.plugins)), initialized(options):
+    options, types = load_options(config)
+    with use_trainer_types(types), initialized(options):
         return _learn(options, bus, progress)
 
 

@@ -16,7 +16,7 @@ from evtrain.config.converter import structure
 from evtrain.config.options import PluginSettings, RunOptions
 from evtrain.errors import ConfigError
 from evtrain.run.wiring import trainer_types_for
-from evtrain.trainers.registry import use_trainer_types
+from evtrain.trainers.registry import TrainerType, chosen_trainer_types, use_trainer_types
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -41,21 +41,29 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_options(config: str | Path | RunOptions | Mapping[str, Any]) -> RunOptions:
-    """Options from a YAML path, a mapping, or as given.
+TrainerTypes = Mapping[str, TrainerType]
+
+
+def load_options(
+    config: str | Path | RunOptions | Mapping[str, Any],
+) -> tuple[RunOptions, TrainerTypes]:
+    """Options from a YAML path, a mapping, or as given, with the trainer types they were
+    checked against: the trainer plugins load once, here.  Options given as they are keep
+    the types of a :func:`~evtrain.trainers.registry.use_trainer_types` block around the
+    caller (the CLI's), else their plugins load.
 
     :raises ConfigError: the file is missing, is not YAML, or its options are invalid.
+    :raises PluginError: a required trainer plugin failed, or a name clash is not settled.
     """
     if isinstance(config, RunOptions):
-        return config
-    if isinstance(config, Mapping):
-        return options_from_data(dict(config))
-    return options_from_data(read_config(config))
+        return config, chosen_trainer_types() or trainer_types_for(config.plugins)
+    data = dict(config) if isinstance(config, Mapping) else read_config(config)
+    return options_and_types(data)
 
 
-def options_from_data(data: dict[str, Any]) -> RunOptions:
+def options_and_types(data: dict[str, Any]) -> tuple[RunOptions, TrainerTypes]:
     """:meth:`RunOptions.from_dict` against the built-in trainer types and those of the trainer
-    plugins that ``data``'s ``plugins`` section allows.
+    plugins that ``data``'s ``plugins`` section allows; and those types.
 
     :raises ConfigError: as :meth:`RunOptions.from_dict`, and for a bad ``plugins`` section.
     :raises PluginError: a required trainer plugin failed, or a name clash is not settled.
@@ -63,4 +71,9 @@ def options_from_data(data: dict[str, Any]) -> RunOptions:
     plugins = data.get("plugins", {}) if isinstance(data, dict) else {}
     types = trainer_types_for(structure(plugins, PluginSettings, root="plugins"))
     with use_trainer_types(types):
-        return RunOptions.from_dict(data)
+        return RunOptions.from_dict(data), types
+
+
+def options_from_data(data: dict[str, Any]) -> RunOptions:
+    """The options of :func:`options_and_types`."""
+    return options_and_types(data)[0]

@@ -59,6 +59,13 @@ _ACTIVE: contextvars.ContextVar[Mapping[str, TrainerType]] = contextvars.Context
 )
 
 
+def chosen_trainer_types() -> Mapping[str, TrainerType] | None:
+    """The types a :func:`use_trainer_types` block around the caller set, or ``None`` outside
+    any (the built-in ones are in effect then)."""
+    types = _ACTIVE.get()
+    return None if types is TRAINER_TYPES else types
+
+
 @contextlib.contextmanager
 def use_trainer_types(types: Mapping[str, TrainerType]) -> Iterator[None]:
     """Make ``types`` the trainer types :func:`trainer_type` resolves, for this block."""

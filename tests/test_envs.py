@@ -8,12 +8,11 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-import yaml
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.run.envs import make_envs
-from tests.test_learn import config, run_cli
+from tests.test_learn import config, run_config
 
 
 @pytest.mark.skipif(
@@ -22,8 +21,7 @@ from tests.test_learn import config, run_cli
 def test_cli_env_of_a_missing_extra_names_the_pip_install(tmp_path: Path) -> None:
     options = config(tmp_path)
     options["env_settings"]["env_id"] = "LunarLander-v3"
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    result = run_cli("run.yaml", cwd=tmp_path)
+    result = run_config(tmp_path, options)
     assert result.returncode == 2
     assert result.stderr == (
         "evtrain: error: env_settings.env_id: 'LunarLander-v3' needs a package that is not "

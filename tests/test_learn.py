@@ -252,20 +252,26 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_config(
+    tmp_path: Path, options: dict[str, Any], *args: str, name: str = "run.yaml"
+) -> subprocess.CompletedProcess[str]:
+    """Write ``options`` to ``tmp_path/name`` and run ``evtrain learn`` on it there."""
+    (tmp_path / name).write_text(yaml.safe_dump(options))
+    return run_cli(name, *args, cwd=tmp_path)
+
+
 def test_cli_config_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     bad = config(tmp_path)
     bad["behaviors"]["CartPole"]["hyperparameters"]["learning_rat"] = 1e-3
     bad["env_settings"]["env_id"] = "CartPol-v1"
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    result = run_cli("bad.yaml", cwd=tmp_path)
+    result = run_config(tmp_path, bad, name="bad.yaml")
     assert result.returncode == 2
     assert result.stderr == (
         "evtrain: error: behaviors.CartPole.hyperparameters.learning_rat: unknown key "
         "(did you mean learning_rate?)\n"
     )
     del bad["behaviors"]["CartPole"]["hyperparameters"]["learning_rat"]
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    result = run_cli("bad.yaml", cwd=tmp_path)
+    result = run_config(tmp_path, bad, name="bad.yaml")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "env_settings.env_id: 'CartPol-v1' is not a Gymnasium environment" in result.stderr
     assert "did you mean CartPole-v1" in result.stderr
@@ -399,8 +405,7 @@ def test_run_shorter_than_a_rollout_and_summary_freq_warns_and_writes_a_final_su
     tmp_path: Path,
 ) -> None:
     short = config(tmp_path, max_steps=100, summary_freq=256)  # rollouts of 128 steps
-    (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
-    result = run_cli("short.yaml", cwd=tmp_path)
+    result = run_config(tmp_path, short, name="short.yaml")
     assert result.returncode == 0, result.stderr
     assert (
         "[WARNING] CartPole: max_steps 100 is less than one rollout (buffer_size 128): the run "
@@ -456,8 +461,7 @@ def test_summary_freq_below_a_rollout_warns_and_writes_one_summary_per_rollout(
         time_horizon=128,
         hyperparameters={"batch_size": 128, "buffer_size": 512, "num_epoch": 1},
     )
-    (tmp_path / "wide.yaml").write_text(yaml.safe_dump(wide))
-    result = run_cli("wide.yaml", cwd=tmp_path)
+    result = run_config(tmp_path, wide, name="wide.yaml")
     assert result.returncode == 0, result.stderr
     assert (
         "[WARNING] CartPole: summary_freq 128 is less than one rollout (buffer_size 512): "
@@ -478,8 +482,7 @@ def test_summary_freq_below_a_rollout_warns_and_writes_one_summary_per_rollout(
 def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -> None:
     # Tests run as root, where a mode bit blocks nothing: a file in the way fails for anyone.
     (tmp_path / "somefile").write_text("")
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
-    result = run_cli("run.yaml", "--results-dir", "somefile/sub", cwd=tmp_path)
+    result = run_config(tmp_path, config(tmp_path), "--results-dir", "somefile/sub")
     assert result.returncode == 2
     assert result.stderr == (
         "evtrain: error: cannot write the run folder somefile/sub/run (Not a directory: "
@@ -508,8 +511,7 @@ def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -
 def test_cli_unusable_torch_device_is_refused_before_the_run(
     tmp_path: Path, device: str, message: str
 ) -> None:
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
-    result = run_cli("run.yaml", "--torch-device", device, cwd=tmp_path)
+    result = run_config(tmp_path, config(tmp_path), "--torch-device", device)
     assert (result.returncode, result.stderr) == (2, f"evtrain: error: {message}\n")
     assert not (tmp_path / "results").exists()
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from evtrain import ConfigError, RunOptions, StatsAggregationMethod, StatsSummary
 from evtrain.events.stats import StatsPropertyType
@@ -16,7 +15,7 @@ from evtrain.plugins import STATS_WRITER, Plugin, discover
 from evtrain.run.wiring import register_stats_writer_plugins
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
-from tests.test_learn import config, run_cli, scalar_steps
+from tests.test_learn import config, run_config, scalar_steps
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -27,8 +26,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def test_a_run_with_csv_and_jsonl_writes_every_summary_tensorboard_has(tmp_path: Path) -> None:
     options = config(tmp_path)
     options["writers"] = {"csv": {"hidden_keys": ["Step"]}}  # jsonl comes from the flag
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    result = run_cli("run.yaml", "--writer", "jsonl", cwd=tmp_path)
+    result = run_config(tmp_path, options, "--writer", "jsonl")
     assert result.returncode == 0, result.stderr
     folder = tmp_path / "results" / "run" / "CartPole"
     steps = scalar_steps(folder, "Environment/Cumulative Reward")
@@ -127,8 +125,7 @@ def test_writer_flag_options_and_mistakes(tmp_path: Path) -> None:
     assert info.value.problems == (
         "--writer 'csv:hidden_keys': expected KEY=VALUE after csv:, got 'hidden_keys'",
     )
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
-    result = run_cli("run.yaml", "--writer", "nope", cwd=tmp_path)
+    result = run_config(tmp_path, config(tmp_path), "--writer", "nope")
     assert (result.returncode, result.stderr) == (
         2,
         "evtrain: error: writers.nope: no installed writer plugin is named 'nope' (installed: "

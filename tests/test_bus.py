@@ -5,6 +5,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from evtrain import (
     SubscriberFailed,
     signals,
 )
+from evtrain.bus.inbox import Overflow, SubscriberSettings
 from evtrain.events.stats import StatsPropertyType
 from evtrain.testing import Recorder
 from tests.helpers import Gate, stats_event
@@ -335,6 +337,61 @@ def test_add_writer_delivers_stats_and_properties_in_order(bus: Bus) -> None:
         ("stats", "C", 10, {"reward": 1.5}),
         ("flush",),
     ]
+
+
+def test_add_writer_delivers_the_run_lifecycle_in_order(bus: Bus, tmp_path: Path) -> None:
+    from evtrain import ExportEvent, RunFinished, RunStarted, RunStatus, SaveEvent
+
+    calls: list[tuple[Any, ...]] = []
+
+    class Tracker(StatsWriter):
+        def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+            calls.append(("stats", step))
+
+        def on_run_started(self, event: RunStarted) -> None:
+            calls.append(("started", event.run_id))
+
+        def on_save(self, event: SaveEvent) -> None:
+            calls.append(("save", event.step, event.path.name))
+
+        def on_export(self, event: ExportEvent) -> None:
+            calls.append(("export", event.step, event.format))
+
+        def on_run_finished(self, event: RunFinished) -> None:
+            calls.append(("finished", event.status))
+
+    bus.add_writer(Tracker())
+    bus.emit(signals.run_started, RunStarted(run_id="r"))
+    bus.emit(signals.stats, stats_event(10))
+    bus.emit(signals.save, SaveEvent(category="C", step=10, path=tmp_path / "C-10.pt"))
+    bus.emit(signals.export, ExportEvent(category="C", step=10, path=tmp_path / "C-10.onnx"))
+    bus.emit(signals.run_finished, RunFinished(run_id="r", status=RunStatus.COMPLETED))
+    bus.flush()
+    assert calls == [
+        ("started", "r"),
+        ("stats", 10),
+        ("save", 10, "C-10.pt"),
+        ("export", 10, "onnx"),
+        ("finished", RunStatus.COMPLETED),
+    ]
+
+
+def test_a_writer_brings_its_own_overflow_policy_and_options_override_it() -> None:
+    class Lossy(StatsWriter):
+        overflow = "drop_newest"
+
+        def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+            pass
+
+    with Bus() as plain:
+        plain.add_writer(Lossy())
+        (sub,) = plain.subscriptions
+        assert sub.inbox.overflow is Overflow.DROP_NEWEST
+    name = "tests.test_bus.Lossy"
+    with Bus(subscribers={name: SubscriberSettings(overflow=Overflow.BLOCK)}) as tuned:
+        tuned.add_writer(Lossy(), name=name)
+        (sub,) = tuned.subscriptions
+        assert sub.inbox.overflow is Overflow.BLOCK
 
 
 def test_add_writer_refuses_non_writers(bus: Bus) -> None:

@@ -128,7 +128,7 @@ def test_bus_metrics_recorded_when_connected(tmp_path: Path) -> None:
     assert handle.name == "evtrain_writers.gauge.GaugeWriter"
     metrics = data["bus"][handle.name]
     assert metrics["name"] == handle.name
-    assert metrics["signals"] == ["stats", "hyperparameters"]
+    assert metrics["signals"] == [s.name for s in signals.WRITER_SIGNALS]
     assert (metrics["delivered"], metrics["dropped"], metrics["failed"]) == (2, 0, 0)
     assert metrics["disabled"] is False
     assert set(metrics) == {

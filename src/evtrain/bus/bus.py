@@ -32,7 +32,7 @@ from evtrain.bus.subscription import (
 )
 from evtrain.bus.writers import StatsWriter, WriterAdapter
 from evtrain.errors import BusClosedError, BusTimeoutError, SubscriberError
-from evtrain.events.signals import EventSignal, subscriber_failed
+from evtrain.events.signals import WRITER_SIGNALS, EventSignal, subscriber_failed
 from evtrain.ranks import get_rank
 
 logger = logging.getLogger("evtrain.bus")
@@ -161,18 +161,19 @@ class Bus:
         return decorate
 
     def add_writer(self, writer: StatsWriter, **options: Any) -> SubscriptionHandle:
-        """Connect a :class:`StatsWriter` to ``stats`` and ``hyperparameters``.
+        """Connect a :class:`StatsWriter` to the run's lifecycle: ``run_started``,
+        ``hyperparameters``, ``stats``, ``save``, ``export`` and ``run_finished``.
 
-        Both signals share one inbox, so the writer sees them in emission order on one thread.
-        ``bus.flush()`` calls its ``flush()``, ``bus.close()`` its ``close()``.  Unless
-        ``ranks=`` is given, the writer's own ``ranks`` attribute applies.
+        They share one inbox, so the writer sees them in emission order on one thread.
+        ``bus.flush()`` calls its ``flush()``, ``bus.close()`` its ``close()``.  Unless given,
+        ``ranks=`` and ``overflow=`` are the writer's own attributes.
         """
-        from evtrain.events.signals import hyperparameters, stats
-
         adapter = WriterAdapter(writer)
         options.setdefault("ranks", writer.ranks)
         options.setdefault("name", subscriber_name(writer))
-        handle = self.connect((stats, hyperparameters), adapter, **options)
+        if writer.overflow is not None:
+            options.setdefault("overflow", writer.overflow)
+        handle = self.connect(WRITER_SIGNALS, adapter, **options)
         if handle.active:
             writer.on_connect(self)
         return handle

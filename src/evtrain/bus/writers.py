@@ -1,5 +1,10 @@
-"""Writers: :class:`StatsWriter`, ML-Agents' sink interface, and the adapter that makes one a
-single subscriber of ``stats`` and ``hyperparameters``."""
+"""Writers: :class:`StatsWriter`, ML-Agents' sink interface grown to a run's whole lifecycle, and
+the adapter that makes one a single subscriber of every signal it handles.
+
+ML-Agents' writers see statistics and properties only.  A tracker (MLflow, wandb) also needs the
+run's start and end (to open the tracker run and set its status) and its saves and exports (to
+log the artifacts): :class:`StatsWriter` has a hook for each, a no-op by default, and
+``Bus.add_writer`` delivers all of them through one inbox, in emission order."""
 
 from __future__ import annotations
 
@@ -8,7 +13,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
 from evtrain.bus.subscription import SubscriberMetrics
-from evtrain.events.payloads import PropertyEvent, StatsEvent
+from evtrain.events.payloads import (
+    ExportEvent,
+    PropertyEvent,
+    RunFinished,
+    RunStarted,
+    SaveEvent,
+    StatsEvent,
+)
 from evtrain.events.stats import StatsPropertyType, StatsSummary
 
 
@@ -31,12 +43,30 @@ class StatsWriter(abc.ABC):
     """Ranks this writer runs on by default; ``None`` means every rank.  File writers use
     ``frozenset({0})`` so a distributed run writes each file once."""
 
+    overflow: ClassVar[str | None] = None
+    """The writer's default overflow policy on the bus (an
+    :class:`~evtrain.bus.inbox.Overflow` value); ``None`` takes the bus's.  Writers to a remote
+    tracker use ``"spool"``.  ``bus.subscribers`` in the options still wins."""
+
     @abc.abstractmethod
     def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
         """Record one summary period of ``category`` labelled with ``step``."""
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Record a property (e.g. hyperparameters).  Writers need not support every type."""
+
+    def on_run_started(self, event: RunStarted) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """The run begins (before any statistics): trackers open or resume their run here."""
+
+    def on_save(self, event: SaveEvent) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """A checkpoint file is durable at ``event.path``."""
+
+    def on_export(self, event: ExportEvent) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """An exported model (ONNX) is durable at ``event.path``."""
+
+    def on_run_finished(self, event: RunFinished) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """The run ended with ``event.status`` (completed, interrupted, failed); its last
+        statistics were delivered before this."""
 
     def on_connect(self, bus: BusMetrics) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Called once by ``Bus.add_writer`` before any event; writers that report bus state
@@ -50,7 +80,7 @@ class StatsWriter(abc.ABC):
 
 
 class WriterAdapter:
-    """Calls ``write_stats``/``add_property`` by payload type; exposes ``flush``/``close``."""
+    """Calls the writer's method for each payload type; exposes ``flush``/``close``."""
 
     __slots__ = ("close", "flush", "writer")
 
@@ -65,7 +95,17 @@ class WriterAdapter:
         self.close = writer.close
 
     def __call__(self, payload: Any) -> None:
-        if type(payload) is StatsEvent:
-            self.writer.write_stats(payload.category, payload.values, payload.step)
-        elif type(payload) is PropertyEvent:
-            self.writer.add_property(payload.category, payload.property_type, payload.value)
+        kind = type(payload)
+        writer = self.writer
+        if kind is StatsEvent:
+            writer.write_stats(payload.category, payload.values, payload.step)
+        elif kind is PropertyEvent:
+            writer.add_property(payload.category, payload.property_type, payload.value)
+        elif kind is SaveEvent:
+            writer.on_save(payload)
+        elif kind is ExportEvent:
+            writer.on_export(payload)
+        elif kind is RunStarted:
+            writer.on_run_started(payload)
+        elif kind is RunFinished:
+            writer.on_run_finished(payload)

@@ -113,3 +113,13 @@ ALL: tuple[EventSignal[Any], ...] = (
     subscriber_failed,
 )
 """Every signal, in lifecycle order."""
+
+WRITER_SIGNALS: tuple[EventSignal[Any], ...] = (
+    run_started,
+    hyperparameters,
+    stats,
+    save,
+    export,
+    run_finished,
+)
+"""What ``Bus.add_writer`` delivers to a :class:`~evtrain.StatsWriter`: the run's lifecycle."""

@@ -15,9 +15,11 @@ import venv
 from collections.abc import Mapping
 from pathlib import Path
 
+import attrs
 import importlib_metadata
 
 from evtrain import StatsEvent, StatsSummary
+from evtrain_writers._hparams import HParamValue
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -111,3 +113,71 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
     return port
+
+
+@attrs.frozen(kw_only=True)
+class HParamsSession:
+    """One session as TensorBoard's HParams dashboard lists it."""
+
+    hparams: dict[str, HParamValue]
+    metrics: dict[str, tuple[int, float]]
+    """Each metric's (step, value): the last scalar of that tag in the session's run."""
+    status: str
+    """An ``api_pb2.Status`` name, ``STATUS_UNKNOWN`` for a session without an end."""
+
+
+@attrs.frozen(kw_only=True)
+class HParamsDashboard:
+    """What the HParams dashboard shows for a logdir: its columns and its sessions."""
+
+    columns: dict[str, str]
+    """Each hyperparameter's name and ``api_pb2.DataType`` name."""
+    metrics: list[str]
+    sessions: dict[str, HParamsSession]
+    """By run name (relative to the logdir)."""
+
+
+def hparams_dashboard(logdir: Path) -> HParamsDashboard:
+    """Ask the HParams plugin's own backend (``get_experiment`` and ``list_session_groups``,
+    over a multiplexer of ``logdir``) what the dashboard shows."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing.data_provider import MultiplexerDataProvider
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.plugins.base_plugin import TBContext
+    from tensorboard.plugins.hparams import (
+        api_pb2,
+        backend_context,
+        get_experiment,
+        list_session_groups,
+    )
+
+    multiplexer = EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    provider = MultiplexerDataProvider(multiplexer, str(logdir))
+    backend = backend_context.Context(
+        TBContext(logdir=str(logdir), multiplexer=multiplexer, data_provider=provider)
+    )
+    request = context.RequestContext()
+    experiment = get_experiment.Handler(request, backend, "", api_pb2.GetExperimentRequest()).run()
+    every_status = api_pb2.Status.values()
+    listing = api_pb2.ListSessionGroupsRequest(slice_size=1000, allowed_statuses=every_status)
+    groups = list_session_groups.Handler(request, backend, "", listing).run().session_groups
+    sessions = {}
+    for group in groups:
+        (session,) = group.sessions  # no group names are written: a group per session
+        sessions[str(session.name)] = HParamsSession(
+            hparams={
+                str(k): getattr(v, str(v.WhichOneof("kind"))) for k, v in group.hparams.items()
+            },
+            metrics={
+                str(m.name.tag): (int(m.training_step), float(m.value))
+                for m in session.metric_values
+            },
+            status=str(api_pb2.Status.Name(session.status)),
+        )
+    return HParamsDashboard(
+        columns={str(h.name): str(api_pb2.DataType.Name(h.type)) for h in experiment.hparam_infos},
+        metrics=sorted(str(m.name.tag) for m in experiment.metric_infos),
+        sessions=sessions,
+    )

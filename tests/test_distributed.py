@@ -129,12 +129,13 @@ CARTPOLE = {"env_id": "CartPole-v1", "num_envs": 4, "seed": 5}
 
 def tensorboard_points(folder: Path) -> Counter[tuple[str, int]]:
     """How often each (tag, step) was written, over every event file in ``folder`` (but the
-    hyperparameters text, which every start of a run writes at step 0)."""
+    hyperparameters, as text and as HParams session records, which every start of a run writes
+    at step 0)."""
     points: Counter[tuple[str, int]] = Counter()
     for path in sorted(folder.glob("events.out.tfevents.*")):
         for event in EventFileLoader(str(path)).Load():
             for value in event.summary.value:
-                if value.tag != "Hyperparameters":
+                if value.tag != "Hyperparameters" and not value.tag.startswith("_hparams_/"):
                     points[(value.tag, event.step)] += 1
     return points
 

@@ -166,7 +166,8 @@ def test_hyperparameters_are_a_text_summary(tmp_path: Path) -> None:
     writer.close()
 
     accumulator = accumulate(tmp_path / "B")
-    assert accumulator.Tags()["tensors"] == ["Hyperparameters"]
+    # Beside the HParams session start (tests/writers/test_tensorboard_hparams.py).
+    assert accumulator.Tags()["tensors"] == ["Hyperparameters", "_hparams_/session_start_info"]
     assert list(accumulator.PluginTagToContent("text")) == ["Hyperparameters"]
     (event,) = accumulator.Tensors("Hyperparameters")
     assert event.step == 0

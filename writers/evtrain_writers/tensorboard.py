@@ -5,6 +5,10 @@ each key's ``aggregated_value``, a ``<key>_hist`` histogram for HISTOGRAM stats,
 hyperparameters as a text summary named ``Hyperparameters``, and ``clear_past_data`` deleting
 earlier event files (with a warning per file) when a category's file is first opened.
 
+Added: the hyperparameters also open a session of TensorBoard's HParams dashboard in the
+category's own file, and the run's end closes it (:mod:`evtrain_writers._hparams`), so runs can
+be compared by hyperparameters against their final stats, as Lightning and SB3 users expect.
+
 What differs: every scalar of one ``write_stats`` call goes into one Event (one Summary with a
 value per key), encoded by hand (:mod:`evtrain_writers.tfrecord`); files stay open and are
 flushed by a timer thread every ``flush_secs`` when something is waiting, and on ``flush()`` and
@@ -23,8 +27,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evtrain.bus.writers import StatsWriter
+from evtrain.events.payloads import RunFinished
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain_writers._format import render_nested
+from evtrain_writers._hparams import session_end_event, session_start_event
 from evtrain_writers.tfrecord import EventFileWriter, ScalarEventEncoder
 
 logger = logging.getLogger(__name__)
@@ -56,6 +62,8 @@ class TensorboardWriter(StatsWriter):
         first opened (a new run, not a resumed one).
     :param hidden_keys: stat keys never written (e.g. ``"Is Training"``, ``"Step"``).
     :param flush_secs: how often the timer thread writes buffered events to disk.
+    :param hparams: also write each category's hyperparameters as a session of TensorBoard's
+        HParams dashboard, ended by :meth:`on_run_finished`; ``False`` writes only the text.
     """
 
     ranks: ClassVar[frozenset[int] | None] = frozenset({0})
@@ -67,6 +75,7 @@ class TensorboardWriter(StatsWriter):
         clear_past_data: bool = False,
         hidden_keys: Iterable[str] | None = None,
         flush_secs: float = 1.0,
+        hparams: bool = True,
     ) -> None:
         if flush_secs <= 0:
             raise ValueError(f"flush_secs must be positive, got {flush_secs}")
@@ -74,6 +83,10 @@ class TensorboardWriter(StatsWriter):
         self.clear_past_data = clear_past_data
         self.hidden_keys = frozenset(hidden_keys or ())
         self.flush_secs = flush_secs
+        self.hparams = hparams
+        self._sessions: set[str] = set()
+        """Categories whose HParams session was started."""
+        self._sessions_ended = False
         self._files: dict[str, EventFileWriter] = {}
         # The timer thread reads this snapshot; replacing a tuple is atomic, a dict is not.
         self._file_list: tuple[EventFileWriter, ...] = ()
@@ -116,7 +129,8 @@ class TensorboardWriter(StatsWriter):
                 file.write_event(event)
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
-        """Write hyperparameters (a nested mapping) as a text summary; ignore other properties.
+        """Write hyperparameters (a nested mapping) as a text summary and, the first time for a
+        category, as the start of its HParams session; ignore other properties.
 
         :raises TypeError: hyperparameters that are not a mapping.
         """
@@ -129,7 +143,23 @@ class TensorboardWriter(StatsWriter):
         file = self._files.get(category)
         if file is None:
             file = self._open(category)
-        file.write_event(_text_event(time.time(), 0, HYPERPARAMETERS_TAG, render_nested(value)))
+        wall_time = time.time()
+        file.write_event(_text_event(wall_time, 0, HYPERPARAMETERS_TAG, render_nested(value)))
+        # TensorBoard keeps a run's first session start only: later ones would be dead weight.
+        if self.hparams and category not in self._sessions:
+            file.write_event(session_start_event(value, wall_time))
+            self._sessions.add(category)
+
+    def on_run_finished(self, event: RunFinished) -> None:
+        """End every open HParams session with the run's status (none for an interrupted run,
+        so that a resumed run can still record how it ends)."""
+        if self._sessions_ended or not self._sessions:
+            return
+        self._sessions_ended = True
+        end = session_end_event(event.status, event.time)
+        if end is not None:
+            for category in sorted(self._sessions):
+                self._files[category].write_event(end)
 
     def _plan(self, keys: tuple[str, ...]) -> _Plan:
         if len(self._plans) >= _MAX_PLANS:  # key sets are normally few; bound them anyway
@@ -169,7 +199,10 @@ class TensorboardWriter(StatsWriter):
             file.flush()
 
     def close(self) -> None:
-        """Stop the timer thread, write what is buffered, close every file.  Idempotent."""
+        """Stop the timer thread, write what is buffered, close every file.  Idempotent.
+
+        An HParams session still open gets no end here: only ``run_finished`` says how the run
+        went, and TensorBoard shows a session without one as of unknown status."""
         if self._closed:
             return
         self._closed = True

@@ -24,9 +24,15 @@ __all__ = [
 ]
 
 
-def get_default_stats_writers(run_options: RunOptions) -> list[StatsWriter]:
+def get_default_stats_writers(
+    run_options: RunOptions, *, hparams: bool = True
+) -> list[StatsWriter]:
     """The writers of every run: TensorBoard files in the run folder (cleared unless resuming,
-    hiding ``Is Training`` and ``Step``), gauges in ``run_logs/timers.json``, the console line."""
+    hiding ``Is Training`` and ``Step``), gauges in ``run_logs/timers.json``, the console line.
+
+    :param hparams: the TensorBoard writer's ``hparams``; a plugin that replaces the ``default``
+        entry point passes ``False`` to keep runs out of the HParams dashboard
+        (``docs/trackers.md``)."""
     checkpoint_settings = run_options.checkpoint_settings
     return [
         TensorboardWriter(
@@ -34,6 +40,7 @@ def get_default_stats_writers(run_options: RunOptions) -> list[StatsWriter]:
             # An inference run adds to the trained run's curves; only a fresh run clears them.
             clear_past_data=not (checkpoint_settings.resume or checkpoint_settings.inference),
             hidden_keys=["Is Training", "Step"],
+            hparams=hparams,
         ),
         GaugeWriter(checkpoint_settings.run_logs_dir),
         ConsoleWriter(),

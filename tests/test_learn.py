@@ -32,7 +32,7 @@ from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
-from tests.helpers import isolated_python
+from tests.helpers import hparams_dashboard, isolated_python
 
 
 def config(tmp_path: Path, run_id: str = "run", **behavior: Any) -> dict[str, Any]:
@@ -325,6 +325,8 @@ def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path
         f"Interrupted at step {final['steps']:,}. Continue with: evtrain learn long.yaml "
         "--seed 5 --num-envs 2 --run-id flagged --resume",
     ]
+    # No HParams session end: the one a --resume writes will be the first, so it counts.
+    assert hparams_dashboard(run.parent).sessions["flagged/CartPole"].status == "STATUS_UNKNOWN"
 
 
 def test_second_sigint_aborts_without_torn_files_and_says_what_it_left(tmp_path: Path) -> None:
@@ -423,6 +425,36 @@ def test_run_shorter_than_a_rollout_and_summary_freq_warns_and_writes_a_final_su
     # One rollout, and TensorBoard is not empty: the final summary is at the last step.
     assert scalar_steps(run / "CartPole", "Environment/Cumulative Reward") == [128]
     assert scalar_steps(run / "CartPole", "Losses/Policy Loss") == [128]
+
+
+def test_cli_run_is_a_session_of_the_hparams_dashboard(tmp_path: Path) -> None:
+    result = run_config(tmp_path, config(tmp_path, max_steps=256, summary_freq=128))
+    assert result.returncode == 0, result.stderr
+
+    dashboard = hparams_dashboard(tmp_path / "results")
+    assert list(dashboard.sessions) == ["run/CartPole"]
+    session = dashboard.sessions["run/CartPole"]
+    assert session.status == "STATUS_SUCCESS"
+    assert {
+        name: session.hparams[name]
+        for name in ("trainer_type", "hyperparameters/batch_size", "network_settings/hidden_units")
+    } == {
+        "trainer_type": "ppo",
+        "hyperparameters/batch_size": 64.0,
+        "network_settings/hidden_units": 32.0,
+    }
+    assert session.hparams["max_steps"] == 256.0
+    assert dashboard.columns["trainer_type"] == "DATA_TYPE_STRING"
+    # The metrics are the behavior's stat keys; each value is the last scalar of its curve.
+    assert {"Environment/Cumulative Reward", "Losses/Policy Loss"} <= set(dashboard.metrics)
+    assert not {"Step", "Is Training"} & set(dashboard.metrics)  # hidden, never written
+    folder = tmp_path / "results" / "run" / "CartPole"
+    accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    for tag in dashboard.metrics:
+        last = accumulator.Scalars(tag)[-1]
+        assert session.metrics[tag] == (last.step, last.value)
+    assert session.metrics["Losses/Policy Loss"][0] == 256
 
 
 def test_max_steps_between_rollouts_stops_at_the_next_rollout_end(tmp_path: Path) -> None:

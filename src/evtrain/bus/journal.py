@@ -2,7 +2,7 @@
 
 A remote tracker may stop answering for minutes, and the trainer may be ``kill -9``-ed at any
 moment; neither may cost the tracker an event, and neither may make ``emit`` wait.  So the
-spool inbox (:mod:`evtrain.bus.spool`) hands every event to a :class:`JournalWriter` thread,
+spool inbox (:mod:`evtrain.bus.spool`) hands every event to its ``JournalWriter`` thread,
 which appends it here in batches — never on the emit thread — and the consumer reads it back
 only when memory could not hold it (a full window, a failing or stalled subscriber, or an
 earlier process's backlog).
@@ -36,9 +36,8 @@ import pickle
 import re
 import struct
 import threading
-import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -58,8 +57,6 @@ CRC_FROM = 8
 SEGMENT = ".seg"
 ACK = "ack"
 LOCK = "lock"
-WRITE_EVERY_S = 0.02
-"""How often the writer thread appends what was emitted (``kill -9`` loses at most this)."""
 MAX_SEGMENT_BYTES = 64 << 20
 CAUGHT_UP_SEGMENT_BYTES = 1 << 20
 """A segment this big whose every record is acknowledged is closed for a new one, so a healthy
@@ -380,72 +377,3 @@ class Journal:
         if self._reader is not None:
             self._reader[1].close()
             self._reader = None
-
-
-class JournalWriter(threading.Thread):
-    """The daemon thread that appends a spool inbox's events to its journal.
-
-    Every :data:`WRITE_EVERY_S` (sooner when the consumer waits for a record) it takes what was
-    emitted (``drain``) and appends it; every ``fsync_s`` it syncs and persists ``acked()``.
-    """
-
-    def __init__(
-        self, journal: Journal, drain: Callable[[], list[Entry]], acked: Callable[[], int]
-    ) -> None:
-        super().__init__(name=f"evtrain-journal[{journal.label}]", daemon=True)
-        self.journal = journal
-        self._drain = drain
-        self._acked = acked
-        self._wake = threading.Condition()
-        self._stopping = False
-        self._wanted = 0
-        self.written = journal.next_seq - 1
-        """Every seq up to this one has been handed to the OS (or could not be recorded)."""
-
-    def run(self) -> None:
-        journal = self.journal
-        next_sync = time.monotonic() + journal.fsync_s
-        stopping = False
-        while not stopping:
-            with self._wake:
-                self._wake.wait_for(
-                    lambda: self._stopping or self._wanted > self.written,
-                    timeout=min(WRITE_EVERY_S, journal.fsync_s),
-                )
-                stopping = self._stopping
-            entries = self._drain()
-            if entries:
-                try:
-                    journal.append(entries)
-                except OSError as error:  # disk full, folder gone: memory still delivers
-                    logger.error(
-                        "Journal of subscriber %r cannot write to %s (%s); events not in memory "
-                        "are dropped until it can.",
-                        journal.label,
-                        journal.folder,
-                        error,
-                    )
-                with self._wake:
-                    self.written = entries[-1][0]
-                    self._wake.notify_all()
-            if stopping or time.monotonic() >= next_sync:
-                with contextlib.suppress(OSError):
-                    journal.sync(self._acked())
-                next_sync = time.monotonic() + journal.fsync_s
-
-    def wait_written(self, seq: int, timeout: float) -> bool:
-        """Ask for everything up to ``seq`` now and wait for it; ``False`` on timeout."""
-        with self._wake:
-            if self.written >= seq:
-                return True
-            self._wanted = max(self._wanted, seq)
-            self._wake.notify_all()
-            # A writer that died records nothing more: the reader counts the gap as dropped.
-            return self._wake.wait_for(lambda: self.written >= seq or not self.is_alive(), timeout)
-
-    def stop(self) -> None:
-        """Write what is left, sync, and end (waits for it)."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify_all()
-        self.join()

@@ -21,6 +21,7 @@ the next bus over the same journal redelivers from the persisted ack: at least o
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import threading
 import time
@@ -31,8 +32,10 @@ from typing import Any
 import attrs
 
 from evtrain.bus.inbox import Inbox, Marker, Overflow
-from evtrain.bus.journal import Entry, Journal, JournalWriter, logger
+from evtrain.bus.journal import Entry, Journal, logger
 
+WRITE_EVERY_S = 0.02
+"""How often the writer thread appends what was emitted (``kill -9`` loses at most this)."""
 WAIT_WRITTEN_S = 0.5
 """How long a replay waits, at a time, for the writer thread to have recorded what it needs."""
 
@@ -304,6 +307,75 @@ class SpoolInbox:
         self._writer.stop()
         self.left = self.journal.close(self.acked, last)
         return 0
+
+
+class JournalWriter(threading.Thread):
+    """The daemon thread that appends a spool inbox's events to its journal.
+
+    Every :data:`WRITE_EVERY_S` (sooner when the consumer waits for a record) it takes what was
+    emitted (``drain``) and appends it; every ``fsync_s`` it syncs and persists ``acked()``.
+    """
+
+    def __init__(
+        self, journal: Journal, drain: Callable[[], list[Entry]], acked: Callable[[], int]
+    ) -> None:
+        super().__init__(name=f"evtrain-journal[{journal.label}]", daemon=True)
+        self.journal = journal
+        self._drain = drain
+        self._acked = acked
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._wanted = 0
+        self.written = journal.next_seq - 1
+        """Every seq up to this one has been handed to the OS (or could not be recorded)."""
+
+    def run(self) -> None:
+        journal = self.journal
+        next_sync = time.monotonic() + journal.fsync_s
+        stopping = False
+        while not stopping:
+            with self._wake:
+                self._wake.wait_for(
+                    lambda: self._stopping or self._wanted > self.written,
+                    timeout=min(WRITE_EVERY_S, journal.fsync_s),
+                )
+                stopping = self._stopping
+            entries = self._drain()
+            if entries:
+                try:
+                    journal.append(entries)
+                except OSError as error:  # disk full, folder gone: memory still delivers
+                    logger.error(
+                        "Journal of subscriber %r cannot write to %s (%s); events not in memory "
+                        "are dropped until it can.",
+                        journal.label,
+                        journal.folder,
+                        error,
+                    )
+                with self._wake:
+                    self.written = entries[-1][0]
+                    self._wake.notify_all()
+            if stopping or time.monotonic() >= next_sync:
+                with contextlib.suppress(OSError):
+                    journal.sync(self._acked())
+                next_sync = time.monotonic() + journal.fsync_s
+
+    def wait_written(self, seq: int, timeout: float) -> bool:
+        """Ask for everything up to ``seq`` now and wait for it; ``False`` on timeout."""
+        with self._wake:
+            if self.written >= seq:
+                return True
+            self._wanted = max(self._wanted, seq)
+            self._wake.notify_all()
+            # A writer that died records nothing more: the reader counts the gap as dropped.
+            return self._wake.wait_for(lambda: self.written >= seq or not self.is_alive(), timeout)
+
+    def stop(self) -> None:
+        """Write what is left, sync, and end (waits for it)."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
+        self.join()
 
 
 AnyInbox = Inbox | SpoolInbox

@@ -17,6 +17,9 @@ measures, in the producer's thread:
 * **loss** — the event files read back with TensorBoard's ``EventAccumulator``;
 * **peak RSS** of the case's process.
 
+``stalled-drop`` and ``stalled-spool`` emit past a subscriber that never returns (capacity
+1,000): the first drops the oldest, the second journals everything to disk and loses nothing.
+
 ``no-subscribers`` is the floor: ``emit`` with nobody listening (type check and route lookup),
 to tell the bus's own cost from the machine's (paced calls run on cold caches after a sleep).
 
@@ -52,6 +55,7 @@ CASES = (
     "defaults",
     "defaults+slow+raising",
     "stalled-drop",
+    "stalled-spool",
 )
 
 
@@ -110,7 +114,11 @@ def build_bus(case: str, results: Path) -> Any:
         {"checkpoint_settings": {"run_id": "bench", "results_dir": str(results)}}
     )
     cs = options.checkpoint_settings
-    bus = Bus(on_error="log") if case == "defaults+slow+raising" else Bus()
+    bus = (
+        Bus(on_error="log")
+        if case == "defaults+slow+raising"
+        else Bus(journal_dir=cs.run_logs_dir / "journal")
+    )
     tensorboard = lambda: TensorboardWriter(cs.write_path, hidden_keys=["Is Training", "Step"])  # noqa: E731
     gauge = lambda: GaugeWriter(cs.run_logs_dir)  # noqa: E731
     writers: dict[str, list[Callable[[], Any]]] = {
@@ -120,6 +128,7 @@ def build_bus(case: str, results: Path) -> Any:
         "defaults": [tensorboard, gauge, ConsoleWriter],
         "defaults+slow+raising": [tensorboard, gauge, ConsoleWriter],
         "stalled-drop": [],
+        "stalled-spool": [],
         "no-subscribers": [],
     }
     for make in writers[case]:
@@ -142,6 +151,12 @@ def build_bus(case: str, results: Path) -> Any:
         bus.connect(
             signals.stats, lambda event: stall.wait(), name="stalled", capacity=1_000,
             overflow="drop_oldest",
+        )
+    if case == "stalled-spool":
+        stall = threading.Event()
+        bus.connect(
+            signals.stats, lambda event: stall.wait(), name="stalled", capacity=1_000,
+            overflow="spool",
         )
     return bus
 
@@ -171,7 +186,8 @@ def run_evtrain(case: str, n: int, results: Path) -> dict[str, Any]:
         bus.emit(emit_stats, event)
         samples.append(clock() - t0)
         time.sleep(PACED_GAP_S)
-    bus.close(timeout=1.0 if case == "stalled-drop" else None)
+    stalled = case.startswith("stalled-")
+    bus.close(timeout=1.0 if stalled else None)
     out["paced_emit"] = percentiles(samples)
 
     # Burst: a producer that outruns its writers; then everything must reach the disk.
@@ -179,7 +195,7 @@ def run_evtrain(case: str, n: int, results: Path) -> dict[str, Any]:
     bus = build_bus(case, burst_dir)
     # A stalled subscriber under a drop policy must hold at most `capacity` events: build each
     # event just before emitting it, so nothing but the inbox can keep them alive.
-    fresh = case == "stalled-drop"
+    fresh = stalled
     events = [] if fresh else make_events(n)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     samples = []
@@ -194,14 +210,15 @@ def run_evtrain(case: str, n: int, results: Path) -> dict[str, Any]:
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     ) / 1024
     metrics_before_close = {k: m.as_dict() for k, m in bus.metrics().items()}
-    report = bus.close(timeout=600 if case != "stalled-drop" else 1.0)
+    report = bus.close(timeout=1.0 if stalled else 600)
     closed = time.perf_counter()
     out["burst_emit"] = percentiles(samples)
     out["emit_loop_s"] = emitted - start
     out["end_to_end_s"] = closed - start
     out["scalars_per_s"] = out["scalars"] / (closed - start)
     out["undelivered"] = report.undelivered
-    out["metrics"] = metrics_before_close if case == "stalled-drop" else {
+    out["journaled"] = report.journaled
+    out["metrics"] = metrics_before_close if stalled else {
         k: m.as_dict() for k, m in bus.metrics().items()
     }
     out["rss_before_burst_mb"] = rss_before / 1024
@@ -311,7 +328,15 @@ def main() -> None:
             f"returns (capacity 1,000, drop_oldest); peak RSS grew "
             f"{r['rss_growth_during_burst_mb']:.1f} MB during the burst"
         )
-    for name in ("defaults+slow+raising", "stalled-drop"):
+    if "stalled-spool" in by_case:
+        r = by_case["stalled-spool"]
+        print(
+            f"  stalled-spool: {r['events']:,} fresh events emitted past a subscriber that never "
+            f"returns (capacity 1,000, spool); peak RSS grew "
+            f"{r['rss_growth_during_burst_mb']:.1f} MB during the burst; left journaled at close: "
+            f"{r['journaled']}"
+        )
+    for name in ("defaults+slow+raising", "stalled-drop", "stalled-spool"):
         if name in by_case:
             for sub, m in by_case[name]["metrics"].items():
                 print(

@@ -56,13 +56,16 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
         ),
         (
             {"bus": {"subscribers": {"tb": {"zzz": 1}}}},
-            ["bus.subscribers.tb.zzz: unknown key (valid keys: capacity, overflow)"],
+            [
+                "bus.subscribers.tb.zzz: unknown key (valid keys: capacity, overflow, "
+                "stall_timeout, journal_max_bytes)"
+            ],
         ),
         (
             {"bus": {"overflow": "sometimes"}},
             [
                 "bus.overflow: expected one of 'block', 'drop_oldest', 'drop_newest', 'latest', "
-                "got 'sometimes'"
+                "'spool', got 'sometimes'"
             ],
         ),
         ({"bus": {"capacity": 1.5}}, ["bus.capacity: expected an integer, got 1.5"]),

@@ -21,6 +21,7 @@ def test_signals_in_lifecycle_order_with_payload_types() -> None:
         ("export", "ExportEvent"),
         ("run_finished", "RunFinished"),
         ("subscriber_failed", "SubscriberFailed"),
+        ("subscriber_stalled", "SubscriberStalled"),
     ]
     assert signals.namespace["stats"] is signals.stats
     assert all(s.__doc__ for s in signals.ALL)

@@ -16,6 +16,7 @@ from evtrain.errors import (
     BusTimeoutError,
     ConfigError,
     EvtrainError,
+    JournalInUseError,
     PluginError,
     RunFolderError,
     SpaceMismatchError,
@@ -31,6 +32,7 @@ from evtrain.events.payloads import (
     SaveEvent,
     StatsEvent,
     SubscriberFailed,
+    SubscriberStalled,
 )
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain.ranks import get_rank
@@ -46,6 +48,7 @@ __all__ = [
     "EvtrainError",
     "ExportEvent",
     "FailurePolicy",
+    "JournalInUseError",
     "LearnResult",
     "Overflow",
     "PluginError",
@@ -67,6 +70,7 @@ __all__ = [
     "SubscriberError",
     "SubscriberFailed",
     "SubscriberMetrics",
+    "SubscriberStalled",
     "SubscriptionHandle",
     "get_rank",
     "learn",

@@ -9,6 +9,7 @@
     ├── PluginError(RuntimeError)         a required plugin failed to load or register
     ├── BusClosedError(RuntimeError)      emit/connect on a bus that is closed or closing
     ├── BusTimeoutError(TimeoutError)     flush/close did not finish within its timeout
+    ├── JournalInUseError(RuntimeError)   a spool subscriber's journal is open in another bus
     ├── DistributedError(RuntimeError)    a collective failed: another rank stopped
     └── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
 
@@ -63,6 +64,11 @@ class BusTimeoutError(EvtrainError, TimeoutError):
         self.pending: tuple[str, ...] = tuple(pending)
         """Names of the subscribers that had not handled everything."""
         super().__init__(message)
+
+
+class JournalInUseError(EvtrainError, RuntimeError):
+    """A spool subscriber's journal folder is held by another bus, in this process or another:
+    two buses appending to one journal would interleave their events."""
 
 
 class DistributedError(EvtrainError, RuntimeError):

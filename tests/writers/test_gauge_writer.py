@@ -142,6 +142,11 @@ def test_bus_metrics_recorded_when_connected(tmp_path: Path) -> None:
         "high_water",
         "latency_p50_s",
         "latency_p99_s",
+        "journaled",
+        "replayed",
+        "retries",
+        "stalls",
+        "stalled_s",
     }
 
 

@@ -1,5 +1,6 @@
-"""Delivery: the bus, its subscribers' inboxes, the dispatcher, isolation, writers, filters and
-the stats reporter.  Knows the vocabulary (:mod:`evtrain.events`), nothing above it.
+"""Delivery: the bus, its subscribers' inboxes (and spool journals), the dispatcher, isolation,
+writers, filters and the stats reporter.  Knows the vocabulary (:mod:`evtrain.events`), nothing
+above it.
 
 The names most code wants are re-exported here: ``from evtrain.bus import Bus``.
 """
@@ -10,6 +11,7 @@ from evtrain.bus.bus import Bus
 from evtrain.bus.closing import CloseReport
 from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.inbox import Overflow, SubscriberSettings
+from evtrain.bus.journal import journal_backlog, journal_path
 from evtrain.bus.routes import ANY
 from evtrain.bus.writers import StatsWriter
 
@@ -21,4 +23,6 @@ __all__ = [
     "Overflow",
     "StatsWriter",
     "SubscriberSettings",
+    "journal_backlog",
+    "journal_path",
 ]

@@ -5,15 +5,22 @@ delivery.
 :class:`~evtrain.bus.subscription.Subscription` with its own inbox and dispatcher task), and
 ``emit`` appends to the inboxes of a signal's subscribers.  It holds the bus-wide state — open
 or closed, the error waiting for the producer — and hands the isolation wrapper
-(:mod:`evtrain.bus.delivery`) only a :class:`~evtrain.bus.delivery.FailureContext`.
+(:mod:`evtrain.bus.delivery`) only a :class:`~evtrain.bus.delivery.FailureContext`.  It also
+decides where ``spool`` subscribers keep their journals (:mod:`evtrain.bus.journal`):
+``journal_dir/<name>[-rank<N>]``, or a temporary folder of its own when it has no
+``journal_dir`` (lossless while the process lives, not across a crash).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from evtrain.bus.closing import CloseReport, Deadline, drain_at_exit, pass_marker, settle
@@ -21,7 +28,9 @@ from evtrain.bus.delivery import FailureContext, FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
 from evtrain.bus.inbox import Inbox, Overflow, SubscriberSettings, default_key
+from evtrain.bus.journal import Journal, journal_path
 from evtrain.bus.routes import ANY, Routes
+from evtrain.bus.spool import AnyInbox, SpoolInbox
 from evtrain.bus.subscription import (
     SubscriberMetrics,
     Subscription,
@@ -32,7 +41,13 @@ from evtrain.bus.subscription import (
 )
 from evtrain.bus.writers import StatsWriter, WriterAdapter
 from evtrain.errors import BusClosedError, BusTimeoutError, SubscriberError
-from evtrain.events.signals import WRITER_SIGNALS, EventSignal, subscriber_failed
+from evtrain.events.payloads import SubscriberStalled
+from evtrain.events.signals import (
+    WRITER_SIGNALS,
+    EventSignal,
+    subscriber_failed,
+    subscriber_stalled,
+)
 from evtrain.ranks import get_rank
 
 logger = logging.getLogger("evtrain.bus")
@@ -48,8 +63,16 @@ class Bus:
     :param on_error: what a subscriber's exception does (see :class:`FailurePolicy`).
     :param max_consecutive_failures: failures in a row after which ``disable`` stops a subscriber.
     :param rank: this process's rank for ``ranks=`` filters; default :func:`get_rank`.
-    :param subscribers: capacity/overflow overrides by subscriber name; they win over what
-        ``connect`` was given, so options can retune plugins that connect themselves.
+    :param subscribers: inbox overrides by subscriber name; they win over what ``connect`` was
+        given, so options can retune plugins that connect themselves.
+    :param stall_timeout: seconds a call may run before the watchdog emits
+        ``subscriber_stalled`` (per subscriber: ``connect(stall_timeout=)``).
+    :param journal_dir: where ``spool`` subscribers keep their journals; ``None``: a temporary
+        folder, removed at close when empty (lossless in-process, not across a crash).
+    :param journal_max_bytes: most bytes one journal keeps; beyond, its oldest events drop.
+    :param journal_fsync_s: seconds between a journal's fsyncs (and persisted acks).
+    :param retry_backoff_s: a spool subscriber's first wait before retrying an event that
+        raised; it doubles up to ``retry_backoff_max_s``.
     """
 
     def __init__(
@@ -61,6 +84,12 @@ class Bus:
         max_consecutive_failures: int = 100,
         rank: int | None = None,
         subscribers: Mapping[str, SubscriberSettings] | None = None,
+        stall_timeout: float = 10.0,
+        journal_dir: str | os.PathLike[str] | None = None,
+        journal_max_bytes: int = 1 << 30,
+        journal_fsync_s: float = 1.0,
+        retry_backoff_s: float = 0.5,
+        retry_backoff_max_s: float = 30.0,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
@@ -68,12 +97,30 @@ class Bus:
             raise ValueError(
                 f"max_consecutive_failures must be at least 1, got {max_consecutive_failures}"
             )
+        for label, seconds in (
+            ("stall_timeout", stall_timeout),
+            ("journal_fsync_s", journal_fsync_s),
+            ("retry_backoff_s", retry_backoff_s),
+            ("retry_backoff_max_s", retry_backoff_max_s),
+        ):
+            if not seconds > 0:
+                raise ValueError(f"{label} must be a number of seconds above 0, got {seconds}")
+        if journal_max_bytes < 1:
+            raise ValueError(f"journal_max_bytes must be at least 1, got {journal_max_bytes}")
         self.capacity = capacity
         self.overflow = Overflow(overflow)
         self.on_error = FailurePolicy(on_error)
         self.max_consecutive_failures = max_consecutive_failures
         self.rank = get_rank() if rank is None else rank
         """Rank used by ``ranks=`` filters, fixed when the bus is created."""
+        self.stall_timeout = stall_timeout
+        self.journal_dir = None if journal_dir is None else Path(journal_dir)
+        """Where spool subscribers' journals live; ``None``: a temporary folder."""
+        self.journal_max_bytes = journal_max_bytes
+        self.journal_fsync_s = journal_fsync_s
+        self._journal_root: Path | None = None
+        """The folder journals are in, once a spool subscriber connected."""
+        self._made_journal_root = False
         self._overrides = dict(subscribers or {})
         self._routes = Routes()
         self._route_cache = self._routes.cache
@@ -89,6 +136,9 @@ class Bus:
             max_consecutive_failures=max_consecutive_failures,
             report=self.emit_internal,
             raise_later=self.raise_later,
+            report_stall=self.emit_internal,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=max(retry_backoff_s, retry_backoff_max_s),
         )
         self._dispatcher = Dispatcher(self._on_fatal, failures)
         self._open = True
@@ -120,6 +170,7 @@ class Bus:
         overflow: Overflow | str | None = None,
         name: str | None = None,
         key: Callable[[Any], Hashable] = default_key,
+        stall_timeout: float | None = None,
     ) -> SubscriptionHandle:
         """Deliver events of ``signal`` (one or several) to ``subscriber``.
 
@@ -127,11 +178,14 @@ class Bus:
         an ``async def`` (or an object with an async ``__call__``) is awaited on the dispatcher
         loop.  It is held strongly, so a lambda keeps working.  ``sender`` restricts delivery to
         one behavior; ``ranks`` connects it only on those ranks (elsewhere the handle is inert
-        and emit pays nothing); ``capacity``/``overflow`` override the bus defaults; ``key``
-        groups events for ``overflow="latest"``.
+        and emit pays nothing); ``capacity``/``overflow``/``stall_timeout`` override the bus
+        defaults; ``key`` groups events for ``overflow="latest"``.  A ``spool`` subscriber
+        opens its journal here and, if an earlier bus left events in it undelivered, receives
+        those first.
 
         :raises TypeError: ``subscriber`` cannot be called with a single payload.
         :raises BusClosedError: the bus is closing or closed.
+        :raises JournalInUseError: a spool subscriber's journal is open in another bus.
         """
         signals = (signal,) if isinstance(signal, EventSignal) else tuple(signal)
         if isinstance(subscriber, RankFilter):
@@ -145,9 +199,12 @@ class Bus:
             for hook in ("flush", "close")
             if callable(fn := getattr(subscriber, hook, None))
         }
-        return self._subscribe(
-            signals, subscriber, sender, ranks, capacity, overflow, label, key, hooks
+        settings = SubscriberSettings(
+            capacity=capacity,
+            overflow=None if overflow is None else Overflow(overflow),
+            stall_timeout=stall_timeout,
         )
+        return self._subscribe(signals, subscriber, sender, ranks, settings, label, key, hooks)
 
     def on(
         self, signal: EventSignal[Any] | Iterable[EventSignal[Any]], **options: Any
@@ -184,8 +241,7 @@ class Bus:
         subscriber: Callable[[Any], Any],
         sender: Any,
         ranks: Iterable[int] | None,
-        capacity: int | None,
-        overflow: Overflow | str | None,
+        given: SubscriberSettings,
         label: str,
         key: Callable[[Any], Hashable],
         hooks: dict[str, Callable[[], Any]],
@@ -194,11 +250,11 @@ class Bus:
             raise TypeError(f"connect() needs evtrain signals, got {signals!r}")
         if ranks is not None and self.rank not in frozenset(ranks):
             return SubscriptionHandle(self, None)
-        override = self._overrides.get(label)
-        if override is not None:
-            capacity = override.capacity or capacity
-            overflow = override.overflow or overflow
-        inbox = Inbox(capacity or self.capacity, Overflow(overflow or self.overflow), key)
+        override = self._overrides.get(label) or SubscriberSettings()
+        capacity = override.capacity or given.capacity or self.capacity
+        overflow = override.overflow or given.overflow or self.overflow
+        stall_timeout = override.stall_timeout or given.stall_timeout or self.stall_timeout
+        max_bytes = override.journal_max_bytes or self.journal_max_bytes
         with self._lock:
             if not self._open:
                 raise BusClosedError("cannot connect: the bus is closing or closed")
@@ -207,6 +263,11 @@ class Bus:
             while unique in self._names:
                 n += 1
                 unique = f"{label}#{n}"
+            inbox: AnyInbox
+            if overflow is Overflow.SPOOL:
+                inbox = SpoolInbox(capacity, self._open_journal(unique, max_bytes))
+            else:
+                inbox = Inbox(capacity, overflow, key)
             self._names.add(unique)
             sub = Subscription(
                 name=unique,
@@ -216,6 +277,7 @@ class Bus:
                 is_async=is_async_callable(subscriber),
                 inbox=inbox,
                 hooks=hooks,
+                stall_timeout=stall_timeout,
             )
             self._dispatcher.start()
             self._dispatcher.spawn(sub)
@@ -223,6 +285,24 @@ class Bus:
             self._subscriptions.append(sub)
             self._history.append(sub)
         return SubscriptionHandle(self, sub)
+
+    def _open_journal(self, name: str, max_bytes: int) -> Journal:
+        root = self._journal_root
+        if root is None:
+            if self.journal_dir is None:
+                root = Path(tempfile.mkdtemp(prefix="evtrain-journal-"))
+                self._made_journal_root = True
+            else:
+                root = self.journal_dir
+                self._made_journal_root = not root.exists()
+            self._journal_root = root
+        return Journal(
+            journal_path(root, name, self.rank),
+            label=name,
+            max_bytes=max_bytes,
+            fsync_s=self.journal_fsync_s,
+            temporary=self.journal_dir is None,
+        )
 
     def has_receivers(self, signal: EventSignal[Any], sender: Any = ANY) -> bool:
         """Whether ``emit`` on ``signal`` from ``sender`` would reach anyone (so producers can
@@ -259,12 +339,17 @@ class Bus:
           several producer threads, each producer's order is kept.  No order across subscribers.
         * **Slow subscribers.**  Each has a bounded inbox.  When it is full, ``block`` (default)
           makes ``emit`` wait until there is room — nothing is lost; ``drop_oldest``,
-          ``drop_newest`` and ``latest`` never wait and count what they discard.  Other
-          subscribers are not delayed either way.
+          ``drop_newest`` and ``latest`` never wait and count what they discard; ``spool``
+          never waits and loses nothing: every event is journaled on disk (by a background
+          thread), memory keeps ``capacity`` of them, the rest is replayed from disk in order.
+          Other subscribers are not delayed either way.  A call running past ``stall_timeout``
+          is reported once as ``subscriber_stalled``.
         * **Raising subscribers.**  An ``Exception`` is caught, logged, counted, and emitted as
           ``subscriber_failed``; the bus policy may disable the subscriber or, with ``raise``,
-          re-raise it from the next ``emit``/``flush``/``close``.  A ``BaseException`` raised by
-          a subscriber is re-raised here, on the producer's thread.
+          re-raise it from the next ``emit``/``flush``/``close``.  A ``spool`` subscriber is
+          never disabled: the same event is retried with backoff, later ones wait behind it.
+          A ``BaseException`` raised by a subscriber is re-raised here, on the producer's
+          thread.
 
         :raises TypeError: ``payload`` is not an instance of ``signal.payload_type``.
         :raises BusClosedError: ``close()`` has begun.
@@ -289,9 +374,11 @@ class Bus:
                 inbox.put(t, payload)
 
     def emit_internal(self, payload: Any) -> None:
-        """The bus's own ``subscriber_failed`` events: accepted while closing, never blocking."""
+        """The bus's own ``subscriber_failed``/``subscriber_stalled`` events: accepted while
+        closing, never blocking."""
         self._internal_emits += 1
-        inboxes = self._routes.lookup(subscriber_failed, ANY)
+        signal = subscriber_stalled if type(payload) is SubscriberStalled else subscriber_failed
+        inboxes = self._routes.lookup(signal, ANY)
         t = time.perf_counter()
         for inbox in inboxes:
             inbox.put_nowait(t, payload)
@@ -325,7 +412,9 @@ class Bus:
 
     def close(self, timeout: float | None = None) -> CloseReport:
         """Stop accepting events, deliver everything queued, close each subscriber (in
-        isolation), stop the dispatcher, and report what could not be delivered.
+        isolation), stop the dispatcher, and report what could not be delivered.  With a
+        ``timeout`` it returns after about that long even if a subscriber hangs; a spool
+        subscriber's undelivered events stay in its journal (``CloseReport.journaled``).
 
         Idempotent: a second call returns the first report.
         """
@@ -340,6 +429,9 @@ class Bus:
         pass_marker(live, deadline.left(), close=True)
         report = settle(live, self._dispatcher.wait_ended, deadline)
         self._dispatcher.stop(timeout=1.0)
+        if self._journal_root is not None and self._made_journal_root:
+            with contextlib.suppress(OSError):  # not empty: journals left undelivered
+                self._journal_root.rmdir()
         with self._lock:
             for sub in subs:
                 if sub in self._subscriptions:
@@ -351,7 +443,8 @@ class Bus:
         return report
 
     def metrics(self) -> dict[str, SubscriberMetrics]:
-        """Per subscriber (by name): delivered, dropped, failed, inbox high-water, latency."""
+        """Per subscriber (by name): delivered, dropped, failed, inbox high-water, latency,
+        journal depth, replayed, retries, stalls."""
         return {sub.name: sub.metrics() for sub in list(self._history)}
 
     def __enter__(self) -> Bus:

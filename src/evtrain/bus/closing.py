@@ -14,6 +14,7 @@ from typing import Protocol
 import attrs
 
 from evtrain.bus.inbox import Marker
+from evtrain.bus.spool import SpoolInbox
 from evtrain.bus.subscription import Subscription
 
 logger = logging.getLogger("evtrain.bus")
@@ -24,12 +25,19 @@ class CloseReport:
     """What ``Bus.close`` could not do: per subscriber, events left undelivered."""
 
     undelivered: dict[str, int] = attrs.field(factory=dict)
+    """Events lost: never handled, and gone with the bus."""
     timed_out: tuple[str, ...] = ()
+    delivered: dict[str, int] = attrs.field(factory=dict)
+    """Per spool subscriber: events it received (successfully) from this bus."""
+    journaled: dict[str, int] = attrs.field(factory=dict)
+    """Per spool subscriber: events left undelivered in its journal — kept on disk, not lost;
+    the next bus that connects it over the same journal delivers them first.  0 when it
+    caught up."""
 
     @property
     def clean(self) -> bool:
         """Everything emitted was handled and every subscriber closed."""
-        return not self.undelivered and not self.timed_out
+        return not self.undelivered and not self.timed_out and not any(self.journaled.values())
 
 
 class Deadline:
@@ -59,17 +67,37 @@ def settle(
 ) -> CloseReport:
     """After the close markers: wait for each subscriber's task to end, give up on the ones
     that did not by ``deadline``, and count what each left undelivered (queued, or in flight on
-    a stuck subscriber); logs a warning unless the report is clean."""
+    a stuck subscriber) or, for a spool subscriber, left in its journal; logs a warning unless
+    the report is clean."""
     timed_out = []
     undelivered: dict[str, int] = {}
+    delivered: dict[str, int] = {}
+    journaled: dict[str, int] = {}
     for sub in subs:
         if not wait_ended(sub, deadline.left()):
             timed_out.append(sub.name)
         lost = sub.abandon()
         if lost:
             undelivered[sub.name] = lost
-    report = CloseReport(undelivered=undelivered, timed_out=tuple(timed_out))
-    if not report.clean:
+        if isinstance(sub.inbox, SpoolInbox):
+            delivered[sub.name] = sub.delivered
+            journaled[sub.name] = sub.inbox.left
+            if sub.inbox.left:
+                logger.warning(
+                    "Subscriber %r did not catch up before the bus closed: %d events are kept "
+                    "undelivered in its journal %s; a bus connecting it over that journal "
+                    "delivers them first.",
+                    sub.name,
+                    sub.inbox.left,
+                    sub.inbox.journal.folder,
+                )
+    report = CloseReport(
+        undelivered=undelivered,
+        timed_out=tuple(timed_out),
+        delivered=delivered,
+        journaled=journaled,
+    )
+    if undelivered or timed_out:
         logger.warning(
             "Bus closed with events undelivered %s; subscribers not finished: %s",
             undelivered,

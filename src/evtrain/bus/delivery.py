@@ -12,22 +12,30 @@ thread at its next ``emit``/``flush``/``close``.
 :func:`record_failure` counts the failure, logs it with its traceback (the first one, then at
 most once per :data:`LOG_EVERY_S` per subscriber, with the number suppressed), emits
 ``subscriber_failed``, and applies the bus's policy (:class:`FailurePolicy`).  It knows the bus
-only as a :class:`FailureContext`: the policy and two callables.  The counters it changes belong
-to the :class:`~evtrain.bus.subscription.Subscription` and change through its methods.
+only as a :class:`FailureContext`: the policy and a few callables.  The counters it changes
+belong to the :class:`~evtrain.bus.subscription.Subscription` and change through its methods.
+
+A ``spool`` subscriber (:func:`deliver_spool`) is never disabled: the event that raised is
+retried after a backoff (``retry_backoff_s`` doubling to ``retry_backoff_max_s``) until it
+succeeds or the bus gives up on the subscriber at close; later events wait behind it, in the
+journal.  Each failed try goes through :func:`record_failure` like any other failure.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+import anyio
 import attrs
 
 from evtrain.bus.inbox import Item, Marker
+from evtrain.bus.journal import Entry
+from evtrain.bus.spool import Replay, SpoolInbox, SpoolItem
 from evtrain.bus.subscription import Subscription
-from evtrain.events.payloads import SubscriberFailed
+from evtrain.events.payloads import SubscriberFailed, SubscriberStalled
 
 logger = logging.getLogger("evtrain.bus")
 
@@ -59,25 +67,38 @@ class FailureContext:
     """Queues ``subscriber_failed`` without ever blocking (``Bus.emit_internal``)."""
     raise_later: Callable[[str, str, Exception], None]
     """Policy ``raise``: ``(subscriber, signal, error)`` surfaces on the producer's thread."""
+    report_stall: Callable[[SubscriberStalled], None]
+    """Queues ``subscriber_stalled`` without ever blocking (``Bus.emit_internal``)."""
+    retry_backoff_s: float = 0.5
+    """A spool subscriber's first wait before it retries an event that raised."""
+    retry_backoff_max_s: float = 30.0
+    """The wait doubles after each failed retry, up to this."""
 
 
 def record_failure(
-    sub: Subscription, failures: FailureContext, signal: str, error: Exception
+    sub: Subscription,
+    failures: FailureContext,
+    signal: str,
+    error: Exception,
+    retry_in: float | None = None,
 ) -> None:
     """Count, log, report and apply the policy to one failure of ``sub`` handling ``signal``
-    (or its ``flush``/``close`` hook)."""
+    (or its ``flush``/``close`` hook); ``retry_in``: a spool subscriber's event, tried again
+    in that many seconds (never disabled)."""
     in_a_row = sub.count_failure()
     disable = (
-        failures.policy is FailurePolicy.DISABLE
+        retry_in is None
+        and failures.policy is FailurePolicy.DISABLE
         and in_a_row >= failures.max_consecutive_failures
         and not sub.disabled
     )
     suppressed = sub.log_due(LOG_EVERY_S, force=disable)
     if suppressed is not None:
         logger.error(
-            "Subscriber %r raised handling %r; training continues%s.",
+            "Subscriber %r raised handling %r; training continues%s%s.",
             sub.name,
             signal,
+            "" if retry_in is None else f", the event is retried in {retry_in:g} s",
             f" ({suppressed} similar failures not logged)" if suppressed else "",
             exc_info=error,
         )
@@ -100,6 +121,7 @@ def record_failure(
                 error_type=type(error).__name__,
                 count=sub.failed,
                 disabled=disable,
+                retry_in_s=retry_in,
             )
         )
 
@@ -114,6 +136,7 @@ async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureC
         if sub.disabled or sub.finished:
             sub.discard()
             continue
+        sub.begin(payload)
         try:
             if awaited:
                 await call(payload)
@@ -140,21 +163,100 @@ async def _isolated(
     sub: Subscription, failures: FailureContext, hook: str, fn: Callable[[], Any]
 ) -> None:
     """Run a ``flush``/``close`` hook, awaiting its result for an async subscriber."""
+    sub.begin(hook)
     try:
         result = fn()
         if sub.is_async and hasattr(result, "__await__"):
             await result
     except Exception as error:
+        sub.end()
         record_failure(sub, failures, hook, error)
+    else:
+        sub.end()
+
+
+async def deliver_spool(
+    sub: Subscription, inbox: SpoolInbox, batch: list[SpoolItem], failures: FailureContext
+) -> None:
+    """Hand a spool subscriber's ``batch`` over in order: live events from memory, replays
+    read from its journal, markers; each event retried until it succeeds."""
+    for item in batch:
+        if isinstance(item, Marker):
+            await _pass_marker(sub, failures, item)
+        elif isinstance(item, Replay):
+            for entry in inbox.replay(item):
+                if not await _until_delivered(sub, inbox, failures, entry, replayed=True):
+                    return
+        elif not await _until_delivered(sub, inbox, failures, item, replayed=False):
+            return
+
+
+async def _until_delivered(
+    sub: Subscription,
+    inbox: SpoolInbox,
+    failures: FailureContext,
+    entry: Entry,
+    *,
+    replayed: bool,
+) -> bool:
+    """Deliver one event, retrying with backoff while it raises; ``False`` once the bus gave
+    up on the subscriber (the event stays in the journal)."""
+    seq, t, payload = entry
+    call, awaited = sub.call, sub.is_async
+    delay = failures.retry_backoff_s
+    failing = False
+    while not (inbox.abandoned or sub.finished):
+        sub.begin(payload)
+        try:
+            if awaited:
+                await call(payload)
+            else:
+                call(payload)
+        except Exception as error:
+            sub.end()
+            record_failure(sub, failures, sub.signal_name(payload), error, retry_in=delay)
+            if not failing:
+                failing = True
+                inbox.hold(failing=True)
+            if awaited:
+                await _sleep_unless_closed(inbox, delay)
+            elif inbox.wait_closed(delay):
+                break
+            sub.count_retry()
+            delay = min(delay * 2, failures.retry_backoff_max_s)
+            continue
+        sub.handled(t, ok=True)
+        inbox.acknowledge(seq, replayed=replayed)
+        if failing:
+            inbox.hold(failing=False)
+        return True
+    return False
+
+
+async def _sleep_unless_closed(inbox: SpoolInbox, seconds: float) -> None:
+    """An async subscriber's backoff, on the loop: ends early once the bus gives up."""
+    with anyio.move_on_after(seconds):
+        while not inbox.abandoned:
+            await anyio.sleep(0.05)
 
 
 def deliver(sub: Subscription, batch: list[Item], failures: FailureContext) -> None:
-    """Hand ``batch`` to a sync subscriber on the calling (worker) thread.
+    """Hand ``batch`` to a sync subscriber on the calling (worker) thread."""
+    run_to_end(sub, deliver_async(sub, batch, failures))
 
-    It runs :func:`deliver_async` to its end at once: for a sync subscriber nothing in it awaits
-    anything that suspends, so it needs no event loop.
+
+def deliver_spool_sync(
+    sub: Subscription, inbox: SpoolInbox, batch: list[SpoolItem], failures: FailureContext
+) -> None:
+    """:func:`deliver_spool` for a sync subscriber, on its worker thread."""
+    run_to_end(sub, deliver_spool(sub, inbox, batch, failures))
+
+
+def run_to_end(sub: Subscription, steps: Coroutine[Any, Any, None]) -> None:
+    """Run a delivery coroutine of sync subscriber ``sub`` to its end at once, on the calling
+    (worker) thread: for a sync subscriber nothing in it awaits anything that suspends (its
+    backoff waits on a thread event), so it needs no event loop.
     """
-    steps = deliver_async(sub, batch, failures)
     try:
         steps.send(None)
     except StopIteration:

@@ -11,6 +11,12 @@ inbox with a growing interval (:data:`POLL_MIN_S` doubling to :data:`POLL_MAX_S`
 :data:`DEEP_SLEEP_AFTER_S` without events does it sleep until woken, and only then does the next
 ``emit`` pay for a wake-up.  Flush and close markers always wake it.
 
+A ``spool`` subscriber's task takes from its :class:`~evtrain.bus.spool.SpoolInbox` the same
+way; replays from its journal are read by the delivery itself, on the worker thread (on the
+loop for an async subscriber).  One watchdog task polls every :data:`WATCH_EVERY_S` for a call
+that has run longer than its subscriber's ``stall_timeout``, and reports it once
+(``subscriber_stalled``) — no thread per subscriber.
+
 The dispatcher keeps what belongs to a task — its worker thread, whether it has ended — and
 changes a subscription only through its methods.
 """
@@ -19,44 +25,56 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 import anyio
 
-from evtrain.bus.delivery import FailureContext, deliver, deliver_async
-from evtrain.bus.inbox import Item
+from evtrain.bus.delivery import (
+    FailureContext,
+    deliver,
+    deliver_async,
+    deliver_spool,
+    deliver_spool_sync,
+)
+from evtrain.bus.inbox import Item, Marker
+from evtrain.bus.spool import AnyInbox, SpoolInbox, SpoolItem
 from evtrain.bus.subscription import Subscription
+from evtrain.events.payloads import SubscriberStalled
 
 logger = logging.getLogger("evtrain.bus")
 
 POLL_MIN_S = 0.0005
 POLL_MAX_S = 0.02
 DEEP_SLEEP_AFTER_S = 0.25
+WATCH_EVERY_S = 0.1
+"""How often the watchdog looks for stalled calls."""
 
 
 class Worker(threading.Thread):
     """A daemon thread that runs one sync subscriber's batches, one at a time."""
 
-    def __init__(self, name: str, failures: FailureContext) -> None:
+    def __init__(self, name: str) -> None:
         super().__init__(name=f"evtrain-subscriber[{name}]", daemon=True)
-        self._failures = failures
-        self._jobs: queue.SimpleQueue[tuple[Subscription, list[Item], Callable[..., None]] | None]
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], Callable[..., None]] | None]
         self._jobs = queue.SimpleQueue()
 
-    def submit(self, sub: Subscription, batch: list[Item], done: Callable[..., None]) -> None:
-        self._jobs.put((sub, batch, done))
+    def submit(self, job: Callable[[], None], done: Callable[..., None]) -> None:
+        """Run ``job`` (the delivery of one batch), then ``done(error or None)``."""
+        self._jobs.put((job, done))
 
     def stop(self) -> None:
         self._jobs.put(None)
 
     def run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            sub, batch, done = job
+            deliver_batch, done = job
             try:
-                deliver(sub, batch, self._failures)
+                deliver_batch()
             except BaseException as error:  # handed to the dispatcher, which re-raises it
                 done(error)
             else:
@@ -125,6 +143,7 @@ class Dispatcher:
                 tg.start_soon(self._run, sub, name=f"evtrain-subscriber[{sub.name}]")
 
             self._spawn = spawn
+            tg.start_soon(self._watch, name="evtrain-watchdog")
             self._ready.set()
             await self._stop_event.wait()
             tg.cancel_scope.cancel()
@@ -132,7 +151,7 @@ class Dispatcher:
     def spawn(self, sub: Subscription) -> None:
         """Start delivering to ``sub`` (from any thread but the loop's)."""
         assert self._loop is not None and self._spawn is not None
-        task = self._tasks[sub] = _Task(None if sub.is_async else Worker(sub.name, self._failures))
+        task = self._tasks[sub] = _Task(None if sub.is_async else Worker(sub.name))
         if task.worker is not None:
             task.worker.start()
         self._loop.call_soon_threadsafe(self._spawn, sub)
@@ -147,52 +166,47 @@ class Dispatcher:
             self._thread.join(timeout)
 
     async def _run(self, sub: Subscription) -> None:
-        loop = asyncio.get_running_loop()
         task = self._tasks[sub]
         inbox = sub.inbox
-        wake = anyio.Event()
-
-        def set_wake() -> None:
-            wake.set()
-
-        def waker() -> None:
-            loop.call_soon_threadsafe(set_wake)
-
-        inbox.waker = waker
-        interval = POLL_MIN_S
-        idle = 0.0
-        batch: list[Item] = []
+        idle = _Idle(inbox)
+        batch: list[Item] | list[SpoolItem] = []
         try:
             while not sub.finished:
-                batch = inbox.take()
-                if batch:
-                    interval, idle = POLL_MIN_S, 0.0
-                    if task.worker is None:
-                        await deliver_async(sub, batch, self._failures)
-                    else:
-                        await _on_worker(task.worker, sub, batch)
-                    continue
-                wake = anyio.Event()
-                if idle < DEEP_SLEEP_AFTER_S:
-                    with anyio.move_on_after(interval):
-                        await wake.wait()
-                    idle += interval
-                    interval = min(interval * 2, POLL_MAX_S)
-                    continue
-                inbox.sleeping = True
-                if len(inbox):  # an event slipped in between take() and sleeping = True
-                    inbox.sleeping = False
-                    continue
-                await wake.wait()
-                interval, idle = POLL_MIN_S, 0.0
+                if isinstance(inbox, SpoolInbox):
+                    if inbox.abandoned:
+                        break
+                    batch = spooled = inbox.take()
+                    if spooled:
+                        idle.reset()
+                        if task.worker is None:
+                            await deliver_spool(sub, inbox, spooled, self._failures)
+                        else:
+                            job = functools.partial(
+                                deliver_spool_sync, sub, inbox, spooled, self._failures
+                            )
+                            await _on_worker(task.worker, job)
+                        continue
+                else:
+                    batch = queued = inbox.take()
+                    if queued:
+                        idle.reset()
+                        if task.worker is None:
+                            await deliver_async(sub, queued, self._failures)
+                        else:
+                            job = functools.partial(deliver, sub, queued, self._failures)
+                            await _on_worker(task.worker, job)
+                        continue
+                await idle.wait()
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException as error:  # not swallowed: re-raised on the producer's thread
             sub.finish()
             self._on_fatal(sub.name, error)
-            for t, payload in batch:  # markers of the interrupted batch must not be waited for
-                if t is None:
-                    payload.arrive(inbox)
+            for item in batch:  # markers of the interrupted batch must not be waited for
+                if isinstance(item, Marker):
+                    item.arrive(inbox)
+                elif isinstance(item, tuple) and isinstance(item[1], Marker):
+                    item[1].arrive(inbox)
         finally:
             sub.finish()
             sub.abandon()
@@ -201,9 +215,81 @@ class Dispatcher:
                 task.worker = None  # its ident may be reused by a later thread
             task.ended.set()
 
+    async def _watch(self) -> None:
+        """The stall watchdog: report each call that outlived its ``stall_timeout``, once."""
+        while True:
+            await anyio.sleep(WATCH_EVERY_S)
+            now = time.perf_counter()
+            for sub in list(self._tasks):
+                started = sub.busy_since
+                if started and now - started >= sub.stall_timeout and sub.notice_stall(started):
+                    self._stalled(sub, now - started)
 
-async def _on_worker(worker: Worker, sub: Subscription, batch: list[Item]) -> None:
-    """Run ``batch`` on the sync subscriber's ``worker`` thread; re-raise what escaped it."""
+    def _stalled(self, sub: Subscription, seconds: float) -> None:
+        what = sub.busy_with
+        signal = what if isinstance(what, str) else sub.signal_name(what)
+        spool = isinstance(sub.inbox, SpoolInbox)
+        logger.warning(
+            "Subscriber %r has been handling %r for %.1f s (stall_timeout %g s)%s.",
+            sub.name,
+            signal,
+            seconds,
+            sub.stall_timeout,
+            "; its later events wait in its journal" if spool else "",
+        )
+        if not isinstance(what, SubscriberStalled):
+            self._failures.report_stall(
+                SubscriberStalled(
+                    subscriber=sub.name,
+                    signal=signal,
+                    seconds=seconds,
+                    stall_timeout=sub.stall_timeout,
+                    spool=spool,
+                )
+            )
+
+
+class _Idle:
+    """How a subscriber's task waits for its inbox: polls with a growing interval, then sleeps
+    until a producer wakes it (see the module docstring)."""
+
+    def __init__(self, inbox: AnyInbox) -> None:
+        loop = asyncio.get_running_loop()
+        self._inbox = inbox
+        self._wake = anyio.Event()
+        self.reset()
+
+        def set_wake() -> None:
+            self._wake.set()
+
+        def waker() -> None:
+            loop.call_soon_threadsafe(set_wake)
+
+        inbox.waker = waker
+
+    def reset(self) -> None:
+        """Events came: poll fast again."""
+        self._interval, self._idle = POLL_MIN_S, 0.0
+
+    async def wait(self) -> None:
+        inbox = self._inbox
+        self._wake = anyio.Event()
+        if self._idle < DEEP_SLEEP_AFTER_S:
+            with anyio.move_on_after(self._interval):
+                await self._wake.wait()
+            self._idle += self._interval
+            self._interval = min(self._interval * 2, POLL_MAX_S)
+            return
+        inbox.sleeping = True
+        if len(inbox):  # an event slipped in between take() and sleeping = True
+            inbox.sleeping = False
+            return
+        await self._wake.wait()
+        self.reset()
+
+
+async def _on_worker(worker: Worker, job: Callable[[], None]) -> None:
+    """Run ``job`` on the sync subscriber's ``worker`` thread; re-raise what escaped it."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[None] = loop.create_future()
 
@@ -220,5 +306,5 @@ async def _on_worker(worker: Worker, sub: Subscription, batch: list[Item]) -> No
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle, error)
 
-    worker.submit(sub, batch, done)
+    worker.submit(job, done)
     await future

@@ -33,6 +33,10 @@ class Overflow(enum.Enum):
     LATEST = "latest"
     """Keep only the newest event per key (behavior); a newer ``StatsEvent`` inherits the stat
     keys the replaced one had and it lacks.  Replaced events are counted as dropped."""
+    SPOOL = "spool"
+    """Never wait, never drop: every event is journaled on disk, the newest ``capacity`` are
+    also kept in memory, and a failing subscriber is retried, not disabled (see
+    :mod:`evtrain.bus.spool`).  The default of writers to remote trackers."""
 
 
 @attrs.define(kw_only=True)
@@ -42,6 +46,10 @@ class SubscriberSettings:
 
     capacity: int | None = attrs.field(default=None)
     overflow: Overflow | None = None
+    stall_timeout: float | None = None
+    """Seconds one call may run before it is a stall (``subscriber_stalled``)."""
+    journal_max_bytes: int | None = None
+    """Spool: the most bytes its journal keeps; beyond, the oldest events are dropped."""
 
 
 class Marker:
@@ -116,6 +124,8 @@ class Inbox:
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if overflow is Overflow.SPOOL:
+            raise ValueError("a spool subscriber's inbox is an evtrain.bus.spool.SpoolInbox")
         self.capacity = capacity
         """Most queued events; a full inbox applies ``overflow``."""
         self.overflow = overflow

@@ -15,7 +15,7 @@ from typing import Any
 
 import blinker
 
-from evtrain.bus.inbox import Inbox
+from evtrain.bus.spool import AnyInbox
 from evtrain.bus.subscription import Subscription
 from evtrain.events.signals import EventSignal
 
@@ -35,7 +35,7 @@ class Routes:
     def __init__(self) -> None:
         self._registry: dict[EventSignal[Any], blinker.Signal] = {}
         self._lock = threading.Lock()
-        self.cache: dict[RouteKey, tuple[Inbox, ...]] = {}
+        self.cache: dict[RouteKey, tuple[AnyInbox, ...]] = {}
         """``(signal, sender)`` → inboxes.  Read without a lock by ``Bus.emit``; only ever
         cleared, never replaced, so the bus may hold it directly."""
 
@@ -53,7 +53,7 @@ class Routes:
                 self._blinker(signal).disconnect(sub, sender=sub.sender)
             self.cache.clear()
 
-    def lookup(self, signal: EventSignal[Any], sender: Any) -> tuple[Inbox, ...]:
+    def lookup(self, signal: EventSignal[Any], sender: Any) -> tuple[AnyInbox, ...]:
         """The inboxes an event of ``signal`` from ``sender`` goes to (and cache them)."""
         key = (signal, sender)
         inboxes = self.cache.get(key)

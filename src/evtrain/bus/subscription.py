@@ -2,7 +2,8 @@
 
 :class:`Subscription` owns its consumer-side counters (delivered, failed, failures in a row,
 disabled, finished, latencies, log throttling): they change only through its methods, here.  The
-producer-side ones (offered, dropped, high-water) belong to its :class:`~evtrain.bus.inbox.Inbox`.
+producer-side ones (offered, dropped, high-water) belong to its :class:`~evtrain.bus.inbox.Inbox`
+(a :class:`~evtrain.bus.spool.SpoolInbox` also counts journaled and replayed events).
 It knows neither the bus nor the dispatcher; a :class:`SubscriptionHandle` reaches the bus
 through the small :class:`Connections` protocol.
 """
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from evtrain.bus.inbox import Inbox
+from evtrain.bus.spool import AnyInbox, SpoolInbox
 from evtrain.events.signals import EventSignal
 
 LATENCY_SAMPLES = 2048
@@ -68,7 +69,8 @@ class SubscriberMetrics:
     name: str
     signals: tuple[str, ...]
     delivered: int
-    """Events handed to the subscriber (whether or not it raised)."""
+    """Events handed to the subscriber (whether or not it raised; a spool subscriber's count
+    each event once, when it succeeded)."""
     dropped: int
     """Events discarded: overflow policy, disabled subscriber, or undeliverable at close."""
     failed: int
@@ -80,6 +82,17 @@ class SubscriberMetrics:
     latency_p50_s: float
     """Median seconds from ``emit`` to the end of handling, over recent events."""
     latency_p99_s: float
+    journaled: int = 0
+    """Spool: events in the journal not yet acknowledged (delivered), this run's and an earlier
+    process's; the journal's depth."""
+    replayed: int = 0
+    """Spool: events delivered from the journal on disk rather than from memory."""
+    retries: int = 0
+    """Spool: deliveries of an event that had raised, tried again."""
+    stalls: int = 0
+    """Calls that outlived the subscriber's ``stall_timeout``."""
+    stalled_s: float = 0.0
+    """Seconds spent in those calls, the one running now included."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data, e.g. for ``timers.json``."""
@@ -97,8 +110,9 @@ class Subscription:
         sender: Any,
         call: Callable[[Any], Any],
         is_async: bool,
-        inbox: Inbox,
+        inbox: AnyInbox,
         hooks: dict[str, Callable[[], Any]],
+        stall_timeout: float = 10.0,
     ) -> None:
         self.name = name
         self.signals = signals
@@ -120,6 +134,17 @@ class Subscription:
         self.latencies = array("d", bytes(8 * LATENCY_SAMPLES))
         """Ring of recent emit-to-handled seconds, indexed by ``delivered & LATENCY_MASK``."""
         self._by_payload = {s.payload_type: s.name for s in signals}
+        self.stall_timeout = stall_timeout
+        """A call running longer than this many seconds is a stall."""
+        self.busy_since = 0.0
+        """``perf_counter`` when the running call began; 0.0 between calls."""
+        self.busy_with: Any = None
+        """The payload (or hook name) of the running call."""
+        self.stall_noticed = 0.0
+        """``busy_since`` of the call the watchdog last reported."""
+        self.stalls = 0
+        self.stalled_s = 0.0
+        self.retries = 0
 
     def __call__(self, sender: Any, payload: Any = None, **_: Any) -> None:
         """Blinker receiver protocol: ``bus_signal.send(sender, payload=p)`` queues ``p`` here
@@ -132,9 +157,45 @@ class Subscription:
 
     # -- the consumer's bookkeeping (called by evtrain.bus.delivery and dispatch) -------------
 
+    def begin(self, what: Any) -> None:
+        """A call (with payload or hook name ``what``) starts; the watchdog times it."""
+        self.busy_with = what
+        self.busy_since = time.perf_counter()
+
+    def end(self) -> float:
+        """The running call returned or raised; returns the time."""
+        now = time.perf_counter()
+        started, self.busy_since = self.busy_since, 0.0
+        # Cleared before this test, the watchdog's own re-test after noting a stall cannot
+        # leave the stall standing either (see Dispatcher._notice).
+        if started and self.stall_noticed == started:
+            self.stalled_s += now - started
+            self.unstall()
+        return now
+
+    def notice_stall(self, started: float) -> bool:
+        """The watchdog found the call begun at ``started`` stalled: ``True`` the first time."""
+        if self.stall_noticed == started:
+            return False
+        self.stall_noticed = started
+        self.stalls += 1
+        if isinstance(self.inbox, SpoolInbox):
+            self.inbox.hold(stalled=True)
+        if self.busy_since != started:  # it returned meanwhile
+            self.unstall()
+        return True
+
+    def unstall(self) -> None:
+        if isinstance(self.inbox, SpoolInbox):
+            self.inbox.hold(stalled=False)
+
+    def count_retry(self) -> None:
+        """A spool subscriber's event that raised is tried again."""
+        self.retries += 1
+
     def handled(self, t: float, ok: bool) -> None:
         """One event emitted at ``t`` was handed over; ``ok``: it did not raise."""
-        self.latencies[self.delivered & LATENCY_MASK] = time.perf_counter() - t
+        self.latencies[self.delivered & LATENCY_MASK] = self.end() - t
         # Per event, not per batch: close() counts what a stuck batch left over.
         self.delivered += 1
         if ok and self.consecutive_failures:
@@ -179,6 +240,10 @@ class Subscription:
         def quantile(q: float) -> float:
             return kept[min(len(kept) - 1, int(q * len(kept)))] if kept else 0.0
 
+        inbox = self.inbox
+        stalled_s, started = self.stalled_s, self.busy_since
+        if started and self.stall_noticed == started:
+            stalled_s += time.perf_counter() - started
         return SubscriberMetrics(
             name=self.name,
             signals=tuple(s.name for s in self.signals),
@@ -190,6 +255,11 @@ class Subscription:
             high_water=self.inbox.high_water,
             latency_p50_s=quantile(0.50),
             latency_p99_s=quantile(0.99),
+            journaled=inbox.journaled if isinstance(inbox, SpoolInbox) else 0,
+            replayed=inbox.replayed if isinstance(inbox, SpoolInbox) else 0,
+            retries=self.retries,
+            stalls=self.stalls,
+            stalled_s=stalled_s,
         )
 
 

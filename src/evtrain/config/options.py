@@ -68,7 +68,8 @@ class BusSettings:
     capacity: int = attrs.field(default=10_000, validator=_positive)
     """Inbox capacity per subscriber."""
     overflow: Overflow = Overflow.BLOCK
-    """What emit does when an inbox is full: block (lossless), drop_oldest, drop_newest, latest."""
+    """What emit does when an inbox is full: block (lossless), drop_oldest, drop_newest, latest,
+    spool (journal on disk: lossless, never waits; remote trackers' writers default to it)."""
     on_error: FailurePolicy = FailurePolicy.DISABLE
     """A subscriber's exception: log, disable (after max_consecutive_failures), raise."""
     max_consecutive_failures: int = attrs.field(default=100, validator=_positive)
@@ -76,6 +77,19 @@ class BusSettings:
     """Seconds a run waits, at its end (completed, interrupted or failed) and before its final
     save, for subscribers to handle what was emitted; whoever is still behind is logged and
     the run goes on.  Training itself never waits for this."""
+    stall_timeout: float = attrs.field(default=10.0, validator=_seconds)
+    """Seconds one subscriber call may run before the bus emits ``subscriber_stalled``; a spool
+    subscriber's later events then wait in its journal until the call returns."""
+    journal_max_bytes: int = attrs.field(default=1 << 30, validator=_positive)
+    """Most bytes a spool subscriber's journal (``run_logs/journal/``) keeps; beyond, the
+    oldest undelivered events are dropped, with a warning."""
+    journal_fsync_s: float = attrs.field(default=1.0, validator=_seconds)
+    """Seconds between fsyncs of a journal (and saves of its ack): what a power cut may lose."""
+    retry_backoff_s: float = attrs.field(default=0.5, validator=_seconds)
+    """A spool subscriber's first wait before it retries an event that raised; doubles after
+    each failed retry."""
+    retry_backoff_max_s: float = attrs.field(default=30.0, validator=_seconds)
+    """The longest wait between retries."""
     subscribers: dict[str, SubscriberSettings] = attrs.field(factory=dict)
     """Overrides by subscriber name, e.g. ``{"evtrain_writers.tensorboard.TensorboardWriter":
     {"overflow": "latest"}}``."""

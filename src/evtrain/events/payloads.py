@@ -93,7 +93,8 @@ class SubscriberFailed:
     """A subscriber raised; the bus isolated it.
 
     ``count`` is its total number of failures, ``disabled`` whether the bus stopped delivering
-    to it because of this one.
+    to it because of this one.  A spool subscriber is never disabled: ``retry_in_s`` says when
+    the same event is tried again (``None`` for other subscribers).
     """
 
     subscriber: str
@@ -102,3 +103,21 @@ class SubscriberFailed:
     error_type: str
     count: int
     disabled: bool
+    retry_in_s: float | None = None
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class SubscriberStalled:
+    """One call of a subscriber has run longer than its ``stall_timeout``: a hung tracker.
+
+    Emitted once per stalled call, while it still runs; ``seconds`` is how long it had run.  For
+    a ``spool`` subscriber (``spool``) later events go to its journal only until the call
+    returns, then it catches up from disk.
+    """
+
+    subscriber: str
+    signal: str
+    """The signal being handled, or ``flush``/``close`` for those hooks."""
+    seconds: float
+    stall_timeout: float
+    spool: bool

@@ -5,17 +5,18 @@ payload class it carries: ``Bus.emit`` refuses any other payload with ``TypeErro
 of an event is its payload's ``category`` (the behavior name) where it has one, so
 ``bus.connect(stats, fn, sender="CartPole")`` hears only that behavior.
 
-================== ====================== =================================================
-signal             payload                emitted by / when
-================== ====================== =================================================
-run_started        :class:`RunStarted`    the runner, once, before the first step
-hyperparameters    :class:`PropertyEvent` each trainer at start
-stats              :class:`StatsEvent`    each trainer every ``summary_freq`` steps
-save               :class:`SaveEvent`     after a checkpoint file is durable
-export             :class:`ExportEvent`   after an exported model file is durable
-run_finished       :class:`RunFinished`   the runner, once, last
-subscriber_failed  :class:`SubscriberFailed` the bus, when it isolates a subscriber's error
-================== ====================== =================================================
+================== ========================== ===================================================
+signal             payload                    emitted by / when
+================== ========================== ===================================================
+run_started        :class:`RunStarted`        the runner, once, before the first step
+hyperparameters    :class:`PropertyEvent`     each trainer at start
+stats              :class:`StatsEvent`        each trainer every ``summary_freq`` steps
+save               :class:`SaveEvent`         after a checkpoint file is durable
+export             :class:`ExportEvent`       after an exported model file is durable
+run_finished       :class:`RunFinished`       the runner, once, last
+subscriber_failed  :class:`SubscriberFailed`  the bus, when it isolates a subscriber's error
+subscriber_stalled :class:`SubscriberStalled` the bus, when a call outlives its ``stall_timeout``
+================== ========================== ===================================================
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from evtrain.events.payloads import (
     SaveEvent,
     StatsEvent,
     SubscriberFailed,
+    SubscriberStalled,
 )
 
 P = TypeVar("P")
@@ -102,6 +104,13 @@ subscriber_failed: EventSignal[SubscriberFailed] = _define(
     "Emitted by the bus when a subscriber raised and was isolated. Failures while handling this "
     "signal are logged and counted but not emitted again.",
 )
+subscriber_stalled: EventSignal[SubscriberStalled] = _define(
+    "subscriber_stalled",
+    SubscriberStalled,
+    "Emitted by the bus's watchdog, once per call, when a subscriber's call has run longer than "
+    "its stall_timeout (a hung tracker); a spool subscriber's later events then wait in its "
+    "journal. Stalls while handling this signal are not emitted again.",
+)
 
 ALL: tuple[EventSignal[Any], ...] = (
     run_started,
@@ -111,6 +120,7 @@ ALL: tuple[EventSignal[Any], ...] = (
     export,
     run_finished,
     subscriber_failed,
+    subscriber_stalled,
 )
 """Every signal, in lifecycle order."""
 

@@ -46,7 +46,9 @@ DEFAULT_WRITERS = "default"
 
 
 def make_bus(options: RunOptions) -> Bus:
-    """A bus with the delivery settings of ``options.bus``."""
+    """A bus with the delivery settings of ``options.bus``; spool subscribers keep their
+    journals in the run folder's ``run_logs/journal``, so a resumed run (or a later sync)
+    delivers what an earlier process could not."""
     settings = options.bus
     return Bus(
         capacity=settings.capacity,
@@ -54,6 +56,12 @@ def make_bus(options: RunOptions) -> Bus:
         on_error=settings.on_error,
         max_consecutive_failures=settings.max_consecutive_failures,
         subscribers=settings.subscribers,
+        stall_timeout=settings.stall_timeout,
+        journal_dir=options.checkpoint_settings.run_logs_dir / "journal",
+        journal_max_bytes=settings.journal_max_bytes,
+        journal_fsync_s=settings.journal_fsync_s,
+        retry_backoff_s=settings.retry_backoff_s,
+        retry_backoff_max_s=settings.retry_backoff_max_s,
     )
 
 

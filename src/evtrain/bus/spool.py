@@ -1,0 +1,386 @@
+"""The spool inbox: ``emit`` never waits and never drops, whatever the subscriber does.
+
+A remote tracker (MLflow, wandb) may hang or fail for minutes.  ``block`` would stop the
+trainer, the drop policies would lose its data.  A spool inbox writes every event ahead to the
+subscriber's :class:`~evtrain.bus.journal.Journal` (on its writer thread) and keeps the newest
+ones in a memory *window* of ``capacity`` events, from which the happy path delivers with no
+disk read.  When the window is full, or the subscriber is failing (retrying one event) or
+stalled (one call outlived its ``stall_timeout``), later events stay in the journal only, so
+memory stays bounded; the consumer replays them from disk, in order, and the window takes
+events again once it has caught up.
+
+The producer pays one lock and two appends (the writer's queue, the window).  Positions are
+sequence numbers: the consumer's ``cursor`` (next seq it hands out), the window's first seq
+``window_lo``, the next seq to assign.  Seqs in ``[cursor, window_lo)`` — and, while spilled,
+those after the window — exist only in the journal; :meth:`SpoolInbox.take` turns them into a
+:class:`Replay` the delivery reads lazily.  Markers are placed at the seq they must follow.
+
+``acked`` is the last seq delivered successfully; the writer thread persists it.  After a crash
+the next bus over the same journal redelivers from the persisted ack: at least once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+from evtrain.bus.inbox import Inbox, Marker, Overflow
+from evtrain.bus.journal import Entry, Journal, logger
+
+WRITE_EVERY_S = 0.02
+"""How often the writer thread appends what was emitted (``kill -9`` loses at most this)."""
+WAIT_WRITTEN_S = 0.5
+"""How long a replay waits, at a time, for the writer thread to have recorded what it needs."""
+
+
+@attrs.frozen(slots=True)
+class Replay:
+    """Deliver the journal's records ``first <= seq < end``, in order."""
+
+    first: int
+    end: int
+
+
+SpoolItem = Entry | Replay | Marker
+"""What :meth:`SpoolInbox.take` hands the consumer: live events, replays, markers."""
+
+
+class SpoolInbox:
+    """Write-ahead journal plus bounded memory window; the same face the bus and the
+    dispatcher use of an :class:`~evtrain.bus.inbox.Inbox` (``put``, ``put_nowait``,
+    ``put_marker``, ``take``, ``discard``, ``abandon``, counters)."""
+
+    __slots__ = (
+        "_closed",
+        "_cursor",
+        "_failing",
+        "_first_seq",
+        "_high_water",
+        "_lock",
+        "_markers",
+        "_next_seq",
+        "_pending",
+        "_spilled",
+        "_stalled",
+        "_window",
+        "_window_lo",
+        "_writer",
+        "abandoned",
+        "acked",
+        "capacity",
+        "dropped",
+        "journal",
+        "left",
+        "overflow",
+        "replayed",
+        "sleeping",
+        "waker",
+    )
+
+    def __init__(self, capacity: int, journal: Journal) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        """Most events held in memory; the journal holds the rest."""
+        self.overflow = Overflow.SPOOL
+        self.journal = journal
+        self._lock = threading.Lock()
+        self._first_seq = self._next_seq = self._window_lo = journal.next_seq
+        self._cursor = journal.acked + 1
+        """An earlier process's backlog, ``[acked + 1, next_seq)``, is replayed first."""
+        self._pending: list[Entry] = []
+        """Offered, not yet taken by the writer thread."""
+        self._window: deque[Entry] = deque()
+        self._spilled = False
+        """The window takes no events; they are in the journal only."""
+        self._failing = False
+        self._stalled = False
+        self._markers: deque[tuple[int, Marker]] = deque()
+        """``(seq, marker)``: the marker follows every event before ``seq``."""
+        self._high_water = 0
+        self._closed = threading.Event()
+        self.acked = journal.acked
+        """Last seq delivered successfully (every one before it was, too)."""
+        self.replayed = 0
+        """Events delivered from disk."""
+        self.dropped = 0
+        """Events lost: dropped from the journal past ``journal_max_bytes`` (or never recorded)
+        before delivery, or emitted after the bus gave up on this inbox."""
+        self.left = 0
+        """After :meth:`abandon`: events kept in the journal undelivered."""
+        self.sleeping = False
+        self.waker: Callable[[], None] = _nothing
+        self.abandoned = False
+        self._writer = JournalWriter(journal, self._drain, lambda: self.acked)
+        self._writer.start()
+
+    # -- producers ------------------------------------------------------------------------------
+
+    def put(self, t: float, payload: Any) -> None:
+        """Journal ``payload`` (ahead, on the writer thread) and keep it in the window if the
+        window takes events; never waits."""
+        with self._lock:
+            if self.abandoned:
+                self.dropped += 1
+                return
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            entry = (seq, t, payload)
+            self._pending.append(entry)
+            if not self._spilled:
+                if len(self._window) < self.capacity:
+                    self._window.append(entry)
+                else:
+                    self._spilled = True
+        if self.sleeping:
+            self.sleeping = False
+            self.waker()
+
+    put_nowait = put
+
+    def put_marker(self, marker: Marker) -> None:
+        """Queue a marker behind every event offered so far; it always wakes the consumer."""
+        with self._lock:
+            if self.abandoned:
+                marker.arrive(self)
+                return
+            self._markers.append((self._next_seq, marker))
+        self.sleeping = False
+        self.waker()
+
+    @property
+    def offered(self) -> int:
+        """Events put here by this process."""
+        return self._next_seq - self._first_seq
+
+    @property
+    def journaled(self) -> int:
+        """Events journaled (this process's or an earlier one's) and not yet acknowledged."""
+        return self._next_seq - 1 - self.acked
+
+    @property
+    def in_memory(self) -> int:
+        """Events in the window now."""
+        return len(self._window)
+
+    @property
+    def high_water(self) -> int:
+        """Largest window seen."""
+        return max(self._high_water, len(self._window))
+
+    def __len__(self) -> int:
+        """Events not yet handed to the consumer, and markers."""
+        return self._next_seq - self._cursor + len(self._markers)
+
+    def _drain(self) -> list[Entry]:
+        """For the writer thread: everything offered since its last call."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    # -- the consumer ---------------------------------------------------------------------------
+
+    def take(self) -> list[SpoolItem]:
+        """What to deliver next, in seq order: a replay of what is only on disk, the window's
+        events, and the markers due between them."""
+        with self._lock:
+            if self.abandoned:
+                return []
+            if self._spilled and not self._window:
+                self._window_lo = self._next_seq  # everything before it is on disk
+                if not (self._failing or self._stalled):
+                    self._spilled = False  # caught up, healthy: the window takes events again
+            out: list[SpoolItem] = []
+            cursor = self._cursor
+            if cursor < self._window_lo:
+                cursor = self._replay_until(out, cursor, self._window_lo)
+            if self._window:
+                self._high_water = max(self._high_water, len(self._window))
+                markers = self._markers
+                for entry in self._window:
+                    while markers and markers[0][0] <= entry[0]:
+                        out.append(markers.popleft()[1])
+                    out.append(entry)
+                cursor = self._window_lo = cursor + len(self._window)
+                self._window = deque()
+            while self._markers and self._markers[0][0] <= cursor:
+                out.append(self._markers.popleft()[1])
+            self._cursor = cursor
+            return out
+
+    def _replay_until(self, out: list[SpoolItem], first: int, end: int) -> int:
+        """Append ``Replay`` pieces for ``[first, end)``, split where markers are due."""
+        markers = self._markers
+        while markers and markers[0][0] <= end:
+            boundary, marker = markers.popleft()
+            if boundary > first:
+                out.append(Replay(first, boundary))
+                first = boundary
+            out.append(marker)
+        if first < end:
+            out.append(Replay(first, end))
+        return end
+
+    def replay(self, piece: Replay) -> Iterator[Entry]:
+        """The events of ``piece`` read from the journal, in order; what the journal no longer
+        has is counted as dropped (and acknowledged, so cleanup goes on)."""
+        while not self._writer.wait_written(piece.end - 1, WAIT_WRITTEN_S):
+            if self.abandoned:
+                return
+        expected = piece.first
+        for seq, t, data in self.journal.read(piece.first, piece.end):
+            if seq > expected:
+                self._lost(seq - expected, seq - 1)
+            expected = seq + 1
+            try:
+                payload = pickle.loads(data)
+            except Exception as error:  # a payload class that no longer imports
+                logger.error(
+                    "Journal of subscriber %r: event %d cannot be read back (%s: %s); it is "
+                    "counted as dropped.",
+                    self.journal.label,
+                    seq,
+                    type(error).__name__,
+                    error,
+                )
+                self._lost(1, seq)
+                continue
+            # Emit times of an earlier process mean nothing here: latency counts from now.
+            yield seq, t if seq >= self._first_seq else time.perf_counter(), payload
+        if expected < piece.end:
+            self._lost(piece.end - expected, piece.end - 1)
+
+    def _lost(self, count: int, through: int) -> None:
+        with self._lock:
+            self.dropped += count
+        self.acknowledge(through, replayed=False)
+
+    def acknowledge(self, seq: int, *, replayed: bool) -> None:
+        """Event ``seq`` (and all before it) is done with."""
+        if not self.abandoned:
+            self.acked = seq
+            if replayed:
+                self.replayed += 1
+
+    def hold(self, *, failing: bool | None = None, stalled: bool | None = None) -> None:
+        """The subscriber started or stopped failing or stalling: while it does, later events
+        go to the journal only."""
+        with self._lock:
+            if failing is not None:
+                self._failing = failing
+            if stalled is not None:
+                self._stalled = stalled
+            if self._failing or self._stalled:
+                self._spilled = True
+
+    def wait_closed(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` unless the bus gives up on this inbox; ``True`` if it did."""
+        return self._closed.wait(timeout)
+
+    def discard(self) -> None:
+        """The consumer took an event it will not hand over."""
+        with self._lock:
+            self.dropped += 1
+
+    def abandon(self, handled: int = 0) -> int:
+        """Nobody consumes any more (closed, or the bus gave up): markers arrive, the writer
+        records what is left and syncs, the journal closes.  Nothing is lost — what was not
+        delivered stays in the journal (:attr:`left`) — so this returns 0, always."""
+        with self._lock:
+            if self.abandoned:
+                return 0
+            self.abandoned = True
+            markers = [m for _, m in self._markers]
+            self._markers.clear()
+            self._window.clear()
+            last = self._next_seq - 1
+        self._closed.set()
+        for marker in markers:
+            marker.arrive(self)
+        self._writer.stop()
+        self.left = self.journal.close(self.acked, last)
+        return 0
+
+
+class JournalWriter(threading.Thread):
+    """The daemon thread that appends a spool inbox's events to its journal.
+
+    Every :data:`WRITE_EVERY_S` (sooner when the consumer waits for a record) it takes what was
+    emitted (``drain``) and appends it; every ``fsync_s`` it syncs and persists ``acked()``.
+    """
+
+    def __init__(
+        self, journal: Journal, drain: Callable[[], list[Entry]], acked: Callable[[], int]
+    ) -> None:
+        super().__init__(name=f"evtrain-journal[{journal.label}]", daemon=True)
+        self.journal = journal
+        self._drain = drain
+        self._acked = acked
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._wanted = 0
+        self.written = journal.next_seq - 1
+        """Every seq up to this one has been handed to the OS (or could not be recorded)."""
+
+    def run(self) -> None:
+        journal = self.journal
+        next_sync = time.monotonic() + journal.fsync_s
+        stopping = False
+        while not stopping:
+            with self._wake:
+                self._wake.wait_for(
+                    lambda: self._stopping or self._wanted > self.written,
+                    timeout=min(WRITE_EVERY_S, journal.fsync_s),
+                )
+                stopping = self._stopping
+            entries = self._drain()
+            if entries:
+                try:
+                    journal.append(entries)
+                except OSError as error:  # disk full, folder gone: memory still delivers
+                    logger.error(
+                        "Journal of subscriber %r cannot write to %s (%s); events not in memory "
+                        "are dropped until it can.",
+                        journal.label,
+                        journal.folder,
+                        error,
+                    )
+                with self._wake:
+                    self.written = entries[-1][0]
+                    self._wake.notify_all()
+            if stopping or time.monotonic() >= next_sync:
+                with contextlib.suppress(OSError):
+                    journal.sync(self._acked())
+                next_sync = time.monotonic() + journal.fsync_s
+
+    def wait_written(self, seq: int, timeout: float) -> bool:
+        """Ask for everything up to ``seq`` now and wait for it; ``False`` on timeout."""
+        with self._wake:
+            if self.written >= seq:
+                return True
+            self._wanted = max(self._wanted, seq)
+            self._wake.notify_all()
+            # A writer that died records nothing more: the reader counts the gap as dropped.
+            return self._wake.wait_for(lambda: self.written >= seq or not self.is_alive(), timeout)
+
+    def stop(self) -> None:
+        """Write what is left, sync, and end (waits for it)."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
+        self.join()
+
+
+AnyInbox = Inbox | SpoolInbox
+"""Either kind of inbox a subscription may have."""
+
+
+def _nothing() -> None:
+    return None

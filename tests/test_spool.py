@@ -215,6 +215,39 @@ def test_the_stall_timeout_is_per_subscriber(tmp_path: Path, hung: Hung) -> None
     assert [s.subscriber for s in stalls.events] == ["tracker"]
 
 
+@pytest.mark.parametrize("trouble", ["failing", "stalled"])
+def test_flush_does_not_wait_for_a_failing_or_stalled_tracker_once_its_events_are_journaled(
+    tmp_path: Path, hung: Hung, trouble: str
+) -> None:
+    tracker = FlakyTracker(failures=10**9) if trouble == "failing" else None
+    bus = Bus(
+        journal_dir=tmp_path, stall_timeout=0.2, retry_backoff_s=0.05, retry_backoff_max_s=0.2
+    )
+    try:
+        if tracker is not None:
+            bus.add_writer(tracker, name="tracker")
+        else:
+            bus.connect(signals.stats, hung, overflow="spool", name="tracker")
+        emit_steps(bus, range(100))
+        start = time.monotonic()
+        # queued before the trouble is noticed: released when it is
+        bus.flush(timeout=10, journaled=True)
+        emit_steps(bus, range(100, 200))
+        bus.flush(timeout=10, journaled=True)
+        took = time.monotonic() - start
+        journaled = bus.metrics()["tracker"].journaled
+    finally:
+        hung.release.set()
+        if tracker is not None:
+            tracker.failures = 0
+        bus.close(timeout=10)
+    assert took < 5, took  # not the flush timeout: the tracker never recovered meanwhile
+    assert journaled >= 195  # all but those before step 5
+    # the events were kept, and go out once the tracker answers again
+    got = tracker.steps if tracker is not None else hung.steps
+    assert got == list(range(200))
+
+
 def test_close_with_a_dead_tracker_returns_in_time_and_the_next_bus_delivers_the_rest(
     tmp_path: Path, hung: Hung, caplog: pytest.LogCaptureFixture
 ) -> None:

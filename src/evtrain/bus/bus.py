@@ -54,6 +54,10 @@ logger = logging.getLogger("evtrain.bus")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+FLUSH_ROUNDS = 3
+"""Rounds a flush makes to deliver the ``subscriber_failed``/``subscriber_stalled`` events it
+caused itself."""
+
 
 class Bus:
     """Typed, asynchronous, isolated delivery of training events to subscribers.
@@ -171,6 +175,7 @@ class Bus:
         name: str | None = None,
         key: Callable[[Any], Hashable] = default_key,
         stall_timeout: float | None = None,
+        journal_dir: str | os.PathLike[str] | None = None,
     ) -> SubscriptionHandle:
         """Deliver events of ``signal`` (one or several) to ``subscriber``.
 
@@ -180,8 +185,8 @@ class Bus:
         one behavior; ``ranks`` connects it only on those ranks (elsewhere the handle is inert
         and emit pays nothing); ``capacity``/``overflow``/``stall_timeout`` override the bus
         defaults; ``key`` groups events for ``overflow="latest"``.  A ``spool`` subscriber
-        opens its journal here and, if an earlier bus left events in it undelivered, receives
-        those first.
+        opens its journal here (under ``journal_dir``, default the bus's) and, if an earlier
+        bus left events in it undelivered, receives those first.
 
         :raises TypeError: ``subscriber`` cannot be called with a single payload.
         :raises BusClosedError: the bus is closing or closed.
@@ -204,7 +209,9 @@ class Bus:
             overflow=None if overflow is None else Overflow(overflow),
             stall_timeout=stall_timeout,
         )
-        return self._subscribe(signals, subscriber, sender, ranks, settings, label, key, hooks)
+        return self._subscribe(
+            signals, subscriber, sender, ranks, settings, label, key, hooks, journal_dir
+        )
 
     def on(
         self, signal: EventSignal[Any] | Iterable[EventSignal[Any]], **options: Any
@@ -245,6 +252,7 @@ class Bus:
         label: str,
         key: Callable[[Any], Hashable],
         hooks: dict[str, Callable[[], Any]],
+        journal_dir: str | os.PathLike[str] | None = None,
     ) -> SubscriptionHandle:
         if not signals or not all(isinstance(s, EventSignal) for s in signals):
             raise TypeError(f"connect() needs evtrain signals, got {signals!r}")
@@ -265,7 +273,8 @@ class Bus:
                 unique = f"{label}#{n}"
             inbox: AnyInbox
             if overflow is Overflow.SPOOL:
-                inbox = SpoolInbox(capacity, self._open_journal(unique, max_bytes))
+                journal = self._open_journal(unique, max_bytes, journal_dir)
+                inbox = SpoolInbox(capacity, journal)
             else:
                 inbox = Inbox(capacity, overflow, key)
             self._names.add(unique)
@@ -286,7 +295,17 @@ class Bus:
             self._history.append(sub)
         return SubscriptionHandle(self, sub)
 
-    def _open_journal(self, name: str, max_bytes: int) -> Journal:
+    def _open_journal(
+        self, name: str, max_bytes: int, journal_dir: str | os.PathLike[str] | None
+    ) -> Journal:
+        if journal_dir is not None:
+            return Journal(
+                journal_path(journal_dir, name, self.rank),
+                label=name,
+                max_bytes=max_bytes,
+                fsync_s=self.journal_fsync_s,
+                temporary=False,
+            )
         root = self._journal_root
         if root is None:
             if self.journal_dir is None:
@@ -376,30 +395,36 @@ class Bus:
     def emit_internal(self, payload: Any) -> None:
         """The bus's own ``subscriber_failed``/``subscriber_stalled`` events: accepted while
         closing, never blocking."""
-        self._internal_emits += 1
         signal = subscriber_stalled if type(payload) is SubscriberStalled else subscriber_failed
         inboxes = self._routes.lookup(signal, ANY)
+        if inboxes:  # what a flush must go round again for
+            self._internal_emits += 1
         t = time.perf_counter()
         for inbox in inboxes:
             inbox.put_nowait(t, payload)
 
     # -- draining ----------------------------------------------------------------------------
 
-    def flush(self, timeout: float | None = None) -> None:
+    def flush(self, timeout: float | None = None, *, journaled: bool = False) -> None:
         """Return once every event emitted before the call has been handled, and every
         subscriber with a ``flush()`` (writers) has flushed.
+
+        ``journaled=True``: a ``spool`` subscriber that is failing or stalled counts as done
+        once those events are in its journal (they are delivered when its sink answers), so
+        the flush does not wait on a dead tracker.
 
         :raises BusTimeoutError: not done within ``timeout`` seconds; names who is behind.
         :raises RuntimeError: called from a subscriber (it would wait for itself).
         """
         self._refuse_from_dispatcher("flush")
         deadline = Deadline(timeout)
-        # Failures found while flushing emit subscriber_failed; go round again until quiet so
-        # those are handled too.
-        while True:
+        # Failures found while flushing emit subscriber_failed; go round again so those are
+        # handled too — a few times, not until quiet: a spool subscriber retrying a dead
+        # tracker fails on every try, for as long as the outage lasts.
+        for _ in range(FLUSH_ROUNDS):
             internal = self._internal_emits
             subs = [s for s in self.subscriptions if not s.finished]
-            done = pass_marker(subs, deadline.left(), close=False)
+            done = pass_marker(subs, deadline.left(), close=False, journaled=journaled)
             if self._pending_error is not None:
                 self._raise_pending()
             if not done:

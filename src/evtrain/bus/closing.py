@@ -51,10 +51,13 @@ class Deadline:
         return None if self._at is None else max(0.0, self._at - time.monotonic())
 
 
-def pass_marker(subs: Sequence[Subscription], timeout: float | None, *, close: bool) -> bool:
+def pass_marker(
+    subs: Sequence[Subscription], timeout: float | None, *, close: bool, journaled: bool = False
+) -> bool:
     """Put one marker behind everything queued for ``subs`` and wait until all handled it
-    (``close``: and closed); ``False`` on timeout."""
-    marker = Marker(len(subs), close=close)
+    (``close``: and closed; ``journaled``: see :attr:`Marker.journaled`); ``False`` on
+    timeout."""
+    marker = Marker(len(subs), close=close, journaled=journaled)
     for sub in subs:
         sub.inbox.put_marker(marker)
     return marker.wait(timeout)

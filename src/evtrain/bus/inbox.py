@@ -55,11 +55,14 @@ class SubscriberSettings:
 class Marker:
     """A control item (flush or close) that every inbox passes through in FIFO order."""
 
-    __slots__ = ("_arrived", "_count", "_done", "close")
+    __slots__ = ("_arrived", "_count", "_done", "close", "journaled")
 
-    def __init__(self, count: int, *, close: bool = False) -> None:
+    def __init__(self, count: int, *, close: bool = False, journaled: bool = False) -> None:
         self.close = close
         """After this marker the subscriber is closed and its task ends."""
+        self.journaled = journaled
+        """A flush that a failing or stalled spool subscriber passes once the events before
+        it are in its journal (``Bus.flush(journaled=True)``)."""
         self._count = count
         self._arrived: set[int] = set()
         self._done = threading.Condition()

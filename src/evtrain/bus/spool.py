@@ -22,6 +22,7 @@ the next bus over the same journal redelivers from the persisted ack: at least o
 from __future__ import annotations
 
 import contextlib
+import functools
 import pickle
 import threading
 import time
@@ -62,6 +63,7 @@ class SpoolInbox:
         "_cursor",
         "_failing",
         "_first_seq",
+        "_handed",
         "_high_water",
         "_lock",
         "_markers",
@@ -104,6 +106,8 @@ class SpoolInbox:
         self._stalled = False
         self._markers: deque[tuple[int, Marker]] = deque()
         """``(seq, marker)``: the marker follows every event before ``seq``."""
+        self._handed: list[tuple[int, Marker]] = []
+        """The ``journaled`` markers of the batch the consumer is delivering now."""
         self._high_water = 0
         self._closed = threading.Event()
         self.acked = journal.acked
@@ -146,12 +150,21 @@ class SpoolInbox:
     put_nowait = put
 
     def put_marker(self, marker: Marker) -> None:
-        """Queue a marker behind every event offered so far; it always wakes the consumer."""
+        """Queue a marker behind every event offered so far; it always wakes the consumer.
+
+        While the subscriber is failing or stalled, a ``journaled`` flush marker also arrives
+        as soon as the writer thread has recorded everything before it: those events are safe
+        in the journal, and the run's flush before its final save must not wait for a dead
+        tracker.  It still passes through delivery later (arriving is idempotent)."""
         with self._lock:
             if self.abandoned:
                 marker.arrive(self)
                 return
-            self._markers.append((self._next_seq, marker))
+            seq = self._next_seq
+            self._markers.append((seq, marker))
+            held = (self._failing or self._stalled) and marker.journaled
+        if held:
+            self._writer.when_written(seq - 1, functools.partial(marker.arrive, self))
         self.sleeping = False
         self.waker()
 
@@ -198,6 +211,8 @@ class SpoolInbox:
                 if not (self._failing or self._stalled):
                     self._spilled = False  # caught up, healthy: the window takes events again
             out: list[SpoolItem] = []
+            queued = len(self._markers)
+            handed = list(self._markers)  # those popped below, from the left, are handed out
             cursor = self._cursor
             if cursor < self._window_lo:
                 cursor = self._replay_until(out, cursor, self._window_lo)
@@ -213,6 +228,9 @@ class SpoolInbox:
             while self._markers and self._markers[0][0] <= cursor:
                 out.append(self._markers.popleft()[1])
             self._cursor = cursor
+            # The previous batch is done with; this one's flushes may need releasing (hold).
+            taken = handed[: queued - len(self._markers)]
+            self._handed = [(seq, m) for seq, m in taken if m.journaled]
             return out
 
     def _replay_until(self, out: list[SpoolItem], first: int, end: int) -> int:
@@ -277,8 +295,14 @@ class SpoolInbox:
                 self._failing = failing
             if stalled is not None:
                 self._stalled = stalled
-            if self._failing or self._stalled:
+            held = self._failing or self._stalled
+            if held:
                 self._spilled = True
+            # Flushes queued before the trouble began need not wait for it either.
+            queued = [*self._handed, *self._markers] if held else []
+            waiting = [(seq, m) for seq, m in queued if m.journaled]
+        for seq, marker in waiting:
+            self._writer.when_written(seq - 1, functools.partial(marker.arrive, self))
 
     def wait_closed(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` unless the bus gives up on this inbox; ``True`` if it did."""
@@ -326,6 +350,8 @@ class JournalWriter(threading.Thread):
         self._wake = threading.Condition()
         self._stopping = False
         self._wanted = 0
+        self._callbacks: list[tuple[int, Callable[[], None]]] = []
+        """``(seq, fn)``: call ``fn`` once every seq up to ``seq`` is written."""
         self.written = journal.next_seq - 1
         """Every seq up to this one has been handed to the OS (or could not be recorded)."""
 
@@ -355,10 +381,31 @@ class JournalWriter(threading.Thread):
                 with self._wake:
                     self.written = entries[-1][0]
                     self._wake.notify_all()
+            self._call_back(stopping)
             if stopping or time.monotonic() >= next_sync:
                 with contextlib.suppress(OSError):
                     journal.sync(self._acked())
                 next_sync = time.monotonic() + journal.fsync_s
+
+    def when_written(self, seq: int, fn: Callable[[], None]) -> None:
+        """Call ``fn`` on this thread once every seq up to ``seq`` is written (at once if it
+        is already; when the writer stops, in any case)."""
+        with self._wake:
+            if self.written < seq and self.is_alive():
+                self._callbacks.append((seq, fn))
+                self._wanted = max(self._wanted, seq)
+                self._wake.notify_all()
+                return
+        fn()
+
+    def _call_back(self, stopping: bool) -> None:
+        with self._wake:
+            due = [fn for seq, fn in self._callbacks if stopping or seq <= self.written]
+            self._callbacks = [
+                (seq, fn) for seq, fn in self._callbacks if not stopping and seq > self.written
+            ]
+        for fn in due:
+            fn()
 
     def wait_written(self, seq: int, timeout: float) -> bool:
         """Ask for everything up to ``seq`` now and wait for it; ``False`` on timeout."""

@@ -238,7 +238,7 @@ class _Run:
     def _save_final(self) -> None:
         # The last period's reward goes into the final checkpoint record; a subscriber that
         # hangs may delay the final save by the drain timeout, never more.
-        self._flush(Deadline(self.options.bus.drain_timeout), "before the final save")
+        self._flush(Deadline(self.options.bus.drain_timeout), "before the final save", True)
         for name in self.trainers:
             self._save(name, final=True)
             self.finished.append(name)
@@ -304,11 +304,13 @@ class _Run:
             logger.warning("A writer of this run did not close in time: %s", error)
         self._flush(deadline, "when the run ended")
 
-    def _flush(self, deadline: Deadline, when: str) -> None:
+    def _flush(self, deadline: Deadline, when: str, journaled: bool = False) -> None:
+        """Flush within ``deadline``; ``journaled``: a tracker that is down counts as done
+        once what it missed is in its journal."""
         if self.bus.closed:
             return
         try:
-            self.bus.flush(timeout=deadline.left())
+            self.bus.flush(timeout=deadline.left(), journaled=journaled)
         except BusTimeoutError as error:
             logger.warning(
                 "Subscribers still behind %s after bus.drain_timeout (%.0f s): %s. The run "

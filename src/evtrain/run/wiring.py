@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -45,6 +46,11 @@ DEFAULT_WRITERS = "default"
 """The ``evtrain.stats_writer`` entry point evtrain registers its own writers under."""
 
 
+def journal_folder(options: RunOptions) -> Path:
+    """Where the run's ``spool`` writers keep their journals: ``run_logs/journal``."""
+    return options.checkpoint_settings.run_logs_dir / "journal"
+
+
 def make_bus(options: RunOptions) -> Bus:
     """A bus with the delivery settings of ``options.bus``; spool subscribers keep their
     journals in the run folder's ``run_logs/journal``, so a resumed run (or a later sync)
@@ -57,7 +63,7 @@ def make_bus(options: RunOptions) -> Bus:
         max_consecutive_failures=settings.max_consecutive_failures,
         subscribers=settings.subscribers,
         stall_timeout=settings.stall_timeout,
-        journal_dir=options.checkpoint_settings.run_logs_dir / "journal",
+        journal_dir=journal_folder(options),
         journal_max_bytes=settings.journal_max_bytes,
         journal_fsync_s=settings.journal_fsync_s,
         retry_backoff_s=settings.retry_backoff_s,
@@ -70,7 +76,13 @@ def attach_plugins(options: RunOptions, bus: Bus) -> list[SubscriptionHandle]:
 
     :raises PluginError: a plugin listed in ``plugins.required`` failed.
     """
-    handles = [bus.add_writer(writer) for writer in register_stats_writer_plugins(options)]
+    # On a caller's bus too, the run's trackers journal into the run folder: a resumed run
+    # (or evtrain sync) finds what they could not deliver.
+    journal = journal_folder(options)
+    handles = [
+        bus.add_writer(writer, journal_dir=journal)
+        for writer in register_stats_writer_plugins(options)
+    ]
     register_subscriber_plugins(options, bus)
     return handles
 
@@ -95,9 +107,7 @@ class _Selection:
         found = self.found
         chosen = [p for p in found if not p.matches(self.disabled)]
         for name in self.required:
-            if ":" not in name and any(
-                p.matches([name]) for p in discover(GROUPS, self.paths)
-            ):
+            if ":" not in name and any(p.matches([name]) for p in discover(GROUPS, self.paths)):
                 continue  # a plain name is satisfied by whichever group provides it
             if not any(p.matches([name]) for p in chosen):
                 have = ", ".join(p.qualified for p in found) or "none"

@@ -164,7 +164,8 @@ def test_a_run_loads_the_installed_plugins(plugin_site: Path, tmp_path: Path) ->
     )
     assert stdout.splitlines() == [
         "clean: True",
-        "evtrain_example_plugin.jsonl.JsonLinesWriter 3 0",
+        # a writer sees the whole lifecycle: 1 property + 2 stats + the save and the export
+        "evtrain_example_plugin.jsonl.JsonLinesWriter 5 0",
         "evtrain_example_plugin.save_log 2 0",
     ]
     run = tmp_path / "run1"

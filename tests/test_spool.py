@@ -81,8 +81,10 @@ def test_a_hung_tracker_never_blocks_emit_and_gets_every_event_once_in_order(
         bus.emit(signals.stats, stats_event(0))
         assert hung.entered.wait(5)
         # Under `block` the 101st emit would wait for the tracker for good.
-        longest = emit_steps(bus, range(1, 50_000))
-        assert longest < 0.25  # a wait would last until the release below: no emit waited
+        emit_steps(bus, range(1, 50_000))
+        # Every emit returned while the tracker was still inside its first call: none waited
+        # for it (how long an emit takes is for benchmarks/, not a test on a shared machine).
+        assert hung.steps == [] and not hung.release.is_set()
         stuck = bus.metrics()["tracker"]
         assert (stuck.delivered, stuck.journaled, stuck.dropped) == (0, 50_000, 0)
         assert spool_inbox(bus, "tracker").in_memory <= 100  # the rest is only on disk
@@ -229,19 +231,19 @@ def test_flush_does_not_wait_for_a_failing_or_stalled_tracker_once_its_events_ar
         else:
             bus.connect(signals.stats, hung, overflow="spool", name="tracker")
         emit_steps(bus, range(100))
-        start = time.monotonic()
-        # queued before the trouble is noticed: released when it is
+        # Queued before the trouble is noticed: released when it is.  A flush that waited for
+        # delivery would raise BusTimeoutError: the tracker never recovers meanwhile.
         bus.flush(timeout=10, journaled=True)
         emit_steps(bus, range(100, 200))
         bus.flush(timeout=10, journaled=True)
-        took = time.monotonic() - start
+        delivered_meanwhile = list(tracker.steps if tracker is not None else hung.steps)
         journaled = bus.metrics()["tracker"].journaled
     finally:
         hung.release.set()
         if tracker is not None:
             tracker.failures = 0
         bus.close(timeout=10)
-    assert took < 5, took  # not the flush timeout: the tracker never recovered meanwhile
+    assert delivered_meanwhile == ([0, 1, 2, 3, 4] if tracker is not None else [])
     assert journaled >= 195  # all but those before step 5
     # the events were kept, and go out once the tracker answers again
     got = tracker.steps if tracker is not None else hung.steps

@@ -65,6 +65,18 @@ def _parser() -> argparse.ArgumentParser:
         "repeatable",
     )
 
+    sync = commands.add_parser(
+        "sync", help="deliver what a run's journals hold to its trackers (after an outage)"
+    )
+    sync.add_argument("run_id", metavar="RUN_ID", help="the run's id (its folder's name)")
+    sync.add_argument("--results-dir", default="results", help="parent folder (default: results)")
+    sync.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the trackers; what is left stays journaled (default 60)",
+    )
+
     demo = commands.add_parser(
         "demo", help="emit a synthetic run through the default writers (no training)"
     )
@@ -206,6 +218,26 @@ def run_learn(args: argparse.Namespace) -> int:
     return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
 
 
+def run_sync(args: argparse.Namespace) -> int:
+    """``evtrain sync``: 0 once every journal is delivered, 1 when some is left."""
+    from evtrain.run.sync import sync_run
+
+    report = sync_run(args.run_id, args.results_dir, args.timeout)
+    if not report.pending:
+        print(f"{args.run_id}: nothing journaled; every tracker has every event")
+        return 0
+    for name, pending in report.pending.items():
+        left = report.left.get(name, 0)
+        print(f"{name}: {pending - left:,} of {pending:,} journaled events delivered")
+    if report.complete:
+        return 0
+    print(
+        f"Some events are still journaled; run evtrain sync {shlex.quote(args.run_id)} again "
+        "once the tracker answers."
+    )
+    return 1
+
+
 def _interrupted_line(args: argparse.Namespace, run_id: str, steps: Mapping[str, int]) -> str:
     """``Interrupted at step N. Continue with: evtrain learn ... --resume``: the command line
     that was given, less what starts a run afresh, plus the run id and ``--resume``."""
@@ -242,6 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return list_plugins(args.group or plugins.GROUPS, args.plugins)
         if args.command == "learn":
             return run_learn(args)
+        if args.command == "sync":
+            return run_sync(args)
         if args.command == "demo":
             from evtrain.demo import run_demo
 

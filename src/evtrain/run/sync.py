@@ -1,0 +1,86 @@
+"""``evtrain sync RUN_ID``: deliver what a run's journals still hold to their trackers.
+
+A ``spool`` writer (MLflow, wandb) keeps every event in a journal under
+``results/<run_id>/run_logs/journal/`` until its tracker acknowledged it.  A run that ended
+while its tracker was down, or was killed, leaves the rest there; ``--resume`` delivers it
+first, and this command delivers it without training: it builds the run's writers from the
+run's own ``configuration.yaml``, connects those that have something journaled to a bus over
+that journal, and closes the bus within ``timeout``.  Connecting a spool subscriber replays its
+journal, so this is the same path a resumed run takes.  What the tracker still refuses stays in
+the journal for the next try.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import attrs
+
+from evtrain.bus import Bus
+from evtrain.bus.journal import journal_backlog
+from evtrain.bus.subscription import subscriber_name
+from evtrain.errors import RunFolderError
+from evtrain.run.options import read_config
+from evtrain.run.wiring import journal_folder, make_bus, register_stats_writer_plugins
+
+logger = logging.getLogger("evtrain")
+
+
+@attrs.frozen(kw_only=True)
+class SyncReport:
+    """What ``evtrain sync`` did, per writer (subscriber name)."""
+
+    pending: dict[str, int]
+    """Events journaled and not acknowledged before the sync."""
+    left: dict[str, int]
+    """Events still journaled after it (the tracker did not take them in time)."""
+
+    @property
+    def complete(self) -> bool:
+        return not any(self.left.values())
+
+
+def sync_run(run_id: str, results_dir: str | Path, timeout: float) -> SyncReport:
+    """Replay run ``run_id``'s journals to their writers; wait at most ``timeout`` seconds.
+
+    :raises RunFolderError: there is no such run, or it has no configuration.
+    :raises ConfigError: its configuration is no longer valid (a writer plugin was removed).
+    """
+    from evtrain.run.options import options_from_data
+
+    folder = Path(results_dir) / run_id
+    config = folder / "configuration.yaml"
+    if not config.is_file():
+        raise RunFolderError(
+            f"no run {run_id!r} under {results_dir}: {config} does not exist. Give the run id "
+            "evtrain learn was run with, and --results-dir if it was not results."
+        )
+    data = read_config(config)
+    # The run's writers continue its tracker runs (ids kept in run_logs/), as on --resume.
+    data["checkpoint_settings"] = {
+        **data.get("checkpoint_settings", {}),
+        "run_id": run_id,
+        "results_dir": str(results_dir),
+        "resume": True,
+        "force": False,
+    }
+    options = options_from_data(data)
+    journal = journal_folder(options)
+    pending: dict[str, int] = {}
+    bus: Bus = make_bus(options)
+    with bus:
+        for writer in register_stats_writer_plugins(options):
+            name = subscriber_name(writer)
+            backlog = journal_backlog(journal, name)
+            if not backlog:
+                writer.close()  # nothing of it waits: do not start it (a server, a session)
+                continue
+            pending[name] = backlog
+            logger.info("Delivering %d journaled events to %s", backlog, name)
+            bus.add_writer(writer, name=name)
+        report = bus.close(timeout=timeout)
+    left = {name: journal_backlog(journal, name) for name in pending}
+    if not report.clean:
+        logger.warning("Not delivered within %.0f s: %s", timeout, left)
+    return SyncReport(pending=pending, left=left)

@@ -101,8 +101,8 @@ def test_an_unknown_writer_or_option_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         register_stats_writer_plugins(unknown, evtrain_writer_plugins())
     assert info.value.problems == (
-        "writers.cvs: no installed writer plugin is named 'cvs' (installed: csv, jsonl); "
-        "install the package that provides it, or remove it",
+        "writers.cvs: no installed writer plugin is named 'cvs' (installed: csv, jsonl, "
+        "mlflow, prometheus, wandb); install the package that provides it, or remove it",
     )
     bad = {**base, "writers": {"csv": {"hiden_keys": []}}}
     with pytest.raises(ConfigError) as info:
@@ -129,5 +129,6 @@ def test_writer_flag_options_and_mistakes(tmp_path: Path) -> None:
     assert (result.returncode, result.stderr) == (
         2,
         "evtrain: error: writers.nope: no installed writer plugin is named 'nope' (installed: "
-        "csv, jsonl); install the package that provides it, or remove it\n",
+        "csv, jsonl, mlflow, prometheus, wandb); install the package that provides it, or "
+        "remove it\n",
     )

@@ -1,0 +1,396 @@
+"""``MlflowWriter``: a run's statistics, hyperparameters, checkpoints and models in one MLflow run.
+
+``writers: {mlflow: {tracking_uri: http://127.0.0.1:5000}}`` (or ``--writer mlflow``, with
+``MLFLOW_TRACKING_URI``) logs, through an explicit :class:`mlflow.MlflowClient` and run id
+(never mlflow's process-wide active run):
+
+- each summary period as one ``log_batch`` request: metric ``<Behavior>/<key>`` holds the
+  aggregated value at the period's step.  MLflow has no histogram, so a ``HISTOGRAM`` key also
+  logs ``<key>/std``, ``<key>/min`` and ``<key>/max`` (the last two when it has values);
+- the hyperparameters as params ``<Behavior>/<section>/<key>``, values cut to MLflow's length
+  limit;
+- each checkpoint and export as the tags ``<Behavior>/checkpoint`` and ``<Behavior>/<format>``
+  (the latest path), uploaded as artifacts only with ``upload_artifacts: true``;
+- the end of the run as the run's status: FINISHED, KILLED (interrupted) or FAILED.
+
+The MLflow run opens on the first event of any kind (a journal replay can deliver events
+before ``run_started``); its id is kept in ``run_logs/mlflow.json``, and ``--resume`` continues
+that run.  A re-delivered event is logged once: the writer skips each ``(key, step)`` the run
+already has, and a resumed run first reads the last step of every metric from the tracker.
+
+Every request is bounded: mlflow's own HTTP client retries for minutes by default
+(``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``), and a writer that hangs
+holds its events hostage.  The writer's requests fail after ``request_timeout`` seconds and
+``request_retries`` retries, so the bus decides about retrying.  It does so without touching
+the environment: mlflow's ``http_request`` is wrapped once, and the wrapper adds the writer's
+limits only inside the writer's own calls (a context variable); every other call, on any
+thread, passes through unchanged.  Artifact uploads keep mlflow's own settings (a large file
+needs its time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
+
+import attrs
+
+from evtrain.bus.writers import StatsWriter
+from evtrain.events.payloads import ExportEvent, RunFinished, RunStarted, RunStatus, SaveEvent
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
+from evtrain_writers._options import writer_options
+from evtrain_writers._tracker import (
+    LoggedSteps,
+    TrackerRecord,
+    flatten,
+    remote_overflow,
+    require,
+)
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from evtrain.config.options import RunOptions
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+RECORD = "mlflow"
+"""``run_logs/mlflow.json``: the MLflow run this evtrain run writes to."""
+
+STATUS = {
+    RunStatus.COMPLETED: "FINISHED",
+    RunStatus.INTERRUPTED: "KILLED",
+    RunStatus.FAILED: "FAILED",
+}
+"""An evtrain run's end as an MLflow run status."""
+
+# MLflow's limits (mlflow.utils.validation), for servers of any version.
+MAX_PARAM_VALUE = 6000
+MAX_KEY = 250
+MAX_PARAMS_PER_BATCH = 100
+MAX_METRICS_PER_BATCH = 1000
+
+
+def _positive(_: Any, attribute: attrs.Attribute[float], value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"expected a number of seconds > 0, got {value!r}")
+
+
+def _not_negative(_: Any, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"expected a count >= 0, got {value!r}")
+
+
+@attrs.define(kw_only=True)
+class MlflowOptions:
+    """``writers.mlflow``."""
+
+    tracking_uri: str | None = None
+    """``http(s)://`` server, ``sqlite:///path.db`` or a folder; ``None`` is mlflow's own choice
+    (``MLFLOW_TRACKING_URI``, else its default)."""
+    experiment: str = "evtrain"
+    """Experiment name; created when missing."""
+    run_name: str | None = None
+    """The MLflow run's name; ``None`` is the evtrain run id."""
+    tags: dict[str, str] = attrs.field(factory=dict)
+    """Tags set on the MLflow run when it is created."""
+    upload_artifacts: bool = False
+    """Upload checkpoints and exported models as artifacts (their paths are logged anyway)."""
+    hidden_keys: list[str] = attrs.field(factory=list)
+    """Stat keys not logged."""
+    request_timeout: float = attrs.field(default=5.0, validator=_positive)
+    """Seconds one tracking request may take (connect and read) before it fails."""
+    request_retries: int = attrs.field(default=0, validator=_not_negative)
+    """Retries of a failed tracking request by mlflow itself (0.5 s, 1 s, ... apart) before
+    the writer's call fails and the bus's policy takes over."""
+
+
+_LIMITS: ContextVar[tuple[float, int] | None] = ContextVar("evtrain_mlflow_limits", default=None)
+
+
+def _bound_mlflow_requests() -> bool:
+    """Wrap ``mlflow.utils.rest_utils.http_request`` (once) so that calls made inside
+    :func:`_limits` get its timeout and retries; ``False`` when mlflow has no such function."""
+    from mlflow.utils import rest_utils
+
+    original = getattr(rest_utils, "http_request", None)
+    if original is None:
+        return False
+    if getattr(original, "evtrain_bounded", False):
+        return True
+
+    @functools.wraps(original)
+    def http_request(*args: Any, **kwargs: Any) -> Any:
+        for name, value in request_limits().items():
+            if kwargs.get(name) is None:
+                kwargs[name] = value
+        return original(*args, **kwargs)
+
+    http_request.evtrain_bounded = True  # type: ignore[attr-defined]
+    rest_utils.http_request = http_request
+    return True
+
+
+def request_limits() -> dict[str, Any]:
+    """What the wrapped ``http_request`` adds to a request made now: the limits of the writer
+    whose call this is, nothing outside a writer's call (or on another thread)."""
+    limits = _LIMITS.get()
+    if limits is None:
+        return {}
+    timeout, retries = limits
+    return {
+        "timeout": timeout,
+        "max_retries": retries,
+        "backoff_factor": 0.5,
+        "backoff_jitter": 0.0,
+        "retry_timeout_seconds": max(1, round(timeout * (retries + 1))),
+    }
+
+
+@contextlib.contextmanager
+def _limits(timeout: float, retries: int) -> Iterator[None]:
+    token = _LIMITS.set((timeout, retries))
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _ms(unix_time: float) -> int:
+    return int(unix_time * 1000)
+
+
+def metric_values(name: str, summary: StatsSummary) -> Iterator[tuple[str, float]]:
+    """The MLflow metrics of one stat key's summary: ``name`` holds the aggregated value; a
+    ``HISTOGRAM`` key adds ``name/std``, and ``name/min``, ``name/max`` when it has values."""
+    yield name, summary.aggregated_value
+    if summary.aggregation_method is StatsAggregationMethod.HISTOGRAM:
+        yield f"{name}/std", summary.std
+        if summary.full_dist:
+            yield f"{name}/min", min(summary.full_dist)
+            yield f"{name}/max", max(summary.full_dist)
+
+
+class MlflowWriter(StatsWriter):
+    """Logs a run to one MLflow run, opened (or resumed) on the first event.
+
+    :param options: ``writers.mlflow``.
+    :param run_id: the evtrain run id (the default MLflow run name).
+    :param run_logs: ``results/<run_id>/run_logs``, where ``mlflow.json`` is kept.
+    :param resume: continue the MLflow run ``mlflow.json`` names, if any.
+    """
+
+    ranks: ClassVar[frozenset[int] | None] = frozenset({0})
+    overflow: ClassVar[str | None] = remote_overflow()
+
+    def __init__(
+        self, options: MlflowOptions, *, run_id: str, run_logs: Path, resume: bool = False
+    ) -> None:
+        self.options = options
+        self.evtrain_run_id = run_id
+        self.record = TrackerRecord(run_logs, RECORD)
+        self.resume = resume
+        self.hidden_keys = frozenset(options.hidden_keys)
+        self.bounded = _bound_mlflow_requests()
+        if not self.bounded:
+            logger.warning(
+                "mlflow has no rest_utils.http_request to bound; the MLflow writer's requests "
+                "use MLFLOW_HTTP_REQUEST_TIMEOUT and MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+            )
+        self.client: MlflowClient | None = None
+        self.run_id: str | None = None
+        """The MLflow run id, once the run is open."""
+        self.logged = LoggedSteps()
+        self.params: dict[str, str] = {}
+        """Params the MLflow run has: they cannot change once logged."""
+        self._token = uuid.uuid4().hex
+        self._create_tried = False
+
+    # -- the MLflow run ----------------------------------------------------------------------
+
+    def _call(self, request: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``request(*args, **kwargs)`` (tracking calls) within the writer's time limits."""
+        with _limits(self.options.request_timeout, self.options.request_retries):
+            return request(*args, **kwargs)
+
+    def _open(self, start: float | None = None) -> tuple[MlflowClient, str]:
+        if self.client is not None and self.run_id is not None:
+            return self.client, self.run_id
+        from mlflow import MlflowClient
+
+        client = self.client = self.client or self._call(MlflowClient, self.options.tracking_uri)
+        record = self.record.read() if self.resume else {}
+        if record.get("run_id") and record.get("tracking_uri") == client.tracking_uri:
+            self._call(self._reopen, client, str(record["run_id"]))
+            self.run_id = str(record["run_id"])
+        else:
+            if record.get("run_id"):
+                logger.warning(
+                    "%s names MLflow run %s on %s; this run logs to %s, so it starts a new "
+                    "MLflow run",
+                    self.record.path,
+                    record["run_id"],
+                    record.get("tracking_uri"),
+                    client.tracking_uri,
+                )
+            self.run_id = self._call(self._create, client, start)
+            self.record.write(
+                {
+                    "run_id": self.run_id,
+                    "tracking_uri": client.tracking_uri,
+                    "experiment": self.options.experiment,
+                }
+            )
+        return client, self.run_id
+
+    def _create(self, client: MlflowClient, start: float | None) -> str:
+        experiment = client.get_experiment_by_name(self.options.experiment)
+        if experiment is None:
+            experiment_id = client.create_experiment(self.options.experiment)
+        else:
+            experiment_id = experiment.experiment_id
+        if self._create_tried:  # an earlier try may have created the run before it failed
+            found = client.search_runs(
+                [experiment_id], f"tags.`evtrain.token` = '{self._token}'", max_results=1
+            )
+            if found:
+                return str(found[0].info.run_id)
+        self._create_tried = True
+        tags = {
+            **self.options.tags,
+            "evtrain.run_id": self.evtrain_run_id,
+            "evtrain.token": self._token,
+        }
+        run = client.create_run(
+            experiment_id,
+            start_time=_ms(start) if start is not None else None,
+            tags=tags,
+            run_name=self.options.run_name or self.evtrain_run_id,
+        )
+        return str(run.info.run_id)
+
+    def _reopen(self, client: MlflowClient, run_id: str) -> None:
+        """Continue ``run_id``: mark it running, and learn what it already has."""
+        run = client.get_run(run_id)
+        client.update_run(run_id, status="RUNNING")
+        last = {}
+        for key in run.data.metrics:
+            history = client.get_metric_history(run_id, key)
+            if history:
+                last[key] = max(metric.step for metric in history)
+        self.logged = LoggedSteps(last)
+        self.params = dict(run.data.params)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def on_run_started(self, event: RunStarted) -> None:
+        self._open(event.time)
+
+    def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+        from mlflow.entities import Metric
+
+        client, run_id = self._open()
+        points = dict(
+            point
+            for key, summary in values.items()
+            if key not in self.hidden_keys
+            for point in metric_values(f"{category}/{key}", summary)
+        )
+        timestamp = _ms(self.logged.timestamp(category, step))
+        missing = self.logged.missing(points, step)
+        metrics = [Metric(key, points[key], timestamp, step) for key in missing]
+        for chunk in _chunks(metrics, MAX_METRICS_PER_BATCH):
+            self._call(client.log_batch, run_id, metrics=list(chunk))
+            self.logged.mark(category, [m.key for m in chunk], step)
+        self.logged.mark(category, (), step)
+
+    def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
+        from mlflow.entities import Param
+
+        client, run_id = self._open()
+        prefix = (
+            category
+            if property_type is StatsPropertyType.HYPERPARAMETERS
+            else (f"{category}/{property_type.value}")
+        )
+        params: dict[str, str] = {}
+        for key, leaf in flatten(value, prefix):
+            if len(key) > MAX_KEY:
+                logger.warning(
+                    "MLflow param %r is longer than %d characters: not logged", key, MAX_KEY
+                )
+                continue
+            text = str(leaf)[:MAX_PARAM_VALUE]
+            if key in self.params:
+                if self.params[key] != text:
+                    logger.warning(
+                        "MLflow param %r is %r in run %s and cannot change to %r: kept",
+                        key,
+                        self.params[key],
+                        run_id,
+                        text,
+                    )
+                continue
+            params[key] = text
+        batch = [Param(key, text) for key, text in params.items()]
+        for chunk in _chunks(batch, MAX_PARAMS_PER_BATCH):
+            self._call(client.log_batch, run_id, params=list(chunk))
+            self.params.update((p.key, p.value) for p in chunk)
+
+    def _log_file(self, category: str, name: str, step: int, path: Path, folder: str) -> None:
+        from mlflow.entities import RunTag
+
+        client, run_id = self._open()
+        tags = [
+            RunTag(f"{category}/{name}", str(path)),
+            RunTag(f"{category}/{name}_step", str(step)),
+        ]
+        self._call(client.log_batch, run_id, tags=tags)
+        if self.options.upload_artifacts:
+            client.log_artifact(run_id, str(path), artifact_path=f"{category}/{folder}")
+
+    def on_save(self, event: SaveEvent) -> None:
+        self._log_file(event.category, "checkpoint", event.step, event.path, "checkpoints")
+
+    def on_export(self, event: ExportEvent) -> None:
+        self._log_file(event.category, event.format, event.step, event.path, "models")
+
+    def on_run_finished(self, event: RunFinished) -> None:
+        client, run_id = self._open()
+        status, end = STATUS[event.status], _ms(event.time)
+        self._call(client.set_terminated, run_id, status, end_time=end)
+
+
+def get_mlflow_writers(run_options: RunOptions) -> list[StatsWriter]:
+    """Registration function of the ``evtrain.stats_writer`` entry point ``mlflow``: an
+    :class:`MlflowWriter` when the run's ``writers:`` asks for ``mlflow``.
+
+    :raises ConfigError: bad options, or mlflow is not installed.
+    """
+    options = writer_options(run_options, "mlflow", MlflowOptions)
+    if options is None:
+        return []
+    require("mlflow", "mlflow")
+    settings = run_options.checkpoint_settings
+    return [
+        MlflowWriter(
+            options,
+            run_id=settings.run_id,
+            run_logs=settings.run_logs_dir,
+            resume=settings.resume,
+        )
+    ]

@@ -1,0 +1,261 @@
+"""``WandbWriter``: a run's statistics, hyperparameters, checkpoints and models in one Weights &
+Biases run, online or offline.
+
+``writers: {wandb: {project: cartpole, mode: offline}}`` (or ``--writer wandb:mode=offline``;
+``WANDB_MODE`` works too) writes the wandb run under ``results/<run_id>/wandb/``:
+
+- each summary period as one ``run.log({...}, step=step)``: ``<Behavior>/<key>`` holds the
+  aggregated value; a ``HISTOGRAM`` key with values also logs ``<Behavior>/<key>/histogram``
+  as a ``wandb.Histogram`` of every value of the period;
+- the hyperparameters into ``run.config`` under the behavior's name;
+- each checkpoint and export as the summary values ``<Behavior>/checkpoint`` and
+  ``<Behavior>/<format>`` (the latest path), and as a ``model`` artifact only with
+  ``upload_artifacts: true``;
+- the end of the run as ``run.finish(exit_code=...)``: 0 completed, 130 interrupted, 1 failed.
+
+The wandb run starts on the first event of any kind; its id is kept in ``run_logs/wandb.json``
+with the last step logged, and ``--resume`` continues that run (``resume="allow"``).  wandb's
+step only grows, so a re-delivered period, or one at a step below the last (a resumed run
+replaying steps past its checkpoint), is skipped rather than sent to be dropped.
+
+wandb logs through its own service process: ``run.log`` only queues, and uploads (online) are
+retried by that process; ``init_timeout`` bounds the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import attrs
+
+from evtrain.bus.writers import StatsWriter
+from evtrain.events.payloads import ExportEvent, RunFinished, RunStarted, RunStatus, SaveEvent
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
+from evtrain_writers._options import writer_options
+from evtrain_writers._tracker import TrackerRecord, remote_overflow, require
+
+if TYPE_CHECKING:
+    from wandb.sdk.wandb_run import Run
+
+    from evtrain.config.options import RunOptions
+
+logger = logging.getLogger(__name__)
+
+RECORD = "wandb"
+"""``run_logs/wandb.json``: the wandb run this evtrain run writes to, and its last step."""
+
+EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.INTERRUPTED: 130, RunStatus.FAILED: 1}
+"""An evtrain run's end as the exit code wandb records (130: ended by Ctrl-C)."""
+
+
+def _positive(_: Any, attribute: attrs.Attribute[float], value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"expected a number of seconds > 0, got {value!r}")
+
+
+@attrs.define(kw_only=True)
+class WandbOptions:
+    """``writers.wandb``."""
+
+    project: str = "evtrain"
+    """The wandb project."""
+    entity: str | None = None
+    """Team or user; ``None`` is wandb's default entity."""
+    name: str | None = None
+    """The wandb run's display name; ``None`` is the evtrain run id."""
+    group: str | None = None
+    """wandb run group."""
+    tags: list[str] = attrs.field(factory=list)
+    """Tags of the wandb run."""
+    mode: Literal["online", "offline", "disabled"] | None = None
+    """``None`` is wandb's own choice (``WANDB_MODE``, else online)."""
+    dir: str | None = None
+    """Folder wandb writes its ``wandb/`` folder in; ``None`` is the run folder."""
+    upload_artifacts: bool = False
+    """Log checkpoints and exported models as ``model`` artifacts (their paths are in the
+    summary anyway)."""
+    hidden_keys: list[str] = attrs.field(factory=list)
+    """Stat keys not logged."""
+    init_timeout: float = attrs.field(default=90.0, validator=_positive)
+    """Seconds ``wandb.init`` may take (wandb's own default)."""
+    console: Literal["off", "auto", "wrap", "redirect"] = "off"
+    """wandb's capture of the process's console output; off by default, since the console line
+    and progress display are evtrain's."""
+
+
+def histogram_values(summary: StatsSummary) -> list[float] | None:
+    """The values a ``HISTOGRAM`` summary contributes as a ``wandb.Histogram`` (none if empty)."""
+    if summary.aggregation_method is StatsAggregationMethod.HISTOGRAM and summary.full_dist:
+        return list(summary.full_dist)
+    return None
+
+
+class WandbWriter(StatsWriter):
+    """Logs a run to one wandb run, started (or resumed) on the first event.
+
+    :param options: ``writers.wandb``.
+    :param run_id: the evtrain run id (the default display name).
+    :param run_folder: ``results/<run_id>``, where wandb writes unless ``options.dir``.
+    :param run_logs: ``results/<run_id>/run_logs``, where ``wandb.json`` is kept.
+    :param resume: continue the wandb run ``wandb.json`` names, if any.
+    """
+
+    ranks: ClassVar[frozenset[int] | None] = frozenset({0})
+    overflow: ClassVar[str | None] = remote_overflow()
+
+    def __init__(
+        self,
+        options: WandbOptions,
+        *,
+        run_id: str,
+        run_folder: Path,
+        run_logs: Path,
+        resume: bool = False,
+    ) -> None:
+        self.options = options
+        self.evtrain_run_id = run_id
+        self.folder = Path(options.dir) if options.dir is not None else run_folder
+        self.record = TrackerRecord(run_logs, RECORD)
+        self.resume = resume
+        self.hidden_keys = frozenset(options.hidden_keys)
+        self.run: Run | None = None
+        self.step = -1
+        """The last step logged."""
+        self.at_step: set[str] | None = set()
+        """Keys logged at :attr:`step`; ``None``: all of them (a resumed run's last step)."""
+        self.finished = False
+
+    def _open(self) -> Run:
+        if self.run is not None:
+            return self.run
+        import wandb
+
+        record = self.record.read() if self.resume else {}
+        run_id = str(record.get("run_id") or uuid.uuid4().hex[:8])
+        if record.get("run_id"):
+            self.step = int(record.get("step", -1))
+            self.at_step = None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(
+            project=self.options.project,
+            entity=self.options.entity,
+            name=self.options.name or self.evtrain_run_id,
+            group=self.options.group,
+            tags=self.options.tags or None,
+            mode=self.options.mode,
+            dir=self.folder,
+            id=run_id,
+            resume="allow",
+            reinit="create_new",  # never finish a wandb run the user has open in this process
+            settings=wandb.Settings(
+                init_timeout=self.options.init_timeout, console=self.options.console
+            ),
+        )
+        self.finished = False
+        self._write_record()
+        return self.run
+
+    def _write_record(self) -> None:
+        if self.run is not None:
+            self.record.write({"run_id": self.run.id, "step": self.step})
+
+    def on_run_started(self, event: RunStarted) -> None:
+        self._open()
+
+    def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+        import wandb
+
+        run = self._open()
+        if step < self.step:
+            logger.warning(
+                "wandb run %s has step %d; the period of %s at step %d is not logged again",
+                run.id,
+                self.step,
+                category,
+                step,
+            )
+            return
+        data: dict[str, Any] = {}
+        for key, summary in values.items():
+            if key in self.hidden_keys:
+                continue
+            name = f"{category}/{key}"
+            data[name] = summary.aggregated_value
+            histogram = histogram_values(summary)
+            if histogram is not None:
+                data[f"{name}/histogram"] = wandb.Histogram(histogram)
+        if step == self.step:
+            done = self.at_step
+            data = {} if done is None else {k: v for k, v in data.items() if k not in done}
+        if not data:
+            return
+        run.log(data, step=step)
+        if step > self.step:
+            self.step, self.at_step = step, set()
+        if self.at_step is not None:
+            self.at_step.update(data)
+        self._write_record()
+
+    def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
+        run = self._open()
+        key = category
+        if property_type is not StatsPropertyType.HYPERPARAMETERS:
+            key = f"{category}/{property_type.value}"
+        # wandb's Config.update carries no annotations
+        run.config.update({key: value}, allow_val_change=True)  # type: ignore[no-untyped-call]
+
+    def _log_file(self, category: str, name: str, step: int, path: Path) -> None:
+        import wandb
+
+        run = self._open()
+        run.summary[f"{category}/{name}"] = str(path)
+        run.summary[f"{category}/{name}_step"] = step
+        if self.options.upload_artifacts:
+            artifact = wandb.Artifact(f"{category}-{name}", type="model", metadata={"step": step})
+            artifact.add_file(str(path))
+            run.log_artifact(artifact)
+
+    def on_save(self, event: SaveEvent) -> None:
+        self._log_file(event.category, "checkpoint", event.step, event.path)
+
+    def on_export(self, event: ExportEvent) -> None:
+        self._log_file(event.category, event.format, event.step, event.path)
+
+    def on_run_finished(self, event: RunFinished) -> None:
+        run = self._open()
+        run.finish(exit_code=EXIT_CODES[event.status])
+        self.run = None
+        self.finished = True
+
+    def close(self) -> None:
+        """A run that never saw ``run_finished`` is finished as failed: left open, wandb's
+        service would wait for it at the process's exit."""
+        if self.run is not None and not self.finished:
+            run, self.run = self.run, None
+            run.finish(exit_code=1)
+
+
+def get_wandb_writers(run_options: RunOptions) -> list[StatsWriter]:
+    """Registration function of the ``evtrain.stats_writer`` entry point ``wandb``: a
+    :class:`WandbWriter` when the run's ``writers:`` asks for ``wandb``.
+
+    :raises ConfigError: bad options, or wandb is not installed.
+    """
+    options = writer_options(run_options, "wandb", WandbOptions)
+    if options is None:
+        return []
+    require("wandb", "wandb")
+    settings = run_options.checkpoint_settings
+    return [
+        WandbWriter(
+            options,
+            run_id=settings.run_id,
+            run_folder=settings.write_path,
+            run_logs=settings.run_logs_dir,
+            resume=settings.resume,
+        )
+    ]

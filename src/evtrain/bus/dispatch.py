@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import queue
@@ -111,6 +112,10 @@ class Dispatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: anyio.Event | None = None
         self._spawn: Callable[[Subscription], None] | None = None
+        self._context: contextvars.Context | None = None
+        """The loop's own context: callbacks from other threads run in it, where anyio knows
+        its backend (with sniffio installed, anyio asks it, and sniffio reads a context
+        variable that only the loop's context has)."""
 
     def owns_current_thread(self) -> bool:
         """Whether the caller runs on the loop or on a live subscriber's worker thread (where
@@ -136,6 +141,7 @@ class Dispatcher:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._context = contextvars.copy_context()
         self._stop_event = anyio.Event()
         async with anyio.create_task_group() as tg:
 
@@ -154,7 +160,7 @@ class Dispatcher:
         task = self._tasks[sub] = _Task(None if sub.is_async else Worker(sub.name))
         if task.worker is not None:
             task.worker.start()
-        self._loop.call_soon_threadsafe(self._spawn, sub)
+        self._loop.call_soon_threadsafe(self._spawn, sub, context=self._context)
 
     def stop(self, timeout: float | None = None) -> None:
         """Cancel every remaining task and end the loop thread."""

@@ -5,13 +5,10 @@ bus.  Everything is read back with ``MlflowClient``."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +29,8 @@ from evtrain import (
     StatsSummary,
     signals,
 )
-from tests.helpers import free_port
 from tests.test_learn import config, run_config
+from tests.writers.mlflow_server import MlflowServer
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -54,49 +51,12 @@ REWARD = "CartPole/Environment/Cumulative Reward"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``mlflow server`` on a free port of 127.0.0.1, up within 60 s, stopped at the end."""
-    folder = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            str(MLFLOW),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{folder / 'mlflow.db'}",
-            "--artifacts-destination",
-            str(folder / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        cwd=folder,
-        stdout=(folder / "server.log").open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its uvicorn and job runner go with it
-    )
-    uri = f"http://127.0.0.1:{port}"
+    tracker = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    tracker.start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert process.poll() is None, (folder / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server not up in 60 s"
-            time.sleep(0.2)
-        yield uri
+        yield tracker.uri
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        tracker.stop()
 
 
 def history(client: MlflowClient, run_id: str) -> dict[str, Counter[int]]:

@@ -59,7 +59,7 @@ def history(run_folder: Path) -> list[dict[str, Any]]:
     (log,) = run_folder.glob("wandb/offline-run-*/run-*.wandb")
     rows = []
     for data in records(log):
-        record = wandb_internal_pb2.Record()
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         record.ParseFromString(data)
         if record.WhichOneof("record_type") == "history":
             rows.append(

@@ -53,5 +53,6 @@ def test_metrics_are_served_and_advance_between_two_scrapes() -> None:
         if name.startswith("evtrain_bus_delivered") and ("subscriber", "prometheus") in labels
     ]
     assert delivered and delivered[0] >= 2  # bus metrics per subscriber
+    assert any(name == "evtrain_bus_journaled" for name, _ in second)
     with pytest.raises(OSError):
         scrape(port)  # closed with the bus

@@ -43,8 +43,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BUS_COUNTERS = ("delivered", "dropped", "failed")
-BUS_GAUGES = ("queued", "high_water", "disabled", "latency_p50_s", "latency_p99_s")
+BUS_COUNTERS = ("delivered", "dropped", "failed", "retries", "replayed", "stalls")
+BUS_GAUGES = (
+    "queued",
+    "high_water",
+    "disabled",
+    "latency_p50_s",
+    "latency_p99_s",
+    "journaled",
+    "stalled_s",
+)
 
 
 def _port(_: Any, attribute: attrs.Attribute[int], value: int) -> None:

@@ -1,0 +1,292 @@
+"""Logging to an MLflow server: what it costs training, and what a server outage does.
+
+One ``mlflow server`` (sqlite store, 127.0.0.1) serves every run.  PPO CartPole (rl-zoo config,
+``--steps`` steps, default writers on), each run its own process with one torch thread, the
+variants alternating ``--repeats`` times:
+
+* ``none`` — no tracker;
+* ``evtrain`` — evtrain's ``mlflow`` writer (``writers: {mlflow: ...}``, the ``spool`` policy);
+* ``sync`` — what users write, and what Lightning's ``MLFlowLogger`` does: ``mlflow.log_metric``
+  for every stat, called synchronously from the training loop (here: from ``Bus.emit``, on the
+  trainer's thread, before the event is queued);
+* ``evtrain-hung`` — evtrain's writer with the server ``SIGSTOP``-ed for the middle third of
+  the run's steps and ``SIGCONT``-ed after.
+
+Per run: trainer steps/s (steps over the time from ``learn()`` to the final summary; the
+final save and the writers' drain after it are in ``wall_s``), the longest ``emit`` on the
+training thread, and for the MLflow variants the metric points read back with
+``MlflowClient.get_metric_history``: expected (every key of every ``stats`` event), missing,
+duplicated.  Prints a table and writes ``benchmarks/out/trackers.json``::
+
+    python benchmarks/bench_trackers.py --steps 100000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG = Path(__file__).parent.parent / "examples" / "configs" / "cartpole_ppo.yaml"
+OUT = Path(__file__).parent / "out"
+VARIANTS = ("none", "evtrain", "sync", "evtrain-hung")
+EXPERIMENT = "bench-trackers"
+
+
+def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> None:
+    import logging
+
+    from evtrain import Bus, StatsEvent, signals
+    from evtrain.run.learn import learn
+
+    options: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
+    behavior = options["behaviors"]["CartPole"]
+    behavior["max_steps"] = steps
+    behavior["checkpoint_interval"] = steps * 10  # one final save in every variant
+    if variant.startswith("evtrain"):
+        options["writers"] = {"mlflow": {"tracking_uri": uri, "experiment": EXPERIMENT}}
+    emits: list[float] = []
+    last_stats: list[float] = []
+    sent: list[StatsEvent] = []
+    log_metric: Any = None
+    if variant == "sync":
+        import mlflow
+
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_experiment(EXPERIMENT)
+        mlflow.start_run(run_name=f"sync-{os.getpid()}")
+        log_metric = mlflow.log_metric
+
+    class TimedBus(Bus):
+        """Times every emit on the trainer's thread; ``sync`` logs stats inside it."""
+
+        def emit(self, sig: Any, payload: Any) -> None:
+            start = time.perf_counter()
+            if log_metric is not None and type(payload) is StatsEvent:
+                for key, summary in payload.values.items():
+                    log_metric(
+                        f"{payload.category}/{key}", summary.aggregated_value, step=payload.step
+                    )
+            super().emit(sig, payload)
+            end = time.perf_counter()
+            emits.append(end - start)
+            if type(payload) is StatsEvent:
+                last_stats.append(end)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        options["checkpoint_settings"] = {"run_id": "bench", "results_dir": tmp}
+        log = logging.getLogger("evtrain")
+        log.addHandler(logging.FileHandler(Path(tmp) / "console.log"))
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        stopped: list[float] = []
+        with TimedBus() as bus:
+            bus.connect(signals.stats, sent.append, name="bench.sent")
+            if variant == "evtrain-hung":
+                # The outage follows the training's own progress: stopped at a third of the
+                # steps, continued at two thirds (a subscriber, so the trainer is not involved).
+                def outage(event: StatsEvent) -> None:
+                    if not stopped and event.step >= steps // 3:
+                        os.kill(server_pid, signal.SIGSTOP)
+                        stopped.append(time.monotonic())
+                    elif len(stopped) == 1 and event.step >= 2 * steps // 3:
+                        os.kill(server_pid, signal.SIGCONT)
+                        stopped.append(time.monotonic())
+
+                bus.connect(signals.stats, outage, name="bench.outage")
+            start = time.perf_counter()
+            try:
+                result = learn(options, bus)
+            finally:
+                if len(stopped) == 1:
+                    os.kill(server_pid, signal.SIGCONT)
+            wall = time.perf_counter() - start
+            train = last_stats[-1] - start  # the final summary: training is over
+            close_start = time.perf_counter()
+        close_s = time.perf_counter() - close_start
+        run_id = None
+        record = Path(tmp) / "bench" / "run_logs" / "mlflow.json"
+        if record.exists():
+            run_id = json.loads(record.read_text()).get("run_id")
+        metrics = {name: m.as_dict() for name, m in bus.metrics().items()}
+    if variant == "sync":
+        import mlflow
+
+        active = mlflow.active_run()
+        run_id = active.info.run_id if active is not None else None
+        mlflow.end_run()
+    expected = Counter((f"{e.category}/{key}", e.step) for e in sent for key in e.values)
+    points = _read_back(uri, run_id, {key for key, _ in expected}) if run_id else None
+    total_steps = sum(result.steps.values())
+    out.write_text(
+        json.dumps(
+            {
+                "variant": variant,
+                "wall_s": wall,
+                "train_s": train,
+                "steps": total_steps,
+                # trainer steps/s: up to the final summary (the final save and the drain of
+                # the writers come after it and are in wall_s)
+                "steps_per_s": total_steps / train,
+                "emit_max_ms": max(emits) * 1000.0,
+                "emit_p99_us": sorted(emits)[int(0.99 * (len(emits) - 1))] * 1e6,
+                "emits": len(emits),
+                "outage_s": stopped[1] - stopped[0] if len(stopped) == 2 else None,
+                "close_after_learn_s": close_s,
+                "expected_points": sum(expected.values()),
+                "missing_points": None
+                if points is None
+                else sum(1 for k in expected if points[k] == 0),
+                "duplicated_points": None
+                if points is None
+                else sum(n - 1 for n in points.values() if n > 1),
+                "mlflow_run_id": run_id,
+                "bus": metrics,
+            }
+        )
+    )
+
+
+def _read_back(uri: str, run_id: str, keys: set[str]) -> Counter[tuple[str, int]]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    points: Counter[tuple[str, int]] = Counter()
+    for key in keys:
+        for metric in client.get_metric_history(run_id, key):
+            points[(key, metric.step)] += 1
+    return points
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def mlflow_server(folder: Path) -> Iterator[tuple[str, int]]:
+    """A real ``mlflow server`` on 127.0.0.1 with a sqlite store under ``folder``."""
+    port = _free_port()
+    mlflow = Path(sys.executable).parent / "mlflow"
+    process = subprocess.Popen(
+        [
+            str(mlflow),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{folder / 'mlflow.db'}",
+            "--default-artifact-root",
+            str(folder / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(folder / "server.log").open("w"),
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):  # bounded: 60 s
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=1) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.25)
+        else:
+            raise RuntimeError(f"mlflow server did not answer; see {folder / 'server.log'}")
+        yield uri, process.pid
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--uri", help=argparse.SUPPRESS)
+    parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        child(args.variant, args.steps, args.uri, args.server_pid, args.out)
+        return
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variants}
+    with tempfile.TemporaryDirectory() as folder, mlflow_server(Path(folder)) as (uri, pid):
+        for repeat in range(args.repeats):
+            for variant in runs:
+                with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+                    print(f"repeat {repeat + 1}: {variant}...", file=sys.stderr, flush=True)
+                    command = [sys.executable, __file__, "--variant", variant]
+                    command += ["--steps", str(args.steps), "--uri", uri]
+                    command += ["--server-pid", str(pid), "--out", tmp.name]
+                    subprocess.run(command, check=True)
+                    runs[variant].append(json.loads(Path(tmp.name).read_text()))
+    report(runs)
+
+
+def report(runs: dict[str, list[dict[str, Any]]]) -> None:
+    rate = {v: statistics.median(r["steps_per_s"] for r in rs) for v, rs in runs.items()}
+    base = rate.get("none")
+    print(
+        f"{'variant':<14}{'steps/s (each run)':>28}{'median':>9}{'vs none':>9}"
+        f"{'max emit ms':>13}{'points':>9}{'missing':>9}{'dup':>5}"
+    )
+    for variant, rs in runs.items():
+        each = ", ".join(f"{r['steps_per_s']:.0f}" for r in rs)
+        versus = f"{(rate[variant] / base - 1.0) * 100.0:+.1f}%" if base else "-"
+        worst = max(r["emit_max_ms"] for r in rs)
+        points = rs[0]["expected_points"]
+        missing = sum(r["missing_points"] or 0 for r in rs) if rs[0]["mlflow_run_id"] else "-"
+        dup = sum(r["duplicated_points"] or 0 for r in rs) if rs[0]["mlflow_run_id"] else "-"
+        print(
+            f"{variant:<14}{each:>28}{rate[variant]:>9.0f}{versus:>9}{worst:>13.1f}"
+            f"{points:>9}{missing!s:>9}{dup!s:>5}"
+        )
+    # The machine drifts between runs by more than some effects: each repeat's pair, run back
+    # to back, as a ratio too.
+    if base:
+        for variant in runs:
+            if variant == "none":
+                continue
+            paired = statistics.median(
+                b["steps_per_s"] / a["steps_per_s"]
+                for a, b in zip(runs["none"], runs[variant], strict=True)
+            )
+            print(f"{variant}: median paired ratio to none {(paired - 1.0) * 100.0:+.1f} %")
+    for r in runs.get("evtrain-hung", []):
+        if r["outage_s"] is not None:
+            print(f"evtrain-hung: server stopped for {r['outage_s']:.1f} s of the run")
+    OUT.mkdir(exist_ok=True)
+    (OUT / "trackers.json").write_text(
+        json.dumps({"runs": runs, "median_steps_per_s": rate}, indent=2)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -242,8 +242,14 @@ def test_inference_runs_the_policy_without_training(tmp_path: Path) -> None:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``evtrain learn ARGS`` in ``cwd``."""
+    return run_evtrain("learn", *args, cwd=cwd)
+
+
+def run_evtrain(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``evtrain ARGS`` in ``cwd``, in a Python without other packages' evtrain plugins."""
     return subprocess.run(
-        [isolated_python(), "-m", "evtrain", "learn", *args],
+        [isolated_python(), "-m", "evtrain", *args],
         capture_output=True,
         text=True,
         cwd=cwd,

@@ -7,19 +7,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.helpers import isolated_python
-from tests.test_learn import config, run_config
+from tests.test_learn import config, run_config, run_evtrain
 
 
 def sync(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [isolated_python(), "-m", "evtrain", "sync", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
+    return run_evtrain("sync", *args, cwd=cwd)
 
 
 def test_sync_of_a_run_that_does_not_exist_names_what_is_missing(tmp_path: Path) -> None:

@@ -212,7 +212,8 @@ class SpoolInbox:
                     self._spilled = False  # caught up, healthy: the window takes events again
             out: list[SpoolItem] = []
             queued = len(self._markers)
-            handed = list(self._markers)  # those popped below, from the left, are handed out
+            # those popped below, from the left, are handed out
+            handed = list(self._markers) if queued else []
             cursor = self._cursor
             if cursor < self._window_lo:
                 cursor = self._replay_until(out, cursor, self._window_lo)

@@ -28,6 +28,7 @@ import torch
 
 from evtrain import Bus, ExportEvent, RunFinished, RunOptions, SaveEvent, StatsEvent, signals
 from evtrain.trainers.base import Trainer
+from evtrain.trainers.optim import FlatAdam
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.sac import SACTrainer
 
@@ -44,7 +45,7 @@ def checksum(trainer: Trainer) -> str:
     for name, value in sorted(vars(trainer).items()):
         if isinstance(value, torch.nn.Module):
             tensors = [t for _, t in sorted(value.state_dict().items())]
-        elif isinstance(value, torch.optim.Optimizer):
+        elif isinstance(value, FlatAdam):
             state = value.state_dict()["state"]
             tensors = [t for _, entry in sorted(state.items()) for _, t in sorted(entry.items())]
         else:

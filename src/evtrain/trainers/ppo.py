@@ -10,7 +10,6 @@ advantage normalisation, global gradient clipping, time-limit bootstrapping.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -100,7 +99,7 @@ class PPOTrainer(Trainer):
         ).to(self.device)
         self.flat_params = flatten_parameters(self.agent)
         """All of the agent's parameters (and gradients) as one tensor, for the optimizer."""
-        self.optimizer = make_adam([self.flat_params], hp.learning_rate, self.device, eps=1e-5)
+        self.optimizer = make_adam(self.flat_params, hp.learning_rate, eps=1e-5)
         self._clip_actions = isinstance(self.action_space, spaces.Box)
         if isinstance(self.action_space, spaces.Box):
             self._action_low = self.action_space.low.reshape(-1)
@@ -139,8 +138,7 @@ class PPOTrainer(Trainer):
         lr = self._scheduled(hp.learning_rate, hp.learning_rate_schedule, LEARNING_RATE_FLOOR)
         clip_coef = self._scheduled(hp.epsilon, hp.epsilon_schedule, EPSILON_FLOOR)
         ent_coef = self._scheduled(hp.beta, hp.beta_schedule, BETA_FLOOR)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self.optimizer.lr = lr
         advantages, returns = self._advantages(next_value)
         with hierarchical_timer("update"):
             self._update(advantages, returns, clip_coef, ent_coef)
@@ -385,6 +383,5 @@ class PPOTrainer(Trainer):
 
     def _load_state_dict(self, state: dict[str, Any]) -> None:
         self._load_weights(state)
-        # Optimizers adopt the given state tensors instead of copying them: without the copy,
-        # two trainers loaded from one state would share (and both update) Adam's moments.
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        # FlatAdam copies the state in: two trainers loaded from one state share nothing.
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -145,9 +145,9 @@ class SACTrainer(Trainer):
         self.qf_target_params = flatten_parameters(self.qf_target)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.init_entcoef), device=self.device))
         self.target_entropy = -float(action_dim) if hp.target_entropy is None else hp.target_entropy
-        self.actor_optimizer = make_adam([self.actor_params], hp.learning_rate, self.device)
-        self.q_optimizer = make_adam([self.qf_params], hp.learning_rate, self.device)
-        self.alpha_optimizer = make_adam([self.log_alpha], hp.learning_rate, self.device)
+        self.actor_optimizer = make_adam(self.actor_params, hp.learning_rate)
+        self.q_optimizer = make_adam(self.qf_params, hp.learning_rate)
+        self.alpha_optimizer = make_adam(self.log_alpha, hp.learning_rate)
         self.replay = ReplayBuffer(hp.buffer_size, obs_dim, action_dim)
         self.num_updates = 0
         """Gradient steps taken so far."""
@@ -199,8 +199,7 @@ class SACTrainer(Trainer):
             if hp.learning_rate_schedule == "linear":
                 lr = linear_decay(lr, LEARNING_RATE_FLOOR, self.step, self.settings.max_steps)
             for optimizer in (self.actor_optimizer, self.q_optimizer, self.alpha_optimizer):
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+                optimizer.lr = lr
             with hierarchical_timer("update"):
                 stats = [self._update() for _ in range(due - self.num_updates)]
             if stats:
@@ -235,7 +234,7 @@ class SACTrainer(Trainer):
 
         # -- entropy coefficient: move log alpha so that E[-log pi] approaches target_entropy
         alpha_loss = -(self.log_alpha * (logprob.detach() + self.target_entropy)).mean()
-        self.alpha_optimizer.zero_grad(set_to_none=True)
+        self.alpha_optimizer.zero_grad()
         torch.autograd.backward(alpha_loss)
         self.world.average_(self.log_alpha.grad)
         self.alpha_optimizer.step()
@@ -327,10 +326,9 @@ class SACTrainer(Trainer):
 
     def _load_state_dict(self, state: dict[str, Any]) -> None:
         self._load_weights(state)
-        # Optimizers adopt the given state tensors instead of copying them (see PPOTrainer).
-        self.actor_optimizer.load_state_dict(copy.deepcopy(state["actor_optimizer"]))
-        self.q_optimizer.load_state_dict(copy.deepcopy(state["q_optimizer"]))
-        self.alpha_optimizer.load_state_dict(copy.deepcopy(state["alpha_optimizer"]))
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.q_optimizer.load_state_dict(state["q_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         self.num_updates = int(state["num_updates"])
         if "replay_buffer" in state:
             self.replay.load_state_dict(state["replay_buffer"])

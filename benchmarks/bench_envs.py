@@ -1,0 +1,63 @@
+"""Environments for the benchmarks, named in configs as ``bench_envs:<function>``.
+
+The benchmark scripts put this folder on ``PYTHONPATH`` of the runs they start (and
+Gymnasium's ``AsyncVectorEnv`` workers inherit it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+
+FIRST_STEP_FILE = "EVTRAIN_BENCH_FIRST_STEP"
+"""Environment variable: where :func:`timed_cartpole` writes the time of the first step."""
+
+_WATCHED = ("torch", "torch._dynamo", "onnx", "onnxscript", "onnxruntime", "tensorboard")
+
+
+class _FirstStep(gym.Wrapper[Any, Any, Any, Any]):
+    """Writes ``time.time()`` and which heavy modules are loaded, at the process's first step."""
+
+    written = False
+
+    def step(self, action: Any) -> Any:
+        if not _FirstStep.written:
+            _FirstStep.written = True
+            path = os.environ.get(FIRST_STEP_FILE)
+            if path:
+                record = {
+                    "time": time.time(),
+                    "loaded": [m for m in _WATCHED if m in sys.modules],
+                }
+                with open(path, "w") as f:
+                    json.dump(record, f)
+        return self.env.step(action)
+
+
+def timed_cartpole(**kwargs: Any) -> gym.Env[Any, Any]:
+    """CartPole-v1 whose first ``step`` in the process is recorded (see :data:`FIRST_STEP_FILE`)."""
+    return _FirstStep(gym.make("CartPole-v1", **kwargs))
+
+
+class _Slow(gym.Wrapper[Any, Any, Any, Any]):
+    """Spends ``delay_s`` of CPU on every step, as a heavier simulator would."""
+
+    def __init__(self, env: gym.Env[Any, Any], delay_s: float) -> None:
+        super().__init__(env)
+        self.delay_s = delay_s
+
+    def step(self, action: Any) -> Any:
+        end = time.perf_counter() + self.delay_s
+        while time.perf_counter() < end:  # busy: a simulator computes, it does not sleep
+            pass
+        return self.env.step(action)
+
+
+def slow_cartpole(delay_s: float = 0.001, **kwargs: Any) -> gym.Env[Any, Any]:
+    """CartPole-v1 that costs ``delay_s`` more CPU per step."""
+    return _Slow(gym.make("CartPole-v1", **kwargs), delay_s)

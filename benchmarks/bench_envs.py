@@ -6,11 +6,12 @@ Gymnasium's ``AsyncVectorEnv`` workers inherit it).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
@@ -61,3 +62,50 @@ class _Slow(gym.Wrapper[Any, Any, Any, Any]):
 def slow_cartpole(delay_s: float = 0.001, **kwargs: Any) -> gym.Env[Any, Any]:
     """CartPole-v1 that costs ``delay_s`` more CPU per step."""
     return _Slow(gym.make("CartPole-v1", **kwargs), delay_s)
+
+
+RETURNS_FILE = "EVTRAIN_BENCH_RETURNS"
+"""Environment variable: where :func:`returns_cartpole` writes the episode returns at exit."""
+
+
+class _Returns(gym.Wrapper[Any, Any, Any, Any]):
+    """Logs each episode's return with the run's env step when it ended.
+
+    Vector environments step their copies in lockstep, so the run's step count when this copy
+    has taken ``k`` steps is ``k * num_envs`` — the same count evtrain and SB3 report.
+    """
+
+    logs: ClassVar[list[list[tuple[int, int, float]]]] = []
+
+    def __init__(self, env: gym.Env[Any, Any], num_envs: int) -> None:
+        super().__init__(env)
+        self.num_envs = num_envs
+        self.index = len(_Returns.logs)
+        self.log: list[tuple[int, int, float]] = []
+        _Returns.logs.append(self.log)
+        if self.index == 0:
+            atexit.register(_write_returns)
+        self.steps = 0
+        self.total = 0.0
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        self.total += float(reward)
+        if terminated or truncated:
+            self.log.append((self.steps * self.num_envs, self.index, self.total))
+            self.total = 0.0
+        return obs, reward, terminated, truncated, info
+
+
+def _write_returns() -> None:
+    path = os.environ.get(RETURNS_FILE)
+    if path:
+        episodes = sorted(e for log in _Returns.logs for e in log)
+        with open(path, "w") as f:
+            json.dump(episodes, f)
+
+
+def returns_cartpole(num_envs: int = 8, **kwargs: Any) -> gym.Env[Any, Any]:
+    """CartPole-v1 whose episode returns are written at exit (see :data:`RETURNS_FILE`)."""
+    return _Returns(gym.make("CartPole-v1", **kwargs), num_envs)

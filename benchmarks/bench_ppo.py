@@ -9,21 +9,36 @@ rl-zoo ``CartPole-v1``: 8 envs, n_steps 32 (``time_horizon``), batch 256, gae_la
 gamma 0.98, n_epochs 20, ent_coef 0, lin_1e-3 learning rate, lin_0.2 clip range, 1e5 steps.
 
     .venv/bin/python benchmarks/bench_ppo.py --steps 100000 --seeds 0 1 2 --sb3
+
+``--whole-process`` measures what a user waits for instead: ``evtrain learn`` on
+``examples/configs/cartpole_ppo.yaml`` (checkpoints every 25k steps, the final ONNX export)
+against a script that trains SB3's PPO with the same settings and saves with ``model.save``, each
+timed from process start to exit.  Both run on ``bench_envs:returns_cartpole``, which writes
+every episode's return with its env step at exit (for the steps to 475).  Beside them, the
+floors: ``import torch``, the 8 CartPoles stepped with random actions for the same number of
+steps, and evtrain's own update time (``update`` in the run's ``timers.json``)::
+
+    .venv/bin/python benchmarks/bench_ppo.py --whole-process --seeds 0 1 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).parent / "out"
+HERE = Path(__file__).parent
+OUT = HERE / "out"
+EXAMPLE = HERE.parent / "examples" / "configs" / "cartpole_ppo.yaml"
 TARGET = 475.0
 WINDOW = 20
 
@@ -208,14 +223,186 @@ def summarize(runs: list[dict[str, Any]], library: str) -> dict[str, Any]:
     }
 
 
+SB3_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import torch
+    torch.set_num_threads(1)
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from bench_envs import returns_cartpole
+
+    steps, seed, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+    def linear(initial):
+        return lambda progress_remaining: progress_remaining * initial
+
+    env = make_vec_env(returns_cartpole, n_envs=8, seed=seed, env_kwargs={"num_envs": 8})
+    model = PPO(
+        "MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+        ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=seed,
+        device="cpu",
+    )
+    model.learn(steps)
+    model.save(path)
+    """
+)
+
+ENV_ONLY_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    from evtrain.trainers import make_vector_env
+    steps = int(sys.argv[1])
+    envs = make_vector_env("CartPole-v1", 8)
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, (steps // 8, 8))
+    start = time.perf_counter()
+    for a in actions:
+        envs.step(a)
+    print(time.perf_counter() - start)
+    """
+)
+
+
+def _timed(cmd: list[str], cwd: Path, returns: Path) -> float:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    env["EVTRAIN_BENCH_RETURNS"] = str(returns)
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def _steps_to_target(returns: Path) -> tuple[int | None, float | None, int]:
+    """The env step at which the mean of the last 20 returns first reached 475, the final
+    mean of 20, and the number of episodes, from a ``returns_cartpole`` log."""
+    episodes = json.loads(returns.read_text())
+    values: list[float] = []
+    hit = None
+    for step, _, value in episodes:
+        values.append(value)
+        last = values[-WINDOW:]
+        if hit is None and len(last) == WINDOW and sum(last) / WINDOW >= TARGET:
+            hit = step
+    last = values[-WINDOW:]
+    return hit, (round(sum(last) / len(last), 1) if last else None), len(values)
+
+
+def whole_process(library: str, steps: int, seed: int, folder: Path) -> dict[str, Any]:
+    import yaml
+
+    returns = folder / f"returns-{library}-{seed}.json"
+    extra: dict[str, Any] = {}
+    if library == "evtrain":
+        config = yaml.safe_load(EXAMPLE.read_text())
+        config["behaviors"]["CartPole"]["max_steps"] = steps
+        config["env_settings"].update(
+            env_id="bench_envs:returns_cartpole", env_kwargs={"num_envs": 8}, seed=seed
+        )
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        evtrain = str(Path(sys.executable).with_name("evtrain"))
+        run_id = f"seed{seed}"
+        cmd = [evtrain, "learn", "config.yaml", "--run-id", run_id, "--force"]
+        seconds = _timed(cmd, folder, returns)
+        timers = json.loads((folder / "results" / run_id / "run_logs" / "timers.json").read_text())
+        advance = timers["children"]["train"]["children"]["advance"]["children"]
+        extra = {
+            "update_s": round(advance["update"]["total"], 3),
+            "rollout_s": round(advance["rollout"]["total"], 3),
+            "model": (folder / "results" / run_id / "CartPole.onnx").exists(),
+        }
+    else:
+        cmd = [sys.executable, "-c", SB3_SCRIPT, str(steps), str(seed), str(folder / "sb3")]
+        seconds = _timed(cmd, folder, returns)
+    hit, final, episodes = _steps_to_target(returns)
+    return {
+        "library": library,
+        "seed": seed,
+        "steps": steps,
+        "seconds": round(seconds, 3),
+        "steps_per_s": round(steps / seconds, 1),
+        "steps_to_475": hit,
+        "final_mean_20": final,
+        "episodes": episodes,
+        **extra,
+    }
+
+
+def floors(steps: int) -> dict[str, float]:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    torch_import = time.perf_counter() - start
+    out = subprocess.run(
+        [sys.executable, "-c", ENV_ONLY_SCRIPT, str(steps)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return {"import_torch_s": round(torch_import, 3), "env_only_s": round(float(out), 3)}
+
+
+def main_whole_process(args: argparse.Namespace) -> None:
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            for library in ("evtrain", "sb3"):
+                run = whole_process(library, args.steps, seed, Path(tmp))
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+    floor = floors(args.steps)
+    medians = {
+        lib: statistics.median(r["seconds"] for r in runs if r["library"] == lib)
+        for lib in ("evtrain", "sb3")
+    }
+    hits = {
+        lib: statistics.median(
+            r["steps_to_475"] if r["steps_to_475"] is not None else float("inf")
+            for r in runs
+            if r["library"] == lib
+        )
+        for lib in ("evtrain", "sb3")
+    }
+    update = statistics.median(r["update_s"] for r in runs if r["library"] == "evtrain")
+    summary = {
+        "median_seconds": medians,
+        "speedup": round(medians["sb3"] / medians["evtrain"], 2),
+        "median_steps_to_475": hits,
+        "floors": {**floor, "evtrain_update_s": update},
+    }
+    print()
+    print(f"| whole process, {args.steps:,} steps, seeds {args.seeds} | median s | steps to 475 |")
+    print("|---|---:|---:|")
+    for lib in ("evtrain", "sb3"):
+        print(f"| {lib} | {medians[lib]:.2f} | {hits[lib]} |")
+    print(f"speed-up (SB3 s / evtrain s): {summary['speedup']}x")
+    print(
+        f"floors: import torch {floor['import_torch_s']:.2f} s; the env alone "
+        f"{floor['env_only_s']:.2f} s; evtrain's update alone {update:.2f} s (median)"
+    )
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"bench_ppo-whole-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary}, indent=2))
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--summary-freq", type=int, default=10_000)
     parser.add_argument("--sb3", action="store_true", help="also run Stable-Baselines3")
+    parser.add_argument(
+        "--whole-process",
+        action="store_true",
+        help="time `evtrain learn` and an SB3 script as whole processes (always runs SB3)",
+    )
     parser.add_argument("--worker", choices=["evtrain", "sb3"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.whole_process:
+        main_whole_process(args)
+        return
 
     if args.worker == "evtrain":
         print(json.dumps(run_evtrain(args.steps, args.seeds[0], args.summary_freq)))

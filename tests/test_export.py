@@ -10,12 +10,11 @@ import torch
 from torch import nn
 
 from evtrain import Bus, StatsReporter
-from evtrain.export import PolicyExporter, export_onnx, onnx_policy
+from evtrain.export import Exporter, PolicyExporter, export_onnx, onnx_policy
 from evtrain.trainers import NetworkSettings, PPOTrainer, SACTrainer, make_vector_env
 from tests.trainers.helpers import small_ppo, small_sac
 
 OBS_DIM = 5
-
 
 
 class NormalizedMLP(nn.Module):
@@ -85,9 +84,18 @@ class TwoFacedPolicy(nn.Module):
     """Computes one thing when run, another when exported: the export check must notice."""
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_exporting():
+        if torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export():
             return obs[:, :2] * 0.5
         return obs[:, :2]
+
+
+class NoTorchScriptPolicy(DiscretePolicy):
+    """Refuses the TorchScript tracer: ``exporter="auto"`` must fall back to dynamo."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if torch._C._get_tracing_state() is not None:  # the TorchScript tracer is on
+            raise RuntimeError("not with TorchScript")
+        return super().forward(obs)
 
 
 def observations(n: int, seed: int = 1) -> np.ndarray:
@@ -147,10 +155,34 @@ def test_failed_export_keeps_the_old_file(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["policy.onnx"]
 
 
-def test_export_that_computes_something_else_is_rejected(tmp_path: Path) -> None:
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_export_that_computes_something_else_is_rejected(
+    tmp_path: Path, exporter: Exporter
+) -> None:
     with pytest.raises(ValueError, match="the exported policy's actions differ from the module's"):
-        export_onnx(TwoFacedPolicy(), torch.from_numpy(observations(3)), tmp_path / "n.onnx")
+        export_onnx(
+            TwoFacedPolicy(),
+            torch.from_numpy(observations(3)),
+            tmp_path / "n.onnx",
+            exporter=exporter,
+        )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_auto_falls_back_to_the_dynamo_exporter_for_good(tmp_path: Path) -> None:
+    exporter = PolicyExporter()
+    module = NoTorchScriptPolicy()
+    example = torch.from_numpy(observations(2))
+    with pytest.raises(RuntimeError, match="not with TorchScript"):
+        PolicyExporter(exporter="torchscript").export(module, example, tmp_path / "t.onnx")
+    path = exporter.export(module, example, tmp_path / "a.onnx")
+    assert exporter.exporter == "dynamo" and exporter.traced == 1
+    obs = observations(40)
+    np.testing.assert_array_equal(onnx_policy(path, threads=1)(obs), torch_actions(module, obs))
+    exporter.export(module, example, tmp_path / "a.onnx")
+    assert (exporter.traced, exporter.reused) == (1, 1)
+    with pytest.raises(ValueError, match="exporter must be"):
+        PolicyExporter(exporter="jit")  # type: ignore[arg-type]
 
 
 def test_example_obs_must_be_a_batch(tmp_path: Path) -> None:
@@ -160,7 +192,7 @@ def test_example_obs_must_be_a_batch(tmp_path: Path) -> None:
 
 def test_policy_exporter_puts_new_weights_into_the_traced_graph(tmp_path: Path) -> None:
     module = ContinuousPolicy()
-    exporter = PolicyExporter()
+    exporter = PolicyExporter(exporter="dynamo")
     obs = observations(50)
     first = exporter.export(module, torch.from_numpy(observations(2)), tmp_path / "1.onnx")
     with torch.no_grad():  # parameters and every kind of buffer change between checkpoints
@@ -179,7 +211,7 @@ def test_policy_exporter_puts_new_weights_into_the_traced_graph(tmp_path: Path) 
 
 
 def test_policy_exporter_traces_a_changed_module_anew(tmp_path: Path) -> None:
-    exporter = PolicyExporter()
+    exporter = PolicyExporter(exporter="dynamo")
     example = torch.from_numpy(observations(2))
     exporter.export(DiscretePolicy(), example, tmp_path / "d.onnx")
     continuous = ContinuousPolicy()  # other buffers: another structure
@@ -203,7 +235,8 @@ def test_policy_exporter_traces_a_changed_module_anew(tmp_path: Path) -> None:
     np.testing.assert_array_equal(onnx_policy(path, threads=1)(obs), torch_actions(scaled, obs))
 
 
-def test_real_trainer_policies_export(tmp_path: Path, bus: Bus) -> None:
+@pytest.mark.parametrize("exporter_name", ["torchscript", "dynamo"])
+def test_real_trainer_policies_export(tmp_path: Path, bus: Bus, exporter_name: Exporter) -> None:
     reporter = StatsReporter(bus, "Test")
     ppo_settings = small_ppo(
         network_settings=NetworkSettings(hidden_units=16, num_layers=1, normalize=True)
@@ -213,7 +246,7 @@ def test_real_trainer_policies_export(tmp_path: Path, bus: Bus) -> None:
         SACTrainer("Test", small_sac(), make_vector_env("Pendulum-v1", 2), reporter, seed=0),
     ]
     for trainer in trainers:
-        exporter = PolicyExporter()  # as a checkpoint manager exports: traced, then reused
+        exporter = PolicyExporter(exporter=exporter_name)  # as a checkpoint manager exports
         for checkpoint in range(2):
             for _ in range(2):
                 trainer.advance()  # the trainer still trains after its policy was exported
@@ -221,7 +254,9 @@ def test_real_trainer_policies_export(tmp_path: Path, bus: Bus) -> None:
             path = exporter.export(
                 policy, torch.as_tensor(trainer.next_obs, dtype=torch.float32), tmp_path / "p.onnx"
             )
-            assert (exporter.traced, exporter.reused) == (1, checkpoint)
+            # The dynamo exporter traces once, then puts in new weights.
+            expected = (1, checkpoint) if exporter_name == "dynamo" else (checkpoint + 1, 0)
+            assert (exporter.traced, exporter.reused) == expected
             obs = np.concatenate(
                 [trainer.next_obs, observations(30)[:, : trainer.next_obs.shape[1]]]
             )

@@ -113,21 +113,21 @@ def test_run_emits_lifecycle_and_writes_the_run_folder(tmp_path: Path) -> None:
     assert "CartPole.Environment.CumulativeReward.mean" in timers["gauges"]
     assert "evtrain_writers.tensorboard.TensorboardWriter" in timers["bus"]
     # The timer tree, ML-Agents' format: 1024 steps = 8 advances of 4 envs x 32 steps; the
-    # checkpoint at 512 is saved while training, the final one after.
+    # checkpoint at 512 is a snapshot while training, the final one after; both are written
+    # on the saver's thread (its timers start at the root).
     assert timers["name"] == "root" and timers["count"] == 1
-    assert set(timers["children"]) == {"build", "train", "save_model"}
+    assert set(timers["children"]) == {"build", "train", "snapshot", "save_model"}
+    assert timers["children"]["snapshot"]["count"] == 1
     train = timers["children"]["train"]["children"]
+    assert train["snapshot"]["count"] == 1 and "save_model" not in train
     assert train["advance"]["count"] == 8
     assert {n: c["count"] for n, c in train["advance"]["children"].items()} == {
         "rollout": 8,
         "update": 8,
     }
-    for save in (train["save_model"], timers["children"]["save_model"]):
-        assert save["count"] == 1
-        assert {n: c["count"] for n, c in save["children"].items()} == {
-            "checkpoint": 1,
-            "export": 1,
-        }
+    save = timers["children"]["save_model"]
+    assert save["count"] == 2
+    assert {n: c["count"] for n, c in save["children"].items()} == {"checkpoint": 2, "export": 2}
     node = timers["children"]["train"]
     assert node["total"] >= sum(c["total"] for c in node["children"].values()) > 0
     assert node["self"] == pytest.approx(

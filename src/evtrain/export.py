@@ -1,28 +1,42 @@
 """Export a policy to ONNX, check that the file is right, and run exported policies.
 
 A policy is a :class:`torch.nn.Module` from raw float32 observations ``[B, *obs_shape]`` to
-deterministic actions (a trainer's ``policy_module()``).  :func:`export_onnx` writes it with
-PyTorch's ``torch.export``-based ONNX exporter (the default since PyTorch 2.9; the TorchScript
-exporter warns ``DeprecationWarning``, an error under our test settings) with a dynamic batch
-axis, checks the model, runs it in onnxruntime against the module itself, and only then puts
-the file in place atomically.  A :class:`PolicyExporter` does the same for a policy exported
-at every checkpoint, tracing it once and then only putting in new weights.  :func:`onnx_policy`
-runs an exported file (``--inference``).
+deterministic actions (a trainer's ``policy_module()``).  :func:`export_onnx` writes it with a
+dynamic batch axis, checks the model, runs it in onnxruntime against the module itself, and
+only then puts the file in place atomically.  A :class:`PolicyExporter` does the same for a
+policy exported at every checkpoint.  :func:`onnx_policy` runs an exported file
+(``--inference``).
 
-``onnx``, ``onnxscript`` (which the exporter needs) and ``onnxruntime`` are imported only when
-a function here is called: together they cost seconds of import time a run without export does
-not need to pay.
+Two of PyTorch's exporters can write the graph (``exporter=``):
+
+``"torchscript"``
+    ``torch.onnx.export(dynamo=False)``, which traces the module with the TorchScript tracer:
+    about 0.8 s the first time in a process (mostly ``import onnx``), then ~10 ms for an MLP.
+    PyTorch 2.9 deprecated it; evtrain silences the ``DeprecationWarning`` warnings it and its
+    internals give about themselves.
+``"dynamo"``
+    the ``torch.export``-based exporter, PyTorch's default since 2.9: about 4 s the first time
+    in a process (``onnxscript`` and ``torch._dynamo`` imports, the trace), ~1 s per later
+    trace, so a :class:`PolicyExporter` traces once and then only puts in new weights.
+``"auto"`` (the default)
+    ``torchscript``, and ``dynamo`` for a module it cannot export (or a PyTorch without it).
+
+Both give a graph the same checks accept: ``onnx.checker``, and onnxruntime's actions equal to
+the module's on a fresh batch.  ``onnx``, ``onnxscript`` and ``onnxruntime`` are imported only
+when a function here is called: together they cost seconds of import time a run without
+export does not need to pay.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +50,10 @@ logger = logging.getLogger("evtrain.export")
 _LEAFSPEC_WARNING = re.escape("`isinstance(treespec, LeafSpec)` is deprecated")
 _TORCHVISION_NOTICE = "torchvision is not installed"
 _REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
+_TORCHSCRIPT_WARNING = "You are using the legacy TorchScript-based ONNX export"
+
+Exporter = Literal["auto", "torchscript", "dynamo"]
+"""Which of PyTorch's ONNX exporters writes the graph (see the module's docs)."""
 
 
 class _DropTorchvisionNotice(logging.Filter):
@@ -137,6 +155,7 @@ def export_onnx(
     input_name: str = "obs",
     output_name: str = "action",
     opset_version: int | None = None,
+    exporter: Exporter = "auto",
 ) -> Path:
     """Export ``module`` to the ONNX file ``path``, checked, and return ``path``.
 
@@ -155,31 +174,39 @@ def export_onnx(
     :param input_name: name of the graph input; its first axis is the dynamic ``batch``.
     :param output_name: name of the graph output.
     :param opset_version: ONNX opset; ``None`` is the exporter's default.
+    :param exporter: which of PyTorch's exporters writes the graph (see the module's docs).
     :raises ValueError: ``example_obs`` is not a non-empty batch, or the exported model
         computes something else than ``module``.
     :raises ImportError: ``onnx``, ``onnxscript`` or ``onnxruntime`` is not installed.
     :raises Exception: whatever the exporter or onnxruntime raise for a module they cannot handle.
     """
-    exporter = PolicyExporter(
-        input_name=input_name, output_name=output_name, opset_version=opset_version
+    policy_exporter = PolicyExporter(
+        input_name=input_name,
+        output_name=output_name,
+        opset_version=opset_version,
+        exporter=exporter,
     )
-    return exporter.export(module, example_obs, path)
+    return policy_exporter.export(module, example_obs, path)
 
 
 class PolicyExporter:
     """Exports one policy to ONNX again and again, e.g. a behavior's checkpoints.
 
-    The first :meth:`export` traces the module (about a second for a small MLP, several more
-    the first time in a process, for the imports).  Later exports of a module with the same
-    structure — the same submodules by name and class, the same parameter and buffer names,
-    shapes and dtypes, observations of the same shape — reuse that graph with the module's
-    current parameters and buffers put in (milliseconds), then pass the same checks as a
-    traced export: ``onnx.checker`` and onnxruntime's actions against the module's.  A reused
-    graph that fails them is traced anew.
+    With the TorchScript exporter every export traces the module (milliseconds once the
+    exporter is loaded).  The dynamo exporter's first trace takes about a second for a small
+    MLP (several more the first time in a process, for the imports); later exports of a module
+    with the same structure — the same submodules by name and class, the same parameter and
+    buffer names, shapes and dtypes, observations of the same shape — reuse that graph with
+    the module's current parameters and buffers put in (milliseconds), then pass the same
+    checks as a traced export: ``onnx.checker`` and onnxruntime's actions against the
+    module's.  A reused graph that fails them is traced anew.
 
     What a reused graph assumes: ``forward`` does the same computation as when it was traced,
     and every tensor it reads that changes is a parameter or buffer (true of evtrain's
     trainers' policies).  A tensor that is neither is a constant of the traced graph.
+
+    :param exporter: which of PyTorch's exporters writes the graph (see the module's docs);
+        ``"auto"`` falls back to ``"dynamo"`` for good once ``"torchscript"`` fails.
     """
 
     def __init__(
@@ -188,12 +215,16 @@ class PolicyExporter:
         input_name: str = "obs",
         output_name: str = "action",
         opset_version: int | None = None,
+        exporter: Exporter = "auto",
     ) -> None:
+        if exporter not in ("auto", "torchscript", "dynamo"):
+            raise ValueError(f"exporter must be auto, torchscript or dynamo, got {exporter!r}")
         self.input_name = input_name
         self.output_name = output_name
         self.opset_version = opset_version
+        self.exporter: Exporter = exporter
         self._signature: tuple[Any, ...] | None = None
-        self._template: Any = None  # onnx.ModelProto of the last traced export
+        self._template: Any = None  # onnx.ModelProto of the last dynamo export
         self.traced = 0
         """Exports that traced the module."""
         self.reused = 0
@@ -211,14 +242,53 @@ class PolicyExporter:
                 f"{tuple(example_obs.shape)}"
             )
         example = example_obs.detach().to(device=_device_of(module), dtype=torch.float32)
-        signature = _signature(module, example)
         with _eval_mode(module):
-            model: bytes | None = None
-            if signature == self._signature:
-                model = self._reuse(module, example)
-            if model is None:
-                model = self._trace(module, example, signature)
+            model = self._model(module, example)
         return atomic_write(path, lambda f: f.write(model))
+
+    def _model(self, module: nn.Module, example: torch.Tensor) -> bytes:
+        if self.exporter != "dynamo":
+            try:
+                return self._trace_torchscript(module, example)
+            except Exception as error:
+                if self.exporter == "torchscript":
+                    raise
+                logger.info(
+                    "The TorchScript exporter could not export the policy (%s: %s); using "
+                    "the dynamo exporter from now on.",
+                    type(error).__name__,
+                    error,
+                )
+                self.exporter = "dynamo"
+        signature = _signature(module, example)
+        if signature == self._signature:
+            model = self._reuse(module, example)
+            if model is not None:
+                return model
+        return self._trace(module, example, signature)
+
+    def _trace_torchscript(self, module: nn.Module, example: torch.Tensor) -> bytes:
+        buffer = io.BytesIO()
+        with warnings.catch_warnings():
+            # Its entry point and its own internals (deprecated with it) warn about themselves.
+            warnings.filterwarnings(
+                "ignore", message=re.escape(_TORCHSCRIPT_WARNING), category=DeprecationWarning
+            )
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx\.")
+            torch.onnx.export(
+                module,
+                (example,),
+                buffer,  # type: ignore[arg-type]  # the TorchScript exporter takes a file object
+                dynamo=False,
+                input_names=[self.input_name],
+                output_names=[self.output_name],
+                dynamic_axes={self.input_name: {0: "batch"}, self.output_name: {0: "batch"}},
+                opset_version=self.opset_version,
+            )
+        model = buffer.getvalue()
+        _verify(model, module, example, self.input_name)
+        self.traced += 1
+        return model
 
     def _trace(self, module: nn.Module, example: torch.Tensor, signature: tuple[Any, ...]) -> bytes:
         self._signature = self._template = None

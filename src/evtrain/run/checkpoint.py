@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,11 +39,15 @@ from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
 from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
 
-__all__ = ["CheckpointManager", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointManager", "SaveCancelled", "load_checkpoint", "save_checkpoint"]
 
 logger = logging.getLogger("evtrain.run.checkpoint")
 
 P = TypeVar("P")
+
+
+class SaveCancelled(Exception):
+    """A save stopped before its next file by :meth:`CheckpointManager.cancel`."""
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -108,6 +113,7 @@ class CheckpointManager:
         self.written: list[Path] = []
         """The files the latest save has written so far, in order (each complete)."""
         self._pending: tuple[Path, tuple[int, int] | None] | None = None
+        self._cancelled = threading.Event()
         self._exporter = PolicyExporter()  # traces the policy once, then puts new weights in
         # Paths are rebased onto this folder: the run folder may have moved, or the run been
         # resumed from another working directory, since they were recorded.
@@ -185,8 +191,19 @@ class CheckpointManager:
         self.written = []
         self._pending = None
 
+    def cancel(self) -> None:
+        """Stop a save running on another thread before its next file (a second Ctrl-C):
+        it raises :class:`SaveCancelled` there, leaving :attr:`in_progress` set and
+        :attr:`written` as far as it got.  Every later save is cancelled too."""
+        self._cancelled.set()
+
     def _writing(self, path: Path) -> None:
-        """``path`` is about to be replaced: note which file is there now."""
+        """``path`` is about to be replaced: note which file is there now.
+
+        :raises SaveCancelled: :meth:`cancel` was called.
+        """
+        if self._cancelled.is_set():
+            raise SaveCancelled(f"the save stopped before {path.name}")
         self._pending = (path, _identity(path))
 
     def _wrote(self, path: Path) -> None:

@@ -32,6 +32,7 @@ from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
 from evtrain.run.run_folder import prepare_run_folder, write_configuration
+from evtrain.run.saver import BackgroundSaver, snapshot
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
 from evtrain.trainers.registry import trainer_type, use_trainer_types
@@ -142,6 +143,8 @@ class _Run:
         self.finished: list[str] = []
         """Behaviors whose final save is done."""
         self.next_checkpoint: dict[str, int] = {}
+        self.saver = BackgroundSaver()
+        """Writes the checkpoints and exports, off the training thread."""
 
     def run(self, fresh: bool) -> LearnResult:
         """Start, train (or infer), save; every exit emits ``run_finished`` and drains the bus.
@@ -159,6 +162,8 @@ class _Run:
                 self._save_final()
         except KeyboardInterrupt:
             self.status = RunStatus.INTERRUPTED
+            # The file being written is completed; saves not yet started are dropped.
+            self.saver.abort(self._cancel_saves)
             logger.warning(_abort_message(self.managers, self.finished))
             raise
         except ConfigError:
@@ -241,30 +246,41 @@ class _Run:
         self._flush(Deadline(self.options.bus.drain_timeout), "before the final save", True)
         for name in self.trainers:
             self._save(name, final=True)
+        self.saver.wait()
+        for name, manager in self.managers.items():
             self.finished.append(name)
-            manager = self.managers[name]
             if manager.is_writer and manager.final_model_path.exists():
                 self.models[name] = manager.final_model_path
 
     def _save(self, name: str, *, final: bool) -> None:
-        import numpy as np
-
-        trainer, manager, progress = self.trainers[name], self.managers[name], self.progress
-        example = np.asarray(trainer.next_obs[:1], dtype=np.float32)
+        """Hand a snapshot of ``name``'s state and policy to the background saver (the
+        training thread goes on while it writes, exports and emits ``save``/``export``)."""
+        trainer, manager = self.trainers[name], self.managers[name]
+        if not manager.is_writer:
+            return
+        with hierarchical_timer("snapshot"):
+            state = snapshot(trainer.state_dict())
+            policy = snapshot(trainer.policy_module())
+            example = _example_obs(trainer.next_obs)
+        step, reward = trainer.step, self.rewards.mean.get(name)
         save = manager.save_final if final else manager.save
-        shown = progress.saving(name) if isinstance(progress, SavingProgress) else nullcontext()
-        with shown, hierarchical_timer("save_model"):
-            save(
-                trainer.step,
-                trainer.state_dict(),
-                trainer.policy_module(),
-                example_obs=example,
-                reward=self.rewards.mean.get(name),
-            )
+        progress = self.progress
+
+        def job() -> None:
+            shown = progress.saving(name) if isinstance(progress, SavingProgress) else nullcontext()
+            with shown, hierarchical_timer("save_model"):
+                save(step, state, policy, example_obs=example, reward=reward)
+
+        self.saver.submit(f"{'final save' if final else 'checkpoint'} of {name} at {step}", job)
+
+    def _cancel_saves(self) -> None:
+        for manager in self.managers.values():
+            manager.cancel()
 
     def _close(self) -> None:
-        """Close the environments, emit ``run_finished``, drain the bus."""
+        """Finish the saves, close the environments, emit ``run_finished``, drain the bus."""
         started = time.monotonic()
+        self.saver.close()  # save and export are emitted before run_finished
         for trainer in self.trainers.values():
             trainer.envs.close()
         steps = sum(t.step for t in self.trainers.values())
@@ -319,6 +335,13 @@ class _Run:
                 self.options.bus.drain_timeout,
                 ", ".join(error.pending) or "none",
             )
+
+
+def _example_obs(next_obs: Any) -> Any:
+    """A float32 copy of the first observation, as a batch of one, to export with."""
+    import numpy as np
+
+    return np.array(next_obs[:1], dtype=np.float32, copy=True)
 
 
 def _next_multiple(step: int, interval: int) -> int:

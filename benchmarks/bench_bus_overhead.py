@@ -114,6 +114,7 @@ def main() -> None:
                     after.ru_stime - before.ru_stime
                 )
                 runs[variant].append(record)
+
     def median_of(key: str) -> dict[str, float]:
         return {v: statistics.median(r[key] for r in rs) for v, rs in runs.items()}
 

@@ -149,13 +149,19 @@ def build_bus(case: str, results: Path) -> Any:
     if case == "stalled-drop":
         stall = threading.Event()
         bus.connect(
-            signals.stats, lambda event: stall.wait(), name="stalled", capacity=1_000,
+            signals.stats,
+            lambda event: stall.wait(),
+            name="stalled",
+            capacity=1_000,
             overflow="drop_oldest",
         )
     if case == "stalled-spool":
         stall = threading.Event()
         bus.connect(
-            signals.stats, lambda event: stall.wait(), name="stalled", capacity=1_000,
+            signals.stats,
+            lambda event: stall.wait(),
+            name="stalled",
+            capacity=1_000,
             overflow="spool",
         )
     return bus
@@ -218,9 +224,9 @@ def run_evtrain(case: str, n: int, results: Path) -> dict[str, Any]:
     out["scalars_per_s"] = out["scalars"] / (closed - start)
     out["undelivered"] = report.undelivered
     out["journaled"] = report.journaled
-    out["metrics"] = metrics_before_close if stalled else {
-        k: m.as_dict() for k, m in bus.metrics().items()
-    }
+    out["metrics"] = (
+        metrics_before_close if stalled else {k: m.as_dict() for k, m in bus.metrics().items()}
+    )
     out["rss_before_burst_mb"] = rss_before / 1024
     if case in ("tensorboard", "defaults", "defaults+slow+raising"):
         t0 = time.perf_counter()

@@ -28,6 +28,9 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
             hyperparameters["buffer_size"] = 16 * options["env_settings"]["num_envs"]
             hyperparameters["batch_size"] = min(hyperparameters["batch_size"], 32)
     options["checkpoint_settings"] = {"run_id": path.stem, "results_dir": str(tmp_path)}
+    tracker = options.get("writers", {}).get("mlflow")
+    if tracker is not None:  # its store in the test's folder, not the working directory
+        tracker["tracking_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
     recorder = Recorder()
     with Bus() as bus:
         recorder.connect(bus)

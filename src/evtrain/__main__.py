@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from evtrain.cli import entry
 
-from evtrain.cli import main
-
-sys.exit(main())
+entry()

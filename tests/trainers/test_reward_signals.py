@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,9 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from evtrain import ConfigError, RunOptions
+from evtrain.export import onnx_policy
+from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings, PPOTrainer, make_vector_env
 from evtrain.trainers.reward_signals import CuriositySignal, RNDSignal
 from evtrain.trainers.settings import CuriositySettings, RewardSignals, RNDSettings
@@ -75,7 +79,9 @@ def test_reward_signal_settings_errors_name_the_key() -> None:
     ]
 
 
-def cartpole_transitions(action: int, steps: int = 256) -> tuple[torch.Tensor, ...]:
+def cartpole_transitions(
+    action: int, steps: int = 256
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(s, a, s') of CartPole always pushed one way, over several episodes."""
     envs = make_vector_env("CartPole-v1", 8)
     obs, _ = envs.reset(seed=0)
@@ -224,3 +230,31 @@ def test_round_trip_restores_the_signal_models_and_optimizers(recording: Recordi
         ValueError, match=r"the state has the intrinsic reward signals \['curiosity'\]"
     ):
         rnd_only.load_state_dict(saved(curious))
+
+
+def test_learn_with_curiosity_and_rnd_writes_ml_agents_stats_and_resumes(tmp_path: Path) -> None:
+    from tests.test_learn import config, scalar_steps
+
+    signals = {"curiosity": {"strength": 0.1}, "rnd": {"strength": 0.1}}
+    first = config(tmp_path, max_steps=512, reward_signals=signals)
+    learn(first)
+    folder = tmp_path / "results/run/CartPole"
+    checkpoint = load_checkpoint(folder / "checkpoint.pt")
+    assert sorted(checkpoint["reward_signals"]) == ["curiosity", "rnd"]
+    resumed = config(tmp_path, max_steps=1024, reward_signals=signals)
+    resumed["checkpoint_settings"]["resume"] = True
+    assert learn(resumed).steps == {"CartPole": 1024}
+    for tag in (
+        "Policy/Curiosity Reward",
+        "Policy/Curiosity Value Estimate",
+        "Losses/Curiosity Forward Loss",
+        "Losses/Curiosity Inverse Loss",
+        "Policy/Rnd Reward",
+        "Policy/Rnd Value Estimate",
+        "Losses/RND Loss",
+        "Policy/Extrinsic Value Estimate",
+    ):
+        assert scalar_steps(folder, tag) == [256, 512, 768, 1024], tag
+    # The exported policy is the policy alone: observations in, actions out.
+    actions = onnx_policy(folder.parent / "CartPole.onnx")(np.zeros((5, 4)))
+    assert actions.shape == (5,) and set(actions.tolist()) <= {0, 1}

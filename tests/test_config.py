@@ -94,7 +94,7 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                     "B": {
                         "trainer_type": "sac",
                         "hyperparameters": {"reward_signal_steps_per_update": 10},
-                        "reward_signals": {"curiosity": {"strength": 0.02}},
+                        "reward_signals": {"gail": {"strength": 0.02}},
                         "threaded": False,
                     }
                 },
@@ -103,8 +103,8 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
             [
                 "behaviors.B.hyperparameters.reward_signal_steps_per_update: ML-Agents option "
                 "reward_signal_steps_per_update is not supported by evtrain yet; remove it",
-                "behaviors.B.reward_signals.curiosity: ML-Agents option curiosity is not "
-                "supported by evtrain yet; remove it",
+                "behaviors.B.reward_signals.gail: ML-Agents option gail is not supported by "
+                "evtrain yet; remove it",
                 "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
                 "yet; remove it",
                 "environment_parameters: ML-Agents option environment_parameters is not "

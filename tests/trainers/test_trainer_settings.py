@@ -44,7 +44,11 @@ def test_ml_agents_defaults() -> None:
             "normalize": False,
             "activation": "tanh",
         },
-        "reward_signals": {"extrinsic": {"gamma": 0.99, "strength": 1.0}},
+        "reward_signals": {
+            "extrinsic": {"gamma": 0.99, "strength": 1.0},
+            "curiosity": None,
+            "rnd": None,
+        },
         "max_steps": 500000,
         "time_horizon": 64,
         "summary_freq": 50000,

@@ -21,7 +21,7 @@ from cattrs.gen import make_dict_structure_fn, override
 from evtrain.config.problems import Problem, choices, problems
 from evtrain.errors import ConfigError
 from evtrain.trainers.registry import trainer_type
-from evtrain.trainers.settings import TrainerSettings
+from evtrain.trainers.settings import RewardSignals, TrainerSettings, absent_when_none
 
 T = TypeVar("T")
 
@@ -184,6 +184,15 @@ converter.register_unstructure_hook(
     lambda settings: {
         a.name: converter.unstructure(getattr(settings, a.name))
         for a in attrs.fields(TrainerSettings)
+    },
+)
+converter.register_unstructure_hook(
+    RewardSignals,
+    # an intrinsic signal that is not configured is no key (not "curiosity: null")
+    lambda signals: {
+        a.name: converter.unstructure(getattr(signals, a.name))
+        for a in attrs.fields(RewardSignals)
+        if absent_when_none(a, getattr(signals, a.name))
     },
 )
 

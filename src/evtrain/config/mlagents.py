@@ -72,7 +72,7 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "RewardSignals": (
         "behaviors.<name>.reward_signals",
-        {"gail": _NOT_YET, "curiosity": _NOT_YET, "rnd": _NOT_YET},
+        {"gail": _NOT_YET},
     ),
     "RewardSignalSettings": (
         "behaviors.<name>.reward_signals.extrinsic",

@@ -33,7 +33,7 @@ from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
-from evtrain.trainers.settings import TrainerSettings
+from evtrain.trainers.settings import TrainerSettings, absent_when_none
 from evtrain.world import World
 
 HISTOGRAM = StatsAggregationMethod.HISTOGRAM
@@ -118,7 +118,9 @@ class Trainer(abc.ABC):
         obs, _ = envs.reset(seed=seed)
         self.next_obs: npt.NDArray[Any] = np.asarray(obs)
         """The observation each sub-environment is in now."""
-        reporter.add_property(StatsPropertyType.HYPERPARAMETERS, attrs.asdict(settings))
+        reporter.add_property(
+            StatsPropertyType.HYPERPARAMETERS, attrs.asdict(settings, filter=absent_when_none)
+        )
         self._setup()
 
     def _setup(self) -> None:  # noqa: B027 - optional hook, nothing to build by default

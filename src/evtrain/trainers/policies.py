@@ -40,7 +40,10 @@ def flat_obs_dim(space: spaces.Space[Any]) -> int:
 
 
 class ActorCritic(nn.Module):
-    """Policy ``pi(a|s)`` and value ``V(s)`` for a ``Discrete`` or ``Box`` action space."""
+    """Policy ``pi(a|s)`` and value ``V(s)`` for a ``Discrete`` or ``Box`` action space.
+
+    ``num_values`` value heads, one per reward signal (extrinsic first).
+    """
 
     def __init__(
         self,
@@ -48,6 +51,8 @@ class ActorCritic(nn.Module):
         action_space: spaces.Space[Any],
         network: NetworkSettings,
         generator: torch.Generator,
+        *,
+        num_values: int = 1,
     ) -> None:
         super().__init__()
         obs_dim = flat_obs_dim(observation_space)
@@ -62,14 +67,16 @@ class ActorCritic(nn.Module):
                 f"PPO supports Discrete and Box action spaces, got {type(action_space).__name__}"
             )
         self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize)
-        self.critic = MLP(obs_dim, 1, network, out_gain=1.0, generator=generator)
+        # One value head per reward signal on a shared body, as ML-Agents' critic has.
+        self.critic = MLP(obs_dim, num_values, network, out_gain=1.0, generator=generator)
         self.actor = MLP(obs_dim, policy_out, network, out_gain=0.01, generator=generator)
         # State-independent log standard deviation, starting at std 1 (SB3's default); empty
         # for Discrete, which keeps one state_dict layout for both kinds.
         self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
-        """``V(s)`` of normalised observations, shape ``(B,)``."""
+        """``V(s)`` of normalised observations: shape ``(B,)`` with one value head, ``(B, K)``
+        with ``K``."""
         value: torch.Tensor = self.critic(x)
         return value.squeeze(-1)
 

@@ -6,6 +6,12 @@ optimise the clipped surrogate objective for ``num_epoch`` epochs of ``batch_siz
 minibatches.  Implementation choices follow "The 37 implementation details of PPO" (Huang et
 al. 2022) as SB3 and cleanrl do: orthogonal init, Adam with ``eps=1e-5``, per-minibatch
 advantage normalisation, global gradient clipping, time-limit bootstrapping.
+
+With intrinsic reward signals (``reward_signals.curiosity``, ``reward_signals.rnd``; see
+:mod:`evtrain.trainers.reward_signals`) the critic has one value head per signal, as in
+ML-Agents: each signal's rewards get GAE with its own ``gamma`` and value head, the advantage
+is their sum, and the signals' models train on the update's minibatches.  Without them the
+update is the extrinsic-only one, step for step.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from evtrain.trainers.envs import final_observations
 from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
-from evtrain.trainers.policies import ActorCritic, DeterministicPolicy
+from evtrain.trainers.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
+from evtrain.trainers.reward_signals import make_reward_signals
 from evtrain.trainers.settings import PPOSettings
 
 EPSILON_FLOOR = 0.1
@@ -38,8 +45,9 @@ BETA_FLOOR = 1.0e-5
 
 logger = logging.getLogger("evtrain")
 
-_Minibatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-"""(obs, actions, logprobs, advantages, returns) of a batch (``b_``) or minibatch (``mb_``)."""
+_Minibatch = tuple[torch.Tensor, ...]
+"""(obs, actions, logprobs, advantages, returns) of a batch (``b_``) or minibatch (``mb_``),
+followed by the next observations when there are intrinsic reward signals."""
 _Finals = tuple[int, npt.NDArray[np.bool_], torch.Tensor]
 """(step, which environments, normalised final observations) of time-limited episodes."""
 
@@ -91,12 +99,28 @@ class PPOTrainer(Trainer):
         self.num_steps = hp.buffer_size // self.num_envs
         """Rollout length per environment."""
         self.action_space = envs.single_action_space
+        intrinsic = settings.reward_signals.intrinsic
         self.agent = ActorCritic(
             envs.single_observation_space,
             self.action_space,
             settings.network_settings,
             self.init_generator,
+            num_values=1 + len(intrinsic),
         ).to(self.device)
+        # Built after the agent: its initial weights are those of an extrinsic-only run.
+        self.signals = make_reward_signals(
+            settings.reward_signals,
+            flat_obs_dim(envs.single_observation_space),
+            self.action_space,
+            self.init_generator,
+            self.device,
+        )
+        """The intrinsic reward signals by YAML key (empty: extrinsic only)."""
+        self._signal_modules = nn.ModuleDict(self.signals)  # a module: synchronize shares it
+        self.signal_rewards: list[npt.NDArray[np.float32]] = []
+        """Each intrinsic signal's ``(T, N)`` rewards of the last rollout."""
+        self._signal_returns = np.zeros((len(intrinsic), self.num_envs), dtype=np.float64)
+        """Each intrinsic signal's reward so far in each environment's episode."""
         self.flat_params = flatten_parameters(self.agent)
         """All of the agent's parameters (and gradients) as one tensor, for the optimizer."""
         self.optimizer = make_adam(self.flat_params, hp.learning_rate, eps=1e-5)
@@ -114,7 +138,8 @@ class PPOTrainer(Trainer):
         self.rewards = np.zeros((T, N), dtype=np.float32)
         self.terminated = np.zeros((T, N), dtype=np.bool_)
         self.truncated = np.zeros((T, N), dtype=np.bool_)
-        self.bootstrap = np.zeros((T, N), dtype=np.float32)
+        K = len(self.signals)
+        self.bootstrap = np.zeros((T, N) if K == 0 else (T, N, 1 + K), dtype=np.float32)
         self.valid = np.ones((T, N), dtype=np.bool_)
 
     @property
@@ -139,6 +164,8 @@ class PPOTrainer(Trainer):
         clip_coef = self._scheduled(hp.epsilon, hp.epsilon_schedule, EPSILON_FLOOR)
         ent_coef = self._scheduled(hp.beta, hp.beta_schedule, BETA_FLOOR)
         self.optimizer.lr = lr
+        if self.signals:
+            self.signal_rewards = self._evaluate_signals()
         advantages, returns = self._advantages(next_value)
         with hierarchical_timer("update"):
             self._update(advantages, returns, clip_coef, ent_coef)
@@ -147,7 +174,13 @@ class PPOTrainer(Trainer):
         report("Policy/Learning Rate", lr)
         report("Policy/Epsilon", clip_coef)
         report("Policy/Beta", ent_coef)
-        report("Policy/Extrinsic Value Estimate", float(self.b_values.mean()))
+        if not self.signals:
+            report("Policy/Extrinsic Value Estimate", float(self.b_values.mean()))
+        else:
+            b_values = self.b_values.flatten(0, 1)
+            report("Policy/Extrinsic Value Estimate", float(b_values[:, 0].mean()))
+            for i, signal in enumerate(self.signals.values(), start=1):
+                report(f"Policy/{signal.stat_name} Value Estimate", float(b_values[:, i].mean()))
         self._end_period()
 
     def _scheduled(self, initial: float, schedule: str, floor: float) -> float:
@@ -188,6 +221,29 @@ class PPOTrainer(Trainer):
         self.b_logprobs = torch.stack(logprob_list)
         return self._value_rollout(finals)
 
+    @torch.no_grad()
+    def _evaluate_signals(self) -> list[npt.NDArray[np.float32]]:
+        """Each intrinsic signal's ``(T, N)`` rewards of the rollout's transitions (0 on the
+        autoreset steps of NEXT_STEP mode); reports each signal's reward per finished episode
+        (``Policy/<Name> Reward``)."""
+        T, N = self.num_steps, self.num_envs
+        obs = self.b_obs.flatten(0, 1)
+        actions = self.b_actions.flatten(0, 1)
+        next_obs = self.b_next_obs.flatten(0, 1)
+        rewards = [
+            np.where(self.valid, s.evaluate(obs, actions, next_obs).reshape(T, N), 0.0)
+            for s in self.signals.values()
+        ]
+        ended = (self.terminated | self.truncated) & self.valid
+        report = self.reporter.add_stat
+        for t in range(T):
+            for i, signal in enumerate(self.signals.values()):
+                self._signal_returns[i] += rewards[i][t]
+                for n in np.flatnonzero(ended[t]):
+                    report(f"Policy/{signal.stat_name} Reward", float(self._signal_returns[i, n]))
+            self._signal_returns[:, ended[t]] = 0.0
+        return [r.astype(np.float32) for r in rewards]
+
     def _step_envs(self, t: int, action: torch.Tensor) -> _Finals | None:
         """Step every environment with ``action``, record row ``t`` of the rollout; returns
         the normalised final observations of the episodes a time limit ended, if any."""
@@ -204,17 +260,18 @@ class PPOTrainer(Trainer):
         self._record_step(reward, dones, valid)
         self.next_obs = next_obs
         # A time-limited episode is worth V(final observation): keep it to value later.
-        # (In NEXT_STEP mode the next step observes it; see _advantages.)
-        time_limited = truncated & ~terminated
-        if not time_limited.any() or self.autoreset.next_step:
+        # (In NEXT_STEP mode the next step observes it; see _advantages.)  Intrinsic signals
+        # value terminated episodes' final observations too, and see them as s'.
+        ended = dones if self.signals else truncated & ~terminated
+        if not ended.any() or self.autoreset.next_step:
             return None
-        final = final_observations(infos, time_limited)
+        final = final_observations(infos, ended)
         final_x = self.agent.normalizer(
             torch.as_tensor(
                 final.reshape(final.shape[0], -1), dtype=torch.float32, device=self.device
             )
         )
-        return t, time_limited, final_x
+        return t, ended, final_x
 
     def _value_rollout(self, finals: list[_Finals]) -> torch.Tensor:
         """``b_values`` and ``bootstrap`` (``V`` of the time-limited finals); returns ``V`` of
@@ -230,13 +287,20 @@ class PPOTrainer(Trainer):
         values = self.agent.value(
             torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)])
         )
-        self.b_values = values[: T * N].view(T, N)
+        self.b_values = values[: T * N].view(T, N, *values.shape[1:])
         self.bootstrap.fill(0.0)
         offset = (T + 1) * N
         for t, which, final_x in finals:
             count = final_x.shape[0]
             self.bootstrap[t, which] = values[offset : offset + count].cpu().numpy()
             offset += count
+        if self.signals:
+            # s' of every transition: the next step's observation, the final one where an
+            # episode ended (NEXT_STEP mode: the next step's, which is the final one).
+            b_next_obs = torch.cat([self.b_obs[1:], next_x[None]])
+            for t, which, final_x in finals:
+                b_next_obs[t, torch.from_numpy(which).to(self.device)] = final_x
+            self.b_next_obs = b_next_obs
         return values[T * N : (T + 1) * N]
 
     def _observe(self, obs: torch.Tensor) -> torch.Tensor:
@@ -249,16 +313,59 @@ class PPOTrainer(Trainer):
         return x
 
     def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the rollout, cutting trajectories every ``time_horizon`` steps."""
+        """GAE over the rollout, cutting trajectories every ``time_horizon`` steps; with
+        intrinsic signals, GAE per signal and the sum of their advantages, one return column
+        per value head."""
         values = self.b_values.cpu().numpy()
         next_v = next_value.cpu().numpy()
+        extrinsic = self.settings.reward_signals.extrinsic
+        if not self.signals:
+            advantages, returns = self._gae(
+                self.rewards, values, self.bootstrap, next_v, extrinsic.gamma, episodic=True
+            )
+        else:
+            gammas = [extrinsic.gamma, *(s.gamma for s in self.signals.values())]
+            per_signal = [
+                self._gae(
+                    rewards,
+                    values[..., i],
+                    self.bootstrap[..., i],
+                    next_v[:, i],
+                    gammas[i],
+                    episodic=i == 0,
+                )
+                for i, rewards in enumerate([self.rewards, *self.signal_rewards])
+            ]
+            advantages = np.sum([a for a, _ in per_signal], axis=0, dtype=np.float32)
+            returns = np.stack([r for _, r in per_signal], axis=-1)
+        return (
+            torch.from_numpy(advantages).to(self.device),
+            torch.from_numpy(returns).to(self.device),
+        )
+
+    def _gae(
+        self,
+        rewards: npt.NDArray[np.float32],
+        values: npt.NDArray[np.float32],
+        bootstrap: npt.NDArray[np.float32],
+        next_v: npt.NDArray[np.float32],
+        gamma: float,
+        *,
+        episodic: bool,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """One signal's ``(T, N)`` advantages and returns.  An ``episodic`` signal (extrinsic)
+        is worth 0 after a termination; the others (ML-Agents' ``ignore_done``) the value of
+        the final observation, as after a time limit."""
         following = np.concatenate([values[1:], next_v[None]])
         dones = self.terminated | self.truncated
-        bootstrap = self.bootstrap
         if self.autoreset.next_step:
             # The step after an episode end looked at the final observation: its value is
             # the bootstrap value of the truncated step.
-            bootstrap = np.where(self.truncated & ~self.terminated, following, 0.0)
+            ended = self.truncated & ~self.terminated if episodic else dones
+            bootstrap = np.where(ended, following, 0.0)
+        elif episodic and self.signals:
+            # the finals of terminated episodes were valued for the intrinsic signals
+            bootstrap = np.where(self.terminated, 0.0, bootstrap)
         horizon = self.settings.time_horizon
         if horizon < self.num_steps:
             # A time_horizon cut ends a trajectory like a truncation: bootstrap from V(s_t+1).
@@ -267,14 +374,7 @@ class PPOTrainer(Trainer):
             cuts &= ~dones
             bootstrap = np.where(cuts, following, bootstrap)
             dones = dones | cuts
-        gamma = self.settings.reward_signals.extrinsic.gamma
-        advantages, returns = compute_gae(
-            self.rewards, values, dones, bootstrap, next_v, gamma, self.hp.lambd
-        )
-        return (
-            torch.from_numpy(advantages).to(self.device),
-            torch.from_numpy(returns).to(self.device),
-        )
+        return compute_gae(rewards, values, dones, bootstrap, next_v, gamma, self.hp.lambd)
 
     def _update(
         self, advantages: torch.Tensor, returns: torch.Tensor, clip_coef: float, ent_coef: float
@@ -288,9 +388,10 @@ class PPOTrainer(Trainer):
         num_minibatches = max(1, min(hp.buffer_size // hp.batch_size, batch_size))
         if num_minibatches == 1 and hp.normalize_advantage:
             # One minibatch is the whole batch, the same every epoch: normalise it once.
-            b = (*b[:3], _normalized(b[3]), b[4])
+            b = (*b[:3], _normalized(b[3]), *b[4:])
 
         pg_losses, v_losses, entropies = [], [], []
+        signal_losses: dict[str, list[torch.Tensor]] = {}
         for epoch in range(hp.num_epoch):
             for mb in self._minibatches(b, num_minibatches):
                 # Entropy enters the loss only with a nonzero beta; otherwise it is measured
@@ -302,25 +403,35 @@ class PPOTrainer(Trainer):
                 v_losses.append(v_loss)
                 if entropy is not None:
                     entropies.append(entropy)
+                # -- the intrinsic signals' models learn from the same minibatch (ML-Agents)
+                for signal in self.signals.values():
+                    for key, loss in signal.update(mb[0], mb[1], mb[5], self.world).items():
+                        signal_losses.setdefault(key, []).append(loss)
 
         report = self.reporter.add_stat
         report("Losses/Policy Loss", float(torch.stack(pg_losses).mean()))
         report("Losses/Value Loss", float(torch.stack(v_losses).mean()))
         report("Policy/Entropy", float(torch.stack(entropies).mean()))
+        for key, losses in signal_losses.items():
+            report(key, float(torch.stack(losses).mean()))
 
     def _batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> _Minibatch:
         """The rollout flattened into one batch (``b_obs``, ``b_actions``, ``b_logprobs``,
-        ``b_advantages``, ``b_returns``), without the autoreset steps of NEXT_STEP mode."""
-        b_obs = self.b_obs.flatten(0, 1)
-        b_actions = self.b_actions.flatten(0, 1)
-        b_logprobs = self.b_logprobs.flatten(0, 1)
-        b_advantages = advantages.flatten()
-        b_returns = returns.flatten()
+        ``b_advantages``, ``b_returns``, and ``b_next_obs`` with intrinsic signals), without
+        the autoreset steps of NEXT_STEP mode."""
+        b: _Minibatch = (
+            self.b_obs.flatten(0, 1),
+            self.b_actions.flatten(0, 1),
+            self.b_logprobs.flatten(0, 1),
+            advantages.flatten(),
+            returns.flatten(0, 1),
+        )
+        if self.signals:
+            b = (*b, self.b_next_obs.flatten(0, 1))
         if not self.valid.all():
             keep = torch.from_numpy(np.flatnonzero(self.valid)).to(self.device)
-            b_obs, b_actions, b_logprobs = b_obs[keep], b_actions[keep], b_logprobs[keep]
-            b_advantages, b_returns = b_advantages[keep], b_returns[keep]
-        return b_obs, b_actions, b_logprobs, b_advantages, b_returns
+            b = tuple(t[keep] for t in b)
+        return b
 
     def _minibatches(self, b: _Minibatch, num_minibatches: int) -> Iterator[_Minibatch]:
         """One epoch's minibatches of ``b``, shuffled, advantages normalised per minibatch."""
@@ -330,17 +441,17 @@ class PPOTrainer(Trainer):
             return
         perm = torch.randperm(b[0].shape[0], generator=self.generator, device=self.device)
         for mb_inds in torch.tensor_split(perm, num_minibatches):
-            mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = (t[mb_inds] for t in b)
+            mb = tuple(t[mb_inds] for t in b)
             if self.hp.normalize_advantage:
-                mb_advantages = _normalized(mb_advantages)
-            yield mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns
+                mb = (*mb[:3], _normalized(mb[3]), *mb[4:])
+            yield mb
 
     def _gradient_step(
         self, mb: _Minibatch, clip_coef: float, ent_coef: float, *, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One optimizer step on minibatch ``mb``; returns ``pg_loss``, ``v_loss`` and the mean
         entropy (``None`` unless ``with_entropy``), detached."""
-        mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = mb
+        mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = mb[:5]
         newlogprob, entropy, newvalue = self.agent.evaluate(
             mb_obs, mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
         )
@@ -376,12 +487,31 @@ class PPOTrainer(Trainer):
         return DeterministicPolicy(self.agent, self.action_space).eval()
 
     def _state_dict(self) -> dict[str, Any]:
-        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.signals:
+            state["reward_signals"] = {
+                name: signal.signal_state_dict() for name, signal in self.signals.items()
+            }
+        return state
 
     def _load_weights(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
+        for name, saved in self._saved_signals(state).items():
+            self.signals[name].model.load_state_dict(saved["model"])
 
     def _load_state_dict(self, state: dict[str, Any]) -> None:
         self._load_weights(state)
         # FlatAdam copies the state in: two trainers loaded from one state share nothing.
         self.optimizer.load_state_dict(state["optimizer"])
+        for name, saved in self._saved_signals(state).items():
+            self.signals[name].optimizer.load_state_dict(saved["optimizer"])
+
+    def _saved_signals(self, state: dict[str, Any]) -> dict[str, Any]:
+        saved: dict[str, Any] = state.get("reward_signals", {})
+        if set(saved) != set(self.signals):
+            raise ValueError(
+                f"the state has the intrinsic reward signals {sorted(saved)}, behavior "
+                f"{self.behavior_name!r} is configured with {sorted(self.signals)}; "
+                "configure the reward signals of the run that saved it"
+            )
+        return saved

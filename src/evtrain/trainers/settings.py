@@ -129,19 +129,61 @@ class NetworkSettings:
 
 @attrs.define(kw_only=True)
 class RewardSignalSettings:
-    """One reward signal; evtrain implements the environment's own (``extrinsic``)."""
+    """One reward signal: the environment's own (``extrinsic``), or the base of an intrinsic
+    one (:class:`CuriositySettings`, :class:`RNDSettings`)."""
 
     gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
-    """Discount factor."""
+    """Discount factor of this signal's value head and advantages."""
     strength: float = attrs.field(default=1.0, validator=v.ge(0.0))
-    """Factor applied to the environment reward before learning."""
+    """Factor applied to the signal's reward before learning."""
+
+
+@attrs.define(kw_only=True)
+class CuriositySettings(RewardSignalSettings):
+    """The intrinsic curiosity module (Pathak et al. 2017), PPO only: the reward is the error of
+    a forward model predicting the encoding of the next observation."""
+
+    encoding_size: int = attrs.field(default=64, validator=_positive_int)
+    """Width of the state encoder's two layers, and so of the encoding."""
+    learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
+    """Adam step size of the curiosity model (constant)."""
+
+
+@attrs.define(kw_only=True)
+class RNDSettings(RewardSignalSettings):
+    """Random network distillation (Burda et al. 2018), PPO only: the reward is the error of a
+    trained predictor of a fixed random network's output."""
+
+    encoding_size: int = attrs.field(default=64, validator=_positive_int)
+    """Width of both networks' two layers, and so of their output."""
+    learning_rate: float = attrs.field(default=1.0e-4, validator=v.gt(0.0))
+    """Adam step size of the predictor (constant)."""
+
+
+_ABSENT_WHEN_NONE = {"absent_when_none": True}
+"""Metadata of a field that is left out of unstructured settings while it is ``None``."""
+
+
+def absent_when_none(attribute: attrs.Attribute[Any], value: object) -> bool:
+    """An ``attrs.asdict`` filter: false for an optional reward signal that is not configured,
+    so settings without intrinsic signals read as they did before there were any."""
+    return value is not None or not attribute.metadata.get("absent_when_none", False)
 
 
 @attrs.define(kw_only=True)
 class RewardSignals:
-    """The reward signals of a behavior."""
+    """The reward signals of a behavior; ``extrinsic`` is always there (strength 0 trains on
+    the intrinsic signals alone), ``curiosity`` and ``rnd`` when configured."""
 
     extrinsic: RewardSignalSettings = attrs.field(factory=RewardSignalSettings)
+    curiosity: CuriositySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    rnd: RNDSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+
+    @property
+    def intrinsic(self) -> dict[str, CuriositySettings | RNDSettings]:
+        """The configured intrinsic signals by YAML key, in ML-Agents' order."""
+        configured = {"curiosity": self.curiosity, "rnd": self.rnd}
+        return {name: s for name, s in configured.items() if s is not None}
 
 
 def _default_hyperparameters(instance: Any) -> object:
@@ -182,3 +224,13 @@ class TrainerSettings:
     """Steps between two checkpoints (written by the runner)."""
     keep_checkpoints: int = attrs.field(default=5, validator=_positive_int)
     """Most recent checkpoints kept on disk."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.trainer_type == "sac" and self.reward_signals.intrinsic:
+            names = list(self.reward_signals.intrinsic)
+            which = f"{names[0]} is" if len(names) == 1 else f"{' and '.join(names)} are"
+            # "<key>: ..." is how evtrain.config.problems puts the key into the message's path
+            raise ValueError(
+                f"reward_signals: {which} implemented for trainer_type ppo only; remove it or "
+                "use trainer_type: ppo"
+            )

@@ -494,6 +494,16 @@ def test_progress_moves_lessons_and_the_environments_see_the_values(
     assert recorder.of(LessonChanged) == []
     assert scalars(run / "B", "Environment/Lesson Number/bonus")[-2:] == [(160, 2.0), (192, 2.0)]
 
+    # --inference plays the recorded lesson and never moves on
+    inference = run_options(tmp_path, CURRICULUM)
+    inference["behaviors"]["B"]["max_steps"] = 64
+    inference["checkpoint_settings"]["inference"] = True
+    recorder = recorded_run(inference)
+    assert all(14.0 <= r < 18.0 for period in returns(recorder) for r in period)
+    assert recorder.of(LessonChanged) == []
+    lessons = [e.values["Environment/Lesson Number/bonus"].mean for e in recorder.of(StatsEvent)]
+    assert lessons == [2.0, 2.0]
+
 
 def test_async_workers_get_the_values_and_lesson_changes(tmp_path: Path) -> None:
     recorder = recorded_run(run_options(tmp_path, CURRICULUM, vectorization="async"))

@@ -371,6 +371,38 @@ def test_the_wrapper_sets_attributes_at_reset_and_passes_the_rest_as_reset_optio
     assert probe.step(np.int64(0))[1] == 1.5  # bonus as an attribute, tilt from the options
 
 
+def test_what_evtrain_accepts_but_ignores_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from evtrain.run.curriculum import Curriculum
+    from evtrain.run.training_status import TrainingStatus
+    from evtrain.world import World
+
+    parameters = options(
+        {
+            "g": {
+                "curriculum": [
+                    {
+                        "name": "a",
+                        "value": 1,
+                        "completion_criteria": progress(0.1, require_reset=True),
+                    },
+                    {"name": "b", "value": 2, "completion_criteria": progress(0.2)},
+                ]
+            }
+        }
+    )
+    with Bus() as bus, caplog.at_level(logging.WARNING, logger="evtrain"):
+        status = TrainingStatus(tmp_path / "training_status.json")
+        curriculum = Curriculum(parameters, bus=bus, status=status, world=World(), restore=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "environment_parameters.g: require_reset is accepted but evtrain does not cut episodes "
+        "short: a new lesson applies from each environment's next episode",
+        "environment_parameters.g: the completion_criteria of the last lesson ('b') are ignored",
+    ]
+    assert curriculum.lessons == {"g": 0} and status.lesson_number("g") == 0
+
+
 # -- runs ----------------------------------------------------------------------------------------
 
 

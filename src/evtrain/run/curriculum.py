@@ -81,15 +81,15 @@ class Curriculum:
             for criteria in _criteria(parameter):
                 size = max(1, criteria.min_lesson_length)
                 sizes[criteria.behavior] = max(sizes.get(criteria.behavior, 1), size)
-                if criteria.require_reset:
-                    logger.warning(
-                        "environment_parameters.%s: require_reset is accepted but evtrain does "
-                        "not cut episodes short: a new lesson applies from each environment's "
-                        "next episode",
-                        name,
-                    )
+            if any(criteria.require_reset for criteria in _criteria(parameter)):
+                logger.warning(
+                    "environment_parameters.%s: require_reset is accepted but evtrain does "
+                    "not cut episodes short: a new lesson applies from each environment's "
+                    "next episode",
+                    name,
+                )
             last = parameter.curriculum[-1]
-            if len(parameter.curriculum) > 1 and last.completion_criteria is not None:
+            if last.completion_criteria is not None:
                 logger.warning(
                     "environment_parameters.%s: the completion_criteria of the last lesson "
                     "(%r) are ignored",

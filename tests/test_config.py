@@ -98,7 +98,6 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                         "threaded": False,
                     }
                 },
-                "environment_parameters": {"gravity": 9.8},
             },
             [
                 "behaviors.B.hyperparameters.reward_signal_steps_per_update: ML-Agents option "
@@ -107,8 +106,6 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                 "evtrain yet; remove it",
                 "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
                 "yet; remove it",
-                "environment_parameters: ML-Agents option environment_parameters is not "
-                "supported by evtrain yet; remove it",
             ],
         ),
         (

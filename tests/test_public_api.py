@@ -17,6 +17,7 @@ def test_signals_in_lifecycle_order_with_payload_types() -> None:
         ("run_started", "RunStarted"),
         ("hyperparameters", "PropertyEvent"),
         ("stats", "StatsEvent"),
+        ("lesson_changed", "LessonChanged"),
         ("save", "SaveEvent"),
         ("export", "ExportEvent"),
         ("run_finished", "RunFinished"),

@@ -25,6 +25,7 @@ from evtrain.errors import (
 from evtrain.events import signals
 from evtrain.events.payloads import (
     ExportEvent,
+    LessonChanged,
     PropertyEvent,
     RunFinished,
     RunStarted,
@@ -50,6 +51,7 @@ __all__ = [
     "FailurePolicy",
     "JournalInUseError",
     "LearnResult",
+    "LessonChanged",
     "Overflow",
     "PluginError",
     "PropertyEvent",

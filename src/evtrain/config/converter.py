@@ -15,9 +15,24 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import attrs
 import cattrs
 from cattrs.cols import is_mapping, is_sequence, list_structure_factory, mapping_structure_factory
-from cattrs.errors import AttributeValidationNote, BaseValidationError, ClassValidationError
+from cattrs.errors import (
+    AttributeValidationNote,
+    BaseValidationError,
+    ClassValidationError,
+    IterableValidationError,
+    IterableValidationNote,
+)
 from cattrs.gen import make_dict_structure_fn, override
 
+from evtrain.config.environment_parameters import (
+    SAMPLERS,
+    Constant,
+    EnvironmentParameter,
+    Lesson,
+    Sampler,
+    SamplerSpec,
+    sampler_data,
+)
 from evtrain.config.problems import Problem, choices, problems
 from evtrain.errors import ConfigError
 from evtrain.trainers.registry import trainer_type
@@ -194,6 +209,72 @@ converter.register_unstructure_hook(
         for a in attrs.fields(RewardSignals)
         if absent_when_none(a, getattr(signals, a.name))
     },
+)
+
+
+def _structure_sampler(value: Any, _: Any) -> Sampler:
+    """A number (a constant), or ``{sampler_type, sampler_parameters}`` structured as the
+    class of ``sampler_type``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Constant(value=float(value))
+    if not isinstance(value, dict):
+        raise TypeError(
+            "expected a number or a sampler ({sampler_type: uniform, sampler_parameters: "
+            f"{{min_value: 0, max_value: 1}}}}), got {value!r}"
+        )
+    spec = converter.structure(value, SamplerSpec)
+    try:
+        return converter.structure(spec.sampler_parameters, SAMPLERS[spec.sampler_type])
+    except (BaseValidationError, TypeError, ValueError) as error:
+        note = AttributeValidationNote(
+            "Structuring sampler_parameters", "sampler_parameters", dict[str, Any]
+        )
+        raise ClassValidationError(
+            "While structuring a sampler", [_noted(error, note)], SamplerSpec
+        ) from None
+
+
+def _noted(error: Exception, note: str) -> Exception:
+    """``error`` with cattrs' note of where it happened (notes are strings: 3.11's
+    ``add_note``, written so that 3.10 runs it)."""
+    error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+    return error
+
+
+def _structure_environment_parameters(value: Any, _: Any) -> dict[str, EnvironmentParameter]:
+    """``environment_parameters``: each a curriculum, or a constant or sampler, which becomes
+    one lesson named after the parameter (as in ML-Agents)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a mapping, got {value!r}")
+    structured: dict[str, EnvironmentParameter] = {}
+    errors: list[Exception] = []
+    for key, item in value.items():
+        name = str(key)
+        try:
+            if isinstance(item, dict) and "curriculum" in item:
+                structured[name] = converter.structure(item, EnvironmentParameter)
+            else:
+                sampler = converter.structure(item, Sampler)
+                structured[name] = EnvironmentParameter(
+                    curriculum=[Lesson(name=name, value=sampler)]
+                )
+        except Exception as error:
+            note = IterableValidationNote(
+                f"Structuring mapping value @ key {key!r}", key, EnvironmentParameter
+            )
+            errors.append(_noted(error, note))
+    if errors:
+        raise IterableValidationError("While structuring environment_parameters", errors, dict)
+    return structured
+
+
+# Only the base class: a concrete sampler class is structured from its sampler_parameters.
+converter.register_structure_hook_func(lambda t: t is Sampler, _structure_sampler)
+converter.register_unstructure_hook_func(
+    lambda t: isinstance(t, type) and issubclass(t, Sampler), sampler_data
+)
+converter.register_structure_hook_func(
+    lambda t: t == dict[str, EnvironmentParameter], _structure_environment_parameters
 )
 
 

@@ -30,7 +30,7 @@ _UNITY = Kind.UNITY_ONLY
 
 ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     # evtrain options class: (the YAML section, {ML-Agents key: kind})
-    "RunOptions": ("", {"environment_parameters": _NOT_YET, "engine_settings": _UNITY}),
+    "RunOptions": ("", {"engine_settings": _UNITY}),
     "EnvironmentSettings": (
         "env_settings",
         {

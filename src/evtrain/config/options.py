@@ -14,6 +14,7 @@ import attrs
 
 from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.inbox import Overflow, SubscriberSettings
+from evtrain.config.environment_parameters import EnvironmentParameter
 from evtrain.trainers.settings import TrainerSettings
 
 
@@ -196,6 +197,9 @@ class RunOptions:
     torch_settings: TorchSettings = attrs.field(factory=TorchSettings)
     bus: BusSettings = attrs.field(factory=BusSettings)
     plugins: PluginSettings = attrs.field(factory=PluginSettings)
+    environment_parameters: dict[str, EnvironmentParameter] = attrs.field(factory=dict)
+    """ML-Agents' curricula and samplers, by parameter name; set on every environment at each
+    episode reset (:mod:`evtrain.run.curriculum`)."""
     writers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     """Optional writers to run, by the name of their ``evtrain.stats_writer`` plugin, each with
     its own options: ``{csv: {}, jsonl: {}}`` (``--writer NAME[:key=value,...]``)."""
@@ -215,12 +219,18 @@ class RunOptions:
         """
         from evtrain.config.converter import structure
         from evtrain.config.defaults import drop_inherited, merge_default_settings
+        from evtrain.config.environment_parameters import parameter_problems
         from evtrain.config.mlagents import drop_unity_only
+        from evtrain.errors import ConfigError
 
         data = drop_unity_only(data)
-        return structure(
+        options = structure(
             merge_default_settings(data), cls, keep=lambda found: drop_inherited(found, data)
         )
+        problems = parameter_problems(options.environment_parameters, options.behaviors)
+        if problems:
+            raise ConfigError(problems)
+        return options
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`from_dict` turns back into equal options."""

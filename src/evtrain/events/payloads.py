@@ -59,6 +59,19 @@ class StatsEvent:
 
 
 @attrs.frozen(kw_only=True, slots=True)
+class LessonChanged:
+    """Environment parameter ``parameter`` moved to lesson ``lesson_number`` (0-based) named
+    ``lesson_name``, after a summary of behavior ``category`` (whose completion criteria were
+    met) at its step ``step``.  Environments take the new value at their next episode."""
+
+    category: str
+    parameter: str
+    lesson_number: int
+    lesson_name: str
+    step: int
+
+
+@attrs.frozen(kw_only=True, slots=True)
 class SaveEvent:
     """A checkpoint file is durable at ``path``."""
 

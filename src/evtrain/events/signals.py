@@ -11,6 +11,7 @@ signal             payload                    emitted by / when
 run_started        :class:`RunStarted`        the runner, once, before the first step
 hyperparameters    :class:`PropertyEvent`     each trainer at start
 stats              :class:`StatsEvent`        each trainer every ``summary_freq`` steps
+lesson_changed     :class:`LessonChanged`     the curriculum, after a summary that ends a lesson
 save               :class:`SaveEvent`         after a checkpoint file is durable
 export             :class:`ExportEvent`       after an exported model file is durable
 run_finished       :class:`RunFinished`       the runner, once, last
@@ -27,6 +28,7 @@ import blinker
 
 from evtrain.events.payloads import (
     ExportEvent,
+    LessonChanged,
     PropertyEvent,
     RunFinished,
     RunStarted,
@@ -82,6 +84,13 @@ stats: EventSignal[StatsEvent] = _define(
     "Emitted by a trainer's StatsReporter every ``summary_freq`` steps, one event per behavior, "
     "labelled with the interval boundary step.",
 )
+lesson_changed: EventSignal[LessonChanged] = _define(
+    "lesson_changed",
+    LessonChanged,
+    "Emitted by the run's curriculum (``environment_parameters``) on every rank, right after "
+    "the summary of the behavior whose completion criteria it met, once per parameter whose "
+    "lesson changed; the sender is that behavior.",
+)
 save: EventSignal[SaveEvent] = _define(
     "save",
     SaveEvent,
@@ -116,6 +125,7 @@ ALL: tuple[EventSignal[Any], ...] = (
     run_started,
     hyperparameters,
     stats,
+    lesson_changed,
     save,
     export,
     run_finished,

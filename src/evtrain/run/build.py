@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from evtrain.bus import Bus
     from evtrain.config.options import RunOptions
     from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.curriculum import Curriculum
     from evtrain.run.training_status import TrainingStatus
     from evtrain.trainers.base import Trainer
     from evtrain.world import World
@@ -63,9 +64,13 @@ def build_behavior(
     bus: Bus,
     seed: int,
     status: TrainingStatus,
+    curriculum: Curriculum | None = None,
 ) -> tuple[Trainer, CheckpointManager]:
     """Behavior ``name``'s trainer, at the state it starts from and in sync with the other
     ranks, and its checkpoint manager.
+
+    :param curriculum: the run's ``environment_parameters``: it wraps the environments and
+        hears the trainer's episodes and summaries.
 
     :raises RunFolderError: ``--resume``/``--inference`` without a checkpoint, or
         ``--initialize-from`` a run without this behavior.
@@ -84,12 +89,16 @@ def build_behavior(
         resume=cs.resume,
     )
     state = _initial_state(options, name, manager)
-    envs = make_envs(options.env_settings)
+    if curriculum is None:
+        envs = make_envs(options.env_settings)
+        reporter = StatsReporter(bus, name)
+    else:
+        envs = make_envs(options.env_settings, curriculum.wrapper())
+        curriculum.attach(envs, options.env_settings.env_id)
+        reporter = curriculum.reporter(bus, name, settings.max_steps)
     trainer_cls = trainer_type(settings.trainer_type).load()
     try:
-        trainer = trainer_cls(
-            name, settings, envs, StatsReporter(bus, name), seed=seed, device=_device(options)
-        )
+        trainer = trainer_cls(name, settings, envs, reporter, seed=seed, device=_device(options))
         if state is not None:
             trainer.load_state_dict(state)
         trainer.synchronize()

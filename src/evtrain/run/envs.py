@@ -11,15 +11,20 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 
 
-def make_envs(settings: EnvironmentSettings) -> Any:
+def make_envs(settings: EnvironmentSettings, wrapper: Callable[[Any], Any] | None = None) -> Any:
     """``num_envs`` copies in a Gymnasium vector env that resets sub-environments in the same
     step they end (what the trainers expect).
+
+    :param wrapper: applied to each sub-environment, in its own process when vectorization is
+        async (so it must pickle): the run's ``environment_parameters``
+        (:mod:`evtrain.run.env_parameters`).
 
     :raises ConfigError: the id is not registered, needs a package that is not installed, or
         the callable cannot be imported.
@@ -33,7 +38,12 @@ def make_envs(settings: EnvironmentSettings) -> Any:
     factory = _callable(settings.env_id)
     if factory is not None:
         kwargs = dict(settings.env_kwargs)
-        fns = [lambda: factory(**kwargs) for _ in range(settings.num_envs)]
+
+        def make() -> Any:
+            env = factory(**kwargs)
+            return env if wrapper is None else wrapper(env)
+
+        fns = [make for _ in range(settings.num_envs)]
         vector_cls = AsyncVectorEnv if asynchronous else SyncVectorEnv
         return vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     try:
@@ -42,6 +52,7 @@ def make_envs(settings: EnvironmentSettings) -> Any:
             settings.num_envs,
             asynchronous=asynchronous,
             env_kwargs=settings.env_kwargs,
+            wrappers=None if wrapper is None else [wrapper],
         )
     except (gym.error.DependencyNotInstalled, ImportError) as error:
         raise ConfigError([_missing_dependency(settings.env_id, error)]) from None

@@ -27,6 +27,7 @@ from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEve
 from evtrain.events.stats import CUMULATIVE_REWARD
 from evtrain.ranks import get_rank
 from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
+from evtrain.run.curriculum import Curriculum
 from evtrain.run.inference import run_inference
 from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
@@ -196,10 +197,11 @@ class _Run:
         configure_torch(options)
         seed = rank_seed(options, self.world)
         status_file = training_status(options)
+        curriculum = Curriculum.of_run(options, bus, status_file, self.world)
         for index, (name, settings) in enumerate(options.behaviors.items()):
             with hierarchical_timer("build"):
                 self.trainers[name], self.managers[name] = build_behavior(
-                    options, name, settings, bus, seed + index, status_file
+                    options, name, settings, bus, seed + index, status_file, curriculum
                 )
         for name, trainer in self.trainers.items():
             for warning in schedule_warnings(name, trainer, inference=cs.inference):

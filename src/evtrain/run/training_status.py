@@ -156,6 +156,20 @@ class TrainingStatus:
                 entry["final_checkpoint"] = final.as_json()
             self.write()
 
+    def lesson_number(self, parameter: str) -> int | None:
+        """The lesson environment parameter ``parameter`` was in at the last write (ML-Agents'
+        ``{"<parameter>": {"lesson_num": N}}``), if recorded."""
+        with self._lock:
+            number = self._behaviors.get(parameter, {}).get("lesson_num")
+            return number if isinstance(number, int) and not isinstance(number, bool) else None
+
+    def set_lesson_number(self, parameter: str, number: int) -> None:
+        """Record ``parameter``'s lesson for the next write: the file keeps, with each
+        checkpoint, the lesson the run was in when it was taken (as ML-Agents saves it with
+        its models)."""
+        with self._lock:
+            self._behaviors.setdefault(parameter, {})["lesson_num"] = number
+
     def as_dict(self) -> dict[str, Any]:
         """The JSON document."""
         with self._lock:

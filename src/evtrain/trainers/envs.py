@@ -18,7 +18,7 @@ ways (``envs.metadata["autoreset_mode"]``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -82,6 +82,8 @@ def make_vector_env(
     *,
     asynchronous: bool = False,
     env_kwargs: Mapping[str, Any] | None = None,
+    wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Wrapper[Any, Any, Any, Any]]]
+    | None = None,
 ) -> VectorEnv[Any, Any, Any]:
     """``num_envs`` copies of Gymnasium environment ``env_id`` resetting in ``SAME_STEP`` mode.
 
@@ -94,5 +96,6 @@ def make_vector_env(
         num_envs=num_envs,
         vectorization_mode="async" if asynchronous else "sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        wrappers=wrappers,
         **dict(env_kwargs or {}),
     )

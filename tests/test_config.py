@@ -93,15 +93,12 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                 "behaviors": {
                     "B": {
                         "trainer_type": "sac",
-                        "hyperparameters": {"reward_signal_steps_per_update": 10},
                         "reward_signals": {"gail": {"strength": 0.02}},
                         "threaded": False,
                     }
                 },
             },
             [
-                "behaviors.B.hyperparameters.reward_signal_steps_per_update: ML-Agents option "
-                "reward_signal_steps_per_update is not supported by evtrain yet; remove it",
                 "behaviors.B.reward_signals.gail: ML-Agents option gail is not supported by "
                 "evtrain yet; remove it",
                 "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
@@ -114,7 +111,7 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
             [
                 "behaviors.B.checkpoint_freq: unknown key (valid keys: trainer_type, "
                 "hyperparameters, network_settings, reward_signals, max_steps, time_horizon, "
-                "summary_freq, checkpoint_interval, keep_checkpoints)"
+                "summary_freq, checkpoint_interval, keep_checkpoints, even_checkpoints, init_path)"
             ],
         ),
         (

@@ -37,12 +37,15 @@ def test_ml_agents_defaults() -> None:
             "normalize_advantage": True,
             "max_grad_norm": 0.5,
             "vf_coef": 0.5,
+            "shared_critic": False,
         },
         "network_settings": {
             "hidden_units": 128,
             "num_layers": 2,
             "normalize": False,
             "activation": "tanh",
+            "goal_conditioning_type": "hyper",
+            "deterministic": False,
         },
         "reward_signals": {
             "extrinsic": {"gamma": 0.99, "strength": 1.0},
@@ -54,6 +57,8 @@ def test_ml_agents_defaults() -> None:
         "summary_freq": 50000,
         "checkpoint_interval": 500000,
         "keep_checkpoints": 5,
+        "even_checkpoints": False,
+        "init_path": None,
     }
 
 
@@ -72,7 +77,10 @@ def test_sac_defaults_follow_trainer_type() -> None:
         "target_entropy": None,
         "save_replay_buffer": False,
         "max_grad_norm": None,
+        "reward_signal_steps_per_update": 1.0,
     }
+    # ML-Agents: reward_signal_steps_per_update defaults to steps_per_update
+    assert SACSettings(steps_per_update=4.0).reward_signal_steps_per_update == 4.0
 
 
 def test_unset_schedules_follow_the_learning_rate_schedule() -> None:
@@ -97,8 +105,14 @@ def test_unset_schedules_follow_the_learning_rate_schedule() -> None:
         ),
         (
             PPOSettings,
-            {"batch_size": 512, "buffer_size": 256},
-            "batch_size: 512 must not exceed buffer_size (256)",
+            {"shared_critic": True},
+            "shared_critic: true applies to ML-Agents' multi-agent POCA trainer, which evtrain "
+            "lacks (Gymnasium environments have one agent); remove it or set false",
+        ),
+        (
+            NetworkSettings,
+            {"goal_conditioning_type": "soft"},
+            "'goal_conditioning_type' must be in ('hyper', 'none') (got 'soft')",
         ),
         (SACSettings, {"tau": 0.0}, "'tau' must be > 0.0: 0.0"),
         (SACSettings, {"buffer_init_steps": -1}, "'buffer_init_steps' must be >= 0: -1"),
@@ -142,3 +156,27 @@ def test_linear_decay_reaches_its_floor_at_max_steps(step: int, expected: float)
 
 def test_linear_decay_never_raises_a_value() -> None:
     assert linear_decay(0.0, 1e-5, 50, 100) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "buffer_size", "num_envs", "rollout"),
+    [
+        (512, 256, 1, 512),  # batch above buffer: one minibatch (ML-Agents validates nothing)
+        (64, 12000, 1, 12032),  # ML-Agents' 3DBall
+        (64, 128, 3, 192),
+        (100, 30, 4, 100),
+    ],
+)
+def test_every_positive_buffer_size_is_rounded_to_what_the_rollout_needs(
+    batch_size: int, buffer_size: int, num_envs: int, rollout: int
+) -> None:
+    settings = PPOSettings(batch_size=batch_size, buffer_size=buffer_size)
+    assert settings.rollout_buffer_size(num_envs) == rollout
+
+
+def test_even_checkpoints_space_keep_checkpoints_over_max_steps() -> None:
+    settings = TrainerSettings(max_steps=1000, keep_checkpoints=4, checkpoint_interval=300)
+    assert settings.checkpoint_every == 300
+    assert attrs.evolve(settings, even_checkpoints=True).checkpoint_every == 250
+    tiny = TrainerSettings(max_steps=3, keep_checkpoints=5, even_checkpoints=True)
+    assert tiny.checkpoint_every == 1

@@ -208,8 +208,9 @@ class RunOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         """Structure options from plain data (parsed YAML), merging ``default_settings`` under
-        each behavior first (:mod:`evtrain.config.defaults`), and dropping Unity-only ML-Agents
-        options with a warning each (:mod:`evtrain.config.mlagents`).
+        each behavior first (:mod:`evtrain.config.defaults`), dropping Unity-only ML-Agents
+        options with a warning each and translating deprecated ones
+        (:mod:`evtrain.config.mlagents`).
 
         Pure: ``trainer_type`` is checked against the trainer types in effect
         (:func:`evtrain.trainers.registry.use_trainer_types`; the built-in ones by default).
@@ -220,16 +221,21 @@ class RunOptions:
         from evtrain.config.converter import structure
         from evtrain.config.defaults import drop_inherited, merge_default_settings
         from evtrain.config.environment_parameters import parameter_problems
-        from evtrain.config.mlagents import drop_unity_only
+        from evtrain.config.mlagents import (
+            drop_unity_only,
+            translate_deprecated,
+            warn_without_effect,
+        )
         from evtrain.errors import ConfigError
 
-        data = drop_unity_only(data)
+        data = translate_deprecated(drop_unity_only(data))
         options = structure(
             merge_default_settings(data), cls, keep=lambda found: drop_inherited(found, data)
         )
         problems = parameter_problems(options.environment_parameters, options.behaviors)
         if problems:
             raise ConfigError(problems)
+        warn_without_effect(options.behaviors)
         return options
 
     def as_dict(self) -> dict[str, Any]:

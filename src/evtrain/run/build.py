@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evtrain.bus.reporter import StatsReporter
@@ -73,7 +74,8 @@ def build_behavior(
         hears the trainer's episodes and summaries.
 
     :raises RunFolderError: ``--resume``/``--inference`` without a checkpoint, or
-        ``--initialize-from`` a run without this behavior.
+        ``--initialize-from`` a run without this behavior, an ``init_path`` without a
+        checkpoint.
     """
     from evtrain.run.checkpoint import CheckpointManager
     from evtrain.run.envs import make_envs
@@ -114,11 +116,13 @@ def _initial_state(
     options: RunOptions, name: str, manager: CheckpointManager
 ) -> dict[str, Any] | None:
     """The state ``name`` starts from: the latest checkpoint (``--resume``, ``--inference``),
-    an earlier run's with the counters at 0 (``--initialize-from``), or none."""
+    an earlier checkpoint's with the counters at 0 (the behavior's ``init_path``, else
+    ``--initialize-from``), or none."""
     from evtrain.run.checkpoint_file import load_checkpoint
 
     cs = options.checkpoint_settings
-    if cs.resume or (cs.inference and cs.maybe_init_path is None):
+    source = None if cs.resume else _init_source(options, name)
+    if source is None and (cs.resume or cs.inference):
         state = manager.load_latest()
         if state is None:
             raise RunFolderError(
@@ -126,16 +130,51 @@ def _initial_state(
                 "(the run never reached a checkpoint). Start it again with --force."
             )
         return state
-    if cs.maybe_init_path is None:
+    if source is None:
         return None
-    source = cs.maybe_init_path / name / "checkpoint.pt"
-    if not source.exists():
-        raise RunFolderError(
-            f"--initialize-from {cs.initialize_from!r}: no checkpoint for behavior {name!r} "
-            f"at {source}"
-        )
     # Weights (and optimizer/normaliser state) of the earlier run; the counters restart.
     return {**load_checkpoint(source), "step": 0, "last_summary": 0}
+
+
+def _init_source(options: RunOptions, name: str) -> Path | None:
+    """The checkpoint file ``name`` is initialized from, or ``None``.
+
+    ML-Agents' rules: a behavior's ``init_path`` wins over ``initialize_from``; an
+    ``init_path`` that is a bare file name is looked up in ``initialize_from``'s folder of the
+    behavior.  A folder stands for its ``checkpoint.pt`` (a behavior folder) or its
+    ``<name>/checkpoint.pt`` (a run folder).
+    """
+    cs = options.checkpoint_settings
+    init_dir = cs.maybe_init_path
+    init_path = options.behaviors[name].init_path
+    if init_path is None:
+        if init_dir is None:
+            return None
+        source = init_dir / name / "checkpoint.pt"
+        if not source.exists():
+            raise RunFolderError(
+                f"--initialize-from {cs.initialize_from!r}: no checkpoint for behavior "
+                f"{name!r} at {source}"
+            )
+        return source
+    key = f"behaviors.{name}.init_path"
+    path = Path(init_path).expanduser()
+    if init_dir is not None and path.parent == Path():
+        path = init_dir / name / path
+    if not path.exists():
+        raise RunFolderError(
+            f"{key}: {path} does not exist; give a checkpoint .pt file, or a run or behavior "
+            "folder holding checkpoint.pt"
+        )
+    if path.is_file():
+        return path
+    for source in (path / "checkpoint.pt", path / name / "checkpoint.pt"):
+        if source.is_file():
+            return source
+    raise RunFolderError(
+        f"{key}: {path} is a folder without checkpoint.pt or {name}/checkpoint.pt; give a "
+        "checkpoint .pt file, or a run or behavior folder holding one"
+    )
 
 
 def _device(options: RunOptions) -> str:

@@ -219,7 +219,7 @@ class _Run:
             )
         else:
             self.next_checkpoint = {
-                name: _next_multiple(t.step, t.settings.checkpoint_interval)
+                name: _next_multiple(t.step, t.settings.checkpoint_every)
                 for name, t in self.trainers.items()
             }
             status = take_turns(
@@ -239,7 +239,7 @@ class _Run:
         if trainer.step < self.next_checkpoint[name] or trainer.should_stop:
             return
         self._save(name, final=False)
-        interval = trainer.settings.checkpoint_interval
+        interval = trainer.settings.checkpoint_every
         self.next_checkpoint[name] = _next_multiple(trainer.step, interval)
 
     def _save_final(self) -> None:

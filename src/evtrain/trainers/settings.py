@@ -39,9 +39,10 @@ class PPOSettings:
     batch_size: int = attrs.field(default=1024, validator=_positive_int)
     """Experiences per gradient step (minibatch size)."""
     buffer_size: int = attrs.field(default=10240, validator=_positive_int)
-    """Experiences collected, over all environments, before each update; at least
-    ``batch_size``.  The rollout uses :meth:`rollout_buffer_size`: this rounded up to a
-    multiple of ``batch_size`` and of the number of environments."""
+    """Experiences collected, over all environments, before each update.  Any positive value
+    is accepted, as in ML-Agents (which validates no relation to ``batch_size``): the rollout
+    uses :meth:`rollout_buffer_size`, this rounded up to a multiple of ``batch_size`` (so at
+    least one minibatch) and of the number of environments."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
     """Adam step size at step 0."""
     learning_rate_schedule: Schedule = attrs.field(default="linear", validator=_schedule)
@@ -66,22 +67,23 @@ class PPOSettings:
     vf_coef: float = attrs.field(default=0.5, validator=v.ge(0.0))
     """Weight of the value loss in the total loss."""
 
-    # PPO's buffer rules live here, and only here: batch_size <= buffer_size is refused at
-    # structuring (rounding would silently multiply the buffer); any other buffer_size is
-    # rounded up to what the rollout needs, as ML-Agents accepts such values.
-    def __attrs_post_init__(self) -> None:
-        if self.batch_size > self.buffer_size:
+    shared_critic: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """ML-Agents' POCA option (one critic for a team of agents); only ``false`` is accepted:
+    Gymnasium environments have one agent, and evtrain has no POCA trainer."""
+
+    @shared_critic.validator
+    def _single_agent(self, attribute: attrs.Attribute[bool], value: bool) -> None:
+        if value:
             # "<key>: ..." is how evtrain.config.problems puts the key into the message's path
             raise ValueError(
-                f"batch_size: {self.batch_size} must not exceed buffer_size "
-                f"({self.buffer_size}); lower batch_size or raise buffer_size to at least "
-                f"{self.batch_size}"
+                "shared_critic: true applies to ML-Agents' multi-agent POCA trainer, which "
+                "evtrain lacks (Gymnasium environments have one agent); remove it or set false"
             )
 
     def rollout_buffer_size(self, num_envs: int) -> int:
         """``buffer_size`` rounded up to the next multiple of both ``batch_size`` (whole
-        minibatches) and ``num_envs`` (every environment steps ``buffer_size / num_envs``
-        times per rollout)."""
+        minibatches; a ``buffer_size`` below ``batch_size`` becomes one or more of them) and
+        ``num_envs`` (every environment steps ``buffer_size / num_envs`` times per rollout)."""
         step = math.lcm(self.batch_size, num_envs)
         return -(-self.buffer_size // step) * step
 
@@ -112,6 +114,13 @@ class SACSettings:
     """Include the replay buffer in ``state_dict`` so a resumed run keeps its experience."""
     max_grad_norm: float | None = attrs.field(default=None)
     """Optional global gradient-norm clip (``None``: no clipping, as in the SAC paper)."""
+    reward_signal_steps_per_update: float = attrs.field(
+        default=attrs.Factory(lambda self: self.steps_per_update, takes_self=True),
+        validator=v.gt(0.0),
+    )
+    """ML-Agents: environment steps per update of the reward signals' models (default
+    ``steps_per_update``).  Accepted, and without effect: evtrain's SAC has the extrinsic
+    signal only, which has no model to update."""
 
 
 @attrs.define(kw_only=True)
@@ -125,6 +134,15 @@ class NetworkSettings:
     activation: Activation = attrs.field(
         default="tanh", validator=v.in_(("tanh", "relu", "elu", "silu"))
     )
+    goal_conditioning_type: Literal["hyper", "none"] = attrs.field(
+        default="hyper", validator=v.in_(("hyper", "none"))
+    )
+    """ML-Agents: how goal observations condition the network (a hypernetwork, or plain
+    input).  Accepted, and without effect: Gymnasium environments have no goal signals."""
+    deterministic: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """ML-Agents: take the most likely action instead of sampling.  evtrain's exported ONNX
+    policy is deterministic anyway; training and ``--inference`` sample, whatever this
+    says."""
 
 
 @attrs.define(kw_only=True)
@@ -224,6 +242,21 @@ class TrainerSettings:
     """Steps between two checkpoints (written by the runner)."""
     keep_checkpoints: int = attrs.field(default=5, validator=_positive_int)
     """Most recent checkpoints kept on disk."""
+    even_checkpoints: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """ML-Agents: space ``keep_checkpoints`` checkpoints evenly over ``max_steps`` instead of
+    every ``checkpoint_interval`` steps (see :attr:`checkpoint_every`)."""
+    init_path: str | None = attrs.field(default=None, validator=v.optional(v.instance_of(str)))
+    """ML-Agents: start this behavior from the weights of a checkpoint (a ``.pt`` file, or a
+    run folder or behavior folder holding ``checkpoint.pt``), at step 0, like
+    ``checkpoint_settings.initialize_from`` does for every behavior."""
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Steps between two checkpoints: ``checkpoint_interval``, or with
+        ``even_checkpoints`` ``max_steps // keep_checkpoints`` (ML-Agents' rule; at least 1)."""
+        if self.even_checkpoints:
+            return max(1, self.max_steps // self.keep_checkpoints)
+        return self.checkpoint_interval
 
     def __attrs_post_init__(self) -> None:
         if self.trainer_type == "sac" and self.reward_signals.intrinsic:

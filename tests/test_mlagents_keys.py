@@ -1,0 +1,308 @@
+"""ML-Agents options evtrain accepts with ML-Agents' meaning (or drops as Unity-only), and the
+table of every ML-Agents key in docs/configuration.md."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import torch
+
+from evtrain import Bus, ConfigError, RunOptions, SaveEvent
+from evtrain.errors import RunFolderError
+from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.learn import learn
+from evtrain.testing import Recorder
+from tests.test_learn import config
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture, data: dict[str, Any]) -> list[str]:
+    with caplog.at_level(logging.WARNING, logger="evtrain"):
+        RunOptions.from_dict(data)
+    return caplog.messages
+
+
+def test_every_unity_only_option_gets_one_warning_each(caplog: pytest.LogCaptureFixture) -> None:
+    env_keys = {
+        "env_path": "3DBall",
+        "env_args": ["--x"],
+        "base_port": 5005,
+        "num_areas": 4,
+        "timeout_wait": 60,
+        "max_lifetime_restarts": 10,
+        "restarts_rate_limit_n": 1,
+        "restarts_rate_limit_period_s": 60,
+    }
+    self_play = {"save_steps": 20000, "window": 10}
+    data = {
+        "engine_settings": {"time_scale": 20},
+        "env_settings": env_keys,
+        "default_settings": {"self_play": self_play},
+        "behaviors": {"A": {}, "B": {"self_play": self_play}},
+    }
+    because = " (it needs Unity's multi-agent team environments)"
+    assert warnings_of(caplog, data) == [
+        "engine_settings: Unity-only ML-Agents option: ignored",
+        *(f"env_settings.{key}: Unity-only ML-Agents option: ignored" for key in sorted(env_keys)),
+        f"default_settings.self_play: Unity-only ML-Agents option{because}: ignored",
+        f"behaviors.B.self_play: Unity-only ML-Agents option{because}: ignored",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("section", "resume", "warnings"),
+    [
+        (
+            {"load_model": True},
+            True,
+            [
+                "checkpoint_settings.load_model: deprecated by ML-Agents; resuming the run "
+                "(use resume: true)"
+            ],
+        ),
+        (
+            {"train_model": True},
+            False,
+            [
+                "checkpoint_settings.train_model: deprecated by ML-Agents; training is the "
+                "default (inference: true runs the policy without training)"
+            ],
+        ),
+        # what every configuration.yaml ML-Agents writes holds: its defaults, silently
+        ({"load_model": False, "train_model": False}, False, []),
+    ],
+)
+def test_deprecated_checkpoint_options_are_translated_as_ml_agents_does(
+    caplog: pytest.LogCaptureFixture,
+    section: dict[str, Any],
+    resume: bool,
+    warnings: list[str],
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="evtrain"):
+        options = RunOptions.from_dict({"checkpoint_settings": section})
+    assert caplog.messages == warnings
+    assert options.checkpoint_settings.resume is resume
+    assert options.checkpoint_settings.inference is False
+    assert "load_model" not in options.as_dict()["checkpoint_settings"]
+
+
+def test_a_deprecated_option_that_is_no_boolean_is_an_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        RunOptions.from_dict({"checkpoint_settings": {"load_model": "yes"}})
+    assert info.value.problems == (
+        "checkpoint_settings.load_model: expected true or false, got 'yes'",
+    )
+
+
+def test_options_without_effect_are_accepted_with_one_warning_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = {
+        "behaviors": {
+            "P": {
+                "network_settings": {"deterministic": True, "goal_conditioning_type": "none"},
+                "hyperparameters": {"shared_critic": False},
+            },
+            "S": {
+                "trainer_type": "sac",
+                "hyperparameters": {"reward_signal_steps_per_update": 10},
+            },
+            # ML-Agents' defaults: no warning
+            "Quiet": {
+                "trainer_type": "sac",
+                "network_settings": {"deterministic": False, "goal_conditioning_type": "hyper"},
+                "hyperparameters": {"steps_per_update": 2, "reward_signal_steps_per_update": 2},
+            },
+        }
+    }
+    assert warnings_of(caplog, data) == [
+        "behaviors.P.network_settings.deterministic: true has no effect in evtrain: the "
+        "exported ONNX policy always takes the most likely action; training and --inference "
+        "sample actions",
+        "behaviors.P.network_settings.goal_conditioning_type: none has no effect in evtrain: "
+        "Gymnasium environments have no goal observations",
+        "behaviors.S.hyperparameters.reward_signal_steps_per_update: 10.0 has no effect in "
+        "evtrain: its SAC has the extrinsic reward signal only, which has no model to update",
+    ]
+
+
+def test_shared_critic_true_is_refused_naming_poca() -> None:
+    with pytest.raises(ConfigError) as info:
+        RunOptions.from_dict({"behaviors": {"B": {"hyperparameters": {"shared_critic": True}}}})
+    assert info.value.problems == (
+        "behaviors.B.hyperparameters.shared_critic: true applies to ML-Agents' multi-agent POCA "
+        "trainer, which evtrain lacks (Gymnasium environments have one agent); remove it or "
+        "set false",
+    )
+
+
+def test_batch_size_above_buffer_size_trains_on_one_minibatch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    hp = {"batch_size": 512, "buffer_size": 256, "num_epoch": 1}
+    with caplog.at_level(logging.INFO, logger="evtrain"):
+        learn(config(tmp_path, max_steps=512, summary_freq=512, hyperparameters=hp))
+    notes = [m for m in caplog.messages if "rounded" in m]
+    assert notes == [
+        "behaviors.CartPole.hyperparameters.buffer_size: 256 rounded up to 512, a multiple of "
+        "batch_size (512) and of the number of environments (4)"
+    ]
+    assert load_checkpoint(tmp_path / "results/run/CartPole/checkpoint.pt")["step"] == 512
+
+
+def save_steps(options: dict[str, Any]) -> list[int]:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(options, bus)
+    return [e.step for e in recorder.of(SaveEvent)]
+
+
+def test_even_checkpoints_space_keep_checkpoints_over_max_steps(tmp_path: Path) -> None:
+    # 128 steps per update; 1024 // 4 = a checkpoint every 256 steps, the last one the final save
+    even = config(tmp_path, "even", checkpoint_interval=100000, keep_checkpoints=4)
+    even["behaviors"]["CartPole"]["even_checkpoints"] = True
+    assert save_steps(even) == [256, 512, 768, 1024]
+    plain = config(tmp_path, "plain", checkpoint_interval=100000, keep_checkpoints=4)
+    assert save_steps(plain) == [1024]
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run ``teacher`` in ``results``; its folder."""
+    root = tmp_path_factory.mktemp("teacher")
+    learn(config(root, run_id="teacher", max_steps=256))
+    return root / "results/teacher"
+
+
+FROZEN = {"batch_size": 64, "buffer_size": 128, "num_epoch": 1, "learning_rate": 1e-10}
+"""A learning rate of 1e-10 keeps the one update from moving the weights measurably."""
+
+
+@pytest.mark.parametrize("form", ["file", "behavior folder", "run folder", "bare name"])
+def test_init_path_starts_the_behavior_from_that_checkpoint_at_step_zero(
+    tmp_path: Path, teacher: Path, form: str
+) -> None:
+    checkpoint = teacher / "CartPole/checkpoint.pt"
+    init_path = {
+        "file": str(checkpoint),
+        "behavior folder": str(teacher / "CartPole"),
+        "run folder": str(teacher),
+        "bare name": "checkpoint.pt",  # ML-Agents: in initialize_from's behavior folder
+    }[form]
+    student = config(tmp_path, "student", max_steps=128, hyperparameters=FROZEN)
+    student["behaviors"]["CartPole"]["init_path"] = init_path
+    if form == "bare name":
+        student["checkpoint_settings"]["results_dir"] = str(teacher.parent)
+        student["checkpoint_settings"]["initialize_from"] = "teacher"
+    assert save_steps(student) == [128]
+    results = Path(student["checkpoint_settings"]["results_dir"])
+    state = load_checkpoint(results / "student/CartPole/checkpoint.pt")
+    assert state["step"] == 128
+    for key, value in load_checkpoint(checkpoint)["agent"].items():
+        assert torch.allclose(state["agent"][key], value, atol=1e-6), key
+
+
+def test_init_path_without_a_checkpoint_names_the_key(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.pt"
+    options = config(tmp_path, max_steps=128)
+    options["behaviors"]["CartPole"]["init_path"] = str(missing)
+    with pytest.raises(RunFolderError) as info:
+        learn(options)
+    assert str(info.value) == (
+        f"behaviors.CartPole.init_path: {missing} does not exist; give a checkpoint .pt file, "
+        "or a run or behavior folder holding checkpoint.pt"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    options = config(tmp_path, "other", max_steps=128)
+    options["behaviors"]["CartPole"]["init_path"] = str(empty)
+    with pytest.raises(RunFolderError) as info:
+        learn(options)
+    assert str(info.value) == (
+        f"behaviors.CartPole.init_path: {empty} is a folder without checkpoint.pt or "
+        "CartPole/checkpoint.pt; give a checkpoint .pt file, or a run or behavior folder "
+        "holding one"
+    )
+
+
+# --- the table of every ML-Agents key in docs/configuration.md ---------------------------
+
+DOCS = Path(__file__).parents[1] / "docs/configuration.md"
+ROW = re.compile(r"^\| `(?P<key>[^`]+)`(?: \((?P<trainer>PPO|SAC)\))? \| (?P<status>[^|]+?) \|")
+
+
+def table_rows() -> list[tuple[str, str | None, str]]:
+    text = DOCS.read_text()
+    section = text[text.index("## Every ML-Agents key") :]
+    section = section[: section.index("\n## ")]
+    rows = [ROW.match(line) for line in section.splitlines() if line.startswith("| `")]
+    assert all(rows), "every row starts with a key in backticks"
+    return [(m["key"], m["trainer"], m["status"]) for m in rows if m]
+
+
+def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] | None:
+    """The evtrain options classes a YAML section is structured as (``None``: not one)."""
+    from evtrain.config import environment_parameters as ep
+    from evtrain.config import options
+    from evtrain.trainers import settings
+
+    behavior = "behaviors.<name>"
+    param = "environment_parameters.<param>"
+    hyperparameters = settings.SACSettings if trainer == "SAC" else settings.PPOSettings
+    return {
+        "": (options.RunOptions,),
+        "env_settings": (options.EnvironmentSettings,),
+        "checkpoint_settings": (options.CheckpointSettings,),
+        "torch_settings": (options.TorchSettings,),
+        behavior: (settings.TrainerSettings,),
+        f"{behavior}.hyperparameters": (hyperparameters,),
+        f"{behavior}.network_settings": (settings.NetworkSettings,),
+        f"{behavior}.reward_signals": (settings.RewardSignals,),
+        f"{behavior}.reward_signals.extrinsic": (settings.RewardSignalSettings,),
+        f"{behavior}.reward_signals.curiosity": (settings.CuriositySettings,),
+        f"{behavior}.reward_signals.rnd": (settings.RNDSettings,),
+        param: (ep.SamplerSpec, ep.EnvironmentParameter),
+        f"{param}.curriculum.<i>": (ep.Lesson,),
+        f"{param}.curriculum.<i>.completion_criteria": (ep.CompletionCriteria,),
+    }.get(section)
+
+
+def how_evtrain_treats(key: str, trainer: str | None) -> str:
+    """``yes``, or the kind of the key (or of the nearest key above it) in evtrain's table of
+    ML-Agents options; fails for a key evtrain would call unknown."""
+    from evtrain.config.mlagents import Kind, kind_of
+
+    names = {Kind.UNITY_ONLY: "Unity-only", Kind.UNSUPPORTED: "not yet"}
+    names[Kind.DEPRECATED] = "deprecated"
+    parts = key.split(".")
+    for end in range(len(parts), 0, -1):
+        section, name = ".".join(parts[: end - 1]), parts[end - 1]
+        classes = section_classes(section, trainer)
+        if classes is None:
+            continue
+        for cls in classes:
+            kind = kind_of(cls, name)
+            if kind is not None:
+                return names[kind]
+        if end == len(parts) and any(name in attrs.fields_dict(cls) for cls in classes):
+            return "yes"
+    raise AssertionError(f"{key}: unknown to evtrain")
+
+
+def test_the_table_of_every_ml_agents_key_says_what_evtrain_does() -> None:
+    rows = table_rows()
+    assert len(rows) == len({(key, trainer) for key, trainer, _ in rows}), "no key twice"
+    assert [(k, t, s) for k, t, s in rows if how_evtrain_treats(k, t) != s] == []
+
+
+def test_the_table_lists_every_option_of_evtrains_ml_agents_table() -> None:
+    from evtrain.config.mlagents import ML_AGENTS_OPTIONS
+
+    keys = {key.rsplit(".", 1)[-1] for key, _, _ in table_rows()}
+    missing = [k for _, row in ML_AGENTS_OPTIONS.values() for k in row if k not in keys]
+    assert missing == []

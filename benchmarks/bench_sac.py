@@ -5,15 +5,21 @@ batch 256, tau 0.005, gamma 0.99, 100 random warm-up steps, one gradient step pe
 automatic entropy tuning from 1.0, two hidden layers of 256 units.  Each run is its own
 process with one torch thread; the libraries alternate per seed.  Reports env steps/s over the
 whole run and the mean return of the last 10 episodes at the end (target: ≥ -200 within 20k
-steps); writes ``benchmarks/out/sac.json``::
+steps), per seed and the median over seeds, with evtrain's speed-up over SB3 (target: ≥ 2x).
 
-    python benchmarks/bench_sac.py --steps 20000 --seeds 0
+Beside them, the floors a run cannot go below, each measured in its own process: one
+Pendulum-v1 step with random actions, one evtrain SAC update (critics, actor, alpha, target)
+and one SB3 ``train`` gradient step, both on a buffer filled by 1000 steps of training.
+Writes ``benchmarks/out/sac.json``::
+
+    python benchmarks/bench_sac.py --steps 20000 --seeds 0 1 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -24,6 +30,20 @@ from typing import Any
 
 OUT = Path(__file__).parent / "out"
 LAST = 10
+
+
+EVTRAIN_HYPERPARAMETERS = {
+    "batch_size": 256,
+    "buffer_size": 1_000_000,
+    "buffer_init_steps": 100,
+    "learning_rate": 1e-3,
+    "tau": 0.005,
+    "init_entcoef": 1.0,
+    "steps_per_update": 1,
+}
+EVTRAIN_NETWORK = {"hidden_units": 256, "num_layers": 2, "activation": "relu"}
+FILL = 1000
+"""Environment steps of training before an update floor is timed (the buffer they fill)."""
 
 
 def run_evtrain(steps: int, seed: int) -> dict[str, Any]:
@@ -45,20 +65,8 @@ def run_evtrain(steps: int, seed: int) -> dict[str, Any]:
             "behaviors": {
                 "Pendulum": {
                     "trainer_type": "sac",
-                    "hyperparameters": {
-                        "batch_size": 256,
-                        "buffer_size": 1_000_000,
-                        "buffer_init_steps": 100,
-                        "learning_rate": 1e-3,
-                        "tau": 0.005,
-                        "init_entcoef": 1.0,
-                        "steps_per_update": 1,
-                    },
-                    "network_settings": {
-                        "hidden_units": 256,
-                        "num_layers": 2,
-                        "activation": "relu",
-                    },
+                    "hyperparameters": EVTRAIN_HYPERPARAMETERS,
+                    "network_settings": EVTRAIN_NETWORK,
                     "reward_signals": {"extrinsic": {"gamma": 0.99}},
                     "max_steps": steps,
                     "summary_freq": 1000,
@@ -83,7 +91,7 @@ def run_evtrain(steps: int, seed: int) -> dict[str, Any]:
     }
 
 
-def run_sb3(steps: int, seed: int) -> dict[str, Any]:
+def sb3_model(seed: int) -> Any:
     import torch
 
     torch.set_num_threads(1)
@@ -92,7 +100,7 @@ def run_sb3(steps: int, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.monitor import Monitor
 
     env = Monitor(gym.make("Pendulum-v1"))
-    model = SAC(
+    return SAC(
         "MlpPolicy",
         env,
         learning_rate=1e-3,
@@ -108,6 +116,11 @@ def run_sb3(steps: int, seed: int) -> dict[str, Any]:
         device="cpu",
         verbose=0,
     )
+
+
+def run_sb3(steps: int, seed: int) -> dict[str, Any]:
+    model = sb3_model(seed)
+    env = model.get_env().envs[0]
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     elapsed = time.perf_counter() - start
@@ -121,47 +134,162 @@ def run_sb3(steps: int, seed: int) -> dict[str, Any]:
     }
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far (memory the kernel had to map on first use)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def floor_env(steps: int) -> dict[str, Any]:
+    """Seconds per Pendulum-v1 step with random actions, resets included."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make("Pendulum-v1")
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).uniform(-2.0, 2.0, size=(steps, 1)).astype(np.float32)
+    start = time.perf_counter()
+    for action in actions:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    return {"floor": "env step", "seconds_per": (time.perf_counter() - start) / steps}
+
+
+def floor_evtrain_update(updates: int) -> dict[str, Any]:
+    """Seconds per evtrain SAC update (batch 256) once training has filled the buffer."""
+    import torch
+
+    torch.set_num_threads(1)
+    from evtrain import Bus, StatsReporter
+    from evtrain.trainers import (
+        NetworkSettings,
+        RewardSignals,
+        RewardSignalSettings,
+        SACSettings,
+        SACTrainer,
+        TrainerSettings,
+        make_vector_env,
+    )
+
+    settings = TrainerSettings(
+        trainer_type="sac",
+        hyperparameters=SACSettings(**EVTRAIN_HYPERPARAMETERS),
+        network_settings=NetworkSettings(**EVTRAIN_NETWORK),
+        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=0.99)),
+        max_steps=10 * FILL,
+        summary_freq=FILL,
+    )
+    with Bus() as bus:
+        envs = make_vector_env("Pendulum-v1", 1)
+        trainer = SACTrainer("Pendulum", settings, envs, StatsReporter(bus, "Pendulum"), seed=0)
+        while trainer.step < FILL:
+            trainer.advance()
+        faults = minor_faults()
+        start = time.perf_counter()
+        for _ in range(updates):
+            trainer._update()
+        elapsed = time.perf_counter() - start
+        faults = minor_faults() - faults
+        envs.close()
+    return {
+        "floor": "evtrain update",
+        "seconds_per": elapsed / updates,
+        "page_faults_per": faults / updates,
+    }
+
+
+def floor_sb3_update(updates: int) -> dict[str, Any]:
+    """Seconds per SB3 SAC gradient step (batch 256) once training has filled the buffer."""
+    model = sb3_model(0)
+    model.learn(total_timesteps=FILL)
+    faults = minor_faults()
+    start = time.perf_counter()
+    model.train(gradient_steps=updates, batch_size=256)
+    return {
+        "floor": "sb3 update",
+        "seconds_per": (time.perf_counter() - start) / updates,
+        "page_faults_per": (minor_faults() - faults) / updates,
+    }
+
+
+WORKERS: dict[str, Any] = {
+    "evtrain": run_evtrain,
+    "sb3": run_sb3,
+    "floor-env": floor_env,
+    "floor-evtrain": floor_evtrain_update,
+    "floor-sb3": floor_sb3_update,
+}
+
+
+def worker(name: str, *args: int) -> dict[str, Any]:
+    """Run ``WORKERS[name](*args)`` in a fresh process; its result."""
+    print(f"{name} {' '.join(map(str, args))}...", file=sys.stderr, flush=True)
+    command = [sys.executable, __file__, "--worker", name, *map(str, args)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--worker", choices=["evtrain", "sb3"], help=argparse.SUPPRESS)
+    parser.add_argument("--updates", type=int, default=2000, help="updates per update floor")
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("args", type=int, nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run = run_evtrain if args.worker == "evtrain" else run_sb3
-        print(json.dumps(run(args.steps, args.seeds[0])))
+        print(json.dumps(WORKERS[args.worker](*args.args)))
         return
-    rows = []
-    for seed in args.seeds:
-        for library in ("evtrain", "sb3"):
-            print(f"seed {seed}: {library}...", file=sys.stderr, flush=True)
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--worker",
-                    library,
-                    "--steps",
-                    str(args.steps),
-                    "--seeds",
-                    str(seed),
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    floors = [
+        worker("floor-env", args.steps),
+        worker("floor-evtrain", args.updates),
+        worker("floor-sb3", args.updates),
+    ]
+    rows = [
+        worker(library, args.steps, seed) for seed in args.seeds for library in ("evtrain", "sb3")
+    ]
+    for r in rows:
+        r["steps_per_s"] = r["steps"] / r["seconds"]
     print(
-        f"{'library':<10}{'seed':>5}{'steps':>8}{'seconds':>9}{'steps/s':>9}"
+        f"{'library':<10}{'seed':>6}{'steps':>8}{'seconds':>9}{'steps/s':>9}"
         f"{'final mean return':>19}"
     )
     for r in rows:
         print(
-            f"{r['library']:<10}{r['seed']:>5}{r['steps']:>8}{r['seconds']:>9.1f}"
-            f"{r['steps'] / r['seconds']:>9.0f}{r['final_mean_return']:>19.1f}"
+            f"{r['library']:<10}{r['seed']:>6}{r['steps']:>8}{r['seconds']:>9.1f}"
+            f"{r['steps_per_s']:>9.1f}{r['final_mean_return']:>19.1f}"
         )
+    summary = {}
+    for library in ("evtrain", "sb3"):
+        mine = [r for r in rows if r["library"] == library]
+        summary[library] = {
+            "steps_per_s": statistics.median(r["steps_per_s"] for r in mine),
+            "final_mean_return": statistics.median(r["final_mean_return"] for r in mine),
+        }
+        print(
+            f"{library:<10}{'median':>6}{'':>8}{'':>9}{summary[library]['steps_per_s']:>9.1f}"
+            f"{summary[library]['final_mean_return']:>19.1f}"
+        )
+    ratios = [
+        e["steps_per_s"] / s["steps_per_s"] for e, s in zip(rows[::2], rows[1::2], strict=True)
+    ]
+    summary["ratio"] = summary["evtrain"]["steps_per_s"] / summary["sb3"]["steps_per_s"]
+    print(
+        "evtrain/sb3 steps/s: "
+        + ", ".join(f"seed {r['seed']} {x:.2f}x" for r, x in zip(rows[::2], ratios, strict=True))
+        + f"; medians {summary['ratio']:.2f}x"
+    )
+    print("floors (one process each, 1 torch thread):")
+    for f in floors:
+        print(
+            f"  {f['floor']:<16}{f['seconds_per'] * 1e3:>8.3f} ms  ({1 / f['seconds_per']:.0f}/s)"
+        )
+    env, update = floors[0]["seconds_per"], floors[1]["seconds_per"]
+    print(f"  evtrain env step + update: {1 / (env + update):.0f} steps/s at most")
     OUT.mkdir(exist_ok=True)
-    (OUT / "sac.json").write_text(json.dumps(rows, indent=2))
+    report = {"runs": rows, "ratios": ratios, "summary": summary, "floors": floors}
+    (OUT / "sac.json").write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A fixed-capacity replay buffer of transitions ``(s, a, r, s', terminated)`` in numpy."""
+"""A fixed-capacity replay buffer of transitions ``(s, a, r, s', terminated)``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-FloatArray = npt.NDArray[np.float32]
 _ARRAYS = ("obs", "actions", "rewards", "next_obs", "terminated")
 
 
@@ -22,12 +21,21 @@ class ReplayBuffer:
 
     def __init__(self, capacity: int, obs_dim: int, action_dim: int) -> None:
         self.capacity = capacity
-        self.obs = np.zeros((capacity, obs_dim), dtype=np.float32)
-        self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
-        self.rewards = np.zeros(capacity, dtype=np.float32)
-        self.next_obs = np.zeros((capacity, obs_dim), dtype=np.float32)
-        self.terminated = np.zeros(capacity, dtype=np.float32)
+        # One row per transition, [s | a | r | s' | terminated]: a minibatch is one gather.
+        # numpy allocates it lazily (pages are touched as rows are written); the named arrays
+        # and the tensor are views of the same memory.
+        widths = np.cumsum([0, obs_dim, action_dim, 1, obs_dim, 1])
+        rows = np.zeros((capacity, int(widths[-1])), dtype=np.float32)
+        self._rows = torch.from_numpy(rows)
+        self.obs = rows[:, widths[0] : widths[1]]
+        self.actions = rows[:, widths[1] : widths[2]]
+        self.rewards = rows[:, widths[2]]
+        self.next_obs = rows[:, widths[3] : widths[4]]
+        self.terminated = rows[:, widths[4]]
         """1.0 where ``s'`` is terminal (no bootstrap); truncation is not termination."""
+        self._widths = [int(w) for w in np.diff(widths)]
+        self._batch = self._rows.new_empty((0, int(widths[-1])))
+        """Where :meth:`sample` gathers its rows (reused while the batch size stays)."""
         self.pos = 0
         """Where the next transition goes."""
         self.size = 0
@@ -50,7 +58,12 @@ class ReplayBuffer:
             return
         if n > self.capacity:
             raise ValueError(f"batch of {n} transitions exceeds capacity {self.capacity}")
-        idx = (self.pos + np.arange(n)) % self.capacity
+        end = self.pos + n
+        idx = (
+            slice(self.pos, end)
+            if end <= self.capacity
+            else np.arange(self.pos, end) % self.capacity
+        )
         self.obs[idx] = np.asarray(obs).reshape(n, -1)
         self.actions[idx] = np.asarray(actions).reshape(n, -1)
         self.rewards[idx] = rewards
@@ -61,19 +74,21 @@ class ReplayBuffer:
 
     def sample(
         self, batch_size: int, rng: np.random.Generator
-    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement:
-        ``(obs, actions, rewards, next_obs, terminated)``."""
+        ``(obs, actions, rewards, next_obs, terminated)``, float32 CPU tensors.
+
+        They are views of one buffer that the next call overwrites: use them (or copy them)
+        before sampling again.
+        """
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        idx = rng.integers(0, self.size, size=batch_size)
-        return (
-            self.obs[idx],
-            self.actions[idx],
-            self.rewards[idx],
-            self.next_obs[idx],
-            self.terminated[idx],
-        )
+        idx = torch.from_numpy(rng.integers(0, self.size, size=batch_size))
+        if self._batch.shape[0] != batch_size:
+            self._batch = self._rows.new_empty((batch_size, self._rows.shape[1]))
+        batch = torch.index_select(self._rows, 0, idx, out=self._batch)
+        obs, actions, rewards, next_obs, terminated = torch.split(batch, self._widths, dim=1)
+        return obs, actions, rewards.squeeze(1), next_obs, terminated.squeeze(1)
 
     def state_dict(self) -> dict[str, Any]:
         """The held transitions (the filled part, as tensors so that ``torch.load`` with

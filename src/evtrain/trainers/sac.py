@@ -36,9 +36,20 @@ from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import flat_obs_dim
 from evtrain.trainers.replay import ReplayBuffer
 from evtrain.trainers.settings import NetworkSettings, SACSettings
+from evtrain.trainers.twin_q import TwinQ, from_two_networks, relayout_flat
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 """Range of the policy's log standard deviation (cleanrl's bounds)."""
+
+UPDATE_STATS = (
+    "Losses/Q1 Loss",
+    "Losses/Q2 Loss",
+    "Losses/Policy Loss",
+    "Policy/Entropy",
+    "Policy/Entropy Coeff",
+    "Policy/Extrinsic Value Estimate",
+)
+"""What every update reports (the mean over a summary period), in ``_stats_sum``'s order."""
 
 
 class SquashedGaussianActor(nn.Module):
@@ -69,21 +80,6 @@ class SquashedGaussianActor(nn.Module):
         """The squashed mean, in ``[-1, 1]^d``."""
         mean, _ = self.net(x).chunk(2, dim=-1)
         return torch.tanh(mean)
-
-
-class TwinQ(nn.Module):
-    """Two independent ``Q(s, a)`` estimates; their minimum counters overestimation."""
-
-    def __init__(
-        self, obs_dim: int, action_dim: int, network: NetworkSettings, generator: torch.Generator
-    ) -> None:
-        super().__init__()
-        self.q1 = MLP(obs_dim + action_dim, 1, network, out_gain=1.0, generator=generator)
-        self.q2 = MLP(obs_dim + action_dim, 1, network, out_gain=1.0, generator=generator)
-
-    def forward(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        xa = torch.cat([x, action], dim=-1)
-        return self.q1(xa).squeeze(-1), self.q2(xa).squeeze(-1)
 
 
 class SACPolicy(nn.Module):
@@ -147,10 +143,15 @@ class SACTrainer(Trainer):
         self.target_entropy = -float(action_dim) if hp.target_entropy is None else hp.target_entropy
         self.actor_optimizer = make_adam(self.actor_params, hp.learning_rate)
         self.q_optimizer = make_adam(self.qf_params, hp.learning_rate)
+        self.log_alpha.grad = torch.zeros_like(self.log_alpha)
         self.alpha_optimizer = make_adam(self.log_alpha, hp.learning_rate)
         self.replay = ReplayBuffer(hp.buffer_size, obs_dim, action_dim)
         self.num_updates = 0
         """Gradient steps taken so far."""
+        self._stats_sum = torch.zeros(len(UPDATE_STATS), device=self.device)
+        """The sum of every update's statistics since the last summary (see _write_summary)."""
+        self._stats_updates = 0
+        self._lr_sum = 0.0
 
     # -- the algorithm -------------------------------------------------------------------------
 
@@ -201,30 +202,31 @@ class SACTrainer(Trainer):
             for optimizer in (self.actor_optimizer, self.q_optimizer, self.alpha_optimizer):
                 optimizer.lr = lr
             with hierarchical_timer("update"):
-                stats = [self._update() for _ in range(due - self.num_updates)]
-            if stats:
-                self._report(stats, lr)
+                for _ in range(due - self.num_updates):
+                    self._update()
+                    self._lr_sum += lr
         self.num_updates = max(self.num_updates, due)
         self._end_period()
 
-    def _update(self) -> tuple[torch.Tensor, ...]:
+    def _update(self) -> None:
         """One gradient step of the critics, the actor and alpha, then the target update."""
         hp = self.hp
         mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
-            torch.as_tensor(a, device=self.device)
-            for a in self.replay.sample(hp.batch_size, self.rng)
+            t.to(self.device) for t in self.replay.sample(hp.batch_size, self.rng)
         )
         mb_obs = self.normalizer(mb_obs)
         mb_next_obs = self.normalizer(mb_next_obs)
-        alpha = self.log_alpha.exp().detach()
-        q1_loss, q2_loss = self._critic_step(
+        alpha = self.log_alpha.detach().exp()
+        q_loss = self._critic_step(
             mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated, alpha
         )
 
         # -- actor: minimise alpha log pi(a|s) - min Q(s, a), a ~ pi reparameterised
         actions, logprob = self.actor(mb_obs, self.generator)
-        q1_pi, q2_pi = self.qf(mb_obs, actions)
-        min_q_pi = torch.min(q1_pi, q2_pi)
+        # Q is only a function of the actions here: no gradients for the critics' weights.
+        self.qf.requires_grad_(False)
+        min_q_pi = self.qf.values(mb_obs, actions).amin(0)
+        self.qf.requires_grad_(True)
         policy_loss = (alpha * logprob - min_q_pi).mean()
         zero_grad_(self.actor_params)
         torch.autograd.backward(policy_loss)
@@ -232,24 +234,21 @@ class SACTrainer(Trainer):
         self._clip(self.actor_params)
         self.actor_optimizer.step()
 
-        # -- entropy coefficient: move log alpha so that E[-log pi] approaches target_entropy
-        alpha_loss = -(self.log_alpha * (logprob.detach() + self.target_entropy)).mean()
-        self.alpha_optimizer.zero_grad()
-        torch.autograd.backward(alpha_loss)
-        self.world.average_(self.log_alpha.grad)
-        self.alpha_optimizer.step()
-
-        # -- target networks: Polyak averaging with tau
         with torch.no_grad():
+            # -- entropy coefficient: move log alpha so that E[-log pi] approaches
+            # target_entropy; the gradient of -(log alpha (log pi + target)).mean(), directly
+            entropy = -logprob.mean()
+            torch.sub(entropy, self.target_entropy, out=self.log_alpha.grad)
+            self.world.average_(self.log_alpha.grad)
+            self.alpha_optimizer.step()
+
+            # -- target networks: Polyak averaging with tau
             self.qf_target_params.lerp_(self.qf_params, hp.tau)
-        return (
-            policy_loss.detach(),
-            q1_loss.detach(),
-            q2_loss.detach(),
-            -logprob.detach().mean(),
-            alpha,
-            min_q_pi.detach().mean(),
-        )
+
+            # Summed here, averaged and reported once per summary: no sync per update.
+            self._stats_sum[:2] += q_loss
+            self._stats_sum[2:] += torch.stack([policy_loss, entropy, alpha, min_q_pi.mean()])
+            self._stats_updates += 1
 
     def _critic_step(
         self,
@@ -259,40 +258,38 @@ class SACTrainer(Trainer):
         mb_next_obs: torch.Tensor,
         mb_terminated: torch.Tensor,
         alpha: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One gradient step of both critics; returns their losses."""
+    ) -> torch.Tensor:
+        """One gradient step of both critics; returns their two losses."""
         gamma = self.settings.reward_signals.extrinsic.gamma
         # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
         with torch.no_grad():
             next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
-            q1_next, q2_next = self.qf_target(mb_next_obs, next_actions)
-            min_q_next = torch.min(q1_next, q2_next) - alpha * next_logprob
+            min_q_next = self.qf_target.values(mb_next_obs, next_actions).amin(0)
+            min_q_next -= alpha * next_logprob
             y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
-        q1, q2 = self.qf(mb_obs, mb_actions)
-        q1_loss = F.mse_loss(q1, y)
-        q2_loss = F.mse_loss(q2, y)
+        q = self.qf.values(mb_obs, mb_actions)
+        q_loss = (q - y).square().mean(1)  # each critic's mean squared error
         zero_grad_(self.qf_params)
-        torch.autograd.backward(q1_loss + q2_loss)
+        torch.autograd.backward(q_loss.sum())
         self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
         self._clip(self.qf_params)
         self.q_optimizer.step()
-        return q1_loss, q2_loss
+        return q_loss.detach()
 
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:
             clip_grad_norm_(params, self.hp.max_grad_norm)
 
-    def _report(self, stats: list[tuple[torch.Tensor, ...]], lr: float) -> None:
-        means = torch.stack([torch.stack(s) for s in stats]).mean(0).tolist()
-        policy_loss, q1_loss, q2_loss, entropy, alpha, value = means
-        report = self.reporter.add_stat
-        report("Losses/Policy Loss", policy_loss)
-        report("Losses/Q1 Loss", q1_loss)
-        report("Losses/Q2 Loss", q2_loss)
-        report("Policy/Entropy", entropy)
-        report("Policy/Entropy Coeff", alpha)
-        report("Policy/Extrinsic Value Estimate", value)
-        report("Policy/Learning Rate", lr)
+    def _write_summary(self, label: int) -> None:
+        if self._stats_updates:
+            means = (self._stats_sum / self._stats_updates).tolist()
+            for key, value in zip(UPDATE_STATS, means, strict=True):
+                self.reporter.add_stat(key, value)
+            self.reporter.add_stat("Policy/Learning Rate", self._lr_sum / self._stats_updates)
+            self._stats_sum.zero_()
+            self._stats_updates = 0
+            self._lr_sum = 0.0
+        super()._write_summary(label)
 
     # -- what the runner needs ------------------------------------------------------------------
 
@@ -319,15 +316,16 @@ class SACTrainer(Trainer):
     def _load_weights(self, state: dict[str, Any]) -> None:
         self.normalizer.load_state_dict(state["normalizer"])
         self.actor.load_state_dict(state["actor"])
-        self.qf.load_state_dict(state["qf"])
-        self.qf_target.load_state_dict(state["qf_target"])
+        # Checkpoints from before the critics were fused hold two networks, q1.* and q2.*.
+        self.qf.load_state_dict(from_two_networks(state["qf"]))
+        self.qf_target.load_state_dict(from_two_networks(state["qf_target"]))
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
 
     def _load_state_dict(self, state: dict[str, Any]) -> None:
         self._load_weights(state)
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.q_optimizer.load_state_dict(state["q_optimizer"])
+        self.q_optimizer.load_state_dict(relayout_flat(state["q_optimizer"], state["qf"]))
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         self.num_updates = int(state["num_updates"])
         if "replay_buffer" in state:

@@ -161,6 +161,7 @@ def floor_evtrain_update(updates: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     from evtrain import Bus, StatsReporter
+    from evtrain.run.build import keep_freed_memory
     from evtrain.trainers import (
         NetworkSettings,
         RewardSignals,
@@ -179,6 +180,7 @@ def floor_evtrain_update(updates: int) -> dict[str, Any]:
         max_steps=10 * FILL,
         summary_freq=FILL,
     )
+    keep_freed_memory()  # as a run does (configure_torch)
     with Bus() as bus:
         envs = make_vector_env("Pendulum-v1", 1)
         trainer = SACTrainer("Pendulum", settings, envs, StatsReporter(bus, "Pendulum"), seed=0)

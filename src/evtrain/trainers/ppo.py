@@ -35,6 +35,7 @@ from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
+from evtrain.trainers.ppo_gradients import ppo_gradients, supports
 from evtrain.trainers.reward_signals import make_reward_signals
 from evtrain.trainers.settings import PPOSettings
 
@@ -124,6 +125,8 @@ class PPOTrainer(Trainer):
         self.flat_params = flatten_parameters(self.agent)
         """All of the agent's parameters (and gradients) as one tensor, for the optimizer."""
         self.optimizer = make_adam(self.flat_params, hp.learning_rate, eps=1e-5)
+        self._analytic_gradients = supports(self.agent)
+        """Whether the gradient step computes its gradients without autograd."""
         self._clip_actions = isinstance(self.action_space, spaces.Box)
         if isinstance(self.action_space, spaces.Box):
             self._action_low = self.action_space.low.reshape(-1)
@@ -450,7 +453,36 @@ class PPOTrainer(Trainer):
         self, mb: _Minibatch, clip_coef: float, ent_coef: float, *, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One optimizer step on minibatch ``mb``; returns ``pg_loss``, ``v_loss`` and the mean
-        entropy (``None`` unless ``with_entropy``), detached."""
+        entropy (``None`` unless ``with_entropy``), detached.
+
+        The gradients come from :mod:`~evtrain.trainers.ppo_gradients` where it supports the
+        agent (the same numbers, without autograd's per-operation cost), else from autograd.
+        """
+        flat_params = self.flat_params
+        zero_grad_(flat_params)
+        if self._analytic_gradients:
+            pg_loss, v_loss, entropy_loss = ppo_gradients(
+                self.agent,
+                mb,
+                clip_coef=clip_coef,
+                vf_coef=self.hp.vf_coef,
+                ent_coef=ent_coef,
+                with_entropy=with_entropy,
+            )
+        else:
+            pg_loss, v_loss, entropy_loss = self._autograd_backward(
+                mb, clip_coef, ent_coef, with_entropy=with_entropy
+            )
+        self.world.average_(flat_params.grad)  # data parallel: the mean over ranks
+        clip_grad_norm_(flat_params, self.hp.max_grad_norm)
+        self.optimizer.step()
+        return pg_loss, v_loss, entropy_loss
+
+    def _autograd_backward(
+        self, mb: _Minibatch, clip_coef: float, ent_coef: float, *, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The loss on minibatch ``mb`` and its gradients through autograd (into the zeroed
+        ``.grad`` buffers); returns the detached ``pg_loss``, ``v_loss`` and mean entropy."""
         mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = mb[:5]
         newlogprob, entropy, newvalue = self.agent.evaluate(
             mb_obs, mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
@@ -468,12 +500,7 @@ class PPOTrainer(Trainer):
             if ent_coef > 0.0:
                 loss = loss - ent_coef * entropy_loss
 
-        flat_params = self.flat_params
-        zero_grad_(flat_params)
         torch.autograd.backward(loss)
-        self.world.average_(flat_params.grad)  # data parallel: the mean over ranks
-        clip_grad_norm_(flat_params, self.hp.max_grad_norm)
-        self.optimizer.step()
         return (
             pg_loss.detach(),
             v_loss.detach(),

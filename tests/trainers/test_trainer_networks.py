@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
-import onnx
 import pytest
 import torch
 from torch import nn
 
-from evtrain.export import export_onnx
 from evtrain.trainers import NetworkSettings
 from evtrain.trainers.networks import (
     MLP,
     ObservationNormalizer,
     clip_grad_norm_,
     flatten_parameters,
-    tanh,
     zero_grad_,
 )
 
@@ -98,32 +94,3 @@ def test_disabled_normalizer_is_the_identity() -> None:
     normalizer.update(x)
     assert normalizer(x) is x
     assert normalizer.count.item() == 0
-
-
-def test_tanh_agrees_with_torch_to_an_ulp() -> None:
-    x = torch.linspace(-12.0, 12.0, 100_001)
-    exact = torch.tanh(x.double())
-    ours, theirs = tanh(x).double(), torch.tanh(x).double()
-    ulp = torch.finfo(torch.float32).eps * exact.abs().clamp(min=torch.finfo(torch.float32).tiny)
-    assert ((ours - exact).abs() <= 2 * ulp).all()
-    assert ((theirs - exact).abs() <= 2 * ulp).all()
-    assert tanh(torch.zeros(3)).tolist() == [0.0, 0.0, 0.0]
-
-
-def test_tanh_backpropagates_torchs_derivative_of_its_output() -> None:
-    x = torch.randn(64, 8, dtype=torch.float32, requires_grad=True)
-    y = tanh(x)
-    grad = torch.randn(64, 8)
-    torch.autograd.backward(y, grad)
-    assert x.grad is not None
-    assert torch.equal(x.grad, torch.ops.aten.tanh_backward(grad, y.detach()))
-
-
-def test_tanh_is_torchs_where_torch_must_see_it(tmp_path: Path) -> None:
-    x = torch.randn(4, 3)
-    assert torch.equal(tanh(x.double()), torch.tanh(x.double()))
-    # the exporter traces torch.tanh: the ONNX graph has a Tanh node, and onnxruntime agrees
-    # with the module (export_onnx checks that before it writes the file)
-    path = export_onnx(mlp().eval(), x, tmp_path / "mlp.onnx")
-    graph = onnx.load(path).graph
-    assert [n.op_type for n in graph.node].count("Tanh") == 2

@@ -7,9 +7,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,54 +18,8 @@ from evtrain.trainers.settings import NetworkSettings
 if TYPE_CHECKING:
     from evtrain.world import World
 
-
-def tanh(x: torch.Tensor) -> torch.Tensor:
-    """``tanh`` of the networks' hidden layers: numpy's kernel on CPU float32 tensors, torch's
-    elsewhere (other devices and dtypes, and while exporting or compiling, which must see
-    ``torch.tanh``).
-
-    torch 2.13's CPU ``tanh`` takes about 2.7 ns per float on the 2-core AMD EPYC (AVX-512)
-    machine evtrain is benchmarked on, numpy's 0.6 ns (both within about one ulp of the exact
-    value); a CartPole PPO update computes four ``[256, 64]`` of them per gradient step, about
-    a fifth of its time with torch's.  Under autograd the derivative is torch's own
-    ``tanh_backward`` of the output.  The rollout, the update and the fallback paths all call
-    this function, so a policy's log-probabilities at acting and at learning time agree.
-    """
-    if (
-        x.device.type != "cpu"
-        or x.dtype != torch.float32
-        or torch._C._is_tracing()  # torch.jit.is_tracing(), which mypy sees untyped
-        or torch.compiler.is_compiling()
-    ):
-        return torch.tanh(x)
-    if x.requires_grad and torch.is_grad_enabled():
-        out: torch.Tensor = _NumpyTanh.apply(x)  # type: ignore[no-untyped-call]
-        return out
-    return _numpy_tanh(x)
-
-
-def _numpy_tanh(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    np.tanh(x.detach().numpy(), out=out.numpy())
-    return out
-
-
-class _NumpyTanh(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        y = _numpy_tanh(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        out: torch.Tensor = torch.ops.aten.tanh_backward(grad, y)
-        return out
-
-
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "tanh": tanh,
+    "tanh": torch.tanh,
     "relu": torch.relu,
     "elu": F.elu,
     "silu": F.silu,

@@ -26,12 +26,12 @@ from typing import cast
 import torch
 from torch import nn
 
-from evtrain.trainers.networks import MLP, tanh
+from evtrain.trainers.networks import MLP
 from evtrain.trainers.policies import ActorCritic
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _ACTIVATIONS: dict[Callable[[torch.Tensor], torch.Tensor], str] = {
-    tanh: "tanh",
+    torch.tanh: "tanh",
     torch.relu: "relu",
 }
 """Hidden-layer nonlinearities whose derivative is written out here."""
@@ -60,7 +60,7 @@ class _Tape:
         for layer in self.layers[:-1]:
             # F.linear's own operation, so the values are the forward pass's bit for bit
             z = torch.addmm(layer.bias, self.inputs[-1], layer.weight.t())
-            self.inputs.append(z.relu_() if self.relu else tanh(z))
+            self.inputs.append(z.relu_() if self.relu else z.tanh_())
         last = self.layers[-1]
         self.out = torch.addmm(last.bias, self.inputs[-1], last.weight.t())
 

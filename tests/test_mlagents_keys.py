@@ -267,6 +267,7 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
         f"{behavior}.reward_signals.curiosity": (settings.CuriositySettings,),
         f"{behavior}.reward_signals.rnd": (settings.RNDSettings,),
         param: (ep.SamplerSpec, ep.EnvironmentParameter),
+        f"{param}.sampler_parameters": tuple(ep.SAMPLERS.values()),
         f"{param}.curriculum.<i>": (ep.Lesson,),
         f"{param}.curriculum.<i>.completion_criteria": (ep.CompletionCriteria,),
     }.get(section)

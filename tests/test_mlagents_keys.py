@@ -93,6 +93,24 @@ def test_deprecated_checkpoint_options_are_translated_as_ml_agents_does(
     assert "load_model" not in options.as_dict()["checkpoint_settings"]
 
 
+def test_a_behaviors_framework_is_dropped_with_a_warning_as_ml_agents_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = {
+        "default_settings": {"framework": "pytorch"},
+        "behaviors": {"A": {"framework": "tensorflow", "max_steps": 10}, "B": {}},
+    }
+    with caplog.at_level(logging.WARNING, logger="evtrain"):
+        options = RunOptions.from_dict(data)
+    assert caplog.messages == [
+        f"{where}.framework: deprecated by ML-Agents, which trains with PyTorch only (as evtrain "
+        "does): ignored"
+        for where in ("default_settings", "behaviors.A")
+    ]
+    assert options.behaviors["A"].max_steps == 10
+    assert "framework" not in options.as_dict()["behaviors"]["A"]
+
+
 def test_a_deprecated_option_that_is_no_boolean_is_an_error() -> None:
     with pytest.raises(ConfigError) as info:
         RunOptions.from_dict({"checkpoint_settings": {"load_model": "yes"}})

@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import gymnasium as gym
 import pytest
 import torch
 
 from evtrain import Bus, ConfigError, RunOptions, SaveEvent
+from evtrain.config.environment_parameters import Constant, Gaussian, Sampler, Uniform
 from evtrain.errors import RunFolderError
 from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.env_parameters import EnvironmentParameters
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.test_learn import config
@@ -88,6 +91,24 @@ def test_deprecated_checkpoint_options_are_translated_as_ml_agents_does(
     assert options.checkpoint_settings.resume is resume
     assert options.checkpoint_settings.inference is False
     assert "load_model" not in options.as_dict()["checkpoint_settings"]
+
+
+def test_a_behaviors_framework_is_dropped_with_a_warning_as_ml_agents_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = {
+        "default_settings": {"framework": "pytorch"},
+        "behaviors": {"A": {"framework": "tensorflow", "max_steps": 10}, "B": {}},
+    }
+    with caplog.at_level(logging.WARNING, logger="evtrain"):
+        options = RunOptions.from_dict(data)
+    assert caplog.messages == [
+        f"{where}.framework: deprecated by ML-Agents, which trains with PyTorch only (as evtrain "
+        "does): ignored"
+        for where in ("default_settings", "behaviors.A")
+    ]
+    assert options.behaviors["A"].max_steps == 10
+    assert "framework" not in options.as_dict()["behaviors"]["A"]
 
 
 def test_a_deprecated_option_that_is_no_boolean_is_an_error() -> None:
@@ -230,6 +251,95 @@ def test_init_path_without_a_checkpoint_names_the_key(tmp_path: Path) -> None:
     )
 
 
+def test_a_samplers_own_seed_is_accepted_and_written_back() -> None:
+    # What ML-Agents writes into every configuration.yaml: each sampler with its seed (the
+    # constant of a curriculum lesson too).
+    written = {
+        "behaviors": {"B": {}},
+        "environment_parameters": {
+            "mass": {
+                "sampler_type": "uniform",
+                "sampler_parameters": {"seed": 12, "min_value": 0.5, "max_value": 10.0},
+            },
+            "tiles": {
+                "curriculum": [
+                    {
+                        "name": "only",
+                        "value": {
+                            "sampler_type": "constant",
+                            "sampler_parameters": {"seed": 13, "value": 2.0},
+                        },
+                    }
+                ]
+            },
+            "scale": {"sampler_type": "gaussian", "sampler_parameters": {"st_dev": 0.5}},
+        },
+    }
+    options = RunOptions.from_dict(written)
+    values = {k: p.curriculum[0].value for k, p in options.environment_parameters.items()}
+    assert values == {
+        "mass": Uniform(min_value=0.5, max_value=10.0, seed=12),
+        "tiles": Constant(value=2.0, seed=13),
+        "scale": Gaussian(st_dev=0.5),
+    }
+    again = options.as_dict()["environment_parameters"]
+    assert [again[k]["curriculum"][0]["value"] for k in ("mass", "tiles", "scale")] == [
+        {
+            "sampler_type": "uniform",
+            "sampler_parameters": {"seed": 12, "min_value": 0.5, "max_value": 10.0},
+        },
+        {"sampler_type": "constant", "sampler_parameters": {"seed": 13, "value": 2.0}},
+        # ML-Agents' default (-1) is not written: configurations without seeds read as before
+        {"sampler_type": "gaussian", "sampler_parameters": {"mean": 1.0, "st_dev": 0.5}},
+    ]
+    assert RunOptions.from_dict(options.as_dict()) == options
+    with pytest.raises(ConfigError) as info:
+        RunOptions.from_dict(
+            {
+                "environment_parameters": {
+                    "m": {"sampler_type": "uniform", "sampler_parameters": {"seed": "x"}}
+                }
+            }
+        )
+    assert info.value.problems == (
+        "environment_parameters.m.sampler_parameters.seed: expected an integer, got 'x'",
+    )
+
+
+def test_a_sampler_with_its_own_seed_draws_alike_in_every_sub_environment_and_run() -> None:
+    def force_mags(sampler: Sampler, reset_seed: int, resets: int = 5) -> list[float]:
+        env = EnvironmentParameters(gym.make("CartPole-v1"), {"force_mag": sampler})
+        found = []
+        for index in range(resets):
+            env.reset(seed=reset_seed if index == 0 else None)
+            found.append(env.unwrapped.force_mag)  # type: ignore[attr-defined]
+        env.close()
+        return found
+
+    own = Uniform(min_value=5.0, max_value=15.0, seed=3)
+    # sub-environments 0 and 1 (reset seeds 10 and 11), or another run's seed: the same draws
+    assert force_mags(own, 10) == force_mags(own, 11) == force_mags(own, 99)
+    assert len(set(force_mags(own, 10))) == 5  # still a fresh draw at every reset
+    assert force_mags(Uniform(min_value=5.0, max_value=15.0, seed=4), 10) != force_mags(own, 10)
+    # ML-Agents' default -1: the sub-environment's stream, from its reset seed
+    shared = Uniform(min_value=5.0, max_value=15.0)
+    assert force_mags(shared, 10) != force_mags(shared, 11)
+
+    # a lesson change starts the new sampler's stream from its seed; a seeded reset restarts it
+    env = EnvironmentParameters(gym.make("CartPole-v1"), {"force_mag": shared})
+    env.reset(seed=10)
+    env.set_environment_parameters({"force_mag": own})
+    env.reset()
+    base: Any = env.unwrapped
+    assert base.force_mag == force_mags(own, 0, resets=1)[0]
+    env.reset()
+    second = base.force_mag
+    env.reset(seed=10)
+    env.reset()
+    assert base.force_mag == second
+    env.close()
+
+
 # --- the table of every ML-Agents key in docs/configuration.md ---------------------------
 
 DOCS = Path(__file__).parents[1] / "docs/configuration.md"
@@ -267,6 +377,7 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
         f"{behavior}.reward_signals.curiosity": (settings.CuriositySettings,),
         f"{behavior}.reward_signals.rnd": (settings.RNDSettings,),
         param: (ep.SamplerSpec, ep.EnvironmentParameter),
+        f"{param}.sampler_parameters": tuple(ep.SAMPLERS.values()),
         f"{param}.curriculum.<i>": (ep.Lesson,),
         f"{param}.curriculum.<i>.completion_criteria": (ep.CompletionCriteria,),
     }.get(section)

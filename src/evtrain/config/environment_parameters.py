@@ -30,6 +30,12 @@ class Sampler:
 
     sampler_type: ClassVar[str] = ""
     """The ``sampler_type`` of the YAML (``constant`` for a plain number)."""
+    seed: int = attrs.field(default=-1, repr=False, validator=attrs.validators.instance_of(int))
+    """ML-Agents' ``sampler_parameters.seed``: -1 (its default) draws from the stream of the
+    sub-environment, seeded from ``env_settings.seed``; another value gives the sampler a
+    stream of its own from that seed, the same in every sub-environment and run (ML-Agents
+    seeds the sampler of every Unity instance alike).  Left out of the repr: lesson-change
+    messages show the values."""
 
     def sample(self, rng: np.random.Generator) -> float:
         """One value, drawn from ``rng``."""
@@ -174,9 +180,11 @@ class EnvironmentParameter:
 
 def sampler_data(sampler: Sampler) -> Any:
     """``sampler`` as the YAML writes it: a number for a constant."""
-    if isinstance(sampler, Constant):
+    if isinstance(sampler, Constant) and sampler.seed == -1:
         return sampler.value
     parameters = attrs.asdict(sampler)
+    if sampler.seed == -1:  # ML-Agents' default: written configurations read as before
+        del parameters["seed"]
     if isinstance(sampler, MultiRangeUniform):
         parameters["intervals"] = [list(i) for i in sampler.intervals]
     return {"sampler_type": sampler.sampler_type, "sampler_parameters": parameters}

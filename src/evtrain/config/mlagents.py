@@ -5,7 +5,8 @@ message instead of "unknown key": an option evtrain does not support (yet) stops
 ``"<path>: ML-Agents option <key> is not supported by evtrain yet; remove it"``; a Unity-only
 option (evtrain trains Gymnasium environments, not Unity players) is dropped before structuring
 with one warning each, and the run proceeds; a deprecated option (``load_model``,
-``train_model``) is translated before structuring, as ML-Agents does.  ML-Agents options evtrain
+``train_model``, a behavior's ``framework``) is translated before structuring, as ML-Agents
+does.  ML-Agents options evtrain
 accepts without effect are warned about after structuring (:func:`warn_without_effect`).
 """
 
@@ -59,7 +60,12 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "TrainerSettings": (
         "behaviors.<name> / default_settings",
-        {"threaded": _NOT_YET, "self_play": _UNITY, "behavioral_cloning": _NOT_YET},
+        {
+            "threaded": _NOT_YET,
+            "self_play": _UNITY,
+            "behavioral_cloning": _NOT_YET,
+            "framework": _DEPRECATED,
+        },
     ),
     "NetworkSettings": (
         "behaviors.<name>.network_settings",
@@ -130,15 +136,20 @@ def _drop(part: dict[str, Any], section: str, keys: dict[str, Kind]) -> dict[str
 
 
 def translate_deprecated(data: Any) -> Any:
-    """``data`` with ML-Agents' deprecated ``checkpoint_settings`` options replaced, as
-    ML-Agents' ``mlagents-learn`` treats them: ``load_model: true`` means ``resume: true``
-    (with a warning); ``train_model: true`` changes nothing, training being the default (with
-    a warning); either one ``false`` is ML-Agents' default and is dropped silently (every
-    configuration ML-Agents writes holds both).
+    """``data`` with ML-Agents' deprecated options replaced, as ML-Agents' ``mlagents-learn``
+    treats them: a behavior's (or ``default_settings``') ``framework`` is dropped with a
+    warning (ML-Agents trains with PyTorch only since it removed TensorFlow); in
+    ``checkpoint_settings``, ``load_model: true`` means ``resume: true`` (with a warning),
+    ``train_model: true`` changes nothing, training being the default (with a warning), and
+    either one ``false`` is ML-Agents' default and is dropped silently (every configuration
+    ML-Agents writes holds both).
 
-    :raises ConfigError: one of them is no boolean.
+    :raises ConfigError: ``load_model`` or ``train_model`` is no boolean.
     """
-    if not isinstance(data, dict) or not isinstance(data.get("checkpoint_settings"), dict):
+    if not isinstance(data, dict):
+        return data
+    data = _drop_framework(data)
+    if not isinstance(data.get("checkpoint_settings"), dict):
         return data
     from evtrain.errors import ConfigError
 
@@ -160,6 +171,27 @@ def translate_deprecated(data: Any) -> Any:
             "default (inference: true runs the policy without training)"
         )
     return {**data, "checkpoint_settings": section}
+
+
+def _drop_framework(data: dict[str, Any]) -> dict[str, Any]:
+    def dropped(part: Any, where: str) -> Any:
+        if not isinstance(part, dict) or "framework" not in part:
+            return part
+        logger.warning(
+            "%s.framework: deprecated by ML-Agents, which trains with PyTorch only (as evtrain "
+            "does): ignored",
+            where,
+        )
+        return {k: v for k, v in part.items() if k != "framework"}
+
+    data = dict(data)
+    if "default_settings" in data:
+        data["default_settings"] = dropped(data["default_settings"], "default_settings")
+    if isinstance(data.get("behaviors"), dict):
+        data["behaviors"] = {
+            name: dropped(part, f"behaviors.{name}") for name, part in data["behaviors"].items()
+        }
+    return data
 
 
 def warn_without_effect(behaviors: dict[str, Any]) -> None:

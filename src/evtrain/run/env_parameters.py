@@ -11,7 +11,10 @@ constant is its value) and
 
 The draws come from a numpy Generator seeded with the seed the sub-environment is reset with
 (the trainer's first reset; a vector environment gives sub-environment ``i`` seed ``seed + i``),
-in a stream of its own: the environment's own ``np_random`` draws nothing alike.  The runner
+in a stream of its own: the environment's own ``np_random`` draws nothing alike.  A sampler
+with a ``seed`` of its own (ML-Agents' ``sampler_parameters.seed``, not -1) draws from a
+Generator seeded with that seed alone, restarted by every reset that passes a seed and when its
+lesson starts: every sub-environment, in every run, draws the same values.  The runner
 changes lessons with :meth:`EnvironmentParameters.set_environment_parameters`, through the
 vector environment's ``call``, which reaches ``AsyncVectorEnv``'s worker processes too; the new
 values apply from each sub-environment's next episode.
@@ -33,6 +36,10 @@ _STREAM = 0x5EED_CE55
 Target = Literal["attribute", "option"]
 
 
+def _own_rng(sampler: Sampler) -> np.random.Generator:
+    return np.random.default_rng([sampler.seed, _STREAM])
+
+
 class EnvironmentParameters(gym.Wrapper[Any, Any, Any, Any]):
     """Sets ``samplers``' values on the wrapped environment at every reset (see the module).
 
@@ -44,6 +51,8 @@ class EnvironmentParameters(gym.Wrapper[Any, Any, Any, Any]):
         self.samplers: dict[str, Sampler] = dict(samplers)
         self.rng = np.random.default_rng()
         """Draws the values; reseeded by every ``reset`` that passes a seed."""
+        self.own_rngs = {name: _own_rng(s) for name, s in samplers.items() if s.seed != -1}
+        """The streams of the samplers that have a seed of their own, by parameter."""
         self.values: dict[str, float] = {}
         """The values the current episode started with."""
 
@@ -52,7 +61,10 @@ class EnvironmentParameters(gym.Wrapper[Any, Any, Any, Any]):
     ) -> tuple[Any, dict[str, Any]]:
         if seed is not None:
             self.rng = np.random.default_rng([seed, _STREAM])
-        self.values = {name: s.sample(self.rng) for name, s in self.samplers.items()}
+            self.own_rngs = {name: _own_rng(s) for name, s in self.samplers.items() if s.seed != -1}
+        self.values = {
+            name: s.sample(self.own_rngs.get(name, self.rng)) for name, s in self.samplers.items()
+        }
         base = self.env.unwrapped
         passed = dict(options or {})
         for name, value in self.values.items():
@@ -65,6 +77,11 @@ class EnvironmentParameters(gym.Wrapper[Any, Any, Any, Any]):
     def set_environment_parameters(self, samplers: Mapping[str, Sampler]) -> None:
         """Use ``samplers`` from the next reset on (a lesson changed)."""
         self.samplers.update(samplers)
+        for name, sampler in samplers.items():
+            if sampler.seed == -1:
+                self.own_rngs.pop(name, None)
+            else:
+                self.own_rngs[name] = _own_rng(sampler)
 
     def environment_parameter_targets(self) -> dict[str, Target]:
         """How each parameter reaches the environment: as an attribute, or in reset options."""

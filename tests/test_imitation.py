@@ -230,7 +230,7 @@ def sac_config(tmp_path: Path, max_steps: int, **behavior: Any) -> dict[str, Any
     settings = {
         "trainer_type": "sac",
         "hyperparameters": {"batch_size": 32, "buffer_size": 2000, "buffer_init_steps": 100},
-        "network_settings": {"hidden_units": 32, "normalize": True},
+        "network_settings": {"hidden_units": 16, "normalize": True},
         "max_steps": max_steps,
         "time_horizon": 50,
         "summary_freq": 200,
@@ -268,15 +268,21 @@ def test_sac_with_every_signal_and_cloning_reports_them_and_resumes(tmp_path: Pa
             "rnd": {"strength": 0.1, "network_settings": {"hidden_units": 16, "num_layers": 1}},
         },
         "behavioral_cloning": {"demo_path": demo, "samples_per_update": 64},
+        "hyperparameters": {
+            "batch_size": 32,
+            "buffer_size": 2000,
+            "buffer_init_steps": 100,
+            "reward_signal_steps_per_update": 4,
+        },
     }
     learn(sac_config(tmp_path, 400, **extras))
     folder = tmp_path / "results/sac/Pendulum"
     state = load_checkpoint(folder / "checkpoint.pt")
     assert sorted(state["reward_signals"]) == ["curiosity", "gail", "rnd"]
-    # 300 steps after buffer_init_steps: a model update each (reward_signal_steps_per_update
-    # 1); a cloning update per 50 steps x 2 environments, at steps 100, 200, 300, 400
-    assert (state["signal_updates"], state["cloning_updates"]) == (300, 4)
-    assert int(state["reward_signals"]["rnd"]["optimizer"]["state"][0]["step"]) == 300
+    # 300 steps after buffer_init_steps: a model update per 4 (reward_signal_steps_per_update);
+    # a cloning update per 50 steps x 2 environments, at steps 100, 200, 300, 400
+    assert (state["signal_updates"], state["cloning_updates"]) == (75, 4)
+    assert int(state["reward_signals"]["rnd"]["optimizer"]["state"][0]["step"]) == 75
     resumed = sac_config(tmp_path, 600, **extras)
     resumed["checkpoint_settings"]["resume"] = True
     assert learn(resumed).steps == {"Pendulum": 600}
@@ -286,7 +292,7 @@ def test_sac_with_every_signal_and_cloning_reports_them_and_resumes(tmp_path: Pa
         expected = [400] if tag.endswith(" Reward") else [200, 400, 600]
         assert steps == expected, tag
     state = load_checkpoint(folder / "checkpoint.pt")
-    assert (state["signal_updates"], state["cloning_updates"]) == (500, 6)
+    assert (state["signal_updates"], state["cloning_updates"]) == (125, 6)
 
 
 @pytest.mark.parametrize("signal", ["curiosity", "rnd"])

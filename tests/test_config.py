@@ -99,8 +99,7 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                 },
             },
             [
-                "behaviors.B.reward_signals.gail: ML-Agents option gail is not supported by "
-                "evtrain yet; remove it",
+                "behaviors.B.reward_signals.gail.demo_path: required key is missing",
                 "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
                 "yet; remove it",
             ],
@@ -110,8 +109,9 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
             {"behaviors": {"B": {"checkpoint_freq": 10}}},
             [
                 "behaviors.B.checkpoint_freq: unknown key (valid keys: trainer_type, "
-                "hyperparameters, network_settings, reward_signals, max_steps, time_horizon, "
-                "summary_freq, checkpoint_interval, keep_checkpoints, even_checkpoints, init_path)"
+                "hyperparameters, network_settings, reward_signals, behavioral_cloning, "
+                "max_steps, time_horizon, summary_freq, checkpoint_interval, keep_checkpoints, "
+                "even_checkpoints, init_path)"
             ],
         ),
         (

@@ -28,6 +28,14 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
             hyperparameters["buffer_size"] = 16 * options["env_settings"]["num_envs"]
             hyperparameters["batch_size"] = min(hyperparameters["batch_size"], 32)
     options["checkpoint_settings"] = {"run_id": path.stem, "results_dir": str(tmp_path)}
+    demos = demonstrations_of(options, tmp_path)
+    for settings in options["behaviors"].values():  # a recorded file's place: a stand-in's
+        for part in (
+            settings.get("reward_signals", {}).get("gail"),
+            settings.get("behavioral_cloning"),
+        ):
+            if part is not None:
+                part["demo_path"] = str(demos)
     tracker = options.get("writers", {}).get("mlflow")
     if tracker is not None:  # its store in the test's folder, not the working directory
         tracker["tracking_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -39,3 +47,37 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
     assert result.steps[behavior] >= 600
     assert [e.step for e in recorder.of(StatsEvent)][:3] == [200, 400, 600]
     assert (tmp_path / path.stem / f"{behavior}.onnx").exists()
+
+
+def demonstrations_of(options: dict[str, Any], folder: Path) -> Path:
+    """Demonstrations a config's ``demo_path`` stands for (the example says how to record
+    them): a short episode of its environment under random actions."""
+    import gymnasium as gym
+    import numpy as np
+
+    from evtrain.trainers.demonstrations import make_demonstrations
+
+    env_id = options["env_settings"]["env_id"]
+    env = gym.wrappers.TimeLimit(gym.make(env_id).unwrapped, max_episode_steps=20)
+    env.action_space.seed(0)
+    obs, _ = env.reset(seed=0)
+    rows: list[tuple[Any, ...]] = []
+    while not rows or not (rows[-1][3] or rows[-1][4]):
+        action = env.action_space.sample()
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        rows.append((obs, action, reward, terminated, truncated))
+        obs = next_obs
+    columns = [np.array(column) for column in zip(*rows, strict=True)]
+    demo = make_demonstrations(
+        observations=columns[0],
+        actions=columns[1],
+        rewards=columns[2],
+        terminated=columns[3],
+        truncated=columns[4],
+        behavior_name="stand-in",
+        env_id=env_id,
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        source={},
+    )
+    return demo.write(folder / "demo.npz")

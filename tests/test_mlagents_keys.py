@@ -146,8 +146,25 @@ def test_options_without_effect_are_accepted_with_one_warning_each(
         "sample actions",
         "behaviors.P.network_settings.goal_conditioning_type: none has no effect in evtrain: "
         "Gymnasium environments have no goal observations",
-        "behaviors.S.hyperparameters.reward_signal_steps_per_update: 10.0 has no effect in "
-        "evtrain: its SAC has the extrinsic reward signal only, which has no model to update",
+        "behaviors.S.hyperparameters.reward_signal_steps_per_update: 10.0 has no effect "
+        "without an intrinsic reward signal (curiosity, rnd, gail): the extrinsic signal has no "
+        "model to update",
+    ]
+
+
+def test_sac_warns_about_intrinsic_gammas_it_does_not_apply(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    signals = {"extrinsic": {"gamma": 0.99}, "curiosity": {"gamma": 0.9}, "rnd": {}}
+    data = {
+        "behaviors": {
+            "S": {"trainer_type": "sac", "reward_signals": signals},
+            "P": {"reward_signals": signals},  # PPO discounts each signal with its own gamma
+        }
+    }
+    assert warnings_of(caplog, data) == [
+        "behaviors.S.reward_signals.curiosity.gamma: 0.9 has no effect with trainer_type sac: "
+        "SAC discounts the sum of the signals' rewards with the extrinsic gamma (0.99)",
     ]
 
 
@@ -376,6 +393,12 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
         f"{behavior}.reward_signals.extrinsic": (settings.RewardSignalSettings,),
         f"{behavior}.reward_signals.curiosity": (settings.CuriositySettings,),
         f"{behavior}.reward_signals.rnd": (settings.RNDSettings,),
+        f"{behavior}.reward_signals.gail": (settings.GAILSettings,),
+        **{
+            f"{behavior}.reward_signals.{signal}.network_settings": (settings.NetworkSettings,)
+            for signal in ("extrinsic", "curiosity", "rnd", "gail")
+        },
+        f"{behavior}.behavioral_cloning": (settings.BehavioralCloningSettings,),
         param: (ep.SamplerSpec, ep.EnvironmentParameter),
         f"{param}.sampler_parameters": tuple(ep.SAMPLERS.values()),
         f"{param}.curriculum.<i>": (ep.Lesson,),

@@ -66,6 +66,17 @@ def _parser() -> argparse.ArgumentParser:
         "repeatable",
     )
 
+    rec = commands.add_parser(
+        "record", help="run a trained policy and write its episodes as demonstrations"
+    )
+    rec.add_argument("config", help="the YAML config the run was trained with")
+    rec.add_argument("--run-id", help="the trained run (default: the config's run_id)")
+    rec.add_argument("--results-dir", help="parent folder of the run (default: the config's)")
+    rec.add_argument("--episodes", type=int, required=True, help="whole episodes to record")
+    rec.add_argument("--output", required=True, metavar="FILE", help="demonstration file (.npz)")
+    rec.add_argument("--behavior", help="the behavior to record (needed with several)")
+    rec.add_argument("--seed", type=int, help="env_settings.seed of the recorded episodes")
+
     sync = commands.add_parser(
         "sync", help="deliver what a run's journals hold to its trackers (after an outage)"
     )
@@ -219,6 +230,32 @@ def run_learn(args: argparse.Namespace) -> int:
     return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
 
 
+def run_record(args: argparse.Namespace) -> int:
+    """``evtrain record``: the trained policy's episodes to a demonstration file."""
+    from evtrain.run.options import options_and_types, read_config
+    from evtrain.run.record import record
+
+    data = read_config(args.config)
+    for section, key, value in (
+        ("checkpoint_settings", "run_id", args.run_id),
+        ("checkpoint_settings", "results_dir", args.results_dir),
+        ("env_settings", "seed", args.seed),
+    ):
+        if value is not None:
+            part = data.setdefault(section, {})
+            if not isinstance(part, dict):
+                raise ConfigError([f"{section}: expected a mapping of options, got {part!r}"])
+            part[key] = value
+    options, _ = options_and_types(data)
+    result = record(options, episodes=args.episodes, output=args.output, behavior=args.behavior)
+    mean = sum(result.returns) / len(result.returns)
+    print(
+        f"{result.behavior}: recorded {result.episodes} episodes ({result.steps:,} steps, mean "
+        f"return {mean:.1f}) with {result.policy} to {result.path}"
+    )
+    return 0
+
+
 def run_sync(args: argparse.Namespace) -> int:
     """``evtrain sync``: 0 once every journal is delivered, 1 when some is left."""
     from evtrain.run.sync import sync_run
@@ -291,6 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_learn(args)
         if args.command == "sync":
             return run_sync(args)
+        if args.command == "record":
+            return run_record(args)
         if args.command == "demo":
             from evtrain.demo import run_demo
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +67,61 @@ def attrs_values(s: CuriositySettings | RNDSettings | None) -> tuple[float, ...]
 def test_reward_signal_settings_errors_name_the_key() -> None:
     assert problems(behavior({"curiosity": {"encoding_size": 0}, "gail": {}})) == [
         "behaviors.B.reward_signals.curiosity.encoding_size: must be > 0, got 0",
-        "behaviors.B.reward_signals.gail: ML-Agents option gail is not supported by evtrain "
-        "yet; remove it",
+        "behaviors.B.reward_signals.gail.demo_path: required key is missing",
     ]
-    assert problems(behavior({"rnd": {"network_settings": {}}})) == [
-        "behaviors.B.reward_signals.rnd.network_settings: ML-Agents option network_settings "
-        "is not supported by evtrain yet; remove it",
+    assert problems(behavior({"rnd": {"network_settings": {"hidden_unit": 8}}})) == [
+        "behaviors.B.reward_signals.rnd.network_settings.hidden_unit: unknown key (did you "
+        "mean hidden_units?)",
     ]
-    assert problems(behavior({"curiosity": {}}, trainer_type="sac")) == [
-        "behaviors.B.reward_signals: curiosity is implemented for trainer_type ppo only; "
-        "remove it or use trainer_type: ppo"
+
+
+def test_network_settings_shape_the_signal_models_as_in_ml_agents(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import gymnasium as gym
+
+    from evtrain.trainers.settings import signal_hidden_layers
+
+    with caplog.at_level(logging.WARNING, logger="evtrain"):
+        options = RunOptions.from_dict(
+            behavior(
+                {
+                    "extrinsic": {"network_settings": {}},
+                    "curiosity": {"network_settings": {"hidden_units": 32, "num_layers": 3}},
+                    "rnd": {
+                        "encoding_size": 16,
+                        "network_settings": {"hidden_units": 8, "normalize": True},
+                    },
+                }
+            )
+        )
+    signals = options.behaviors["B"].reward_signals
+    assert signal_hidden_layers(signals.curiosity) == [32, 32, 32]  # type: ignore[arg-type]
+    assert signal_hidden_layers(signals.rnd) == [8, 8]  # type: ignore[arg-type]
+    assert signal_hidden_layers(CuriositySettings(encoding_size=16)) == [16, 16]
+    assert signal_hidden_layers(RNDSettings()) == [64, 64]  # no network_settings: as before
+    assert caplog.messages == [
+        "behaviors.B.reward_signals.extrinsic.network_settings: has no effect: the extrinsic "
+        "signal has no model",
+        "behaviors.B.reward_signals.rnd.network_settings.normalize: True has no effect on the "
+        "rnd model: only hidden_units and num_layers shape it",
+        "behaviors.B.reward_signals.rnd.encoding_size: 16 is ignored: network_settings shapes "
+        "the rnd model (ML-Agents' rule)",
     ]
+    assert RunOptions.from_dict(options.as_dict()) == options
+    generator = torch.Generator().manual_seed(0)
+    settings = signals.curiosity
+    assert settings is not None
+    curiosity = CuriositySignal(settings, 4, gym.spaces.Discrete(2), generator, torch.device("cpu"))
+    encoder = curiosity.curiosity.encoder.modules()
+    linear = [m for m in encoder if isinstance(m, torch.nn.Linear)]
+    assert [(layer.in_features, layer.out_features) for layer in linear] == [
+        (4, 32),
+        (32, 32),
+        (32, 32),
+    ]
+    # the forward model predicts the encoding: as wide as the last layer
+    assert curiosity.curiosity.forward_out.out_features == 32
 
 
 def cartpole_transitions(

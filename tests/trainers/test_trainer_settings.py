@@ -48,10 +48,12 @@ def test_ml_agents_defaults() -> None:
             "deterministic": False,
         },
         "reward_signals": {
-            "extrinsic": {"gamma": 0.99, "strength": 1.0},
+            "extrinsic": {"gamma": 0.99, "strength": 1.0, "network_settings": None},
             "curiosity": None,
             "rnd": None,
+            "gail": None,
         },
+        "behavioral_cloning": None,
         "max_steps": 500000,
         "time_horizon": 64,
         "summary_freq": 50000,

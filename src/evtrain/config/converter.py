@@ -36,7 +36,12 @@ from evtrain.config.environment_parameters import (
 from evtrain.config.problems import Problem, choices, problems
 from evtrain.errors import ConfigError
 from evtrain.trainers.registry import trainer_type
-from evtrain.trainers.settings import RewardSignals, TrainerSettings, absent_when_none
+from evtrain.trainers.settings import (
+    RewardSignals,
+    RewardSignalSettings,
+    TrainerSettings,
+    absent_when_none,
+)
 
 T = TypeVar("T")
 
@@ -195,21 +200,29 @@ attrs.resolve_types(TrainerSettings)
 converter.register_structure_hook(TrainerSettings, _structure_trainer_settings)
 converter.register_unstructure_hook(
     TrainerSettings,
-    # hyperparameters is typed `object`: unstructure it as what it really is
-    lambda settings: {
-        a.name: converter.unstructure(getattr(settings, a.name))
-        for a in attrs.fields(TrainerSettings)
-    },
+    # hyperparameters is typed `object`: unstructure it as what it really is;
+    # behavioral_cloning, when not configured, is no key (not "behavioral_cloning: null")
+    lambda settings: _present_fields(settings, attrs.fields(TrainerSettings)),
 )
 converter.register_unstructure_hook(
     RewardSignals,
     # an intrinsic signal that is not configured is no key (not "curiosity: null")
-    lambda signals: {
-        a.name: converter.unstructure(getattr(signals, a.name))
-        for a in attrs.fields(RewardSignals)
-        if absent_when_none(a, getattr(signals, a.name))
-    },
+    lambda signals: _present_fields(signals, attrs.fields(RewardSignals)),
 )
+converter.register_unstructure_hook_func(
+    # a signal's network_settings, when not configured, is no key
+    lambda t: isinstance(t, type) and issubclass(t, RewardSignalSettings),
+    lambda signal: _present_fields(signal, attrs.fields(type(signal))),
+)
+
+
+def _present_fields(instance: Any, fields: tuple[attrs.Attribute[Any], ...]) -> dict[str, Any]:
+    """``instance`` unstructured field by field, without the optional ones left unset."""
+    return {
+        a.name: converter.unstructure(getattr(instance, a.name))
+        for a in fields
+        if absent_when_none(a, getattr(instance, a.name))
+    }
 
 
 def _structure_sampler(value: Any, _: Any) -> Sampler:

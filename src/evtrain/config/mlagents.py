@@ -60,24 +60,11 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "TrainerSettings": (
         "behaviors.<name> / default_settings",
-        {
-            "threaded": _NOT_YET,
-            "self_play": _UNITY,
-            "behavioral_cloning": _NOT_YET,
-            "framework": _DEPRECATED,
-        },
+        {"threaded": _NOT_YET, "self_play": _UNITY, "framework": _DEPRECATED},
     ),
     "NetworkSettings": (
         "behaviors.<name>.network_settings",
         {"memory": _NOT_YET, "vis_encode_type": _NOT_YET},
-    ),
-    "RewardSignals": (
-        "behaviors.<name>.reward_signals",
-        {"gail": _NOT_YET},
-    ),
-    "RewardSignalSettings": (
-        "behaviors.<name>.reward_signals.extrinsic",
-        {"network_settings": _NOT_YET},
     ),
 }
 """Every ML-Agents option evtrain knows and does not implement (or translates), by the options
@@ -217,11 +204,81 @@ def warn_without_effect(behaviors: dict[str, Any]) -> None:
                 network.goal_conditioning_type,
             )
         hp = settings.hyperparameters
-        if isinstance(hp, SACSettings) and hp.reward_signal_steps_per_update != hp.steps_per_update:
+        signals = settings.reward_signals
+        if (
+            isinstance(hp, SACSettings)
+            and not signals.intrinsic
+            and hp.reward_signal_steps_per_update != hp.steps_per_update
+        ):
             logger.warning(
-                "%s.hyperparameters.reward_signal_steps_per_update: %s has no effect in "
-                "evtrain: its SAC has the extrinsic reward signal only, which has no model "
-                "to update",
+                "%s.hyperparameters.reward_signal_steps_per_update: %s has no effect without "
+                "an intrinsic reward signal (curiosity, rnd, gail): the extrinsic signal has no "
+                "model to update",
                 where,
                 hp.reward_signal_steps_per_update,
+            )
+        _warn_signal_networks(where, signals)
+        if isinstance(hp, SACSettings):
+            _warn_sac_gammas(where, signals)
+
+
+_SIGNAL_MODEL_SHAPE = ("hidden_units", "num_layers")
+"""The keys of a reward signal's ``network_settings`` that shape its model."""
+
+
+def _warn_signal_networks(where: str, signals: Any) -> None:
+    """A reward signal's ``network_settings`` keys that shape nothing: all of ``extrinsic``'s
+    (it has no model), and every key but ``hidden_units`` and ``num_layers`` of the others
+    (their models see the policy's observations, normalised as the policy's are)."""
+    import attrs
+
+    from evtrain.trainers.settings import DEFAULT_ENCODING_SIZE
+
+    extrinsic = signals.extrinsic.network_settings
+    if extrinsic is not None:
+        logger.warning(
+            "%s.reward_signals.extrinsic.network_settings: has no effect: the extrinsic "
+            "signal has no model",
+            where,
+        )
+    for name, signal in signals.intrinsic.items():
+        network = signal.network_settings
+        if network is None:
+            continue
+        path = f"{where}.reward_signals.{name}"
+        defaults = type(network)()
+        for field in attrs.fields(type(network)):
+            value = getattr(network, field.name)
+            if field.name not in _SIGNAL_MODEL_SHAPE and value != getattr(defaults, field.name):
+                logger.warning(
+                    "%s.network_settings.%s: %s has no effect on the %s model: only "
+                    "hidden_units and num_layers shape it",
+                    path,
+                    field.name,
+                    value,
+                    name,
+                )
+        if signal.encoding_size != DEFAULT_ENCODING_SIZE:
+            logger.warning(
+                "%s.encoding_size: %s is ignored: network_settings shapes the %s model "
+                "(ML-Agents' rule)",
+                path,
+                signal.encoding_size,
+                name,
+            )
+
+
+def _warn_sac_gammas(where: str, signals: Any) -> None:
+    """SAC learns one critic on the sum of the signals' rewards, discounted with the
+    extrinsic ``gamma``: another ``gamma`` of an intrinsic signal is not applied."""
+    gamma = signals.extrinsic.gamma
+    for name, signal in signals.intrinsic.items():
+        if signal.gamma != gamma:
+            logger.warning(
+                "%s.reward_signals.%s.gamma: %s has no effect with trainer_type sac: SAC "
+                "discounts the sum of the signals' rewards with the extrinsic gamma (%s)",
+                where,
+                name,
+                signal.gamma,
+                gamma,
             )

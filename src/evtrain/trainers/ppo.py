@@ -7,11 +7,13 @@ minibatches.  Implementation choices follow "The 37 implementation details of PP
 al. 2022) as SB3 and cleanrl do: orthogonal init, Adam with ``eps=1e-5``, per-minibatch
 advantage normalisation, global gradient clipping, time-limit bootstrapping.
 
-With intrinsic reward signals (``reward_signals.curiosity``, ``reward_signals.rnd``; see
-:mod:`evtrain.trainers.reward_signals`) the critic has one value head per signal, as in
-ML-Agents: each signal's rewards get GAE with its own ``gamma`` and value head, the advantage
-is their sum, and the signals' models train on the update's minibatches.  Without them the
-update is the extrinsic-only one, step for step.
+With intrinsic reward signals (``reward_signals.gail``, ``curiosity``, ``rnd``; see
+:mod:`evtrain.trainers.intrinsic`) the critic has one value head per signal, as in ML-Agents:
+each signal's rewards get GAE with its own ``gamma`` and value head, the advantage is their
+sum, and the signals' models train on the update's minibatches.  With ``behavioral_cloning``
+the policy also learns the demonstrations' actions after each update
+(:mod:`evtrain.trainers.behavioral_cloning`).  Without them the update is the extrinsic-only
+one, step for step.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from torch import nn
 
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
+from evtrain.trainers.behavioral_cloning import actor_critic_output
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.gae import compute_gae
+from evtrain.trainers.intrinsic import load_experts, make_behavioral_cloning, make_reward_signals
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
 from evtrain.trainers.ppo_gradients import ppo_gradients, supports
-from evtrain.trainers.reward_signals import make_reward_signals
 from evtrain.trainers.settings import PPOSettings
 
 EPSILON_FLOOR = 0.1
@@ -108,6 +111,13 @@ class PPOTrainer(Trainer):
             self.init_generator,
             num_values=1 + len(intrinsic),
         ).to(self.device)
+        experts = load_experts(
+            settings,
+            self.behavior_name,
+            envs.single_observation_space,
+            self.action_space,
+            self.device,
+        )
         # Built after the agent: its initial weights are those of an extrinsic-only run.
         self.signals = make_reward_signals(
             settings.reward_signals,
@@ -115,6 +125,9 @@ class PPOTrainer(Trainer):
             self.action_space,
             self.init_generator,
             self.device,
+            experts=experts,
+            normalize=self.agent.normalizer,
+            sampler=self.generator,
         )
         """The intrinsic reward signals by YAML key (empty: extrinsic only)."""
         self._signal_modules = nn.ModuleDict(self.signals)  # a module: synchronize shares it
@@ -127,6 +140,19 @@ class PPOTrainer(Trainer):
         self.optimizer = make_adam(self.flat_params, hp.learning_rate, eps=1e-5)
         self._analytic_gradients = supports(self.agent)
         """Whether the gradient step computes its gradients without autograd."""
+        self.cloning = make_behavioral_cloning(
+            settings,
+            experts,
+            params=self.flat_params,
+            policy=actor_critic_output(self.agent, self.generator),
+            normalize=self.agent.normalizer,
+            learning_rate=hp.learning_rate,
+            batch_size=hp.batch_size,
+            discrete=self.agent.discrete,
+            generator=self.generator,
+            world=self.world,
+        )
+        """``behavioral_cloning``, when configured."""
         self._clip_actions = isinstance(self.action_space, spaces.Box)
         if isinstance(self.action_space, spaces.Box):
             self._action_low = self.action_space.low.reshape(-1)
@@ -328,6 +354,7 @@ class PPOTrainer(Trainer):
             )
         else:
             gammas = [extrinsic.gamma, *(s.gamma for s in self.signals.values())]
+            episodic = [True, *(s.episodic for s in self.signals.values())]
             per_signal = [
                 self._gae(
                     rewards,
@@ -335,7 +362,7 @@ class PPOTrainer(Trainer):
                     self.bootstrap[..., i],
                     next_v[:, i],
                     gammas[i],
-                    episodic=i == 0,
+                    episodic=episodic[i],
                 )
                 for i, rewards in enumerate([self.rewards, *self.signal_rewards])
             ]
@@ -356,9 +383,9 @@ class PPOTrainer(Trainer):
         *,
         episodic: bool,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-        """One signal's ``(T, N)`` advantages and returns.  An ``episodic`` signal (extrinsic)
-        is worth 0 after a termination; the others (ML-Agents' ``ignore_done``) the value of
-        the final observation, as after a time limit."""
+        """One signal's ``(T, N)`` advantages and returns.  An ``episodic`` signal (extrinsic,
+        gail) is worth 0 after a termination; the others (ML-Agents' ``ignore_done``) the value
+        of the final observation, as after a time limit."""
         following = np.concatenate([values[1:], next_v[None]])
         dones = self.terminated | self.truncated
         if self.autoreset.next_step:
@@ -417,6 +444,10 @@ class PPOTrainer(Trainer):
         report("Policy/Entropy", float(torch.stack(entropies).mean()))
         for key, losses in signal_losses.items():
             report(key, float(torch.stack(losses).mean()))
+        # -- behavioral cloning: once per update, after it (ML-Agents)
+        if self.cloning is not None:
+            for key, value in self.cloning.update(self.step).items():
+                report(key, value)
 
     def _batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> _Minibatch:
         """The rollout flattened into one batch (``b_obs``, ``b_actions``, ``b_logprobs``,
@@ -519,6 +550,8 @@ class PPOTrainer(Trainer):
             state["reward_signals"] = {
                 name: signal.signal_state_dict() for name, signal in self.signals.items()
             }
+        if self.cloning is not None:
+            state["behavioral_cloning"] = self.cloning.state_dict()
         return state
 
     def _load_weights(self, state: dict[str, Any]) -> None:
@@ -532,6 +565,8 @@ class PPOTrainer(Trainer):
         self.optimizer.load_state_dict(state["optimizer"])
         for name, saved in self._saved_signals(state).items():
             self.signals[name].optimizer.load_state_dict(saved["optimizer"])
+        if self.cloning is not None and "behavioral_cloning" in state:
+            self.cloning.load_state_dict(state["behavioral_cloning"])
 
     def _saved_signals(self, state: dict[str, Any]) -> dict[str, Any]:
         saved: dict[str, Any] = state.get("reward_signals", {})

@@ -1,16 +1,20 @@
-"""Intrinsic reward signals of PPO: curiosity (ICM) and random network distillation.
+"""Intrinsic reward signals: curiosity (ICM) and random network distillation (GAIL, built on
+the same base, is in :mod:`evtrain.trainers.gail`).
 
 Each signal is a model with its own Adam, as in ML-Agents' reward providers:
 :meth:`RewardSignal.evaluate` gives the reward of a rollout's transitions (``strength`` applied),
 :meth:`RewardSignal.update` takes one gradient step on a minibatch and returns the losses under
 ML-Agents' stat names.  PPO evaluates a rollout once it is collected and trains the signals on
-the same minibatches as the policy.  Both signals ignore episode ends (ML-Agents'
-``_ignore_done``): a terminated episode is worth the signal's value of its final observation,
-not 0, since novelty does not stop at a goal.
+the same minibatches as the policy; SAC evaluates them on its replay minibatches
+(:mod:`evtrain.trainers.sac_signals`).  Both signals ignore episode ends (ML-Agents'
+``_ignore_done``, :attr:`RewardSignal.episodic` false): a terminated episode is worth the
+signal's value of its final observation, not 0, since novelty does not stop at a goal.
 
 The models see the observations the policy sees (normalised when
 ``network_settings.normalize`` is on).  ML-Agents' ``LinearEncoder`` layers are linear + Swish
-(SiLU); here they get orthogonal init like the rest of evtrain's networks.
+(SiLU); here they get orthogonal init like the rest of evtrain's networks.  Their widths come
+from the signal's ``network_settings`` or ``encoding_size``
+(:func:`~evtrain.trainers.settings.signal_hidden_layers`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ from torch import nn
 from evtrain.errors import SpaceMismatchError
 from evtrain.trainers.networks import flatten_parameters, layer_init, zero_grad_
 from evtrain.trainers.optim import make_adam
-from evtrain.trainers.settings import CuriositySettings, RewardSignals, RNDSettings
+from evtrain.trainers.settings import (
+    CuriositySettings,
+    IntrinsicSettings,
+    RNDSettings,
+    signal_hidden_layers,
+)
 from evtrain.world import World
 
 CURIOSITY_FORWARD_WEIGHT = 0.2
@@ -65,10 +74,11 @@ class CuriosityModel(nn.Module):
         self,
         obs_dim: int,
         action_space: spaces.Space[Any],
-        encoding_size: int,
+        hidden: list[int],
         generator: torch.Generator,
     ) -> None:
         super().__init__()
+        encoding_size = hidden[-1]
         if isinstance(action_space, spaces.Discrete):
             self.discrete = True
             self.action_dim = int(action_space.n)
@@ -80,7 +90,7 @@ class CuriosityModel(nn.Module):
                 f"curiosity supports Discrete and Box action spaces, got "
                 f"{type(action_space).__name__}"
             )
-        self.encoder = SiLUBody([obs_dim, encoding_size, encoding_size], generator)
+        self.encoder = SiLUBody([obs_dim, *hidden], generator)
         self.inverse_body = SiLUBody([2 * encoding_size, MODEL_WIDTH], generator)
         self.inverse_out = layer_init(nn.Linear(MODEL_WIDTH, self.action_dim), 1.0, generator)
         self.forward_body = SiLUBody([encoding_size + self.action_dim, MODEL_WIDTH], generator)
@@ -118,9 +128,9 @@ class CuriosityModel(nn.Module):
 class RNDModel(nn.Module):
     """A fixed random ``target`` network and the ``predictor`` trained to match it."""
 
-    def __init__(self, obs_dim: int, encoding_size: int, generator: torch.Generator) -> None:
+    def __init__(self, obs_dim: int, hidden: list[int], generator: torch.Generator) -> None:
         super().__init__()
-        widths = [obs_dim, encoding_size, encoding_size]
+        widths = [obs_dim, *hidden]
         self.target = SiLUBody(widths, generator).requires_grad_(False)
         self.predictor = SiLUBody(widths, generator)
 
@@ -141,10 +151,14 @@ class RewardSignal(nn.Module, abc.ABC):
     stat_name: str
     """ML-Agents' ``name.capitalize()``: ``Policy/<stat_name> Reward`` and ``... Value
     Estimate``."""
+    episodic: bool = False
+    """Whether a terminated episode is worth 0 after its end, as for the extrinsic reward
+    (ML-Agents' ``not ignore_done``); otherwise the signal's value of its final
+    observation."""
 
     def __init__(
         self,
-        settings: CuriositySettings | RNDSettings,
+        settings: IntrinsicSettings,
         model: nn.Module,
         trained: nn.Module,
         device: torch.device,
@@ -206,7 +220,8 @@ class CuriositySignal(RewardSignal):
         generator: torch.Generator,
         device: torch.device,
     ) -> None:
-        model = CuriosityModel(obs_dim, action_space, settings.encoding_size, generator)
+        hidden = signal_hidden_layers(settings)
+        model = CuriosityModel(obs_dim, action_space, hidden, generator)
         super().__init__(settings, model, model, device)
         self.curiosity = model
 
@@ -254,7 +269,7 @@ class RNDSignal(RewardSignal):
         generator: torch.Generator,
         device: torch.device,
     ) -> None:
-        model = RNDModel(obs_dim, settings.encoding_size, generator)
+        model = RNDModel(obs_dim, signal_hidden_layers(settings), generator)
         super().__init__(settings, model, model.predictor, device)
         self.rnd = model
 
@@ -268,20 +283,3 @@ class RNDSignal(RewardSignal):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         loss = self.rnd.error(obs).mean()
         return loss, {"Losses/RND Loss": loss.detach()}
-
-
-def make_reward_signals(
-    signals: RewardSignals,
-    obs_dim: int,
-    action_space: spaces.Space[Any],
-    generator: torch.Generator,
-    device: torch.device,
-) -> dict[str, RewardSignal]:
-    """The configured intrinsic signals by YAML key (``curiosity`` before ``rnd``)."""
-    built: dict[str, RewardSignal] = {}
-    for name, settings in signals.intrinsic.items():
-        if isinstance(settings, CuriositySettings):
-            built[name] = CuriositySignal(settings, obs_dim, action_space, generator, device)
-        else:
-            built[name] = RNDSignal(settings, obs_dim, generator, device)
-    return built

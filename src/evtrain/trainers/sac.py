@@ -6,7 +6,8 @@ policy rescaled to the action bounds, and automatic tuning of the entropy coeffi
 ``alpha`` (starting at ``init_entcoef``) towards ``target_entropy``.  One
 :meth:`SACTrainer.advance` steps every environment once, stores the transitions, and makes
 one gradient step per ``steps_per_update`` environment steps once ``buffer_init_steps``
-random-action steps have been collected.
+random-action steps have been collected.  Intrinsic reward signals (gail, curiosity, rnd) and
+behavioral cloning: :mod:`evtrain.trainers.sac_signals`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from evtrain.trainers.networks import (
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import flat_obs_dim
 from evtrain.trainers.replay import ReplayBuffer
+from evtrain.trainers.sac_signals import SACSignals
 from evtrain.trainers.settings import NetworkSettings, SACSettings
 from evtrain.trainers.twin_q import TwinQ, from_two_networks, relayout_flat
 
@@ -152,6 +154,25 @@ class SACTrainer(Trainer):
         """The sum of every update's statistics since the last summary (see _write_summary)."""
         self._stats_updates = 0
         self._lr_sum = 0.0
+        # Built last: the networks' initial weights are those of a run without them.
+        self.extras = SACSignals(
+            settings,
+            self.behavior_name,
+            envs.single_observation_space,
+            space,
+            obs_dim,
+            normalize=self.normalizer,
+            policy=lambda x: self.actor(x, self.generator)[0],
+            actor_params=self.actor_params,
+            num_envs=self.num_envs,
+            reporter=self.reporter,
+            init_generator=self.init_generator,
+            generator=self.generator,
+            device=self.device,
+            world=self.world,
+        )
+        """The intrinsic reward signals and behavioral cloning (empty without them)."""
+        self._extras_modules = self.extras.modules()  # a module: synchronize shares it
 
     # -- the algorithm -------------------------------------------------------------------------
 
@@ -190,6 +211,8 @@ class SACTrainer(Trainer):
             terminated[valid],
         )
         self._record_step(reward, dones, valid)
+        if self.extras:
+            self.extras.observe(obs, action, real_next, dones, valid)
         self.next_obs = next_obs
 
         # -- learn: one gradient step per steps_per_update environment steps after warm-up
@@ -206,6 +229,9 @@ class SACTrainer(Trainer):
                     self._update()
                     self._lr_sum += lr
         self.num_updates = max(self.num_updates, due)
+        if self.extras:
+            with hierarchical_timer("reward_signals"):
+                self.extras.update(self.step, self.replay, self.rng)
         self._end_period()
 
     def _update(self) -> None:
@@ -216,6 +242,8 @@ class SACTrainer(Trainer):
         )
         mb_obs = self.normalizer(mb_obs)
         mb_next_obs = self.normalizer(mb_next_obs)
+        if self.extras.signals:  # the intrinsic rewards, as the signals see them now
+            mb_rewards = self.extras.rewards(mb_obs, mb_actions, mb_next_obs, mb_rewards)
         alpha = self.log_alpha.detach().exp()
         q_loss = self._critic_step(
             mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated, alpha
@@ -311,6 +339,8 @@ class SACTrainer(Trainer):
         }
         if self.hp.save_replay_buffer:
             state["replay_buffer"] = self.replay.state_dict()
+        if self.extras:
+            state.update(self.extras.state_dict())
         return state
 
     def _load_weights(self, state: dict[str, Any]) -> None:
@@ -321,6 +351,8 @@ class SACTrainer(Trainer):
         self.qf_target.load_state_dict(from_two_networks(state["qf_target"]))
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
+        if self.extras:
+            self.extras.load_weights(state)
 
     def _load_state_dict(self, state: dict[str, Any]) -> None:
         self._load_weights(state)
@@ -330,3 +362,5 @@ class SACTrainer(Trainer):
         self.num_updates = int(state["num_updates"])
         if "replay_buffer" in state:
             self.replay.load_state_dict(state["replay_buffer"])
+        if self.extras:
+            self.extras.load_state_dict(state)

@@ -118,9 +118,9 @@ class SACSettings:
         default=attrs.Factory(lambda self: self.steps_per_update, takes_self=True),
         validator=v.gt(0.0),
     )
-    """ML-Agents: environment steps per update of the reward signals' models (default
-    ``steps_per_update``).  Accepted, and without effect: evtrain's SAC has the extrinsic
-    signal only, which has no model to update."""
+    """Environment steps (summed over environments) per update of the intrinsic reward
+    signals' models (curiosity, rnd, gail), each on its own replay minibatch (ML-Agents';
+    default ``steps_per_update``).  Without intrinsic signals it has no effect."""
 
 
 @attrs.define(kw_only=True)
@@ -148,60 +148,129 @@ class NetworkSettings:
 @attrs.define(kw_only=True)
 class RewardSignalSettings:
     """One reward signal: the environment's own (``extrinsic``), or the base of an intrinsic
-    one (:class:`CuriositySettings`, :class:`RNDSettings`)."""
+    one (:class:`GAILSettings`, :class:`CuriositySettings`, :class:`RNDSettings`)."""
 
     gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
     """Discount factor of this signal's value head and advantages."""
     strength: float = attrs.field(default=1.0, validator=v.ge(0.0))
     """Factor applied to the signal's reward before learning."""
+    network_settings: NetworkSettings | None = attrs.field(
+        default=None, metadata={"absent_when_none": True}
+    )
+    """ML-Agents: the shape of the signal's model.  ``hidden_units`` and ``num_layers`` shape
+    the encoder of curiosity, rnd and gail (see :func:`signal_hidden_layers`); the other keys
+    and ``extrinsic``'s (which has no model) are accepted without effect.  ``None`` (absent):
+    ``encoding_size`` units in two layers."""
+
+
+DEFAULT_ENCODING_SIZE = 64
+"""Width of a signal model's layers when neither ``encoding_size`` nor ``network_settings``
+says (ML-Agents' ``encoding_size`` default before ``network_settings`` replaced it)."""
+
+
+def signal_hidden_layers(settings: RewardSignalSettings) -> list[int]:
+    """The widths of a signal model's hidden layers, ML-Agents' rule: ``network_settings``'s
+    ``num_layers`` of ``hidden_units`` when it is given (``encoding_size`` is then ignored),
+    else two layers of ``encoding_size``."""
+    network = settings.network_settings
+    if network is not None:
+        return [network.hidden_units] * network.num_layers
+    encoding_size = getattr(settings, "encoding_size", DEFAULT_ENCODING_SIZE)
+    return [encoding_size, encoding_size]
+
+
+@attrs.define(kw_only=True)
+class GAILSettings(RewardSignalSettings):
+    """Generative adversarial imitation learning (Ho & Ermon 2016): a discriminator learns to
+    tell the demonstrations from the policy's experience, and the reward is how much a
+    transition looks like a demonstration's."""
+
+    demo_path: str = attrs.field(validator=v.instance_of(str))
+    """A demonstration file written by ``evtrain record`` (``.npz``), or a folder of them."""
+    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    """Width of the discriminator's two layers (when ``network_settings`` is absent)."""
+    learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
+    """Adam step size of the discriminator (constant)."""
+    use_actions: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """The discriminator sees the action beside the observation."""
+    use_vail: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """A variational information bottleneck in the discriminator (VAIL, Peng et al. 2018)."""
 
 
 @attrs.define(kw_only=True)
 class CuriositySettings(RewardSignalSettings):
-    """The intrinsic curiosity module (Pathak et al. 2017), PPO only: the reward is the error of
-    a forward model predicting the encoding of the next observation."""
+    """The intrinsic curiosity module (Pathak et al. 2017): the reward is the error of a
+    forward model predicting the encoding of the next observation."""
 
-    encoding_size: int = attrs.field(default=64, validator=_positive_int)
-    """Width of the state encoder's two layers, and so of the encoding."""
+    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    """Width of the state encoder's two layers, and so of the encoding (when
+    ``network_settings`` is absent)."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
     """Adam step size of the curiosity model (constant)."""
 
 
 @attrs.define(kw_only=True)
 class RNDSettings(RewardSignalSettings):
-    """Random network distillation (Burda et al. 2018), PPO only: the reward is the error of a
-    trained predictor of a fixed random network's output."""
+    """Random network distillation (Burda et al. 2018): the reward is the error of a trained
+    predictor of a fixed random network's output."""
 
-    encoding_size: int = attrs.field(default=64, validator=_positive_int)
-    """Width of both networks' two layers, and so of their output."""
+    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    """Width of both networks' two layers, and so of their output (when ``network_settings``
+    is absent)."""
     learning_rate: float = attrs.field(default=1.0e-4, validator=v.gt(0.0))
     """Adam step size of the predictor (constant)."""
 
+
+IntrinsicSettings = GAILSettings | CuriositySettings | RNDSettings
+"""The settings of a reward signal with a model of its own."""
 
 _ABSENT_WHEN_NONE = {"absent_when_none": True}
 """Metadata of a field that is left out of unstructured settings while it is ``None``."""
 
 
 def absent_when_none(attribute: attrs.Attribute[Any], value: object) -> bool:
-    """An ``attrs.asdict`` filter: false for an optional reward signal that is not configured,
-    so settings without intrinsic signals read as they did before there were any."""
+    """An ``attrs.asdict`` filter: false for an optional setting that is not configured (a
+    reward signal, ``behavioral_cloning``), so settings without them read as they did before
+    there were any."""
     return value is not None or not attribute.metadata.get("absent_when_none", False)
 
 
 @attrs.define(kw_only=True)
 class RewardSignals:
     """The reward signals of a behavior; ``extrinsic`` is always there (strength 0 trains on
-    the intrinsic signals alone), ``curiosity`` and ``rnd`` when configured."""
+    the intrinsic signals alone), ``gail``, ``curiosity`` and ``rnd`` when configured."""
 
     extrinsic: RewardSignalSettings = attrs.field(factory=RewardSignalSettings)
     curiosity: CuriositySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     rnd: RNDSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    gail: GAILSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
 
     @property
-    def intrinsic(self) -> dict[str, CuriositySettings | RNDSettings]:
-        """The configured intrinsic signals by YAML key, in ML-Agents' order."""
-        configured = {"curiosity": self.curiosity, "rnd": self.rnd}
+    def intrinsic(self) -> dict[str, IntrinsicSettings]:
+        """The configured intrinsic signals by YAML key, in ML-Agents' order (gail, curiosity,
+        rnd): the order of their value heads."""
+        configured = {"gail": self.gail, "curiosity": self.curiosity, "rnd": self.rnd}
         return {name: s for name, s in configured.items() if s is not None}
+
+
+@attrs.define(kw_only=True)
+class BehavioralCloningSettings:
+    """Behavioral cloning alongside reinforcement learning (ML-Agents' ``behavioral_cloning``):
+    the policy is also trained to take the demonstrations' actions."""
+
+    demo_path: str = attrs.field(validator=v.instance_of(str))
+    """A demonstration file written by ``evtrain record`` (``.npz``), or a folder of them."""
+    steps: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    """Steps over which the cloning's learning rate decays linearly to 0; 0 keeps it
+    constant for the whole run."""
+    strength: float = attrs.field(default=1.0, validator=v.ge(0.0))
+    """The cloning's learning rate relative to the trainer's ``learning_rate``."""
+    samples_per_update: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    """Demonstration samples per epoch of an update at most; 0: all of them."""
+    num_epoch: int | None = attrs.field(default=None, validator=v.optional(_positive_int))
+    """Passes over the (sampled) demonstrations per update; ``None``: 3 (ML-Agents')."""
+    batch_size: int | None = attrs.field(default=None, validator=v.optional(_positive_int))
+    """Demonstration samples per gradient step; ``None``: the trainer's ``batch_size``."""
 
 
 def _default_hyperparameters(instance: Any) -> object:
@@ -231,6 +300,10 @@ class TrainerSettings:
     because plugins register their own classes; each trainer checks it gets its own)."""
     network_settings: NetworkSettings = attrs.field(factory=NetworkSettings)
     reward_signals: RewardSignals = attrs.field(factory=RewardSignals)
+    behavioral_cloning: BehavioralCloningSettings | None = attrs.field(
+        default=None, metadata=_ABSENT_WHEN_NONE
+    )
+    """Train the policy on demonstrations too (PPO and SAC)."""
     max_steps: int = attrs.field(default=500000, validator=_positive_int)
     """Environment steps (summed over environments) after which training stops."""
     time_horizon: int = attrs.field(default=64, validator=_positive_int)
@@ -257,13 +330,3 @@ class TrainerSettings:
         if self.even_checkpoints:
             return max(1, self.max_steps // self.keep_checkpoints)
         return self.checkpoint_interval
-
-    def __attrs_post_init__(self) -> None:
-        if self.trainer_type == "sac" and self.reward_signals.intrinsic:
-            names = list(self.reward_signals.intrinsic)
-            which = f"{names[0]} is" if len(names) == 1 else f"{' and '.join(names)} are"
-            # "<key>: ..." is how evtrain.config.problems puts the key into the message's path
-            raise ValueError(
-                f"reward_signals: {which} implemented for trainer_type ppo only; remove it or "
-                "use trainer_type: ppo"
-            )

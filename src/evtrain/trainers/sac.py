@@ -1,5 +1,6 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications") for ``Box``
-actions on a Gymnasium vector environment.
+actions on a Gymnasium vector environment; ``Discrete`` and ``MultiDiscrete`` actions with the
+categorical policy and per-action critics of :mod:`evtrain.trainers.sac_discrete`.
 
 Twin Q networks with Polyak-averaged targets (clipped double-Q), a tanh-squashed Gaussian
 policy rescaled to the action bounds, and automatic tuning of the entropy coefficient
@@ -17,6 +18,7 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
@@ -36,6 +38,14 @@ from evtrain.trainers.networks import (
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import flat_obs_dim
 from evtrain.trainers.replay import ReplayBuffer
+from evtrain.trainers.sac_discrete import (
+    DISCRETE_UPDATE_STATS,
+    Branches,
+    CategoricalActor,
+    DiscreteSACPolicy,
+    actor_loss,
+    critic_losses,
+)
 from evtrain.trainers.sac_signals import SACSignals
 from evtrain.trainers.settings import NetworkSettings, SACSettings
 from evtrain.trainers.twin_q import TwinQ, from_two_networks, relayout_flat
@@ -52,6 +62,11 @@ UPDATE_STATS = (
     "Policy/Extrinsic Value Estimate",
 )
 """What every update reports (the mean over a summary period), in ``_stats_sum``'s order."""
+
+
+def space_shape(space: spaces.Space[Any]) -> tuple[int, ...]:
+    """An action's shape (a ``Space``'s ``shape`` is optional in its type)."""
+    return tuple(space.shape or ())
 
 
 class SquashedGaussianActor(nn.Module):
@@ -106,7 +121,7 @@ class SACPolicy(nn.Module):
 
 
 class SACTrainer(Trainer):
-    """SAC for bounded ``Box`` action spaces."""
+    """SAC for bounded ``Box``, ``Discrete`` and ``MultiDiscrete`` action spaces."""
 
     settings_type = SACSettings
 
@@ -114,25 +129,36 @@ class SACTrainer(Trainer):
         settings, envs = self.settings, self.envs
         hp: SACSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
         space = envs.single_action_space
-        if not isinstance(space, spaces.Box) or not (
-            np.isfinite(space.low).all() and np.isfinite(space.high).all()
+        if not isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and (
+            not isinstance(space, spaces.Box)
+            or not (np.isfinite(space.low).all() and np.isfinite(space.high).all())
         ):
             raise SpaceMismatchError(
-                f"SAC needs a bounded Box action space, got {space}; use trainer_type: ppo for "
-                "discrete actions"
+                f"SAC needs a bounded Box, a Discrete or a MultiDiscrete action space, got "
+                f"{space}; give the Box finite bounds, or use trainer_type: ppo"
             )
         self.hp = hp
         self.action_space = space
         obs_dim = flat_obs_dim(envs.single_observation_space)
-        action_dim = int(np.prod(space.shape))
-        self._low = space.low.reshape(-1).astype(np.float32)
-        self._high = space.high.reshape(-1).astype(np.float32)
         network = settings.network_settings
         self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize).to(
             self.device
         )
-        self.actor = SquashedGaussianActor(obs_dim, action_dim, network, self.init_generator)
-        self.qf = TwinQ(obs_dim, action_dim, network, self.init_generator)
+        self.actor: SquashedGaussianActor | CategoricalActor
+        self.branches: Branches | None = None
+        """The discrete action branches; ``None`` for ``Box`` actions."""
+        if isinstance(space, spaces.Box):
+            action_dim = int(np.prod(space.shape))
+            self._low = space.low.reshape(-1).astype(np.float32)
+            self._high = space.high.reshape(-1).astype(np.float32)
+            self.actor = SquashedGaussianActor(obs_dim, action_dim, network, self.init_generator)
+            self.qf = TwinQ(obs_dim, action_dim, network, self.init_generator)
+        else:  # stored actions: one index per branch; critics of every action
+            self.branches = Branches(space)
+            action_dim = len(self.branches)
+            self.actor = CategoricalActor(obs_dim, self.branches, network, self.init_generator)
+            num_actions = self.branches.total
+            self.qf = TwinQ(obs_dim, 0, network, self.init_generator, num_actions=num_actions)
         self.actor.to(self.device)
         self.qf.to(self.device)
         self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
@@ -142,7 +168,14 @@ class SACTrainer(Trainer):
         self.qf_params = flatten_parameters(self.qf)
         self.qf_target_params = flatten_parameters(self.qf_target)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.init_entcoef), device=self.device))
+        self.target_entropy: float | torch.Tensor
         self.target_entropy = -float(action_dim) if hp.target_entropy is None else hp.target_entropy
+        self.update_stats = UPDATE_STATS
+        """The names of :attr:`_stats_sum`'s statistics."""
+        if self.branches is not None:  # one coefficient and target per branch (ML-Agents')
+            self.log_alpha = nn.Parameter(self.log_alpha.detach().expand(action_dim).clone())
+            self.target_entropy = self.branches.target_entropy(hp.target_entropy).to(self.device)
+            self.update_stats = DISCRETE_UPDATE_STATS
         self.actor_optimizer = make_adam(self.actor_params, hp.learning_rate)
         self.q_optimizer = make_adam(self.qf_params, hp.learning_rate)
         self.log_alpha.grad = torch.zeros_like(self.log_alpha)
@@ -162,7 +195,7 @@ class SACTrainer(Trainer):
             space,
             obs_dim,
             normalize=self.normalizer,
-            policy=lambda x: self.actor(x, self.generator)[0],
+            policy=self._cloned_output,
             actor_params=self.actor_params,
             num_envs=self.num_envs,
             reporter=self.reporter,
@@ -186,16 +219,18 @@ class SACTrainer(Trainer):
         if self.world.size > 1:  # every rank's observations into every rank's statistics
             self.normalizer.merge_ranks(self.world)
         if self.step < hp.buffer_init_steps:
-            action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
-            action = action.astype(np.float32)
+            action = self._random_actions()
         else:
             with torch.no_grad():
                 action = self.actor(self.normalizer(obs_t), self.generator)[0].cpu().numpy()
-        env_action = self._low + (action + 1.0) * 0.5 * (self._high - self._low)
+        if self.branches is None:
+            env_action = self._low + (action + 1.0) * 0.5 * (self._high - self._low)
+        else:  # [N, branches] indices, reshaped to the space's shape below
+            env_action = action.astype(np.int64)
 
         # -- step and store (s, a, r, s', terminated); s' is the final obs where an episode ended
         next_obs, reward, terminated, truncated, infos = self.envs.step(
-            env_action.reshape((self.num_envs, *self.action_space.shape))
+            env_action.reshape((self.num_envs, *space_shape(self.action_space)))
         )
         dones = terminated | truncated
         valid = self.autoreset.observe(dones)
@@ -234,8 +269,25 @@ class SACTrainer(Trainer):
                 self.extras.update(self.step, self.replay, self.rng)
         self._end_period()
 
+    def _random_actions(self) -> npt.NDArray[Any]:
+        """Uniformly random actions of every environment (``buffer_init_steps``): in
+        ``[-1, 1]`` for ``Box``, an index per branch otherwise."""
+        if self.branches is None:
+            action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
+            return action.astype(np.float32)
+        return self.rng.integers(0, self.branches.sizes, size=(self.num_envs, len(self.branches)))
+
+    def _cloned_output(self, x: torch.Tensor) -> torch.Tensor:
+        """What behavioral cloning trains: the logits, or a sampled action in ``[-1, 1]``."""
+        if isinstance(self.actor, CategoricalActor):
+            return self.actor.logits(x)
+        action: torch.Tensor = self.actor(x, self.generator)[0]
+        return action
+
     def _update(self) -> None:
         """One gradient step of the critics, the actor and alpha, then the target update."""
+        if isinstance(self.actor, CategoricalActor):
+            return self._update_discrete(self.actor)
         hp = self.hp
         mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
             t.to(self.device) for t in self.replay.sample(hp.batch_size, self.rng)
@@ -304,6 +356,47 @@ class SACTrainer(Trainer):
         self.q_optimizer.step()
         return q_loss.detach()
 
+    def _update_discrete(self, actor: CategoricalActor) -> None:
+        """:meth:`_update` for discrete actions: the same steps, with the expectations over
+        every action of :mod:`evtrain.trainers.sac_discrete`."""
+        hp = self.hp
+        mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
+            t.to(self.device) for t in self.replay.sample(hp.batch_size, self.rng)
+        )
+        mb_obs = self.normalizer(mb_obs)
+        mb_next_obs = self.normalizer(mb_next_obs)
+        if self.extras.signals:
+            mb_rewards = self.extras.rewards(mb_obs, mb_actions, mb_next_obs, mb_rewards)
+        alpha = self.log_alpha.detach().exp()
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- critics: towards r + gamma (1 - d) sum_a pi(a|s') [min Q'(s', a) - alpha log pi]
+        batch = (mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated)
+        q_loss = critic_losses(self.qf, self.qf_target, actor, batch, alpha, gamma)
+        zero_grad_(self.qf_params)
+        torch.autograd.backward(q_loss.sum())
+        self.world.average_(self.qf_params.grad)
+        self._clip(self.qf_params)
+        self.q_optimizer.step()
+
+        # -- actor: minimise sum_a pi(a|s) [alpha log pi(a|s) - min Q(s, a)]
+        policy_loss, entropy, value = actor_loss(self.qf, actor, mb_obs, alpha)
+        zero_grad_(self.actor_params)
+        torch.autograd.backward(policy_loss)
+        self.world.average_(self.actor_params.grad)
+        self._clip(self.actor_params)
+        self.actor_optimizer.step()
+
+        with torch.no_grad():
+            # -- each branch's coefficient: its entropy towards its target, as for Box
+            torch.sub(entropy, self.target_entropy, out=self.log_alpha.grad)
+            self.world.average_(self.log_alpha.grad)
+            self.alpha_optimizer.step()
+            self.qf_target_params.lerp_(self.qf_params, hp.tau)
+            self._stats_sum[:2] += q_loss.detach()
+            stats = [policy_loss, entropy.sum(), alpha.mean(), value]
+            self._stats_sum[2:] += torch.stack(stats)
+            self._stats_updates += 1
+
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:
             clip_grad_norm_(params, self.hp.max_grad_norm)
@@ -311,7 +404,7 @@ class SACTrainer(Trainer):
     def _write_summary(self, label: int) -> None:
         if self._stats_updates:
             means = (self._stats_sum / self._stats_updates).tolist()
-            for key, value in zip(UPDATE_STATS, means, strict=True):
+            for key, value in zip(self.update_stats, means, strict=True):
                 self.reporter.add_stat(key, value)
             self.reporter.add_stat("Policy/Learning Rate", self._lr_sum / self._stats_updates)
             self._stats_sum.zero_()
@@ -322,8 +415,14 @@ class SACTrainer(Trainer):
     # -- what the runner needs ------------------------------------------------------------------
 
     def policy_module(self) -> nn.Module:
-        """Raw observations to the deterministic action ``tanh(mean)`` rescaled to the bounds."""
-        return SACPolicy(self.normalizer, self.actor, self.action_space).eval()
+        """Raw observations to the deterministic action: ``tanh(mean)`` rescaled to the bounds,
+        or each branch's most likely action."""
+        actor, space = self.actor, self.action_space
+        if isinstance(actor, CategoricalActor):
+            return DiscreteSACPolicy(self.normalizer, actor).eval()
+        if not isinstance(space, spaces.Box):
+            raise RuntimeError(f"a Gaussian SAC policy for {space}")
+        return SACPolicy(self.normalizer, actor, space).eval()
 
     def _state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {

@@ -37,13 +37,25 @@ class TwinQ(nn.Module):
 
     The weights are drawn as two separate :class:`MLP` would draw them (q1's layers in order,
     then q2's, from the same generator), so a seed builds the same critics as before.
+
+    :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac_discrete`): the
+        critics take no action (``action_dim`` 0) and output one value per action,
+        ``Q(s, .)``, read with :meth:`action_values`; 0 (``Box``): one output, ``Q(s, a)``.
     """
 
     def __init__(
-        self, obs_dim: int, action_dim: int, network: NetworkSettings, generator: torch.Generator
+        self,
+        obs_dim: int,
+        action_dim: int,
+        network: NetworkSettings,
+        generator: torch.Generator,
+        *,
+        num_actions: int = 0,
     ) -> None:
         super().__init__()
-        widths = [obs_dim + action_dim] + [network.hidden_units] * network.num_layers + [1]
+        self.num_actions = num_actions
+        outputs = num_actions or 1
+        widths = [obs_dim + action_dim] + [network.hidden_units] * network.num_layers + [outputs]
         gains = [math.sqrt(2)] * network.num_layers + [1.0]
         shapes = list(itertools.pairwise(widths))
         drawn = [
@@ -79,6 +91,15 @@ class TwinQ(nn.Module):
                 for h_k, w_k, b_k in zip(h.unbind(0), weight, bias, strict=True)
             ]
         )
+
+    def action_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Both critics' values of every action, ``[2, batch, num_actions]`` (discrete
+        critics: one batched matrix product per layer, the output layer included)."""
+        h = x.expand(2, -1, -1)
+        *hidden, (weight, bias) = zip(self.weights, self.biases, strict=True)
+        for w, b in hidden:
+            h = self.activation(torch.baddbmm(b, h, w))
+        return torch.baddbmm(bias, h, weight)
 
 
 def from_two_networks(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 
-from evtrain.trainers import NetworkSettings
+from evtrain.trainers import NetworkSettings, SACSettings, SACTrainer
 from evtrain.trainers.sac_discrete import (
     Branches,
     CategoricalActor,
@@ -20,6 +24,8 @@ from evtrain.trainers.sac_discrete import (
     taken_q,
 )
 from evtrain.trainers.twin_q import TwinQ
+from tests.action_envs import branched_cartpole
+from tests.trainers.helpers import Recording, small_sac
 
 ONE = Branches(spaces.Discrete(2))
 TWO = Branches(spaces.MultiDiscrete([2, 3]))
@@ -136,3 +142,106 @@ def test_actor_and_critics_shapes() -> None:
         for w, b in zip(qf.weights[:-1], qf.biases[:-1], strict=True):
             h = torch.tanh(h @ w[k] + b[k])
         torch.testing.assert_close(q[k], h @ qf.weights[-1][k] + qf.biases[-1][k])
+
+
+# -- the trainer -------------------------------------------------------------------------------
+
+
+def cartpole() -> gym.Env[Any, Any]:
+    return gym.make("CartPole-v1")
+
+
+def discrete_sac(
+    recording: Recording, make_env: Callable[[], gym.Env[Any, Any]] = cartpole
+) -> SACTrainer:
+    settings = small_sac(
+        hyperparameters=SACSettings(batch_size=8, buffer_size=1000, buffer_init_steps=40),
+        network_settings=NetworkSettings(hidden_units=8, num_layers=1),
+    )
+    envs = gym.vector.SyncVectorEnv([make_env] * 2)
+    return SACTrainer("Test", settings, envs, recording.reporter, seed=0)
+
+
+def test_warm_up_stores_uniform_action_indices_then_the_policy_acts(recording: Recording) -> None:
+    trainer = discrete_sac(recording)
+    while trainer.step < 40:
+        trainer.advance()
+    assert trainer.num_updates == 0
+    stored = trainer.replay.actions[: len(trainer.replay)]
+    assert stored.shape == (40, 1) and set(np.unique(stored)) == {0.0, 1.0}
+    trainer.advance()
+    assert trainer.num_updates == 2  # one per environment step after buffer_init_steps
+    assert trainer.log_alpha.shape == (1,)
+    torch.testing.assert_close(trainer.target_entropy, torch.tensor([0.2 * math.log(2)]))
+    trainer.envs.close()
+
+
+def test_one_update_is_the_paper_s_step_computed_by_hand(recording: Recording) -> None:
+    trainer = discrete_sac(recording)
+    while trainer.step < 40:
+        trainer.advance()
+    actor, qf, qf_target = (
+        copy.deepcopy(m) for m in (trainer.actor, trainer.qf, trainer.qf_target)
+    )
+    rng = copy.deepcopy(trainer.rng)
+    alpha = trainer.log_alpha.detach().exp().item()
+    trainer._update()
+    obs, actions, rewards, next_obs, terminated = (
+        t.double() for t in trainer.replay.sample(8, rng)
+    )
+
+    def critic(net: TwinQ, k: int, s: torch.Tensor) -> list[float]:
+        h = torch.tanh(s.float() @ net.weights[0][k] + net.biases[0][k])
+        values: list[float] = (h @ net.weights[1][k] + net.biases[1][k]).flatten().tolist()
+        return values
+
+    def policy(net: CategoricalActor, s: torch.Tensor) -> list[float]:
+        probs: list[float] = torch.softmax(net.logits(s.float()[None]), -1).flatten().tolist()
+        return probs
+
+    q_losses = [0.0, 0.0]
+    with torch.no_grad():
+        for i in range(8):
+            p = policy(actor, next_obs[i])
+            q1, q2 = (
+                critic(qf_target, 0, next_obs[i][None]),
+                critic(qf_target, 1, next_obs[i][None]),
+            )
+            v = sum(p[a] * (min(q1[a], q2[a]) - alpha * math.log(p[a])) for a in range(2))
+            y = rewards[i].item() + 0.99 * (1 - terminated[i].item()) * v
+            for k in range(2):
+                q_losses[k] += (critic(qf, k, obs[i][None])[int(actions[i, 0])] - y) ** 2 / 8
+        # the actor's loss: the critics after their step, the actor before its own
+        policy_loss = 0.0
+        for i in range(8):
+            p = policy(actor, obs[i])
+            q1, q2 = critic(trainer.qf, 0, obs[i][None]), critic(trainer.qf, 1, obs[i][None])
+            policy_loss += sum(
+                p[a] * (alpha * math.log(p[a]) - min(q1[a], q2[a])) for a in range(2)
+            )
+    reported = trainer._stats_sum.tolist()
+    assert reported[:3] == pytest.approx([*q_losses, policy_loss / 8], rel=1e-5)
+    # alpha's first Adam step: lr times the sign of (entropy - target), downwards here as the
+    # near-uniform policy's entropy (~log 2) is above the target 0.2 log 2
+    assert reported[3] == pytest.approx(math.log(2), abs=0.01)
+    assert trainer.log_alpha.item() == pytest.approx(math.log(alpha) - 3e-4, rel=1e-3)
+    trainer.envs.close()
+
+
+def test_policy_module_gives_each_branch_s_most_likely_action(recording: Recording) -> None:
+    trainer = discrete_sac(recording, branched_cartpole)
+    while trainer.step < 60:
+        trainer.advance()
+    stored = trainer.replay.actions[: len(trainer.replay)]
+    assert stored.shape == (trainer.step, 2)
+    assert set(np.unique(stored[:, 1])) == {0.0, 1.0, 2.0}
+    assert trainer.log_alpha.shape == (2,)
+    x = torch.randn(16, 4)
+    action = trainer.policy_module()(x)
+    logits = trainer.actor.net(x)
+    assert action.dtype == torch.int64
+    assert (
+        action.tolist()
+        == torch.stack([logits[:, :2].argmax(1), logits[:, 2:].argmax(1)], 1).tolist()
+    )
+    trainer.envs.close()

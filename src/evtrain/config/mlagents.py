@@ -63,7 +63,7 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "NetworkSettings": (
         "behaviors.<name>.network_settings",
-        {"memory": _NOT_YET, "vis_encode_type": _NOT_YET},
+        {"memory": _NOT_YET},
     ),
     "RewardSignals": (
         "behaviors.<name>.reward_signals",

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from evtrain.trainers.networks import ACTIVATIONS
+from evtrain.trainers.observations import ObservationEncoder, ObservationLayout
 from evtrain.trainers.settings import NetworkSettings
 
 INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -37,10 +38,19 @@ class TwinQ(nn.Module):
 
     The weights are drawn as two separate :class:`MLP` would draw them (q1's layers in order,
     then q2's, from the same generator), so a seed builds the same critics as before.
+
+    With image observations (``layout``), each critic has its own image encoders in front
+    (:mod:`evtrain.trainers.observations`), as ML-Agents' two Q networks do, and ``obs_dim``
+    is the width of their output.
     """
 
     def __init__(
-        self, obs_dim: int, action_dim: int, network: NetworkSettings, generator: torch.Generator
+        self,
+        obs_dim: int,
+        action_dim: int,
+        network: NetworkSettings,
+        generator: torch.Generator,
+        layout: ObservationLayout | None = None,
     ) -> None:
         super().__init__()
         widths = [obs_dim + action_dim] + [network.hidden_units] * network.num_layers + [1]
@@ -60,6 +70,11 @@ class TwinQ(nn.Module):
         self.activation = INPLACE_ACTIVATIONS.get(
             network.activation, ACTIVATIONS[network.activation]
         )
+        self.encoders: nn.ModuleList | None = None
+        if layout is not None and layout.images:
+            self.encoders = nn.ModuleList(
+                ObservationEncoder(layout, network, generator) for _ in range(2)
+            )
 
     def forward(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q = self.values(x, action)
@@ -67,7 +82,10 @@ class TwinQ(nn.Module):
 
     def values(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Both estimates as one ``[2, batch]`` tensor (row ``k``: critic ``k``)."""
-        h = torch.cat([x, action], dim=-1).expand(2, -1, -1)
+        if self.encoders is None:
+            h = torch.cat([x, action], dim=-1).expand(2, -1, -1)
+        else:  # each critic's own features of the observations
+            h = torch.stack([torch.cat([encoder(x), action], dim=-1) for encoder in self.encoders])
         *hidden, (weight, bias) = zip(self.weights, self.biases, strict=True)
         for w, b in hidden:
             h = self.activation(torch.baddbmm(b, h, w))

@@ -1,7 +1,10 @@
 """Export a policy to ONNX, check that the file is right, and run exported policies.
 
 A policy is a :class:`torch.nn.Module` from raw float32 observations ``[B, *obs_shape]`` to
-deterministic actions (a trainer's ``policy_module()``).  :func:`export_onnx` writes it with a
+deterministic actions (a trainer's ``policy_module()``).  A policy of several observations
+(a Gymnasium ``Dict`` space's parts) takes one positional argument per part: it is exported
+with one named graph input per part, in the order of the example's mapping, all sharing the
+dynamic batch axis.  :func:`export_onnx` writes it with a
 dynamic batch axis, checks the model, runs it in onnxruntime against the module itself, and
 only then puts the file in place atomically.  A :class:`PolicyExporter` does the same for a
 policy exported at every checkpoint.  :func:`onnx_policy` runs an exported file
@@ -30,11 +33,12 @@ export does not need to pay.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,12 +52,20 @@ from evtrain.atomic import StrPath, atomic_write
 logger = logging.getLogger("evtrain.export")
 
 _LEAFSPEC_WARNING = re.escape("`isinstance(treespec, LeafSpec)` is deprecated")
+_SHARED_AXIS_WARNING = r"# The axis name: \w+ will not be used, since it shares the same shape"
 _TORCHVISION_NOTICE = "torchvision is not installed"
 _REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
 _TORCHSCRIPT_WARNING = "You are using the legacy TorchScript-based ONNX export"
 
 Exporter = Literal["auto", "torchscript", "dynamo"]
 """Which of PyTorch's ONNX exporters writes the graph (see the module's docs)."""
+
+Example = torch.Tensor | npt.NDArray[Any] | Mapping[str, torch.Tensor | npt.NDArray[Any]]
+"""A batch of observations to export with: one tensor (the graph's one input), or a mapping
+from input names to tensors (one graph input each, in the mapping's order)."""
+
+_Inputs = dict[str, torch.Tensor]
+"""The graph's inputs by name, in order: the arguments of the module's ``forward``."""
 
 
 class _DropTorchvisionNotice(logging.Filter):
@@ -72,6 +84,9 @@ def _quiet_exporter() -> Iterator[None]:
       thread installs during an export is lost; nothing in evtrain installs filters on threads.
     * Each export builds the operator registry anew, which logs four "torchvision is not
       installed" lines: noise at every checkpoint for a policy that uses no torchvision op.
+    * A policy of several inputs shares one ``batch`` axis among them, and the exporter
+      warns, once per input after the first, that the name is taken by the other inputs'
+      (the same) axis: the graph's batch axes are all called ``batch`` anyway.
     """
     registration = logging.getLogger(_REGISTRATION_LOGGER)
     notice_filter = _DropTorchvisionNotice()
@@ -79,6 +94,7 @@ def _quiet_exporter() -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LEAFSPEC_WARNING, category=FutureWarning)
+            warnings.filterwarnings("ignore", message=_SHARED_AXIS_WARNING, category=UserWarning)
             yield
     finally:
         registration.removeFilter(notice_filter)
@@ -118,7 +134,7 @@ def _session(model: str | bytes, threads: int | None = None) -> Any:
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def _verify(model: bytes, module: nn.Module, example: torch.Tensor, input_name: str) -> None:
+def _verify(model: bytes, module: nn.Module, example: _Inputs) -> None:
     """Raise unless ``model`` is a valid ONNX model computing what ``module`` computes.
 
     It runs on a batch twice the size of the example (the example, then a shifted copy of
@@ -130,16 +146,18 @@ def _verify(model: bytes, module: nn.Module, example: torch.Tensor, input_name: 
     import onnx
 
     onnx.checker.check_model(onnx.load_from_string(model))
-    batch = torch.cat([example, example * 1.5 + 0.25])
+    batch = {name: torch.cat([x, x * 1.5 + 0.25]) for name, x in example.items()}
     with torch.no_grad():
-        expected = module(batch)
+        expected = module(*batch.values())
     if not isinstance(expected, torch.Tensor):
         raise TypeError(f"a policy must return one tensor of actions, got {type(expected)}")
     want = expected.detach().cpu().numpy()
-    got = np.asarray(_session(model, threads=1).run(None, {input_name: batch.cpu().numpy()})[0])
+    feeds = {name: x.cpu().numpy() for name, x in batch.items()}
+    got = np.asarray(_session(model, threads=1).run(None, feeds)[0])
     if got.shape != want.shape:
+        size = len(next(iter(batch.values())))
         raise ValueError(
-            f"the exported policy returns shape {got.shape} for a batch of {len(batch)}, the "
+            f"the exported policy returns shape {got.shape} for a batch of {size}, the "
             f"module {want.shape}; is the batch axis dynamic?"
         )
     exact = np.issubdtype(want.dtype, np.integer) or want.dtype == np.bool_
@@ -149,7 +167,7 @@ def _verify(model: bytes, module: nn.Module, example: torch.Tensor, input_name: 
 
 def export_onnx(
     module: nn.Module,
-    example_obs: torch.Tensor,
+    example_obs: Example,
     path: StrPath,
     *,
     input_name: str = "obs",
@@ -169,9 +187,12 @@ def export_onnx(
     To export the same policy again and again (every checkpoint), use a
     :class:`PolicyExporter`: after the first export it only puts the new weights in.
 
-    :param module: maps float32 observations ``[B, *obs_shape]`` to one action tensor ``[B, ...]``.
-    :param example_obs: a batch of observations to trace with (moved to the module's device).
-    :param input_name: name of the graph input; its first axis is the dynamic ``batch``.
+    :param module: maps float32 observations ``[B, *obs_shape]`` to one action tensor ``[B, ...]``
+        (several observations: one positional argument each).
+    :param example_obs: a batch of observations to trace with (moved to the module's device,
+        as float32), or a mapping of input names to such batches, in ``forward``'s order.
+    :param input_name: name of the graph input of a single ``example_obs``; its first axis is
+        the dynamic ``batch`` (a mapping's inputs are named by its keys).
     :param output_name: name of the graph output.
     :param opset_version: ONNX opset; ``None`` is the exporter's default.
     :param exporter: which of PyTorch's exporters writes the graph (see the module's docs).
@@ -230,23 +251,35 @@ class PolicyExporter:
         self.reused = 0
         """Exports that reused the traced graph with new weights."""
 
-    def export(self, module: nn.Module, example_obs: torch.Tensor, path: StrPath) -> Path:
+    def export(self, module: nn.Module, example_obs: Example, path: StrPath) -> Path:
         """Export ``module`` to ``path`` like :func:`export_onnx`, reusing the graph if it can.
 
         :raises: as :func:`export_onnx`.
         """
         path = Path(path)
-        if example_obs.ndim < 2 or example_obs.shape[0] == 0:
-            raise ValueError(
-                f"example_obs must be a batch [B, *obs_shape] with B >= 1, got shape "
-                f"{tuple(example_obs.shape)}"
-            )
-        example = example_obs.detach().to(device=_device_of(module), dtype=torch.float32)
+        parts = (
+            dict(example_obs)
+            if isinstance(example_obs, Mapping)
+            else {self.input_name: example_obs}
+        )
+        device = _device_of(module)
+        example: _Inputs = {}
+        for name, x in parts.items():
+            tensor = torch.as_tensor(x)
+            if tensor.ndim < 2 or tensor.shape[0] == 0:
+                raise ValueError(
+                    f"example_obs must be a batch [B, *obs_shape] with B >= 1, got shape "
+                    f"{tuple(tensor.shape)}" + ("" if len(parts) == 1 else f" for {name!r}")
+                )
+            example[name] = tensor.detach().to(device=device, dtype=torch.float32)
+        if len({x.shape[0] for x in example.values()}) != 1:
+            shapes = {name: tuple(x.shape) for name, x in example.items()}
+            raise ValueError(f"example_obs must be batches of one size, got shapes {shapes}")
         with _eval_mode(module):
             model = self._model(module, example)
         return atomic_write(path, lambda f: f.write(model))
 
-    def _model(self, module: nn.Module, example: torch.Tensor) -> bytes:
+    def _model(self, module: nn.Module, example: _Inputs) -> bytes:
         if self.exporter != "dynamo":
             try:
                 return self._trace_torchscript(module, example)
@@ -267,7 +300,7 @@ class PolicyExporter:
                 return model
         return self._trace(module, example, signature)
 
-    def _trace_torchscript(self, module: nn.Module, example: torch.Tensor) -> bytes:
+    def _trace_torchscript(self, module: nn.Module, example: _Inputs) -> bytes:
         buffer = io.BytesIO()
         with warnings.catch_warnings():
             # Its entry point and its own internals (deprecated with it) warn about themselves.
@@ -277,30 +310,29 @@ class PolicyExporter:
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx\.")
             torch.onnx.export(
                 module,
-                (example,),
+                tuple(example.values()),
                 buffer,  # type: ignore[arg-type]  # the TorchScript exporter takes a file object
                 dynamo=False,
-                input_names=[self.input_name],
+                input_names=list(example),
                 output_names=[self.output_name],
-                dynamic_axes={self.input_name: {0: "batch"}, self.output_name: {0: "batch"}},
+                dynamic_axes={name: {0: "batch"} for name in [*example, self.output_name]},
                 opset_version=self.opset_version,
             )
         model = buffer.getvalue()
-        _verify(model, module, example, self.input_name)
+        _verify(model, module, example)
         self.traced += 1
         return model
 
-    def _trace(self, module: nn.Module, example: torch.Tensor, signature: tuple[Any, ...]) -> bytes:
+    def _trace(self, module: nn.Module, example: _Inputs, signature: tuple[Any, ...]) -> bytes:
         self._signature = self._template = None
         with _quiet_exporter():
             program = torch.onnx.export(
                 module,
-                (example,),
+                tuple(example.values()),
                 dynamo=True,
-                input_names=[self.input_name],
+                input_names=list(example),
                 output_names=[self.output_name],
-                # A tuple, not a dict: the dict form is keyed by forward's argument name.
-                dynamic_shapes=({0: torch.export.Dim("batch")},),
+                dynamic_shapes=_dynamic_shapes(module, len(example)),
                 opset_version=self.opset_version,
                 # As traced: the exporter's constant folding would merge buffers into new
                 # initializers (sqrt(var + eps) as "sqrt"), which _reuse could not refresh.
@@ -313,12 +345,12 @@ class PolicyExporter:
         # written in place (not atomically), with the weights in a separate ``.onnx.data``
         # file by default, and the model would reach the disk before it was checked.
         model: bytes = program.model_proto.SerializeToString()
-        _verify(model, module, example, self.input_name)
+        _verify(model, module, example)
         self._signature, self._template = signature, program.model_proto
         self.traced += 1
         return model
 
-    def _reuse(self, module: nn.Module, example: torch.Tensor) -> bytes | None:
+    def _reuse(self, module: nn.Module, example: _Inputs) -> bytes | None:
         """The traced graph with ``module``'s current tensors, checked; ``None`` if it fails."""
         import onnx
         from onnx import numpy_helper
@@ -334,7 +366,7 @@ class PolicyExporter:
                 initializer.CopyFrom(numpy_helper.from_array(array, initializer.name))
         model: bytes = proto.SerializeToString()
         try:
-            _verify(model, module, example, self.input_name)
+            _verify(model, module, example)
         except Exception as error:
             logger.debug("The traced graph does not fit the module any more (%s); tracing.", error)
             return None
@@ -342,37 +374,60 @@ class PolicyExporter:
         return model
 
 
-def _signature(module: nn.Module, example: torch.Tensor) -> tuple[Any, ...]:
+def _dynamic_shapes(module: nn.Module, count: int) -> tuple[Any, ...]:
+    """``torch.export``'s ``dynamic_shapes`` for ``count`` inputs sharing a dynamic batch axis:
+    one entry per argument of ``forward``, where a ``*args`` argument takes the tuple of those
+    it collects.  (A tuple, not a dict: the dict form is keyed by forward's argument names.)"""
+    batch = torch.export.Dim("batch")
+    shapes = tuple({0: batch} for _ in range(count))
+    kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
+    if inspect.Parameter.VAR_POSITIONAL not in kinds:
+        return shapes
+    named = kinds.index(inspect.Parameter.VAR_POSITIONAL)
+    return (*shapes[:named], shapes[named:])
+
+
+def _signature(module: nn.Module, example: _Inputs) -> tuple[Any, ...]:
     """What must not change for a traced graph to be reused with new weights."""
     tensors = [*module.named_parameters(), *module.named_buffers()]
     modules = module.named_modules()
     return (
         tuple((name, type(m).__module__, type(m).__qualname__) for name, m in modules),
         tuple((name, tuple(t.shape), t.dtype, t.device) for name, t in tensors),
-        tuple(example.shape[1:]),
-        example.device,
+        tuple((name, tuple(x.shape[1:]), x.device) for name, x in example.items()),
     )
 
 
 def onnx_policy(
     path: StrPath, *, threads: int | None = None
-) -> Callable[[npt.ArrayLike], npt.NDArray[Any]]:
+) -> Callable[[npt.ArrayLike | Mapping[str, npt.ArrayLike]], npt.NDArray[Any]]:
     """Load an exported policy and return a function from observations to actions.
 
     The function takes a batch ``[B, *obs_shape]`` (or one observation ``obs_shape``, answered
-    with one action), casts it to float32, and returns the graph's first output as numpy.
+    with one action), casts it to float32, and returns the graph's first output as numpy.  A
+    policy of several inputs (a ``Dict`` observation) takes a mapping from input names to
+    batches (or to single observations), as a Gymnasium environment gives it.
 
     :param threads: onnxruntime intra-op threads; ``None`` lets onnxruntime decide.
     """
     session = _session(str(path), threads)
-    graph_input = session.get_inputs()[0]
-    name: str = graph_input.name
-    rank = len(graph_input.shape)
+    ranks: dict[str, int] = {i.name: len(i.shape) for i in session.get_inputs()}
+    names = list(ranks)
 
-    def act(obs: npt.ArrayLike) -> npt.NDArray[Any]:
-        x = np.asarray(obs, dtype=np.float32)
-        single = x.ndim == rank - 1
-        out = np.asarray(session.run(None, {name: x[None] if single else x})[0])
+    def act(obs: npt.ArrayLike | Mapping[str, npt.ArrayLike]) -> npt.NDArray[Any]:
+        if isinstance(obs, Mapping):
+            missing = [name for name in names if name not in obs]
+            if missing:
+                raise ValueError(f"the policy's inputs are {names}; missing {missing}")
+            feeds = {name: np.asarray(obs[name], dtype=np.float32) for name in names}
+        elif len(names) == 1:
+            feeds = {names[0]: np.asarray(obs, dtype=np.float32)}
+        else:
+            raise ValueError(f"the policy's inputs are {names}: give a mapping of them")
+        single = feeds[names[0]].ndim == ranks[names[0]] - 1
+        if single:
+            feeds = {name: x[None] for name, x in feeds.items()}
+        out = np.asarray(session.run(None, feeds)[0])
         return out[0] if single else out
 
     return act

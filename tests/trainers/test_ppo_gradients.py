@@ -124,3 +124,11 @@ def test_a_trainer_learns_the_same_numbers_either_way() -> None:
         envs.close()
         weights.append(trainer.flat_params.detach().clone())
     assert torch.equal(weights[0], weights[1])
+
+
+def test_image_observations_use_autograd() -> None:
+    image = gym.spaces.Box(0, 255, (40, 40, 3), np.uint8)
+    network = NetworkSettings(hidden_units=8, num_layers=1, vis_encode_type="simple")
+    agent = ActorCritic(image, DISCRETE, network, torch.Generator().manual_seed(0))
+    assert agent.actor_encoder is not None
+    assert not supports(agent)

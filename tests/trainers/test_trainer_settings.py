@@ -45,6 +45,7 @@ def test_ml_agents_defaults() -> None:
             "normalize": False,
             "activation": "tanh",
             "goal_conditioning_type": "hyper",
+            "vis_encode_type": "simple",
             "deterministic": False,
         },
         "reward_signals": {

@@ -64,7 +64,7 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "NetworkSettings": (
         "behaviors.<name>.network_settings",
-        {"memory": _NOT_YET, "vis_encode_type": _NOT_YET},
+        {"memory": _NOT_YET},
     ),
 }
 """Every ML-Agents option evtrain knows and does not implement (or translates), by the options

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
-import numpy.typing as npt
 import torch
 from torch import nn
 
@@ -34,7 +33,7 @@ from evtrain.errors import BusClosedError
 from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.events.signals import EventSignal
-from evtrain.export import PolicyExporter
+from evtrain.export import Example, PolicyExporter
 from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
 from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
@@ -156,7 +155,7 @@ class CheckpointManager:
         state: dict[str, Any],
         policy: nn.Module | None = None,
         *,
-        example_obs: torch.Tensor | npt.NDArray[Any] | None = None,
+        example_obs: Example | None = None,
         reward: float | None = None,
     ) -> list[SaveEvent | ExportEvent]:
         """Write checkpoint ``step``, in this order, each file atomically:
@@ -171,7 +170,8 @@ class CheckpointManager:
 
         Saving a step already tracked (the final save right after a periodic one) replaces it.
 
-        :param example_obs: a batch of observations to export ``policy`` with (required with it).
+        :param example_obs: a batch of observations to export ``policy`` with (required with it;
+            a mapping of input names to batches for a policy of several inputs).
         :param reward: recorded with the checkpoint (non-finite values as ``None``).
         :returns: the events emitted, in order (``[]`` when not the writer).
         :raises OSError: the ``.pt`` or ``checkpoint.pt`` could not be written.
@@ -224,7 +224,7 @@ class CheckpointManager:
         step: int,
         state: dict[str, Any],
         policy: nn.Module | None,
-        example_obs: torch.Tensor | npt.NDArray[Any] | None,
+        example_obs: Example | None,
         reward: float | None,
     ) -> list[SaveEvent | ExportEvent]:
         reward = finite_or_none(reward)
@@ -274,7 +274,7 @@ class CheckpointManager:
         state: dict[str, Any],
         policy: nn.Module | None = None,
         *,
-        example_obs: torch.Tensor | npt.NDArray[Any] | None = None,
+        example_obs: Example | None = None,
         reward: float | None = None,
     ) -> list[SaveEvent | ExportEvent]:
         """The end-of-run save (also on Ctrl-C): :meth:`save`, then the step's ``.onnx`` copied
@@ -332,15 +332,11 @@ class CheckpointManager:
                 logger.warning("The bus is closed; %s was not emitted: %r", signal.name, payload)
         return payload
 
-    def _export(
-        self, policy: nn.Module, example_obs: torch.Tensor | npt.NDArray[Any], path: Path, step: int
-    ) -> bool:
+    def _export(self, policy: nn.Module, example_obs: Example, path: Path, step: int) -> bool:
         self._writing(path)
         try:
             with hierarchical_timer("export"):
-                self._exporter.export(
-                    policy, torch.as_tensor(example_obs, dtype=torch.float32), path
-                )
+                self._exporter.export(policy, example_obs, path)
         except Exception:
             # Never lose the checkpoint over its export (ML-Agents users did, at Ctrl-C).
             logger.exception(

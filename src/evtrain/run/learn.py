@@ -263,7 +263,7 @@ class _Run:
         with hierarchical_timer("snapshot"):
             state = snapshot(trainer.state_dict())
             policy = snapshot(trainer.policy_module())
-            example = _example_obs(trainer.next_obs)
+            example = _example_obs(trainer.envs.single_observation_space, trainer.next_obs)
         step, reward = trainer.step, self.rewards.mean.get(name)
         save = manager.save_final if final else manager.save
         progress = self.progress
@@ -339,11 +339,15 @@ class _Run:
             )
 
 
-def _example_obs(next_obs: Any) -> Any:
-    """A float32 copy of the first observation, as a batch of one, to export with."""
+def _example_obs(space: Any, next_obs: Any) -> Any:
+    """A float32 copy of the first observation, as a batch of one, to export with: one per
+    input of the policy (the ``Box``, or each key of a ``Dict``), by input name."""
     import numpy as np
 
-    return np.array(next_obs[:1], dtype=np.float32, copy=True)
+    from evtrain.trainers.observations import policy_inputs
+
+    inputs = policy_inputs(space, next_obs)
+    return {name: np.array(x[:1], dtype=np.float32, copy=True) for name, x in inputs.items()}
 
 
 def _next_multiple(step: int, interval: int) -> int:

@@ -33,6 +33,7 @@ from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
+from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
 from evtrain.world import World
 
@@ -116,8 +117,10 @@ class Trainer(abc.ABC):
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self._recent_rewards: deque[float] = deque(maxlen=100)
         obs, _ = envs.reset(seed=seed)
-        self.next_obs: npt.NDArray[Any] = np.asarray(obs)
-        """The observation each sub-environment is in now."""
+        # Typed Any: an array, or a Dict observation space's dictionary of arrays.
+        self.next_obs: Any = _batch(obs)
+        """The observation each sub-environment is in now, as the vector environment gives it:
+        an array, or for a ``Dict`` observation space a dictionary of arrays."""
         reporter.add_property(
             StatsPropertyType.HYPERPARAMETERS, attrs.asdict(settings, filter=absent_when_none)
         )
@@ -169,12 +172,13 @@ class Trainer(abc.ABC):
         """
         if self._policy is None:
             raise RuntimeError("run_policy() runs the policy of begin_inference(): call it first")
-        obs = torch.as_tensor(np.asarray(self.next_obs, dtype=np.float32), device=self.device)
-        actions = self._policy(obs).cpu().numpy()
+        inputs = policy_inputs(self.envs.single_observation_space, self.next_obs).values()
+        obs = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device) for x in inputs]
+        actions = self._policy(*obs).cpu().numpy()
         next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
         dones = terminated | truncated
         self._record_step(rewards, dones, self.autoreset.observe(dones))
-        self.next_obs = np.asarray(next_obs)
+        self.next_obs = _batch(next_obs)
         self._end_period()
 
     def write_final_summary(self) -> None:
@@ -369,3 +373,8 @@ class Trainer(abc.ABC):
         self.reporter.write_stats(label, merge=merge)
         self._last_summary = label
         self._summarised_at = self.step
+
+
+def _batch(obs: Any) -> Any:
+    """A vector environment's observations: an array, or a ``Dict`` space's dictionary."""
+    return obs if isinstance(obs, dict) else np.asarray(obs)

@@ -2,21 +2,23 @@
 minimum resolutions.  Each takes a float batch laid out ``(N, C, H, W)`` and returns
 ``(N, hidden_units)`` features.
 
-Not yet wired into the policies: see issue 11.
+The policies put them in front of their hidden layers through
+:mod:`evtrain.trainers.observations`, which splits an observation into its images and vectors.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
 
 import torch
 from torch import nn
 
 from evtrain.errors import ConfigError
+from evtrain.trainers.settings import VisEncodeType
 
-VisEncodeType = Literal["simple", "nature_cnn", "resnet", "match3", "fully_connected"]
+__all__ = ["MIN_RESOLUTION", "VisEncodeType", "build_encoder", "too_small"]
 
-MIN_RESOLUTION: dict[str, int] = {
+MIN_RESOLUTION: dict[VisEncodeType, int] = {
     "simple": 20,
     "nature_cnn": 36,
     "resnet": 15,
@@ -30,13 +32,32 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int = 0) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
-def _dense(in_features: int, out_features: int) -> nn.Linear:
+def _dense(in_features: int, out_features: int, generator: torch.Generator | None) -> nn.Linear:
     # ML-Agents initialises its encoder's dense layer with Kaiming-normal weights, gain 1.41.
     layer = nn.Linear(in_features, out_features)
-    nn.init.kaiming_normal_(layer.weight)
+    nn.init.kaiming_normal_(layer.weight, generator=generator)
     layer.weight.data.mul_(1.41)
     nn.init.zeros_(layer.bias)
     return layer
+
+
+def _redraw_convolutions(module: nn.Module, generator: torch.Generator) -> None:
+    """Draw every convolution's weights again as PyTorch's default does (ML-Agents keeps the
+    default), but from ``generator``: a seed then builds the same encoder, whatever torch's
+    global random state."""
+    for conv in module.modules():
+        if isinstance(conv, nn.Conv2d):
+            nn.init.kaiming_uniform_(conv.weight, a=math.sqrt(5), generator=generator)
+            if conv.bias is not None:
+                fan_in = conv.weight[0].numel()
+                bound = 1 / math.sqrt(fan_in)
+                nn.init.uniform_(conv.bias, -bound, bound, generator=generator)
+
+
+def too_small(kind: VisEncodeType, height: int, width: int) -> bool:
+    """Whether an image of ``height`` x ``width`` is below ``kind``'s minimum resolution."""
+    minimum = MIN_RESOLUTION[kind]
+    return height < minimum or width < minimum
 
 
 class _ResBlock(nn.Module):
@@ -51,14 +72,21 @@ class _ResBlock(nn.Module):
         return x + residual
 
 
-def build_encoder(kind: VisEncodeType, shape: tuple[int, int, int], out_features: int) -> nn.Module:
+def build_encoder(
+    kind: VisEncodeType,
+    shape: tuple[int, int, int],
+    out_features: int,
+    generator: torch.Generator | None = None,
+) -> nn.Module:
     """The ``kind`` encoder for ``(C, H, W)`` images, ending in ``out_features`` features.
 
-    :raises ConfigError: when ``H`` or ``W`` is below ``kind``'s minimum resolution.
+    :param generator: draws the initial weights (``None``: torch's global generator).
+    :raises ConfigError: when ``H`` or ``W`` is below ``kind``'s minimum resolution (the
+        trainers check first, with the behavior's full key path and the fix).
     """
     channels, height, width = shape
     minimum = MIN_RESOLUTION[kind]
-    if height < minimum or width < minimum:
+    if too_small(kind, height, width):
         raise ConfigError(
             [
                 f"network_settings.vis_encode_type: {kind!r} needs images of at least "
@@ -98,4 +126,7 @@ def build_encoder(kind: VisEncodeType, shape: tuple[int, int, int], out_features
         layers.append(nn.SiLU())
         flat = c * h * w
         act = nn.SiLU()
-    return nn.Sequential(*layers, nn.Flatten(), _dense(flat, out_features), act)
+    encoder = nn.Sequential(*layers, nn.Flatten(), _dense(flat, out_features, generator), act)
+    if generator is not None:
+        _redraw_convolutions(encoder, generator)
+    return encoder

@@ -44,10 +44,14 @@ def autoreset_mode(envs: VectorEnv[Any, Any, Any]) -> AutoresetMode:
     return mode
 
 
-def final_observations(infos: Mapping[str, Any], which: BoolArray) -> npt.NDArray[Any]:
-    """Stacked final observations of the sub-environments ``which`` (``SAME_STEP`` mode)."""
+def final_observations(infos: Mapping[str, Any], which: BoolArray) -> Any:
+    """Stacked final observations of the sub-environments ``which`` (``SAME_STEP`` mode): an
+    array, or for ``Dict`` observations a dictionary of arrays (as the vector env's own)."""
     final_obs = infos["final_obs"]
-    return np.stack([final_obs[i] for i in np.flatnonzero(which)])
+    finals = [final_obs[i] for i in np.flatnonzero(which)]
+    if isinstance(finals[0], Mapping):
+        return {key: np.stack([f[key] for f in finals]) for key in finals[0]}
+    return np.stack(finals)
 
 
 class AutoresetTracker:

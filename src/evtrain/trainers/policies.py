@@ -20,29 +20,28 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.networks import MLP, ObservationNormalizer
+from evtrain.trainers.networks import MLP
+from evtrain.trainers.observations import observation_layout
 from evtrain.trainers.settings import NetworkSettings
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def flat_obs_dim(space: spaces.Space[Any]) -> int:
-    """Length of a flattened observation.
+    """Length of a flattened observation (the row of :mod:`evtrain.trainers.observations`).
 
-    :raises TypeError: the observation space is not a ``Box``.
+    :raises SpaceMismatchError: the observation space is not a ``Box`` or a ``Dict`` of them.
     """
-    if not isinstance(space, spaces.Box):
-        raise SpaceMismatchError(
-            f"evtrain trainers need a Box observation space, got {type(space).__name__}; wrap "
-            "the environment with gymnasium.wrappers.FlattenObservation"
-        )
-    return int(np.prod(space.shape))
+    return observation_layout(space).size
 
 
 class ActorCritic(nn.Module):
     """Policy ``pi(a|s)`` and value ``V(s)`` for a ``Discrete`` or ``Box`` action space.
 
-    ``num_values`` value heads, one per reward signal (extrinsic first).
+    ``num_values`` value heads, one per reward signal (extrinsic first).  The methods take
+    normalised observation rows (:mod:`evtrain.trainers.observations`); with images, the
+    actor and the critic each put their own image encoders in front of their hidden layers,
+    as ML-Agents' actor and critic each have their own ``NetworkBody``.
     """
 
     def __init__(
@@ -55,7 +54,8 @@ class ActorCritic(nn.Module):
         num_values: int = 1,
     ) -> None:
         super().__init__()
-        obs_dim = flat_obs_dim(observation_space)
+        layout = observation_layout(observation_space)
+        obs_dim = layout.features(network)
         if isinstance(action_space, spaces.Discrete):
             self.discrete = True
             policy_out = int(action_space.n)
@@ -66,23 +66,36 @@ class ActorCritic(nn.Module):
             raise SpaceMismatchError(
                 f"PPO supports Discrete and Box action spaces, got {type(action_space).__name__}"
             )
-        self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize)
+        self.normalizer = layout.normalizer(network.normalize)
         # One value head per reward signal on a shared body, as ML-Agents' critic has.
         self.critic = MLP(obs_dim, num_values, network, out_gain=1.0, generator=generator)
         self.actor = MLP(obs_dim, policy_out, network, out_gain=0.01, generator=generator)
         # State-independent log standard deviation, starting at std 1 (SB3's default); empty
         # for Discrete, which keeps one state_dict layout for both kinds.
         self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
+        # Image encoders, drawn after everything else: none for vector observations, whose
+        # networks stay exactly what they were.
+        self.critic_encoder = layout.encoder(network, generator)
+        self.actor_encoder = layout.encoder(network, generator)
+        self.flatten = layout.flattener()
+        """The exported policy's inputs to an observation row."""
+
+    @staticmethod
+    def _encoded(encoder: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+        if encoder is None:
+            return x
+        features: torch.Tensor = encoder(x)
+        return features
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         """``V(s)`` of normalised observations: shape ``(B,)`` with one value head, ``(B, K)``
         with ``K``."""
-        value: torch.Tensor = self.critic(x)
+        value: torch.Tensor = self.critic(self._encoded(self.critic_encoder, x))
         return value.squeeze(-1)
 
     def act(self, x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions for normalised observations: ``(action, log_prob)``."""
-        out = self.actor(x)
+        out = self.actor(self._encoded(self.actor_encoder, x))
         if self.discrete:
             log_probs = torch.log_softmax(out, dim=-1)
             # Gumbel-max: argmax(log p + Gumbel noise) is an exact sample of Categorical(p),
@@ -109,7 +122,7 @@ class ActorCritic(nn.Module):
         :param entropy_grad: keep the entropy in the autograd graph; without it the entropy is
             only a statistic, and computing it outside the graph costs far less.
         """
-        out = self.actor(x)
+        out = self.actor(self._encoded(self.actor_encoder, x))
         if self.discrete:
             log_probs = torch.log_softmax(out, dim=-1)
             log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
@@ -125,7 +138,7 @@ class ActorCritic(nn.Module):
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
         """The most likely action of normalised observations (argmax, or the mean)."""
-        out: torch.Tensor = self.actor(x)
+        out: torch.Tensor = self.actor(self._encoded(self.actor_encoder, x))
         return out.argmax(-1) if self.discrete else out
 
 
@@ -149,7 +162,9 @@ class DeterministicPolicy(nn.Module):
         self.register_buffer("low", torch.from_numpy(low))
         self.register_buffer("high", torch.from_numpy(high))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.agent.normalizer(obs.flatten(1))
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        """Actions for the observations as the environment gives them (a ``Box``'s batch, or
+        a ``Dict``'s batches in its key order, float32)."""
+        x = self.agent.normalizer(self.agent.flatten(*obs))
         action = self.agent.deterministic(x)
         return torch.clamp(action, self.low, self.high) if self.clip else action

@@ -37,6 +37,7 @@ from evtrain.trainers.envs import final_observations
 from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.intrinsic import load_experts, make_behavioral_cloning, make_reward_signals
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
+from evtrain.trainers.observations import behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
 from evtrain.trainers.ppo_gradients import ppo_gradients, supports
@@ -103,6 +104,10 @@ class PPOTrainer(Trainer):
         self.num_steps = hp.buffer_size // self.num_envs
         """Rollout length per environment."""
         self.action_space = envs.single_action_space
+        self.layout = behavior_layout(
+            envs.single_observation_space, settings.network_settings, self.behavior_name
+        )
+        """Where each part of an observation sits in the rows the rollout stores."""
         intrinsic = settings.reward_signals.intrinsic
         self.agent = ActorCritic(
             envs.single_observation_space,
@@ -230,7 +235,7 @@ class PPOTrainer(Trainer):
         for t in range(self.num_steps):
             # -- act: sample a_t ~ pi(.|s_t) and keep log pi(a_t|s_t) for the ratio
             # (torch.tensor copies: a vector env may reuse its observation array.)
-            x = self._observe(torch.tensor(self.next_obs, dtype=torch.float32, device=self.device))
+            x = self._observe(self.layout.tensor(self.next_obs, self.device))
             action, logprob = self.agent.act(x, self.generator)
             obs_list.append(x)
             action_list.append(action)
@@ -295,11 +300,7 @@ class PPOTrainer(Trainer):
         if not ended.any() or self.autoreset.next_step:
             return None
         final = final_observations(infos, ended)
-        final_x = self.agent.normalizer(
-            torch.as_tensor(
-                final.reshape(final.shape[0], -1), dtype=torch.float32, device=self.device
-            )
-        )
+        final_x = self.agent.normalizer(self.layout.tensor(final, self.device))
         return t, ended, final_x
 
     def _value_rollout(self, finals: list[_Finals]) -> torch.Tensor:
@@ -310,9 +311,7 @@ class PPOTrainer(Trainer):
         rollout, and one pass over T*N rows costs about what one step's does.
         """
         T, N = self.num_steps, self.num_envs
-        next_x = self.agent.normalizer(
-            torch.as_tensor(self.next_obs, dtype=torch.float32, device=self.device).reshape(N, -1)
-        )
+        next_x = self.agent.normalizer(self.layout.tensor(self.next_obs, self.device))
         values = self.agent.value(
             torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)])
         )

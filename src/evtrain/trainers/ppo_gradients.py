@@ -39,9 +39,12 @@ _ACTIVATIONS: dict[Callable[[torch.Tensor], torch.Tensor], str] = {
 
 def supports(agent: nn.Module) -> bool:
     """Whether :func:`ppo_gradients` can compute ``agent``'s gradients: an
-    :class:`ActorCritic` of plain :class:`MLP` actor and critic with tanh or relu layers."""
+    :class:`ActorCritic` of vector observations (no image encoders) whose actor and critic are
+    plain :class:`MLP` s with tanh or relu layers."""
     return (
         type(agent) is ActorCritic
+        and agent.actor_encoder is None  # vector observations: the MLPs take the row itself
+        and agent.critic_encoder is None
         and type(agent.actor) is MLP
         and type(agent.critic) is MLP
         and agent.actor.activation in _ACTIVATIONS

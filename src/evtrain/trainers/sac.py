@@ -35,8 +35,8 @@ from evtrain.trainers.networks import (
     flatten_parameters,
     zero_grad_,
 )
+from evtrain.trainers.observations import ObservationFlattener, behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
-from evtrain.trainers.policies import flat_obs_dim
 from evtrain.trainers.replay import ReplayBuffer
 from evtrain.trainers.sac_discrete import (
     DISCRETE_UPDATE_STATS,
@@ -70,19 +70,33 @@ def space_shape(space: spaces.Space[Any]) -> tuple[int, ...]:
 
 
 class SquashedGaussianActor(nn.Module):
-    """``a = tanh(u)``, ``u ~ N(mu(s), sigma(s))``, acting in ``[-1, 1]^d``."""
+    """``a = tanh(u)``, ``u ~ N(mu(s), sigma(s))``, acting in ``[-1, 1]^d``.
+
+    :param encoder: the image encoders in front of the hidden layers (``obs_dim`` is then
+        their output's width); ``None`` for vector observations.
+    """
 
     def __init__(
-        self, obs_dim: int, action_dim: int, network: NetworkSettings, generator: torch.Generator
+        self,
+        obs_dim: int,
+        action_dim: int,
+        network: NetworkSettings,
+        generator: torch.Generator,
+        encoder: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.net = MLP(obs_dim, 2 * action_dim, network, out_gain=0.01, generator=generator)
+        self.encoder = encoder
+
+    def _out(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x if self.encoder is None else self.encoder(x))
+        return out
 
     def forward(
         self, x: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``(action in [-1, 1], log_prob)`` for normalised observations."""
-        mean, log_std = self.net(x).chunk(2, dim=-1)
+        mean, log_std = self._out(x).chunk(2, dim=-1)
         # Squash log_std smoothly into its range instead of clamping it (no dead gradients).
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
@@ -95,7 +109,7 @@ class SquashedGaussianActor(nn.Module):
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
         """The squashed mean, in ``[-1, 1]^d``."""
-        mean, _ = self.net(x).chunk(2, dim=-1)
+        mean, _ = self._out(x).chunk(2, dim=-1)
         return torch.tanh(mean)
 
 
@@ -106,9 +120,15 @@ class SACPolicy(nn.Module):
     bias: torch.Tensor
 
     def __init__(
-        self, normalizer: ObservationNormalizer, actor: SquashedGaussianActor, space: spaces.Box
+        self,
+        normalizer: ObservationNormalizer,
+        actor: SquashedGaussianActor,
+        space: spaces.Box,
+        flatten: ObservationFlattener | None = None,
     ) -> None:
         super().__init__()
+        self.flatten = flatten or ObservationFlattener(())
+        """Its inputs (the ``Box``, or the ``Dict``'s keys in order) to an observation row."""
         self.normalizer = normalizer
         self.actor = actor
         low = torch.as_tensor(space.low.reshape(-1), dtype=torch.float32)
@@ -116,8 +136,9 @@ class SACPolicy(nn.Module):
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("bias", (high + low) / 2)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor.deterministic(self.normalizer(obs.flatten(1))) * self.scale + self.bias
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        x = self.normalizer(self.flatten(*obs))
+        return self.actor.deterministic(x) * self.scale + self.bias
 
 
 class SACTrainer(Trainer):
@@ -139,11 +160,15 @@ class SACTrainer(Trainer):
             )
         self.hp = hp
         self.action_space = space
-        obs_dim = flat_obs_dim(envs.single_observation_space)
         network = settings.network_settings
-        self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize).to(
-            self.device
-        )
+        self.layout = behavior_layout(envs.single_observation_space, network, self.behavior_name)
+        """Where each part of an observation sits in the rows the replay buffer stores."""
+        obs_dim = self.layout.features(network)  # what the hidden layers get
+        self.normalizer = self.layout.normalizer(network.normalize).to(self.device)
+        # Image encoders: the actor's and each critic's own, as ML-Agents' networks have
+        # (none for vector observations).
+        generator = self.init_generator
+        encoder = self.layout.encoder(network, generator)
         self.actor: SquashedGaussianActor | CategoricalActor
         self.branches: Branches | None = None
         """The discrete action branches; ``None`` for ``Box`` actions."""
@@ -151,14 +176,14 @@ class SACTrainer(Trainer):
             action_dim = int(np.prod(space.shape))
             self._low = space.low.reshape(-1).astype(np.float32)
             self._high = space.high.reshape(-1).astype(np.float32)
-            self.actor = SquashedGaussianActor(obs_dim, action_dim, network, self.init_generator)
-            self.qf = TwinQ(obs_dim, action_dim, network, self.init_generator)
+            self.actor = SquashedGaussianActor(obs_dim, action_dim, network, generator, encoder)
+            self.qf = TwinQ(obs_dim, action_dim, network, generator, self.layout)
         else:  # stored actions: one index per branch; critics of every action
             self.branches = Branches(space)
             action_dim = len(self.branches)
-            self.actor = CategoricalActor(obs_dim, self.branches, network, self.init_generator)
+            self.actor = CategoricalActor(obs_dim, self.branches, network, generator, encoder)
             num_actions = self.branches.total
-            self.qf = TwinQ(obs_dim, 0, network, self.init_generator, num_actions=num_actions)
+            self.qf = TwinQ(obs_dim, 0, network, generator, self.layout, num_actions=num_actions)
         self.actor.to(self.device)
         self.qf.to(self.device)
         self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
@@ -180,7 +205,9 @@ class SACTrainer(Trainer):
         self.q_optimizer = make_adam(self.qf_params, hp.learning_rate)
         self.log_alpha.grad = torch.zeros_like(self.log_alpha)
         self.alpha_optimizer = make_adam(self.log_alpha, hp.learning_rate)
-        self.replay = ReplayBuffer(hp.buffer_size, obs_dim, action_dim)
+        self.replay = ReplayBuffer(
+            hp.buffer_size, self.layout.size, action_dim, byte_columns=self.layout.byte_size
+        )
         self.num_updates = 0
         """Gradient steps taken so far."""
         self._stats_sum = torch.zeros(len(UPDATE_STATS), device=self.device)
@@ -213,7 +240,7 @@ class SACTrainer(Trainer):
         """Step every environment once, store the transitions, take the due gradient steps."""
         hp = self.hp
         # -- act: uniform random actions while warming up, then a ~ pi(.|s)
-        obs = np.asarray(self.next_obs, dtype=np.float32).reshape(self.num_envs, -1)
+        obs = self.layout.rows(self.next_obs)
         obs_t = torch.as_tensor(obs, device=self.device)
         self.normalizer.update(obs_t)
         if self.world.size > 1:  # every rank's observations into every rank's statistics
@@ -234,9 +261,9 @@ class SACTrainer(Trainer):
         )
         dones = terminated | truncated
         valid = self.autoreset.observe(dones)
-        real_next = np.array(next_obs, dtype=np.float32).reshape(self.num_envs, -1)
+        real_next = self.layout.rows(next_obs, copy=True)
         if dones.any() and not self.autoreset.next_step:
-            real_next[dones] = final_observations(infos, dones).reshape(int(dones.sum()), -1)
+            real_next[dones] = self.layout.rows(final_observations(infos, dones))
         strength = self.settings.reward_signals.extrinsic.strength
         self.replay.add(
             obs[valid],
@@ -417,12 +444,12 @@ class SACTrainer(Trainer):
     def policy_module(self) -> nn.Module:
         """Raw observations to the deterministic action: ``tanh(mean)`` rescaled to the bounds,
         or each branch's most likely action."""
-        actor, space = self.actor, self.action_space
+        actor, space, flatten = self.actor, self.action_space, self.layout.flattener()
         if isinstance(actor, CategoricalActor):
-            return DiscreteSACPolicy(self.normalizer, actor).eval()
+            return DiscreteSACPolicy(self.normalizer, actor, flatten).eval()
         if not isinstance(space, spaces.Box):
             raise RuntimeError(f"a Gaussian SAC policy for {space}")
-        return SACPolicy(self.normalizer, actor, space).eval()
+        return SACPolicy(self.normalizer, actor, space, flatten).eval()
 
     def _state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {

@@ -36,6 +36,7 @@ from torch import nn
 
 from evtrain.errors import SpaceMismatchError
 from evtrain.trainers.networks import MLP, ObservationNormalizer
+from evtrain.trainers.observations import ObservationFlattener
 from evtrain.trainers.settings import NetworkSettings
 from evtrain.trainers.twin_q import TwinQ
 
@@ -281,12 +282,19 @@ class DiscreteSACPolicy(nn.Module):
     """Export view: raw observations in, the most likely action out (``[B]`` int64 for
     ``Discrete``, ``[B, k]`` for ``MultiDiscrete``), as PPO's discrete policies export."""
 
-    def __init__(self, normalizer: ObservationNormalizer, actor: CategoricalActor) -> None:
+    def __init__(
+        self,
+        normalizer: ObservationNormalizer,
+        actor: CategoricalActor,
+        flatten: ObservationFlattener | None = None,
+    ) -> None:
         super().__init__()
+        self.flatten = flatten or ObservationFlattener(())
+        """Its inputs (the ``Box``, or the ``Dict``'s keys in order) to an observation row."""
         self.normalizer = normalizer
         self.actor = actor
         self.multi = actor.branches.multi
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        action = self.actor.deterministic(self.normalizer(obs.flatten(1)))
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        action = self.actor.deterministic(self.normalizer(self.flatten(*obs)))
         return action if self.multi else action.squeeze(-1)

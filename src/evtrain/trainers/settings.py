@@ -22,6 +22,9 @@ Schedule = Literal["linear", "constant"]
 Activation = Literal["tanh", "relu", "elu", "silu"]
 """Hidden-layer nonlinearity of the policy and value networks."""
 
+VisEncodeType = Literal["simple", "nature_cnn", "resnet", "match3", "fully_connected"]
+"""ML-Agents' image encoders (:mod:`evtrain.trainers.encoders`)."""
+
 _schedule = v.in_(("linear", "constant"))
 _positive_int = [v.instance_of(int), v.gt(0)]
 _unit_open = [v.gt(0.0), v.le(1.0)]
@@ -139,6 +142,13 @@ class NetworkSettings:
     )
     """ML-Agents: how goal observations condition the network (a hypernetwork, or plain
     input).  Accepted, and without effect: Gymnasium environments have no goal signals."""
+    vis_encode_type: VisEncodeType = attrs.field(
+        default="simple",
+        validator=v.in_(("simple", "nature_cnn", "resnet", "match3", "fully_connected")),
+    )
+    """ML-Agents: the encoder of image observations (``simple``, ``nature_cnn``, ``resnet``,
+    ``match3``, ``fully_connected``; see :mod:`evtrain.trainers.observations`).  Without
+    effect when the observations are vectors only."""
     deterministic: bool = attrs.field(default=False, validator=v.instance_of(bool))
     """ML-Agents: take the most likely action instead of sampling.  evtrain's exported ONNX
     policy is deterministic anyway; training and ``--inference`` sample, whatever this

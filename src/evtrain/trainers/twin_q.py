@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from evtrain.trainers.networks import ACTIVATIONS
+from evtrain.trainers.observations import ObservationEncoder, ObservationLayout
 from evtrain.trainers.settings import NetworkSettings
 
 INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -38,6 +39,10 @@ class TwinQ(nn.Module):
     The weights are drawn as two separate :class:`MLP` would draw them (q1's layers in order,
     then q2's, from the same generator), so a seed builds the same critics as before.
 
+    With image observations (``layout``), each critic has its own image encoders in front
+    (:mod:`evtrain.trainers.observations`), as ML-Agents' two Q networks do, and ``obs_dim``
+    is the width of their output.
+
     :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac_discrete`): the
         critics take no action (``action_dim`` 0) and output one value per action,
         ``Q(s, .)``, read with :meth:`action_values`; 0 (``Box``): one output, ``Q(s, a)``.
@@ -49,6 +54,7 @@ class TwinQ(nn.Module):
         action_dim: int,
         network: NetworkSettings,
         generator: torch.Generator,
+        layout: ObservationLayout | None = None,
         *,
         num_actions: int = 0,
     ) -> None:
@@ -72,6 +78,11 @@ class TwinQ(nn.Module):
         self.activation = INPLACE_ACTIVATIONS.get(
             network.activation, ACTIVATIONS[network.activation]
         )
+        self.encoders: nn.ModuleList | None = None
+        if layout is not None and layout.images:
+            self.encoders = nn.ModuleList(
+                ObservationEncoder(layout, network, generator) for _ in range(2)
+            )
 
     def forward(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q = self.values(x, action)
@@ -79,10 +90,7 @@ class TwinQ(nn.Module):
 
     def values(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Both estimates as one ``[2, batch]`` tensor (row ``k``: critic ``k``)."""
-        h = torch.cat([x, action], dim=-1).expand(2, -1, -1)
-        *hidden, (weight, bias) = zip(self.weights, self.biases, strict=True)
-        for w, b in hidden:
-            h = self.activation(torch.baddbmm(b, h, w))
+        h, (weight, bias) = self._hidden(x, action)
         # The one-unit output layer as two matrix-vector products: bmm with a single output
         # column is several times slower, forward and backward.
         return torch.stack(
@@ -95,11 +103,22 @@ class TwinQ(nn.Module):
     def action_values(self, x: torch.Tensor) -> torch.Tensor:
         """Both critics' values of every action, ``[2, batch, num_actions]`` (discrete
         critics: one batched matrix product per layer, the output layer included)."""
-        h = x.expand(2, -1, -1)
-        *hidden, (weight, bias) = zip(self.weights, self.biases, strict=True)
+        h, (weight, bias) = self._hidden(x, None)
+        return torch.baddbmm(bias, h, weight)
+
+    def _hidden(
+        self, x: torch.Tensor, action: torch.Tensor | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Both critics' last hidden layer ``[2, batch, hidden]``, and their output layer."""
+        inputs = [] if action is None else [action]
+        if self.encoders is None:
+            h = torch.cat([x, *inputs], dim=-1).expand(2, -1, -1)
+        else:  # each critic's own features of the observations
+            h = torch.stack([torch.cat([encoder(x), *inputs], dim=-1) for encoder in self.encoders])
+        *hidden, out = zip(self.weights, self.biases, strict=True)
         for w, b in hidden:
             h = self.activation(torch.baddbmm(b, h, w))
-        return torch.baddbmm(bias, h, weight)
+        return h, out
 
 
 def from_two_networks(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,9 +1,10 @@
 """SAC with discrete actions through the CLI and the runner: CartPole-v1 trained, checkpointed,
 exported (ONNX read back in onnxruntime), resumed and run with ``--inference``; ML-Agents'
-branches (``MultiDiscrete``); reward signals and behavioral cloning."""
+branches (``MultiDiscrete``); reward signals and behavioral cloning; image observations."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from evtrain.export import onnx_policy
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
+from tests.test_image_observations import frames, input_shapes, torch_actions, trained_policy
+from tests.test_image_observations import options as image_options
 from tests.test_learn import run_config, scalar_steps
 from tests.trainers.test_demonstrations import cartpole_demo
 
@@ -169,3 +172,15 @@ def test_discrete_sac_with_gail_curiosity_rnd_and_cloning_reports_them(tmp_path:
         assert scalar_steps(folder, tag) == [200, 400], tag
     configuration = yaml.safe_load((tmp_path / "results/run/configuration.yaml").read_text())
     assert configuration["behaviors"]["CartPole"]["trainer_type"] == "sac"
+
+
+def test_discrete_sac_on_pixels_exports_the_image_input_and_the_argmax(tmp_path: Path) -> None:
+    run = image_options(tmp_path, "sac", "simple", "pixel_cartpole", size=20)
+    del run["env_settings"]["env_kwargs"]["continuous"]  # CartPole's own Discrete(2)
+    result = learn(copy.deepcopy(run))
+    model = result.models["Pixel"]
+    assert input_shapes(model) == [("obs", ["batch", 20, 20, 3])]
+    obs = frames({"size": 20}, 24)
+    got = onnx_policy(model, threads=1)(obs)
+    assert got.dtype == np.int64 and got.shape == (24,)
+    np.testing.assert_array_equal(got, torch_actions(trained_policy(run, tmp_path), obs))

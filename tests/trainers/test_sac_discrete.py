@@ -13,7 +13,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from evtrain.trainers import NetworkSettings, SACSettings, SACTrainer
+from evtrain.errors import SpaceMismatchError
+from evtrain.trainers import NetworkSettings, RewardSignals, SACSettings, SACTrainer
 from evtrain.trainers.sac_discrete import (
     Branches,
     CategoricalActor,
@@ -23,6 +24,7 @@ from evtrain.trainers.sac_discrete import (
     soft_value,
     taken_q,
 )
+from evtrain.trainers.settings import CuriositySettings
 from evtrain.trainers.twin_q import TwinQ
 from tests.action_envs import branched_cartpole
 from tests.trainers.helpers import Recording, small_sac
@@ -245,3 +247,16 @@ def test_policy_module_gives_each_branch_s_most_likely_action(recording: Recordi
         == torch.stack([logits[:, :2].argmax(1), logits[:, 2:].argmax(1)], 1).tolist()
     )
     trainer.envs.close()
+
+
+def test_branches_with_curiosity_are_refused_naming_the_spaces_it_takes(
+    recording: Recording,
+) -> None:
+    settings = small_sac(reward_signals=RewardSignals(curiosity=CuriositySettings()))
+    envs = gym.vector.SyncVectorEnv([branched_cartpole])
+    with pytest.raises(SpaceMismatchError) as info:
+        SACTrainer("Test", settings, envs, recording.reporter, seed=0)
+    assert str(info.value) == (
+        "curiosity supports Discrete and Box action spaces, got MultiDiscrete"
+    )
+    envs.close()

@@ -94,15 +94,14 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                     "B": {
                         "trainer_type": "sac",
                         "reward_signals": {"gail": {"strength": 0.02}},
-                        "threaded": False,
+                        "threaded": "yes",
                     }
                 },
             },
             [
                 "behaviors.B.reward_signals.gail: ML-Agents option gail is not supported by "
                 "evtrain yet; remove it",
-                "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
-                "yet; remove it",
+                "behaviors.B.threaded: expected true or false, got 'yes'",
             ],
         ),
         (
@@ -111,7 +110,8 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
             [
                 "behaviors.B.checkpoint_freq: unknown key (valid keys: trainer_type, "
                 "hyperparameters, network_settings, reward_signals, max_steps, time_horizon, "
-                "summary_freq, checkpoint_interval, keep_checkpoints, even_checkpoints, init_path)"
+                "summary_freq, checkpoint_interval, keep_checkpoints, even_checkpoints, init_path, "
+                "threaded)"
             ],
         ),
         (

@@ -580,13 +580,11 @@ def test_mlagents_sorter_curriculum_runs_through_the_cli(tmp_path: Path) -> None
     # What of the file evtrain does not implement (its environment_parameters it does)
     assert result.returncode == 2, result.stderr
     assert "behaviors.Sorter.network_settings.vis_encode_type: ML-Agents option" in result.stderr
-    assert "behaviors.Sorter.threaded: ML-Agents option threaded" in result.stderr
     assert "environment_parameters" not in result.stderr
 
-    # The same file without those two keys runs to completion: one rollout of 40960 steps,
-    # one summary, progress 1.0 > 0.5 with 10240 episodes: Lesson1.
+    # The same file without that key runs to completion (threaded: true as the file says):
+    # one rollout of 40960 steps, one summary, progress 1.0 > 0.5 with 10240 episodes: Lesson1.
     options = yaml.safe_load(FIXTURE.read_text())
-    del options["behaviors"]["Sorter"]["threaded"]
     del options["behaviors"]["Sorter"]["network_settings"]["vis_encode_type"]
     (tmp_path / "sorter.yaml").write_text(yaml.safe_dump(options))
     result = python("-m", "evtrain", "learn", "sorter.yaml", cwd=tmp_path, env=env, timeout=120)

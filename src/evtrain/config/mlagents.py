@@ -59,7 +59,7 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "TrainerSettings": (
         "behaviors.<name> / default_settings",
-        {"threaded": _NOT_YET, "self_play": _UNITY, "behavioral_cloning": _NOT_YET},
+        {"self_play": _UNITY, "behavioral_cloning": _NOT_YET},
     ),
     "NetworkSettings": (
         "behaviors.<name>.network_settings",

@@ -14,12 +14,20 @@ merges each summary period's statistics on rank 0; :meth:`Trainer.synchronize` s
 rank from rank 0's networks.  An algorithm averages its gradients with
 ``self.world.average_(grad)`` before each optimizer step, and merges observation normalisers
 with ``merge_ranks`` — PPO and SAC do; a subclass of either inherits it.
+
+``threaded: true`` (:mod:`evtrain.trainers.threaded`): an algorithm hands its update to
+:meth:`Trainer._run_update`, which runs it on the behavior's update thread and returns, and
+acts with copies of its networks that :meth:`Trainer._caught_up` refreshes.  Whatever reads
+the trained state waits for the update first (:meth:`Trainer.wait_for_update`): a summary,
+:meth:`state_dict`, the runner before it exports, the end of the run.
 """
 
 from __future__ import annotations
 
 import abc
+import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -30,13 +38,18 @@ from gymnasium.vector import VectorEnv
 from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
+from evtrain.errors import ConfigError
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
+from evtrain.timers import hierarchical_timer
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
+from evtrain.trainers.threaded import UpdateThread
 from evtrain.world import World
 
 HISTOGRAM = StatsAggregationMethod.HISTOGRAM
+_ACTING_SEED = 0x5EED
+"""Added to the seed of a threaded trainer's :attr:`~Trainer.act_generator`."""
 
 
 def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> float:
@@ -104,6 +117,25 @@ class Trainer(abc.ABC):
         """Every random draw on ``device``: action sampling, minibatch shuffling."""
         self.rng = np.random.default_rng(seed)
         """Every random draw made in numpy (replay sampling, warm-up actions)."""
+        self._update_thread: UpdateThread | None = None
+        """Where the updates run with ``threaded: true``; ``None``: on the calling thread."""
+        self.act_generator = self.generator
+        """The action draws of the environments' steps: :attr:`generator` itself, or with
+        ``threaded`` a generator of their own, so that the update thread's draws and theirs
+        never interleave in an order that depends on timing."""
+        if settings.threaded:
+            if self.world.size > 1:
+                raise ConfigError(
+                    [
+                        f"behaviors.{behavior_name}.threaded: true is not supported in a "
+                        f"distributed run (world size {self.world.size}): the update's "
+                        "all-reduces would interleave with the environment steps' collectives; "
+                        "set threaded: false (every rank steps its environments already)"
+                    ]
+                )
+            self._update_thread = UpdateThread(f"evtrain-update[{behavior_name}]", behavior_name)
+            weakref.finalize(self, self._update_thread.shutdown)
+            self.act_generator = torch.Generator(self.device).manual_seed(seed + _ACTING_SEED)
         self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
         self._last_summary = 0
         """The step the last summary was labelled with (a ``summary_freq`` multiple, or the
@@ -153,6 +185,7 @@ class Trainer(abc.ABC):
         """Run the deterministic policy from now on, learning nothing (``--inference``): the
         runner calls :meth:`run_policy` instead of :meth:`advance`.  Steps count afresh from 0
         up to ``max_steps`` (global, as in training), and summaries say ``Is Training`` 0."""
+        self.wait_for_update()
         # Buffers an export view makes (action bounds) start on the CPU; the parameters are
         # the trainer's own, on its device already.
         self._policy = self.policy_module().to(self.device)
@@ -182,12 +215,35 @@ class Trainer(abc.ABC):
         open as one last ``stats`` event labelled with :attr:`step`, so that every run writes
         at least one summary.  Nothing when the last :meth:`advance` wrote one (``max_steps``
         a multiple of ``summary_freq``) or no step was taken.  A collective in a distributed
-        run, like every summary: all ranks call it.
+        run, like every summary: all ranks call it.  With ``threaded``, it waits for the
+        update in flight first: the summary holds it.
         """
+        self.wait_for_update()
         if self.step == self._summarised_at:
             return
         self.reporter.set_stat("Step", float(self.step))
         self._write_summary(self.step)
+
+    def wait_for_update(self) -> None:
+        """With ``threaded: true``: wait until the update running on the update thread is done
+        (re-raising what it raised), then bring the networks the environments act with up to
+        date.  Nothing otherwise.
+
+        Whoever reads the trained networks calls it first: :meth:`state_dict` and the final
+        summary do, and the runner before it exports a policy.
+        """
+        if self._update_thread is None:
+            return
+        with hierarchical_timer("wait_for_update"):
+            self._update_thread.wait()
+        self._caught_up()
+
+    def close(self) -> None:
+        """End the update thread (``threaded: true``) once its update is done; an error that
+        update raised is logged, not raised (a run closes its trainers while it ends, maybe on
+        an error of its own).  The environments are the caller's to close."""
+        if self._update_thread is not None:
+            self._update_thread.close()
 
     @abc.abstractmethod
     def policy_module(self) -> torch.nn.Module:
@@ -221,6 +277,7 @@ class Trainer(abc.ABC):
                 if isinstance(part, ObservationNormalizer):
                     part.deferred = True
         self.world.broadcast_(self._shared_tensors(modules))
+        self._loaded()
 
     def _shared_tensors(self, modules: list[nn.Module]) -> list[torch.Tensor]:
         """Every tensor that must be equal on all ranks: the parameters and buffers of the
@@ -238,8 +295,13 @@ class Trainer(abc.ABC):
         """Everything needed to resume: networks, optimizers, normaliser, step and RNG states.
 
         Tensors and plain Python values only, so ``torch.load(weights_only=True)`` reads it.
-        The environments are not part of it: a resumed trainer starts fresh episodes.
+        The environments are not part of it: a resumed trainer starts fresh episodes.  With
+        ``threaded``, the update in flight is waited for: the state includes it.
         """
+        self.wait_for_update()
+        acting = {}
+        if self.act_generator is not self.generator:
+            acting["act_generator"] = self.act_generator.get_state()
         return {
             "trainer_type": self.settings.trainer_type,
             "step": self.step,
@@ -248,6 +310,7 @@ class Trainer(abc.ABC):
             "generator_device": self.device.type,
             "generator": self.generator.get_state(),
             "rng": self.rng.bit_generator.state,
+            **acting,
             **self._state_dict(),
         }
 
@@ -274,8 +337,11 @@ class Trainer(abc.ABC):
         else:
             if state["generator_device"] == self.device.type:
                 self.generator.set_state(state["generator"])
+                if "act_generator" in state and self.act_generator is not self.generator:
+                    self.act_generator.set_state(state["act_generator"])
             self.rng.bit_generator.state = state["rng"]
         self._load_state_dict(state)
+        self._loaded()
         self.reporter.set_stat("Step", float(self.step))
 
     def load_weights(self, state: dict[str, Any]) -> None:
@@ -286,6 +352,7 @@ class Trainer(abc.ABC):
         """
         self._check_type(state)
         self._load_weights(state)
+        self._loaded()
 
     def _check_type(self, state: dict[str, Any]) -> None:
         if state["trainer_type"] != self.settings.trainer_type:
@@ -307,6 +374,28 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def _load_weights(self, state: dict[str, Any]) -> None:
         """Restore only the networks and normaliser from :meth:`state_dict`'s output."""
+
+    # -- threaded: true ------------------------------------------------------------------------
+
+    def _run_update(self, update: Callable[..., None], *args: Any) -> None:
+        """``update(*args)`` now, or with ``threaded`` on the update thread: then it returns at
+        once, and the algorithm goes on stepping the environments with the networks of before
+        the update (see :meth:`_caught_up`) until it waits for it."""
+        if self._update_thread is None:
+            update(*args)
+        else:
+            self._update_thread.start(lambda: update(*args))
+
+    def _caught_up(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """``threaded`` only: no update is running now (the training thread has just waited
+        for it); make what the environments act with equal to the trained networks again, and
+        store what was held back from the update while it ran."""
+
+    def _loaded(self) -> None:
+        """The networks were replaced (a checkpoint loaded, rank 0's broadcast): with
+        ``threaded``, the acting copies follow."""
+        if self._update_thread is not None:
+            self._caught_up()
 
     # -- shared bookkeeping --------------------------------------------------------------------
 
@@ -361,6 +450,8 @@ class Trainer(abc.ABC):
         freq = self.settings.summary_freq
         boundary = self.step // freq * freq
         if boundary > self._last_summary:
+            # threaded: a summary holds every update of its period, as it does unthreaded
+            self.wait_for_update()
             self._write_summary(boundary)
 
     def _write_summary(self, label: int) -> None:

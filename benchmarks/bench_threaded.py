@@ -198,9 +198,9 @@ def spawn(case: str, threaded: bool, seed: int, steps: int) -> dict[str, Any]:
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
     }
-    done = subprocess.run(
-        [*command, str(steps)], check=True, capture_output=True, text=True, env=env
-    )
+    done = subprocess.run([*command, str(steps)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.exit(f"{case} threaded={threaded} seed={seed} failed:\n{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

@@ -15,19 +15,18 @@ rank from rank 0's networks.  An algorithm averages its gradients with
 ``self.world.average_(grad)`` before each optimizer step, and merges observation normalisers
 with ``merge_ranks`` — PPO and SAC do; a subclass of either inherits it.
 
-``threaded: true`` (:mod:`evtrain.trainers.threaded`): an algorithm hands its update to
-:meth:`Trainer._run_update`, which runs it on the behavior's update thread and returns, and
-acts with copies of its networks that :meth:`Trainer._caught_up` refreshes.  Whatever reads
-the trained state waits for the update first (:meth:`Trainer.wait_for_update`): a summary,
-:meth:`state_dict`, the runner before it exports, the end of the run.
+``threaded: true`` (:class:`evtrain.trainers.threaded.ThreadedUpdates`, which ``Trainer``
+derives from): an algorithm hands its update to ``_run_update``, which runs it on the
+behavior's update thread and returns, and acts with copies of its networks that
+``_caught_up`` refreshes.  Whatever reads the trained state waits for the update first
+(:meth:`~evtrain.trainers.threaded.ThreadedUpdates.wait_for_update`): a summary,
+:meth:`Trainer.state_dict`, the runner before it exports, the end of the run.
 """
 
 from __future__ import annotations
 
 import abc
-import weakref
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -38,18 +37,14 @@ from gymnasium.vector import VectorEnv
 from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
-from evtrain.errors import ConfigError
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
-from evtrain.timers import hierarchical_timer
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
-from evtrain.trainers.threaded import UpdateThread
+from evtrain.trainers.threaded import ThreadedUpdates
 from evtrain.world import World
 
 HISTOGRAM = StatsAggregationMethod.HISTOGRAM
-_ACTING_SEED = 0x5EED
-"""Added to the seed of a threaded trainer's :attr:`~Trainer.act_generator`."""
 
 
 def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> float:
@@ -61,7 +56,7 @@ def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> flo
     return initial + (floor - initial) * progress
 
 
-class Trainer(abc.ABC):
+class Trainer(ThreadedUpdates, abc.ABC):
     """Trains one behavior on a Gymnasium vector environment and reports on the bus.
 
     :param behavior_name: the stats category (e.g. ``"CartPole"``).
@@ -117,25 +112,7 @@ class Trainer(abc.ABC):
         """Every random draw on ``device``: action sampling, minibatch shuffling."""
         self.rng = np.random.default_rng(seed)
         """Every random draw made in numpy (replay sampling, warm-up actions)."""
-        self._update_thread: UpdateThread | None = None
-        """Where the updates run with ``threaded: true``; ``None``: on the calling thread."""
-        self.act_generator = self.generator
-        """The action draws of the environments' steps: :attr:`generator` itself, or with
-        ``threaded`` a generator of their own, so that the update thread's draws and theirs
-        never interleave in an order that depends on timing."""
-        if settings.threaded:
-            if self.world.size > 1:
-                raise ConfigError(
-                    [
-                        f"behaviors.{behavior_name}.threaded: true is not supported in a "
-                        f"distributed run (world size {self.world.size}): the update's "
-                        "all-reduces would interleave with the environment steps' collectives; "
-                        "set threaded: false (every rank steps its environments already)"
-                    ]
-                )
-            self._update_thread = UpdateThread(f"evtrain-update[{behavior_name}]", behavior_name)
-            weakref.finalize(self, self._update_thread.shutdown)
-            self.act_generator = torch.Generator(self.device).manual_seed(seed + _ACTING_SEED)
+        self._init_updates(behavior_name, settings.threaded)
         self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
         self._last_summary = 0
         """The step the last summary was labelled with (a ``summary_freq`` multiple, or the
@@ -155,7 +132,7 @@ class Trainer(abc.ABC):
         )
         self._setup()
 
-    def _setup(self) -> None:  # noqa: B027 - optional hook, nothing to build by default
+    def _setup(self) -> None:
         """Build what the algorithm needs (networks, optimizers, buffers); the constructor's
         last step, once the shared state exists.  The constructor's signature is declared
         only here: a subclass overrides this hook instead of re-declaring ``__init__`` (and
@@ -223,27 +200,6 @@ class Trainer(abc.ABC):
             return
         self.reporter.set_stat("Step", float(self.step))
         self._write_summary(self.step)
-
-    def wait_for_update(self) -> None:
-        """With ``threaded: true``: wait until the update running on the update thread is done
-        (re-raising what it raised), then bring the networks the environments act with up to
-        date.  Nothing otherwise.
-
-        Whoever reads the trained networks calls it first: :meth:`state_dict` and the final
-        summary do, and the runner before it exports a policy.
-        """
-        if self._update_thread is None:
-            return
-        with hierarchical_timer("wait_for_update"):
-            self._update_thread.wait()
-        self._caught_up()
-
-    def close(self) -> None:
-        """End the update thread (``threaded: true``) once its update is done; an error that
-        update raised is logged, not raised (a run closes its trainers while it ends, maybe on
-        an error of its own).  The environments are the caller's to close."""
-        if self._update_thread is not None:
-            self._update_thread.close()
 
     @abc.abstractmethod
     def policy_module(self) -> torch.nn.Module:
@@ -374,28 +330,6 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def _load_weights(self, state: dict[str, Any]) -> None:
         """Restore only the networks and normaliser from :meth:`state_dict`'s output."""
-
-    # -- threaded: true ------------------------------------------------------------------------
-
-    def _run_update(self, update: Callable[..., None], *args: Any) -> None:
-        """``update(*args)`` now, or with ``threaded`` on the update thread: then it returns at
-        once, and the algorithm goes on stepping the environments with the networks of before
-        the update (see :meth:`_caught_up`) until it waits for it."""
-        if self._update_thread is None:
-            update(*args)
-        else:
-            self._update_thread.start(lambda: update(*args))
-
-    def _caught_up(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
-        """``threaded`` only: no update is running now (the training thread has just waited
-        for it); make what the environments act with equal to the trained networks again, and
-        store what was held back from the update while it ran."""
-
-    def _loaded(self) -> None:
-        """The networks were replaced (a checkpoint loaded, rank 0's broadcast): with
-        ``threaded``, the acting copies follow."""
-        if self._update_thread is not None:
-            self._caught_up()
 
     # -- shared bookkeeping --------------------------------------------------------------------
 

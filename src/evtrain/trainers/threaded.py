@@ -18,6 +18,10 @@ is as reproducible as an unthreaded one.
 
 An exception raised by the update is kept and raised on the training thread at the next
 wait, with a note naming the behavior; never lost, never raised twice.
+
+:class:`ThreadedUpdates` is the part of :class:`~evtrain.trainers.base.Trainer` that does this:
+an algorithm hands its update to ``_run_update`` and refreshes its acting copies in
+``_caught_up``; without ``threaded`` both run the update and nothing else, as before.
 """
 
 from __future__ import annotations
@@ -25,15 +29,18 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
 
+from evtrain.errors import ConfigError
 from evtrain.timers import hierarchical_timer
+from evtrain.world import World
 
-__all__ = ["ActingCopy", "UpdateThread"]
+__all__ = ["ActingCopy", "ThreadedUpdates", "UpdateThread"]
 
 logger = logging.getLogger("evtrain")
 
@@ -41,6 +48,89 @@ M = TypeVar("M", bound=nn.Module)
 
 _POLL_S = 0.05
 """How often a waiting training thread checks that the worker thread is still alive."""
+_ACTING_SEED = 0x5EED
+"""Added to the seed of a threaded trainer's :attr:`~ThreadedUpdates.act_generator`."""
+
+
+class ThreadedUpdates:
+    """What a trainer does with ``threaded: true``: the update on the behavior's
+    :class:`UpdateThread`, waited for by whoever reads the trained networks.
+
+    :class:`~evtrain.trainers.base.Trainer` derives from it and calls :meth:`_init_updates`
+    once its random generators exist.
+    """
+
+    world: World
+    device: torch.device
+    seed: int
+    generator: torch.Generator
+
+    def _init_updates(self, behavior_name: str, threaded: bool) -> None:
+        """Set up the update thread (started with the first update) when ``threaded``.
+
+        :raises ConfigError: ``threaded`` in a distributed run.
+        """
+        self._update_thread: UpdateThread | None = None
+        """Where the updates run with ``threaded: true``; ``None``: on the calling thread."""
+        self.act_generator = self.generator
+        """The action draws of the environments' steps: ``generator`` itself, or with
+        ``threaded`` a generator of their own, so that the update thread's draws and theirs
+        never interleave in an order that depends on timing."""
+        if not threaded:
+            return
+        if self.world.size > 1:
+            raise ConfigError(
+                [
+                    f"behaviors.{behavior_name}.threaded: true is not supported in a "
+                    f"distributed run (world size {self.world.size}): the update's all-reduces "
+                    "would interleave with the environment steps' collectives; set threaded: "
+                    "false (every rank steps its environments already)"
+                ]
+            )
+        self._update_thread = UpdateThread(f"evtrain-update[{behavior_name}]", behavior_name)
+        weakref.finalize(self, self._update_thread.shutdown)
+        self.act_generator = torch.Generator(self.device).manual_seed(self.seed + _ACTING_SEED)
+
+    def wait_for_update(self) -> None:
+        """With ``threaded: true``: wait until the update running on the update thread is done
+        (re-raising what it raised), then bring the networks the environments act with up to
+        date.  Nothing otherwise.
+
+        Whoever reads the trained networks calls it first: a summary, ``state_dict`` and the
+        final summary do, and the runner before it exports a policy.
+        """
+        if self._update_thread is None:
+            return
+        with hierarchical_timer("wait_for_update"):
+            self._update_thread.wait()
+        self._caught_up()
+
+    def close(self) -> None:
+        """End the update thread (``threaded: true``) once its update is done; an error that
+        update raised is logged, not raised (a run closes its trainers while it ends, maybe on
+        an error of its own).  The environments are the caller's to close."""
+        if self._update_thread is not None:
+            self._update_thread.close()
+
+    def _run_update(self, update: Callable[..., None], *args: Any) -> None:
+        """``update(*args)`` now, or with ``threaded`` on the update thread: then it returns at
+        once, and the algorithm goes on stepping the environments with the networks of before
+        the update (see :meth:`_caught_up`) until it waits for it."""
+        if self._update_thread is None:
+            update(*args)
+        else:
+            self._update_thread.start(lambda: update(*args))
+
+    def _caught_up(self) -> None:
+        """``threaded`` only: no update is running now (the training thread has just waited
+        for it); make what the environments act with equal to the trained networks again, and
+        store what was held back from the update while it ran."""
+
+    def _loaded(self) -> None:
+        """The networks were replaced (a checkpoint loaded, rank 0's broadcast): with
+        ``threaded``, the acting copies follow."""
+        if self._update_thread is not None:
+            self._caught_up()
 
 
 class UpdateThread:

@@ -1,7 +1,10 @@
 """``threaded: true`` vs ``false``: environment steps/s and final returns, side by side.
 
-Each run is its own process with one torch thread; per seed and case the two settings run one
-after the other (unthreaded first), so both see the same machine load.  Cases:
+Each case and seed runs in a process of its own with one torch thread, holding both trainers
+(same settings and seed but ``threaded``, each with its own environments): they take turns of
+``--segment`` seconds until both reach ``max_steps``, so the two see the same machine load,
+drifting or not (this machine's 2 cores are shared).  A turn ends with ``wait_for_update``, so
+that no work of one trainer runs in the other's turn.  Cases:
 
 - ``ppo-cartpole``: PPO with rl-zoo's CartPole-v1 settings (``bench_ppo.py``): 8 environments,
   a rollout of 32 steps each, 20 epochs of one 256-sample minibatch;
@@ -10,14 +13,17 @@ after the other (unthreaded first), so both see the same machine load.  Cases:
 - ``ppo-slow-async``: the PPO settings on ``bench_envs:slow_cartpole``, which spends 1 ms of CPU
   per step, as a heavier simulator would, each copy in its own process (``vectorization:
   async``): while the update runs, the training thread waits on the simulators, not on the GIL;
-- ``ppo-slow-sync``: the same environments stepped in the training process: their Python loop
-  holds the GIL the update's Python code needs.
+- ``ppo-slow-sync``: the same environments stepped in the training process, whose Python loop
+  holds the GIL that the update's Python code needs;
+- ``sac-slow-async``: the SAC settings on ``bench_envs:slow_pendulum`` (1 ms of CPU per step) in
+  a process of its own.
 
-Steps/s is over the training loop (``advance`` until ``max_steps``, then the final summary,
-which waits for the last update).  Beside it, from the timers: the update's own time
-(``update_thread`` on the update thread, or ``update`` unthreaded) and what the training thread
-spent waiting for it (``wait_for_update``).  Final return: the mean of the last 20 episodes
-(PPO) or 10 (SAC).  Writes ``benchmarks/out/threaded.json``::
+Steps/s is over each trainer's turns (``advance`` until ``max_steps``, then the final summary,
+which waits for the last update).  Beside it: the CPU seconds of the training process in those
+turns (all its threads; not the async environments' processes), and from the timers the
+update's own time (``update_thread`` on the update thread; unthreaded ``update``) and how long
+the training thread waited for it (``wait_for_update``).  Final return: the mean of the last 20
+episodes (PPO) or 10 (SAC).  Writes ``benchmarks/out/threaded.json``::
 
     .venv/bin/python benchmarks/bench_threaded.py --seeds 0 1 2
     .venv/bin/python benchmarks/bench_threaded.py --cases sac-pendulum --steps 20000
@@ -38,7 +44,7 @@ from typing import Any
 HERE = Path(__file__).parent
 OUT = HERE / "out"
 BOTH = (False, True)
-"""Unthreaded first, then threaded."""
+"""Unthreaded, then threaded: the order of the turns."""
 
 CASES: dict[str, dict[str, Any]] = {
     "ppo-cartpole": {
@@ -54,7 +60,7 @@ CASES: dict[str, dict[str, Any]] = {
         "env_id": "Pendulum-v1",
         "num_envs": 1,
         "vectorization": "sync",
-        "steps": 10_000,
+        "steps": 5_000,
         "last": 10,
     },
     "ppo-slow-async": {
@@ -72,6 +78,14 @@ CASES: dict[str, dict[str, Any]] = {
         "vectorization": "sync",
         "steps": 20_000,
         "last": 20,
+    },
+    "sac-slow-async": {
+        "trainer": "sac",
+        "env_id": "bench_envs:slow_pendulum",
+        "num_envs": 1,
+        "vectorization": "async",
+        "steps": 5_000,
+        "last": 10,
     },
 }
 
@@ -127,8 +141,8 @@ def seconds_in(tree: dict[str, Any], name: str) -> float:
     return total
 
 
-def run(case: str, threaded: bool, seed: int, steps: int) -> dict[str, Any]:
-    """One training loop in this process."""
+def run(case: str, seed: int, steps: int, segment: float) -> list[dict[str, Any]]:
+    """Both trainers of ``case`` in this process, taking turns of ``segment`` seconds."""
     import torch
 
     torch.set_num_threads(1)
@@ -140,69 +154,98 @@ def run(case: str, threaded: bool, seed: int, steps: int) -> dict[str, Any]:
     from evtrain.trainers import PPOTrainer, SACTrainer
 
     spec = CASES[case]
-    options = RunOptions.from_dict({"behaviors": {case: behavior(case, steps, threaded)}})
-    settings = options.behaviors[case]
-    envs = make_envs(
-        EnvironmentSettings(
-            env_id=spec["env_id"],
-            num_envs=spec["num_envs"],
-            vectorization=spec["vectorization"],
-            seed=seed,
-        )
-    )
     trainer_cls = SACTrainer if spec["trainer"] == "sac" else PPOTrainer
-    returns: list[float] = []
+    returns: dict[bool, list[float]] = {t: [] for t in BOTH}
+    seconds = dict.fromkeys(BOTH, 0.0)
+    cpu = dict.fromkeys(BOTH, 0.0)
 
-    def track(event: Any) -> None:
-        summary = event.values.get(CUMULATIVE_REWARD)
-        if summary is not None:
-            returns.extend(summary.full_dist)
+    def tracker(threaded: bool) -> Any:
+        def track(event: Any) -> None:
+            summary = event.values.get(CUMULATIVE_REWARD)
+            if summary is not None:
+                returns[threaded].extend(summary.full_dist)
+
+        return track
 
     with Bus() as bus:
-        bus.connect(signals.stats, track)
-        trainer = trainer_cls(
-            case, settings, envs, StatsReporter(bus, case), seed=seed, device="cpu"
-        )
+        trainers = {}
+        for threaded in BOTH:
+            name = f"{case}-{'threaded' if threaded else 'unthreaded'}"
+            options = RunOptions.from_dict({"behaviors": {name: behavior(case, steps, threaded)}})
+            envs = make_envs(
+                EnvironmentSettings(
+                    env_id=spec["env_id"],
+                    num_envs=spec["num_envs"],
+                    vectorization=spec["vectorization"],
+                    seed=seed,
+                )
+            )
+            bus.connect(signals.stats, tracker(threaded), sender=name)
+            trainers[threaded] = trainer_cls(
+                name, options.behaviors[name], envs, StatsReporter(bus, name), seed=seed
+            )
         reset_timers()
-        start, cpu_start = time.perf_counter(), time.process_time()
-        while not trainer.should_stop:
-            trainer.advance()
-        trainer.write_final_summary()  # waits for the last update
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        while not all(t.should_stop for t in trainers.values()):
+            for threaded, trainer in trainers.items():
+                if trainer.should_stop:
+                    continue
+                start, cpu_start = time.perf_counter(), time.process_time()
+                end = start + segment
+                while not trainer.should_stop and time.perf_counter() < end:
+                    trainer.advance()
+                if trainer.should_stop:
+                    trainer.write_final_summary()  # waits for the last update
+                else:
+                    trainer.wait_for_update()  # none of its work in the other's turn
+                seconds[threaded] += time.perf_counter() - start
+                cpu[threaded] += time.process_time() - cpu_start
         tree = timer_tree()
-        trainer.close()
+        for trainer in trainers.values():
+            trainer.close()
+            trainer.envs.close()
         bus.flush()
-    envs.close()
-    update_timer = "update_thread" if threaded else "update"
-    return {
-        "case": case,
-        "threaded": threaded,
-        "seed": seed,
-        "steps": trainer.step,
-        "seconds": elapsed,
-        "cpu_seconds": cpu,
-        "steps_per_s": trainer.step / elapsed,
-        "update_seconds": seconds_in(tree, update_timer),
-        "wait_seconds": seconds_in(tree, "wait_for_update"),
-        "episodes": len(returns),
-        "final_return": statistics.fmean(returns[-spec["last"] :]) if returns else None,
-    }
+    return [
+        {
+            "case": case,
+            "threaded": threaded,
+            "seed": seed,
+            "steps": trainer.step,
+            "seconds": seconds[threaded],
+            "cpu_seconds": cpu[threaded],
+            "steps_per_s": trainer.step / seconds[threaded],
+            # the unthreaded "update" timer also holds the threaded trainer's hand-overs (µs)
+            "update_seconds": seconds_in(tree, "update_thread" if threaded else "update"),
+            "wait_seconds": seconds_in(tree, "wait_for_update") if threaded else 0.0,
+            "episodes": len(returns[threaded]),
+            "final_return": (
+                statistics.fmean(returns[threaded][-spec["last"] :]) if returns[threaded] else None
+            ),
+        }
+        for threaded, trainer in trainers.items()
+    ]
 
 
-def spawn(case: str, threaded: bool, seed: int, steps: int) -> dict[str, Any]:
+def spawn(case: str, seed: int, steps: int, segment: float) -> list[dict[str, Any]]:
     """:func:`run` in a fresh process (``bench_envs`` importable, also by async workers)."""
-    print(f"{case} threaded={threaded} seed={seed}...", file=sys.stderr, flush=True)
-    command = [sys.executable, __file__, "--worker", case, str(int(threaded)), str(seed)]
+    print(f"{case} seed={seed} ({steps} steps)...", file=sys.stderr, flush=True)
+    command = [sys.executable, __file__, "--worker", case, str(seed), str(steps), str(segment)]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
     }
-    done = subprocess.run([*command, str(steps)], capture_output=True, text=True, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        sys.exit(f"{case} threaded={threaded} seed={seed} failed:\n{done.stderr}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+        sys.exit(f"{case} seed={seed} failed:\n{done.stderr}")
+    rows: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    a, b = rows
+    print(
+        f"  {a['steps_per_s']:.0f} -> {b['steps_per_s']:.0f} steps/s "
+        f"({b['steps_per_s'] / a['steps_per_s']:.2f}x)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return rows
 
 
 def main() -> None:
@@ -210,31 +253,37 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--steps", type=int, help="max_steps of every case (default: per case)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiplies each case's default max_steps"
+    )
+    parser.add_argument("--segment", type=float, default=1.0, help="seconds per turn")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        case, threaded, seed, steps = args.worker
-        print(json.dumps(run(case, bool(int(threaded)), int(seed), int(steps))))
+        case, seed, steps, segment = args.worker
+        print(json.dumps(run(case, int(seed), int(steps), float(segment))))
         return
     rows = [
-        spawn(case, threaded, seed, args.steps or CASES[case]["steps"])
+        row
         for seed in args.seeds
         for case in args.cases
-        for threaded in BOTH
+        for row in spawn(
+            case, seed, args.steps or round(CASES[case]["steps"] * args.scale), args.segment
+        )
     ]
     print(
-        f"{'case':<16}{'threaded':>9}{'seed':>5}{'steps':>8}{'seconds':>9}{'steps/s':>9}"
-        f"{'update s':>10}{'waited s':>10}{'final return':>14}"
+        f"{'case':<16}{'threaded':>9}{'seed':>5}{'steps':>8}{'seconds':>9}{'cpu s':>7}"
+        f"{'steps/s':>9}{'update s':>10}{'waited s':>10}{'final return':>14}"
     )
     for r in rows:
         final = "-" if r["final_return"] is None else f"{r['final_return']:.1f}"
         print(
             f"{r['case']:<16}{r['threaded']!s:>9}{r['seed']:>5}{r['steps']:>8}"
-            f"{r['seconds']:>9.1f}{r['steps_per_s']:>9.0f}{r['update_seconds']:>10.1f}"
-            f"{r['wait_seconds']:>10.1f}{final:>14}"
+            f"{r['seconds']:>9.1f}{r['cpu_seconds']:>7.1f}{r['steps_per_s']:>9.0f}"
+            f"{r['update_seconds']:>10.1f}{r['wait_seconds']:>10.1f}{final:>14}"
         )
     summary: dict[str, Any] = {}
-    print("medians over seeds (threaded / unthreaded steps/s, per seed in parentheses):")
+    print("medians over seeds: steps/s unthreaded -> threaded, speed-up (per seed), final return")
     for case in args.cases:
         mine = {t: [r for r in rows if r["case"] == case and r["threaded"] is t] for t in BOTH}
         speed = {t: statistics.median(r["steps_per_s"] for r in mine[t]) for t in BOTH}
@@ -248,23 +297,23 @@ def main() -> None:
         summary[case] = {
             "unthreaded_steps_per_s": speed[False],
             "threaded_steps_per_s": speed[True],
-            "speedup": speed[True] / speed[False],
+            "speedup": statistics.median(ratios),
             "speedups": ratios,
             "unthreaded_final_return": statistics.median(finals[False]) if finals[False] else None,
             "threaded_final_return": statistics.median(finals[True]) if finals[True] else None,
         }
         s = summary[case]
         per_seed = ", ".join(f"{x:.2f}x" for x in ratios)
-        returns = "  final return " + " / ".join(
+        returns = " / ".join(
             "-" if v is None else f"{v:.1f}"
             for v in (s["unthreaded_final_return"], s["threaded_final_return"])
         )
         print(
-            f"  {case:<16}{speed[False]:>8.0f} -> {speed[True]:>6.0f} steps/s  {s['speedup']:.2f}x "
-            f"({per_seed}){returns}"
+            f"  {case:<16}{speed[False]:>7.0f} -> {speed[True]:>6.0f}  {s['speedup']:.2f}x "
+            f"({per_seed})  {returns}"
         )
     OUT.mkdir(exist_ok=True)
-    report = {"runs": rows, "summary": summary, "cpus": os.cpu_count()}
+    report = {"runs": rows, "summary": summary, "cpus": os.cpu_count(), "segment": args.segment}
     (OUT / "threaded.json").write_text(json.dumps(report, indent=2))
 
 

@@ -64,6 +64,11 @@ def slow_cartpole(delay_s: float = 0.001, **kwargs: Any) -> gym.Env[Any, Any]:
     return _Slow(gym.make("CartPole-v1", **kwargs), delay_s)
 
 
+def slow_pendulum(delay_s: float = 0.001, **kwargs: Any) -> gym.Env[Any, Any]:
+    """Pendulum-v1 that costs ``delay_s`` more CPU per step."""
+    return _Slow(gym.make("Pendulum-v1", **kwargs), delay_s)
+
+
 RETURNS_FILE = "EVTRAIN_BENCH_RETURNS"
 """Environment variable: where :func:`returns_cartpole` writes the episode returns at exit."""
 

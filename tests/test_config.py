@@ -94,14 +94,13 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                     "B": {
                         "trainer_type": "sac",
                         "reward_signals": {"gail": {"strength": 0.02}},
-                        "threaded": False,
+                        "threaded": "yes",
                     }
                 },
             },
             [
                 "behaviors.B.reward_signals.gail.demo_path: required key is missing",
-                "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
-                "yet; remove it",
+                "behaviors.B.threaded: expected true or false, got 'yes'",
             ],
         ),
         (
@@ -111,7 +110,7 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
                 "behaviors.B.checkpoint_freq: unknown key (valid keys: trainer_type, "
                 "hyperparameters, network_settings, reward_signals, behavioral_cloning, "
                 "max_steps, time_horizon, summary_freq, checkpoint_interval, keep_checkpoints, "
-                "even_checkpoints, init_path)"
+                "even_checkpoints, init_path, threaded)"
             ],
         ),
         (

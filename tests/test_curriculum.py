@@ -573,19 +573,10 @@ def test_reward_criteria_wait_for_min_lesson_length_and_smooth(
 
 def test_mlagents_sorter_curriculum_runs_through_the_cli(tmp_path: Path) -> None:
     env = clean_env(PYTHONPATH=str(REPO))
-    (tmp_path / "Sorter_curriculum.yaml").write_text(FIXTURE.read_text())
-    result = python(
-        "-m", "evtrain", "learn", "Sorter_curriculum.yaml", cwd=tmp_path, env=env, timeout=120
-    )
-    # What of the file evtrain does not implement (its environment_parameters it does)
-    assert result.returncode == 2, result.stderr
-    assert "behaviors.Sorter.threaded: ML-Agents option threaded" in result.stderr
-    assert "environment_parameters" not in result.stderr
-
-    # The same file without that key runs to completion: one rollout of 40960 steps,
-    # one summary, progress 1.0 > 0.5 with 10240 episodes: Lesson1.
+    # ML-Agents' file as it is (threaded: true, vis_encode_type with vector observations):
+    # one rollout of 40960 steps, one summary, progress 1.0 > 0.5 with 10240 episodes: Lesson1.
     options = yaml.safe_load(FIXTURE.read_text())
-    del options["behaviors"]["Sorter"]["threaded"]
+    assert options["behaviors"]["Sorter"]["threaded"] is True
     (tmp_path / "sorter.yaml").write_text(yaml.safe_dump(options))
     result = python("-m", "evtrain", "learn", "sorter.yaml", cwd=tmp_path, env=env, timeout=120)
     assert result.returncode == 0, result.stderr

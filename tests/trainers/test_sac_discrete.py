@@ -260,3 +260,33 @@ def test_branches_with_curiosity_are_refused_naming_the_spaces_it_takes(
         "curiosity supports Discrete and Box action spaces, got MultiDiscrete"
     )
     envs.close()
+
+
+def test_threaded_discrete_sac_acts_with_a_categorical_copy_and_counts_as_unthreaded(
+    recording: Recording,
+) -> None:
+    def run(threaded: bool) -> SACTrainer:
+        settings = small_sac(
+            threaded=threaded,
+            max_steps=120,
+            hyperparameters=SACSettings(batch_size=8, buffer_size=1000, buffer_init_steps=40),
+            network_settings=NetworkSettings(hidden_units=8, num_layers=1),
+        )
+        envs = gym.vector.SyncVectorEnv([cartpole] * 2)
+        trainer = SACTrainer("Test", settings, envs, recording.reporter, seed=1)
+        if threaded:
+            assert trainer._acting is not None
+            assert isinstance(trainer._acting.module.actor, CategoricalActor)
+        while not trainer.should_stop:
+            trainer.advance()
+        trainer.write_final_summary()
+        trainer.close()
+        return trainer
+
+    threaded, again, unthreaded = run(True), run(True), run(False)
+    assert torch.equal(threaded.actor_params, again.actor_params)
+    assert torch.equal(threaded.qf_params, again.qf_params)
+    # (the runs' episodes differ, so do the steps their resets take: NEXT_STEP autoreset)
+    for trainer in (threaded, unthreaded):
+        assert trainer.num_updates == int(trainer.actor_optimizer.step_count) == trainer.step - 40
+        assert len(trainer.replay) == trainer.step

@@ -62,6 +62,7 @@ def test_ml_agents_defaults() -> None:
         "keep_checkpoints": 5,
         "even_checkpoints": False,
         "init_path": None,
+        "threaded": False,
     }
 
 

@@ -60,7 +60,7 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "TrainerSettings": (
         "behaviors.<name> / default_settings",
-        {"threaded": _NOT_YET, "self_play": _UNITY, "framework": _DEPRECATED},
+        {"self_play": _UNITY, "framework": _DEPRECATED},
     ),
     "NetworkSettings": (
         "behaviors.<name>.network_settings",

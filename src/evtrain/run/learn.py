@@ -260,6 +260,7 @@ class _Run:
         trainer, manager = self.trainers[name], self.managers[name]
         if not manager.is_writer:
             return
+        trainer.wait_for_update()  # threaded: the files hold every update of the steps so far
         with hierarchical_timer("snapshot"):
             state = snapshot(trainer.state_dict())
             policy = snapshot(trainer.policy_module())
@@ -284,6 +285,7 @@ class _Run:
         started = time.monotonic()
         self.saver.close()  # save and export are emitted before run_finished
         for trainer in self.trainers.values():
+            trainer.close()  # threaded: the update still running, if any, ends first
             trainer.envs.close()
         steps = sum(t.step for t in self.trainers.values())
         finished = RunFinished(

@@ -14,6 +14,13 @@ merges each summary period's statistics on rank 0; :meth:`Trainer.synchronize` s
 rank from rank 0's networks.  An algorithm averages its gradients with
 ``self.world.average_(grad)`` before each optimizer step, and merges observation normalisers
 with ``merge_ranks`` — PPO and SAC do; a subclass of either inherits it.
+
+``threaded: true`` (:class:`evtrain.trainers.threaded.ThreadedUpdates`, which ``Trainer``
+derives from): an algorithm hands its update to ``_run_update``, which runs it on the
+behavior's update thread and returns, and acts with copies of its networks that
+``_caught_up`` refreshes.  Whatever reads the trained state waits for the update first
+(:meth:`~evtrain.trainers.threaded.ThreadedUpdates.wait_for_update`): a summary,
+:meth:`Trainer.state_dict`, the runner before it exports, the end of the run.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
+from evtrain.trainers.threaded import ThreadedUpdates
 from evtrain.world import World
 
 HISTOGRAM = StatsAggregationMethod.HISTOGRAM
@@ -49,7 +57,7 @@ def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> flo
     return initial + (floor - initial) * progress
 
 
-class Trainer(abc.ABC):
+class Trainer(ThreadedUpdates, abc.ABC):
     """Trains one behavior on a Gymnasium vector environment and reports on the bus.
 
     :param behavior_name: the stats category (e.g. ``"CartPole"``).
@@ -105,6 +113,7 @@ class Trainer(abc.ABC):
         """Every random draw on ``device``: action sampling, minibatch shuffling."""
         self.rng = np.random.default_rng(seed)
         """Every random draw made in numpy (replay sampling, warm-up actions)."""
+        self._init_updates(behavior_name, settings.threaded)
         self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
         self._last_summary = 0
         """The step the last summary was labelled with (a ``summary_freq`` multiple, or the
@@ -126,7 +135,7 @@ class Trainer(abc.ABC):
         )
         self._setup()
 
-    def _setup(self) -> None:  # noqa: B027 - optional hook, nothing to build by default
+    def _setup(self) -> None:
         """Build what the algorithm needs (networks, optimizers, buffers); the constructor's
         last step, once the shared state exists.  The constructor's signature is declared
         only here: a subclass overrides this hook instead of re-declaring ``__init__`` (and
@@ -156,6 +165,7 @@ class Trainer(abc.ABC):
         """Run the deterministic policy from now on, learning nothing (``--inference``): the
         runner calls :meth:`run_policy` instead of :meth:`advance`.  Steps count afresh from 0
         up to ``max_steps`` (global, as in training), and summaries say ``Is Training`` 0."""
+        self.wait_for_update()
         # Buffers an export view makes (action bounds) start on the CPU; the parameters are
         # the trainer's own, on its device already.
         self._policy = self.policy_module().to(self.device)
@@ -186,8 +196,10 @@ class Trainer(abc.ABC):
         open as one last ``stats`` event labelled with :attr:`step`, so that every run writes
         at least one summary.  Nothing when the last :meth:`advance` wrote one (``max_steps``
         a multiple of ``summary_freq``) or no step was taken.  A collective in a distributed
-        run, like every summary: all ranks call it.
+        run, like every summary: all ranks call it.  With ``threaded``, it waits for the
+        update in flight first: the summary holds it.
         """
+        self.wait_for_update()
         if self.step == self._summarised_at:
             return
         self.reporter.set_stat("Step", float(self.step))
@@ -225,6 +237,7 @@ class Trainer(abc.ABC):
                 if isinstance(part, ObservationNormalizer):
                     part.deferred = True
         self.world.broadcast_(self._shared_tensors(modules))
+        self._loaded()
 
     def _shared_tensors(self, modules: list[nn.Module]) -> list[torch.Tensor]:
         """Every tensor that must be equal on all ranks: the parameters and buffers of the
@@ -242,8 +255,13 @@ class Trainer(abc.ABC):
         """Everything needed to resume: networks, optimizers, normaliser, step and RNG states.
 
         Tensors and plain Python values only, so ``torch.load(weights_only=True)`` reads it.
-        The environments are not part of it: a resumed trainer starts fresh episodes.
+        The environments are not part of it: a resumed trainer starts fresh episodes.  With
+        ``threaded``, the update in flight is waited for: the state includes it.
         """
+        self.wait_for_update()
+        acting = {}
+        if self.act_generator is not self.generator:
+            acting["act_generator"] = self.act_generator.get_state()
         return {
             "trainer_type": self.settings.trainer_type,
             "step": self.step,
@@ -252,6 +270,7 @@ class Trainer(abc.ABC):
             "generator_device": self.device.type,
             "generator": self.generator.get_state(),
             "rng": self.rng.bit_generator.state,
+            **acting,
             **self._state_dict(),
         }
 
@@ -278,8 +297,11 @@ class Trainer(abc.ABC):
         else:
             if state["generator_device"] == self.device.type:
                 self.generator.set_state(state["generator"])
+                if "act_generator" in state and self.act_generator is not self.generator:
+                    self.act_generator.set_state(state["act_generator"])
             self.rng.bit_generator.state = state["rng"]
         self._load_state_dict(state)
+        self._loaded()
         self.reporter.set_stat("Step", float(self.step))
 
     def load_weights(self, state: dict[str, Any]) -> None:
@@ -290,6 +312,7 @@ class Trainer(abc.ABC):
         """
         self._check_type(state)
         self._load_weights(state)
+        self._loaded()
 
     def _check_type(self, state: dict[str, Any]) -> None:
         if state["trainer_type"] != self.settings.trainer_type:
@@ -365,6 +388,8 @@ class Trainer(abc.ABC):
         freq = self.settings.summary_freq
         boundary = self.step // freq * freq
         if boundary > self._last_summary:
+            # threaded: a summary holds every update of its period, as it does unthreaded
+            self.wait_for_update()
             self._write_summary(boundary)
 
     def _write_summary(self, label: int) -> None:

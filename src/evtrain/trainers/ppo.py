@@ -7,6 +7,10 @@ minibatches.  Implementation choices follow "The 37 implementation details of PP
 al. 2022) as SB3 and cleanrl do: orthogonal init, Adam with ``eps=1e-5``, per-minibatch
 advantage normalisation, global gradient clipping, time-limit bootstrapping.
 
+With ``threaded: true`` (:mod:`evtrain.trainers.threaded`) the update of one rollout runs on
+the update thread while the next rollout is collected, acting with a copy of the agent from
+before that update; the next rollout's values, advantages and update wait for it.
+
 With intrinsic reward signals (``reward_signals.gail``, ``curiosity``, ``rnd``; see
 :mod:`evtrain.trainers.intrinsic`) the critic has one value head per signal, as in ML-Agents:
 each signal's rewards get GAE with its own ``gamma`` and value head, the advantage is their
@@ -42,6 +46,7 @@ from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
 from evtrain.trainers.ppo_gradients import ppo_gradients, supports
 from evtrain.trainers.settings import PPOSettings
+from evtrain.trainers.threaded import ActingCopy
 
 EPSILON_FLOOR = 0.1
 """Where a linear clip-range schedule ends (ML-Agents' value)."""
@@ -164,6 +169,12 @@ class PPOTrainer(Trainer):
             self._action_high = self.action_space.high.reshape(-1)
             self._action_shape = (self.num_envs, *self.action_space.shape)
         self._allocate_rollout()
+        self._acting = ActingCopy(self.agent) if settings.threaded else None
+        """threaded: the agent the rollout acts with while the update trains ``agent``."""
+
+    def _caught_up(self) -> None:
+        if self._acting is not None:
+            self._acting.refresh()
 
     def _allocate_rollout(self) -> None:
         # Filled row by row every iteration; the tensors are stacked once per rollout instead
@@ -201,8 +212,11 @@ class PPOTrainer(Trainer):
         if self.signals:
             self.signal_rewards = self._evaluate_signals()
         advantages, returns = self._advantages(next_value)
+        # The update reads this batch only (threaded: the next rollout, collected while it
+        # runs, writes the rollout's arrays).
+        b = self._batch(advantages, returns)
         with hierarchical_timer("update"):
-            self._update(advantages, returns, clip_coef, ent_coef)
+            self._run_update(self._update, b, clip_coef, ent_coef)
 
         report = self.reporter.add_stat
         report("Policy/Learning Rate", lr)
@@ -232,11 +246,12 @@ class PPOTrainer(Trainer):
         """
         obs_list, action_list, logprob_list = [], [], []
         finals: list[_Finals] = []
+        acting = self.agent if self._acting is None else self._acting.module
         for t in range(self.num_steps):
             # -- act: sample a_t ~ pi(.|s_t) and keep log pi(a_t|s_t) for the ratio
             # (torch.tensor copies: a vector env may reuse its observation array.)
             x = self._observe(self.layout.tensor(self.next_obs, self.device))
-            action, logprob = self.agent.act(x, self.generator)
+            action, logprob = acting.act(x, self.act_generator)
             obs_list.append(x)
             action_list.append(action)
             logprob_list.append(logprob)
@@ -253,6 +268,8 @@ class PPOTrainer(Trainer):
         self.b_obs = torch.stack(obs_list)
         self.b_actions = torch.stack(action_list)
         self.b_logprobs = torch.stack(logprob_list)
+        # threaded: the values come from the critic the update in flight trains
+        self.wait_for_update()
         return self._value_rollout(finals)
 
     @torch.no_grad()
@@ -405,12 +422,10 @@ class PPOTrainer(Trainer):
             dones = dones | cuts
         return compute_gae(rewards, values, dones, bootstrap, next_v, gamma, self.hp.lambd)
 
-    def _update(
-        self, advantages: torch.Tensor, returns: torch.Tensor, clip_coef: float, ent_coef: float
-    ) -> None:
-        """``num_epoch`` passes of minibatch gradient steps on the clipped objective."""
+    def _update(self, b: _Minibatch, clip_coef: float, ent_coef: float) -> None:
+        """``num_epoch`` passes of minibatch gradient steps on the clipped objective over the
+        batch ``b`` (:meth:`_batch`)."""
         hp = self.hp
-        b = self._batch(advantages, returns)
         batch_size = b[0].shape[0]
         # From the settings, not the batch: every rank must take as many gradient steps (each
         # is an all-reduce), even when dropped autoreset steps leave them different batches.

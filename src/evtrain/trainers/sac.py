@@ -9,6 +9,12 @@ policy rescaled to the action bounds, and automatic tuning of the entropy coeffi
 one gradient step per ``steps_per_update`` environment steps once ``buffer_init_steps``
 random-action steps have been collected.  Intrinsic reward signals (gail, curiosity, rnd) and
 behavioral cloning: :mod:`evtrain.trainers.sac_signals`.
+
+With ``threaded: true`` (:mod:`evtrain.trainers.threaded`) the gradient steps due after one
+environment step run on the update thread while the environments take the next step, acting
+with a copy of the normaliser and actor from before those gradient steps; the transitions of
+that step are stored once they are done.  As many gradient steps are taken as unthreaded, at
+the same environment steps: only the acting actor lags, by one batch of gradient steps.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from evtrain.trainers.sac_discrete import (
 )
 from evtrain.trainers.sac_signals import SACSignals
 from evtrain.trainers.settings import NetworkSettings, SACSettings
+from evtrain.trainers.threaded import ActingCopy
 from evtrain.trainers.twin_q import TwinQ, from_two_networks, relayout_flat
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -233,6 +240,13 @@ class SACTrainer(Trainer):
         )
         """The intrinsic reward signals and behavioral cloning (empty without them)."""
         self._extras_modules = self.extras.modules()  # a module: synchronize shares it
+        self._acting: ActingCopy[SACPolicy | DiscreteSACPolicy] | None = None
+        """threaded: the normaliser and actor the environments act with."""
+        self._held: list[tuple[torch.Tensor, tuple[npt.NDArray[Any], ...]]] = []
+        """threaded: each step's observations and transitions, stored once the gradient steps
+        running meanwhile are done (they sample the replay buffer and normalise with it)."""
+        if settings.threaded:
+            self._acting = ActingCopy(self._export_view())
 
     # -- the algorithm -------------------------------------------------------------------------
 
@@ -242,14 +256,17 @@ class SACTrainer(Trainer):
         # -- act: uniform random actions while warming up, then a ~ pi(.|s)
         obs = self.layout.rows(self.next_obs)
         obs_t = torch.as_tensor(obs, device=self.device)
-        self.normalizer.update(obs_t)
+        acting = self._acting.module if self._acting is not None else None
+        normalizer = self.normalizer if acting is None else acting.normalizer
+        actor = self.actor if acting is None else acting.actor
+        normalizer.update(obs_t)
         if self.world.size > 1:  # every rank's observations into every rank's statistics
-            self.normalizer.merge_ranks(self.world)
+            normalizer.merge_ranks(self.world)
         if self.step < hp.buffer_init_steps:
             action = self._random_actions()
         else:
             with torch.no_grad():
-                action = self.actor(self.normalizer(obs_t), self.generator)[0].cpu().numpy()
+                action = actor(normalizer(obs_t), self.act_generator)[0].cpu().numpy()
         if self.branches is None:
             env_action = self._low + (action + 1.0) * 0.5 * (self._high - self._low)
         else:  # [N, branches] indices, reshaped to the space's shape below
@@ -265,13 +282,17 @@ class SACTrainer(Trainer):
         if dones.any() and not self.autoreset.next_step:
             real_next[dones] = self.layout.rows(final_observations(infos, dones))
         strength = self.settings.reward_signals.extrinsic.strength
-        self.replay.add(
+        transitions = (
             obs[valid],
             action[valid],
             (reward * strength)[valid],
             real_next[valid],
             terminated[valid],
         )
+        if acting is None:
+            self.replay.add(*transitions)
+        else:  # see _caught_up
+            self._held.append((obs_t.clone(), transitions))
         self._record_step(reward, dones, valid)
         if self.extras:
             self.extras.observe(obs, action, real_next, dones, valid)
@@ -280,21 +301,42 @@ class SACTrainer(Trainer):
         # -- learn: one gradient step per steps_per_update environment steps after warm-up
         self._sync_step()  # distributed: count every rank's steps, so all ranks agree on `due`
         due = int((self.step - hp.buffer_init_steps) / hp.steps_per_update)
+        self.wait_for_update()  # threaded: the last step's gradient steps; this step stored
+        count, lr = 0, hp.learning_rate
         if len(self.replay) >= hp.batch_size:
-            lr = hp.learning_rate
             if hp.learning_rate_schedule == "linear":
                 lr = linear_decay(lr, LEARNING_RATE_FLOOR, self.step, self.settings.max_steps)
             for optimizer in (self.actor_optimizer, self.q_optimizer, self.alpha_optimizer):
                 optimizer.lr = lr
+            count = max(0, due - self.num_updates)
+        if count or self.extras:
+            # threaded: the signals' and cloning's updates run after the gradient steps on the
+            # update thread too: they train the actor and the signal models the gradient steps
+            # use, and sample the replay buffer with the same generator
             with hierarchical_timer("update"):
-                for _ in range(due - self.num_updates):
-                    self._update()
-                    self._lr_sum += lr
+                self._run_update(self._learn, count, lr, self.step)
         self.num_updates = max(self.num_updates, due)
+        self._end_period()
+
+    def _learn(self, count: int, lr: float, step: int) -> None:
+        """``count`` gradient steps at learning rate ``lr``, then the signals' and cloning's
+        updates due at environment step ``step``."""
+        for _ in range(count):
+            self._update()
+            self._lr_sum += lr
         if self.extras:
             with hierarchical_timer("reward_signals"):
-                self.extras.update(self.step, self.replay, self.rng)
-        self._end_period()
+                self.extras.update(step, self.replay, self.rng)
+
+    def _caught_up(self) -> None:
+        # The observations and transitions of the steps taken while gradient steps ran, in
+        # order: the trained normaliser and the replay buffer end up as they would unthreaded.
+        for obs_t, transitions in self._held:
+            self.normalizer.update(obs_t)
+            self.replay.add(*transitions)
+        self._held.clear()
+        if self._acting is not None:
+            self._acting.refresh()
 
     def _random_actions(self) -> npt.NDArray[Any]:
         """Uniformly random actions of every environment (``buffer_init_steps``): in
@@ -444,12 +486,15 @@ class SACTrainer(Trainer):
     def policy_module(self) -> nn.Module:
         """Raw observations to the deterministic action: ``tanh(mean)`` rescaled to the bounds,
         or each branch's most likely action."""
+        return self._export_view().eval()
+
+    def _export_view(self) -> SACPolicy | DiscreteSACPolicy:
         actor, space, flatten = self.actor, self.action_space, self.layout.flattener()
         if isinstance(actor, CategoricalActor):
-            return DiscreteSACPolicy(self.normalizer, actor, flatten).eval()
+            return DiscreteSACPolicy(self.normalizer, actor, flatten)
         if not isinstance(space, spaces.Box):
             raise RuntimeError(f"a Gaussian SAC policy for {space}")
-        return SACPolicy(self.normalizer, actor, space, flatten).eval()
+        return SACPolicy(self.normalizer, actor, space, flatten)
 
     def _state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {

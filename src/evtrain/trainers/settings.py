@@ -332,6 +332,10 @@ class TrainerSettings:
     """ML-Agents: start this behavior from the weights of a checkpoint (a ``.pt`` file, or a
     run folder or behavior folder holding ``checkpoint.pt``), at step 0, like
     ``checkpoint_settings.initialize_from`` does for every behavior."""
+    threaded: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    """ML-Agents: step the environments while the model updates, on a thread of its own
+    (:mod:`evtrain.trainers.threaded`); the environments act with the networks of before the
+    update in flight.  Refused in a distributed run."""
 
     @property
     def checkpoint_every(self) -> int:

@@ -47,6 +47,10 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
     assert RunOptions.from_dict({"bus": {"capacity": 2e3}}).bus.capacity == 2000
 
 
+UNSUPPORTED = {"network_settings": None}
+"""A reward signal with an ML-Agents option evtrain does not implement yet."""
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
@@ -82,10 +86,10 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
         ),
         ("not a mapping", ["expected a mapping of options, got str 'not a mapping'"]),
         (
-            {"behaviors": {"B": {"network_settings": {"memory": {"memory_size": 128}}}}},
+            {"behaviors": {"B": {"reward_signals": {"extrinsic": {"network_settings": {}}}}}},
             [
-                "behaviors.B.network_settings.memory: ML-Agents option memory is not supported "
-                "by evtrain yet; remove it"
+                "behaviors.B.reward_signals.extrinsic.network_settings: ML-Agents option "
+                "network_settings is not supported by evtrain yet; remove it"
             ],
         ),
         (
@@ -115,14 +119,14 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
         ),
         (
             {
-                "default_settings": {"max_stepz": 5, "network_settings": {"memory": None}},
-                "behaviors": {"A": {}, "B": {"network_settings": {"memory": None}}},
+                "default_settings": {"max_stepz": 5, "reward_signals": {"extrinsic": UNSUPPORTED}},
+                "behaviors": {"A": {}, "B": {"reward_signals": {"extrinsic": UNSUPPORTED}}},
             },
             [
-                "behaviors.B.network_settings.memory: ML-Agents option memory is not supported "
-                "by evtrain yet; remove it",
-                "default_settings.network_settings.memory: ML-Agents option memory is not "
-                "supported by evtrain yet; remove it",
+                "behaviors.B.reward_signals.extrinsic.network_settings: ML-Agents option "
+                "network_settings is not supported by evtrain yet; remove it",
+                "default_settings.reward_signals.extrinsic.network_settings: ML-Agents option "
+                "network_settings is not supported by evtrain yet; remove it",
                 "default_settings.max_stepz: unknown key (did you mean max_steps?)",
             ],
         ),

@@ -241,10 +241,13 @@ class StatefulPolicy:
         self.policy = policy
         self.memory: torch.Tensor | None = None
 
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.memory is None or self.memory.shape[0] != obs.shape[0]:
-            self.memory = obs.new_zeros((obs.shape[0], self.memory_size), dtype=torch.float32)
-        action, self.memory = self.policy(obs, self.memory)
+    def __call__(self, *obs: torch.Tensor) -> torch.Tensor:
+        """Actions for the observations (one tensor per input of the policy, as its export
+        view takes them)."""
+        size = obs[0].shape[0]
+        if self.memory is None or self.memory.shape[0] != size:
+            self.memory = obs[0].new_zeros((size, self.memory_size), dtype=torch.float32)
+        action, self.memory = self.policy(*obs, self.memory)
         return cast("torch.Tensor", action)
 
     def forget(self, ended: npt.NDArray[np.bool_]) -> None:

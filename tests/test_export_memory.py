@@ -14,10 +14,16 @@ from gymnasium.vector import AutoresetMode
 
 from evtrain import Bus, StatsReporter
 from evtrain.export import MEMORY_IN, MEMORY_OUT, Exporter, PolicyExporter, onnx_policy
-from evtrain.trainers import NetworkSettings, PPOSettings, make_vector_env
+from evtrain.trainers import (
+    MemorySettings,
+    NetworkSettings,
+    PPOSettings,
+    SACSettings,
+    make_vector_env,
+)
 from evtrain.trainers.ppo import PPOTrainer
-from evtrain.trainers.settings import MemorySettings
-from tests.trainers.helpers import small_ppo
+from evtrain.trainers.sac import SACTrainer
+from tests.trainers.helpers import small_ppo, small_sac
 from tests.trainers.test_ppo_memory import masked_envs
 
 
@@ -106,6 +112,34 @@ def test_onnxruntime_acts_as_torch_over_whole_episodes(tmp_path: Path, bus: Bus)
     assert runtime.memory is None
     envs.close()
     trainer.envs.close()
+
+
+def test_recurrent_sac_policy_acts_as_torch_over_an_episode(tmp_path: Path, bus: Bus) -> None:
+    settings = small_sac(
+        hyperparameters=SACSettings(batch_size=16, buffer_init_steps=20),
+        network_settings=NetworkSettings(
+            hidden_units=16, num_layers=1, memory=MemorySettings(memory_size=6, sequence_length=4)
+        ),
+    )
+    envs = make_vector_env("Pendulum-v1", 2)
+    trainer = SACTrainer("Test", settings, envs, StatsReporter(bus, "Test"), seed=0)
+    while trainer.step < 60:
+        trainer.advance()  # some gradient steps: weights that are not the initial ones
+    policy = trainer.policy_module()
+    obs = np.asarray(trainer.next_obs, dtype=np.float32)
+    path = PolicyExporter().export(policy, torch.as_tensor(obs), tmp_path / "sac.onnx")
+    assert graph_io(path)[1] == ["action", MEMORY_OUT]
+    runtime = onnx_policy(path, threads=1)
+    memory = torch.zeros(2, 6)
+    for _ in range(30):
+        with torch.no_grad():
+            want, memory = policy(torch.as_tensor(obs), memory)
+        got = runtime(obs)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+        assert runtime.memory is not None
+        np.testing.assert_allclose(runtime.memory, memory.numpy(), rtol=1e-4, atol=1e-5)
+        obs = np.asarray(envs.step(got)[0], dtype=np.float32)
+    envs.close()
 
 
 def test_feed_forward_policies_stay_plain_functions(tmp_path: Path, bus: Bus) -> None:

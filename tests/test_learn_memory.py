@@ -1,5 +1,5 @@
-"""``network_settings.memory`` end to end: real runs through the CLI on masked CartPole (PPO),
-resumed, run for inference; configuration errors."""
+"""``network_settings.memory`` end to end: real runs through the CLI (PPO on masked CartPole,
+resumed; SAC on Pendulum), run for inference; configuration errors."""
 
 from __future__ import annotations
 
@@ -60,6 +60,31 @@ def test_ppo_with_memory_trains_exports_and_resumes_through_the_cli(tmp_path: Pa
     assert "actor.memory.lstm.weight_hh_l0" in changed  # the LSTM went on learning
     steps = scalar_steps(run / "CartPole", "Environment/Cumulative Reward")
     assert steps == [256, 512, 768, 1024]
+
+
+def test_sac_with_memory_trains_and_exports_through_the_cli(tmp_path: Path) -> None:
+    options = config(
+        tmp_path,
+        trainer_type="sac",
+        hyperparameters={"batch_size": 16, "buffer_size": 1000, "buffer_init_steps": 64},
+        network_settings={"hidden_units": 16, "num_layers": 1, "memory": MEMORY},
+        max_steps=128,
+        summary_freq=64,
+        checkpoint_interval=128,
+    )
+    options["env_settings"].update(env_id="Pendulum-v1", num_envs=2)
+    evtrain_learn(tmp_path, options)
+    run = tmp_path / "results" / "run"
+    state = load_checkpoint(run / "CartPole" / "checkpoint.pt")
+    assert state["step"] == 128 and state["num_updates"] == 64
+    for critic in (0, 1):
+        assert f"critics.{critic}.memory.lstm.weight_hh_l0" in state["qf"]
+    assert "memory.lstm.weight_hh_l0" in state["actor"]
+    graph = onnx.load(str(run / "CartPole.onnx")).graph
+    assert [i.name for i in graph.input] == ["obs", "memory_in"]
+    assert [o.name for o in graph.output] == ["action", "memory_out"]
+    # learning starts after the 64 warm-up steps: the summary at 64 has no losses yet
+    assert scalar_steps(run / "CartPole", "Losses/Q1 Loss") == [128]
 
 
 def test_inference_runs_the_recurrent_policy(tmp_path: Path) -> None:

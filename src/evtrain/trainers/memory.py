@@ -88,7 +88,9 @@ class RecurrentMLP(nn.Module):
     a linear output layer on the LSTM's output.
 
     The weights are drawn in that order from ``generator``; the hidden and output layers are
-    initialised as the MLP's are.
+    initialised as the MLP's are.  With image observations, :attr:`encoder` (set by the
+    builder, after the rest is drawn, as the feed-forward networks draw theirs) turns
+    observation rows into the hidden layers' input.
     """
 
     def __init__(
@@ -110,6 +112,9 @@ class RecurrentMLP(nn.Module):
         self.memory = LSTMMemory(widths[-1], memory.memory_size, generator)
         self.out = layer_init(nn.Linear(self.memory.hidden_size, out_features), out_gain, generator)
         self.activation = ACTIVATIONS[network.activation]
+        self.encoder: nn.Module | None = None
+        """The image encoders in front of the hidden layers (``None``: vector observations,
+        whose rows are the hidden layers' input)."""
 
     @property
     def memory_size(self) -> int:
@@ -117,7 +122,10 @@ class RecurrentMLP(nn.Module):
         return self.memory.memory_size
 
     def body(self, x: torch.Tensor) -> torch.Tensor:
-        """The hidden layers, on any leading dimensions."""
+        """The encoders (if any) and the hidden layers, on any leading dimensions."""
+        if self.encoder is not None:
+            lead = x.shape[:-1]
+            x = self.encoder(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
         for layer in cast("list[nn.Linear]", self.hidden):
             x = self.activation(F.linear(x, layer.weight, layer.bias))
         return x

@@ -10,12 +10,12 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from evtrain.trainers import NetworkSettings, PPOSettings
+from evtrain.trainers import NetworkSettings, PPOSettings, RewardSignals
 from evtrain.trainers.memory import StatefulPolicy, sequence_layout
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.ppo_memory import RecurrentRollout
 from evtrain.trainers.recurrent_policies import RecurrentActorCritic, RecurrentPolicy
-from evtrain.trainers.settings import MemorySettings
+from evtrain.trainers.settings import CuriositySettings, MemorySettings, RNDSettings
 from tests.memory_envs import masked_cartpole
 from tests.trainers.helpers import CountingEnv, Recording, small_ppo
 from tests.trainers.test_ppo_trainer import PPO_KEYS
@@ -209,3 +209,25 @@ def test_inference_carries_the_memory_and_forgets_it_at_episode_ends(
     assert memories[0].any() and memories[1].any()
     assert not memories[2].any()
     assert memories[3].any()
+
+
+def test_intrinsic_reward_signals_train_alongside_the_recurrent_agent(
+    recording: Recording,
+) -> None:
+    # As in ML-Agents: the signals' own models stay feed-forward; the recurrent critic has one
+    # value head per signal and carries one memory for all of them.
+    settings = recurrent_ppo(
+        reward_signals=RewardSignals(curiosity=CuriositySettings(), rnd=RNDSettings()),
+        summary_freq=128,
+    )
+    envs = masked_envs(AutoresetMode.SAME_STEP, num_envs=2)
+    trainer = PPOTrainer("Test", settings, envs, recording.reporter, seed=0)
+    while trainer.step < 128:
+        trainer.advance()
+    recording.flush()
+    [event] = recording.stats
+    assert {"Losses/Curiosity Forward Loss", "Losses/RND Loss", "Policy/Rnd Reward"} <= set(
+        event.values
+    )
+    assert trainer.b_values.shape == (32, 2, 3)
+    assert memory_of(trainer).b_critic_memory.shape == (64, 8)

@@ -18,6 +18,11 @@ sum, and the signals' models train on the update's minibatches.  With ``behavior
 the policy also learns the demonstrations' actions after each update
 (:mod:`evtrain.trainers.behavioral_cloning`).  Without them the update is the extrinsic-only
 one, step for step.
+
+With ``network_settings.memory`` the policy and the critic are recurrent
+(:class:`~evtrain.trainers.recurrent_policies.RecurrentActorCritic`): the rollout carries
+their memories and the update trains on sequences (:mod:`evtrain.trainers.ppo_memory`).
+Without it, nothing here changes.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ environment step run on the update thread while the environments take the next s
 with a copy of the normaliser and actor from before those gradient steps; the transitions of
 that step are stored once they are done.  As many gradient steps are taken as unthreaded, at
 the same environment steps: only the acting actor lags, by one batch of gradient steps.
+
+With ``network_settings.memory`` the policy and the critics are recurrent and learn from
+sequences of a replay buffer of sequences (:mod:`evtrain.trainers.sac_memory`).
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
     assert RunOptions.from_dict({"bus": {"capacity": 2e3}}).bus.capacity == 2000
 
 
-UNSUPPORTED = {"network_settings": None}
-"""A reward signal with an ML-Agents option evtrain does not implement yet."""
+VISUAL = {"vis_encode_type": "simple"}
+"""An ML-Agents option evtrain does not implement yet."""
 
 
 @pytest.mark.parametrize(
@@ -86,10 +86,10 @@ UNSUPPORTED = {"network_settings": None}
         ),
         ("not a mapping", ["expected a mapping of options, got str 'not a mapping'"]),
         (
-            {"behaviors": {"B": {"reward_signals": {"extrinsic": {"network_settings": {}}}}}},
+            {"behaviors": {"B": {"network_settings": {"vis_encode_type": "simple"}}}},
             [
-                "behaviors.B.reward_signals.extrinsic.network_settings: ML-Agents option "
-                "network_settings is not supported by evtrain yet; remove it"
+                "behaviors.B.network_settings.vis_encode_type: ML-Agents option vis_encode_type "
+                "is not supported by evtrain yet; remove it"
             ],
         ),
         (
@@ -119,14 +119,14 @@ UNSUPPORTED = {"network_settings": None}
         ),
         (
             {
-                "default_settings": {"max_stepz": 5, "reward_signals": {"extrinsic": UNSUPPORTED}},
-                "behaviors": {"A": {}, "B": {"reward_signals": {"extrinsic": UNSUPPORTED}}},
+                "default_settings": {"max_stepz": 5, "network_settings": VISUAL},
+                "behaviors": {"A": {}, "B": {"network_settings": VISUAL}},
             },
             [
-                "behaviors.B.reward_signals.extrinsic.network_settings: ML-Agents option "
-                "network_settings is not supported by evtrain yet; remove it",
-                "default_settings.reward_signals.extrinsic.network_settings: ML-Agents option "
-                "network_settings is not supported by evtrain yet; remove it",
+                "behaviors.B.network_settings.vis_encode_type: ML-Agents option vis_encode_type "
+                "is not supported by evtrain yet; remove it",
+                "default_settings.network_settings.vis_encode_type: ML-Agents option "
+                "vis_encode_type is not supported by evtrain yet; remove it",
                 "default_settings.max_stepz: unknown key (did you mean max_steps?)",
             ],
         ),

@@ -12,13 +12,19 @@ import torch
 import yaml
 
 from evtrain import Bus, ConfigError, RunOptions, StatsEvent
+from evtrain.export import onnx_policy
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
+from evtrain.run.record import record
 from evtrain.testing import Recorder
+from evtrain.trainers.demonstrations import load_demonstrations
 from tests.helpers import ROOT, clean_env, python
+from tests.memory_envs import masked_cartpole
 from tests.test_learn import config, scalar_steps
 
 MEMORY = {"memory_size": 16, "sequence_length": 8}
+MASKED = masked_cartpole()
+"""The environment of the runs here, for its spaces."""
 
 
 def memory_config(tmp_path: Path, **behavior: Any) -> dict[str, Any]:
@@ -101,43 +107,69 @@ def test_inference_runs_the_recurrent_policy(tmp_path: Path) -> None:
     assert all(e.values["Environment/Cumulative Reward"].num > 0 for e in events)
 
 
+def test_record_runs_the_recurrent_policy_from_a_fresh_memory_each_episode(
+    tmp_path: Path,
+) -> None:
+    # One update: a policy close to its initial one, whose actions still hinge on the memory
+    options = memory_config(tmp_path, max_steps=128)
+    learn(options)
+    result = record(RunOptions.from_dict(options), episodes=3, output=tmp_path / "demo.npz")
+    demo = load_demonstrations(
+        result.path, MASKED.observation_space, MASKED.action_space, key="demo_path"
+    )
+    assert len(demo.episode_returns) == 3
+    # the same steps again, the exported policy's memory zeroed after each episode (or not)
+    for reset in (True, False):
+        policy = onnx_policy(result.policy)
+        actions = []
+        for obs, done in zip(demo.observations, demo.terminated | demo.truncated, strict=True):
+            actions.append(int(policy(obs)))
+            if done and reset:
+                policy.reset()
+        assert (actions == demo.actions.tolist()) is reset
+
+
+def with_memory(memory: dict[str, Any], **behavior: Any) -> dict[str, Any]:
+    return {"network_settings": {"memory": memory}, **behavior}
+
+
 @pytest.mark.parametrize(
-    ("memory", "hyperparameters", "problem"),
+    ("behavior", "problem"),
     [
         (
-            {"memory_size": 63},
-            {},
+            with_memory({"memory_size": 63}),
             "behaviors.B.network_settings.memory.memory_size: expected an even number (the "
             "LSTM's hidden and cell state, memory_size / 2 each), got 63; use 64",
         ),
         (
-            {"memory_size": 0},
-            {},
+            with_memory({"memory_size": 0}),
             "behaviors.B.network_settings.memory.memory_size: must be > 0, got 0",
         ),
         (
-            {"sequence_length": 0},
-            {},
+            with_memory({"sequence_length": 0}),
             "behaviors.B.network_settings.memory.sequence_length: must be > 0, got 0",
         ),
         (
-            {"sequence_length": 64},
-            {"batch_size": 32},
+            with_memory({"sequence_length": 64}, hyperparameters={"batch_size": 32}),
             "behaviors.B.network_settings: memory.sequence_length (64) must not exceed "
             "hyperparameters.batch_size (32); lower sequence_length or raise batch_size",
         ),
         (
-            {"memory_sise": 64},
-            {},
+            with_memory({}, behavioral_cloning={"demo_path": "demos/Expert.npz"}),
+            "behaviors.B.behavioral_cloning: cloning a recurrent policy "
+            "(network_settings.memory) is not supported by evtrain yet; remove "
+            "behavioral_cloning or memory",
+        ),
+        (
+            with_memory({"memory_sise": 64}),
             "behaviors.B.network_settings.memory.memory_sise: unknown key (did you mean "
             "memory_size?)",
         ),
     ],
 )
 def test_bad_memory_settings_name_the_key_and_the_fix(
-    memory: dict[str, Any], hyperparameters: dict[str, Any], problem: str
+    behavior: dict[str, Any], problem: str
 ) -> None:
-    behavior = {"network_settings": {"memory": memory}, "hyperparameters": hyperparameters}
     with pytest.raises(ConfigError) as info:
         RunOptions.from_dict({"behaviors": {"B": behavior}})
     assert info.value.problems == (problem,)

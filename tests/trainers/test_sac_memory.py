@@ -11,10 +11,11 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from evtrain.trainers import MemorySettings, NetworkSettings, SACSettings
+from evtrain.trainers import MemorySettings, NetworkSettings, RewardSignals, SACSettings
 from evtrain.trainers.memory import RecurrentMLP
 from evtrain.trainers.sac import UPDATE_STATS, SACTrainer
 from evtrain.trainers.sac_memory import RecurrentSACPolicy, RecurrentTwinQ, SequenceReplayBuffer
+from evtrain.trainers.settings import CuriositySettings
 from tests.trainers.helpers import Recording, small_sac
 
 MEMORY = MemorySettings(memory_size=8, sequence_length=3)
@@ -135,3 +136,37 @@ def test_a_replay_of_another_shape_is_refused() -> None:
     other = SequenceReplayBuffer(30, 2, 1, 5, (4, 8), num_envs=1)
     with pytest.raises(ValueError, match=r"holds 0 sequences of shape \(3, 4\), this one"):
         other.load_state_dict(small.state_dict())
+
+
+def test_single_transitions_come_from_the_stored_sequences_never_from_padding() -> None:
+    replay = SequenceReplayBuffer(30, 1, 1, 3, (2, 4), num_envs=1)
+    memories = np.zeros((1, 2), np.float32), np.zeros((1, 4), np.float32)
+    for t in range(1, 5):  # an episode of 4 steps: a sequence of 3, one of 1 padded
+        step = np.array([[float(t)]], np.float32)
+        replay.add(
+            step, step, np.ones(1), step + 1, np.zeros(1, bool), np.array([t == 4]),
+            np.ones(1, bool), *memories,
+        )  # fmt: skip
+    assert replay.size == 2 and len(replay) == 4
+    obs, actions, rewards, next_obs, terminated = replay.sample(400, np.random.default_rng(0))
+    assert sorted(set(obs[:, 0].tolist())) == [1.0, 2.0, 3.0, 4.0]  # never a padded 0
+    assert torch.equal(next_obs, obs + 1) and torch.equal(actions, obs)
+    assert rewards.shape == terminated.shape == (400,)
+
+
+def test_recurrent_sac_with_an_intrinsic_signal(recording: Recording) -> None:
+    # The signal's model stays feed-forward: it learns from single transitions of the
+    # sequences, and pays its reward to the sequences' steps at update time.
+    settings = recurrent_sac(
+        hyperparameters=SACSettings(batch_size=12, buffer_init_steps=40),
+        reward_signals=RewardSignals(curiosity=CuriositySettings(strength=0.1)),
+        summary_freq=100,
+    )
+    envs = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")
+    trainer = SACTrainer("Test", settings, envs, recording.reporter, seed=0)
+    while trainer.step < 100:
+        trainer.advance()
+    recording.flush()
+    [event] = recording.stats
+    assert {"Losses/Curiosity Forward Loss", "Losses/Q1 Loss"} <= set(event.values)
+    assert trainer.num_updates == 60

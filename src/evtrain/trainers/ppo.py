@@ -165,17 +165,22 @@ class PPOTrainer(Trainer):
         self.optimizer = make_adam(self.flat_params, hp.learning_rate, eps=1e-5)
         self._analytic_gradients = supports(self.agent)
         """Whether the gradient step computes its gradients without autograd."""
-        self.cloning = make_behavioral_cloning(
-            settings,
-            experts,
-            params=self.flat_params,
-            policy=actor_critic_output(self.agent, self.generator),
-            normalize=self.agent.normalizer,
-            learning_rate=hp.learning_rate,
-            batch_size=hp.batch_size,
-            discrete=self.agent.discrete,
-            generator=self.generator,
-            world=self.world,
+        agent = self.agent
+        self.cloning = (
+            make_behavioral_cloning(
+                settings,
+                experts,
+                params=self.flat_params,
+                policy=actor_critic_output(agent, self.generator),
+                normalize=agent.normalizer,
+                learning_rate=hp.learning_rate,
+                batch_size=hp.batch_size,
+                discrete=agent.discrete,
+                generator=self.generator,
+                world=self.world,
+            )
+            if isinstance(agent, ActorCritic)  # the settings refuse cloning with memory
+            else None
         )
         """``behavioral_cloning``, when configured."""
         self._clip_actions = isinstance(self.action_space, spaces.Box)

@@ -514,16 +514,20 @@ class SACTrainer(Trainer):
         if not isinstance(self.replay, SequenceReplayBuffer):
             raise RuntimeError("a recurrent SAC samples sequences")
         L = self.replay.sequence_length
-        mb = {
-            k: v.to(self.device)
-            for k, v in self.replay.sample(max(1, hp.batch_size // L), self.rng).items()
-        }
+        sequences = self.replay.sample_sequences(max(1, hp.batch_size // L), self.rng)
+        mb = {k: v.to(self.device) for k, v in sequences.items()}
         mask = mb["mask"].to(torch.float32)
         count = mask.sum()
         obs = self.normalizer(mb["obs"])
         # s_0, then each step's s': the observations of every s and s' of the sequence in
         # order (s'_t = s_t+1 within it), one pass of each network for both
-        seq = torch.cat([obs[:, :1], self.normalizer(mb["next_obs"])], dim=1)
+        next_obs = self.normalizer(mb["next_obs"])
+        seq = torch.cat([obs[:, :1], next_obs], dim=1)
+        rewards = mb["rewards"]
+        if self.extras.signals:  # the intrinsic rewards, as the signals see them now
+            S = rewards.shape[0]
+            flat = (obs.flatten(0, 1), mb["actions"].flatten(0, 1), next_obs.flatten(0, 1))
+            rewards = self.extras.rewards(*flat, rewards.flatten()).view(S, L)
         alpha = self.log_alpha.detach().exp()
         gamma = self.settings.reward_signals.extrinsic.gamma
         # -- the policy over the sequence: a ~ pi(.|s_t) (positions :L), a' ~ pi(.|s'_t) (1:)
@@ -534,7 +538,7 @@ class SACTrainer(Trainer):
             features = [f[:, 1:] for f in qf_target.features(seq, mb["critic_memory"])]
             min_q_next = qf_target.values(features, actions[:, 1:]).amin(0)
             min_q_next -= alpha * logprob[:, 1:]
-            y = mb["rewards"] + gamma * (1.0 - mb["terminated"]) * min_q_next
+            y = rewards + gamma * (1.0 - mb["terminated"]) * min_q_next
         q = qf.values(qf.features(obs, mb["critic_memory"]), mb["actions"])
         q_loss = ((q - y).square() * mask).sum((1, 2)) / count
         self._critic_backward(q_loss)

@@ -282,7 +282,7 @@ class SequenceReplayBuffer:
         self.pos = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
-    def sample(self, sequences: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    def sample_sequences(self, sequences: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         """``sequences`` sequences drawn uniformly with replacement: ``obs``, ``actions``,
         ``next_obs`` ``[S, L, ...]``, ``rewards``, ``terminated``, ``mask`` ``[S, L]``,
         ``actor_memory``, ``critic_memory`` ``[S, M]``, as CPU tensors."""
@@ -290,6 +290,26 @@ class SequenceReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
         idx = rng.integers(0, self.size, size=sequences)
         return {name: torch.from_numpy(getattr(self, name)[idx]) for name in _FIELDS + _MEMORIES}
+
+    def sample(
+        self, batch_size: int, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``batch_size`` single transitions drawn uniformly with replacement from the stored
+        sequences (padding never): ``(obs, actions, rewards, next_obs, terminated)``, as
+        :meth:`~evtrain.trainers.replay.ReplayBuffer.sample` gives them (for the models of the
+        reward signals, which look at one transition at a time)."""
+        if self.transitions == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        sequence, position = np.nonzero(self.mask[: self.size])
+        pick = rng.integers(0, len(sequence), size=batch_size)
+        where = (sequence[pick], position[pick])
+        return (
+            torch.from_numpy(self.obs[where]),
+            torch.from_numpy(self.actions[where]),
+            torch.from_numpy(self.rewards[where]),
+            torch.from_numpy(self.next_obs[where]),
+            torch.from_numpy(self.terminated[where]),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The stored sequences (as tensors, for ``torch.load(weights_only=True)``) and the

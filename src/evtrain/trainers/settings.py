@@ -384,3 +384,8 @@ class TrainerSettings:
                 f"not exceed hyperparameters.batch_size ({batch_size}); lower "
                 "sequence_length or raise batch_size"
             )
+        if memory is not None and self.behavioral_cloning is not None:
+            raise ValueError(
+                "behavioral_cloning: cloning a recurrent policy (network_settings.memory) is "
+                "not supported by evtrain yet; remove behavioral_cloning or memory"
+            )

@@ -47,10 +47,6 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
     assert RunOptions.from_dict({"bus": {"capacity": 2e3}}).bus.capacity == 2000
 
 
-VISUAL = {"vis_encode_type": "simple"}
-"""An ML-Agents option evtrain does not implement yet."""
-
-
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
@@ -86,13 +82,6 @@ VISUAL = {"vis_encode_type": "simple"}
         ),
         ("not a mapping", ["expected a mapping of options, got str 'not a mapping'"]),
         (
-            {"behaviors": {"B": {"network_settings": {"vis_encode_type": "simple"}}}},
-            [
-                "behaviors.B.network_settings.vis_encode_type: ML-Agents option vis_encode_type "
-                "is not supported by evtrain yet; remove it"
-            ],
-        ),
-        (
             {
                 "behaviors": {
                     "B": {
@@ -119,15 +108,15 @@ VISUAL = {"vis_encode_type": "simple"}
         ),
         (
             {
-                "default_settings": {"max_stepz": 5, "network_settings": VISUAL},
-                "behaviors": {"A": {}, "B": {"network_settings": VISUAL}},
+                "default_settings": {"max_stepz": 5, "threaded": True},
+                "behaviors": {"A": {}, "B": {"threaded": True}},
             },
             [
-                "behaviors.B.network_settings.vis_encode_type: ML-Agents option vis_encode_type "
-                "is not supported by evtrain yet; remove it",
-                "default_settings.network_settings.vis_encode_type: ML-Agents option "
-                "vis_encode_type is not supported by evtrain yet; remove it",
+                "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
+                "yet; remove it",
                 "default_settings.max_stepz: unknown key (did you mean max_steps?)",
+                "default_settings.threaded: ML-Agents option threaded is not supported by "
+                "evtrain yet; remove it",
             ],
         ),
     ],

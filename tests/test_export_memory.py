@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import onnx
 import pytest
@@ -23,6 +24,7 @@ from evtrain.trainers import (
 )
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.sac import SACTrainer
+from tests.pixel_envs import pixel_vector_cartpole
 from tests.trainers.helpers import small_ppo, small_sac
 from tests.trainers.test_ppo_memory import masked_envs
 
@@ -64,7 +66,8 @@ def test_recurrent_policy_exports_memory_in_and_out(
 ) -> None:
     trainer = recurrent_trainer(bus)
     exporter = PolicyExporter(exporter=exporter_name)
-    example = torch.as_tensor(trainer.next_obs, dtype=torch.float32)
+    # a batch of one, as a run exports with (torch.export would make a size-1 axis static)
+    example = torch.as_tensor(trainer.next_obs[:1], dtype=torch.float32)
     path = exporter.export(trainer.policy_module(), example, tmp_path / "p.onnx")
     inputs, outputs = graph_io(path)
     batch = inputs[0][1][0]
@@ -153,3 +156,52 @@ def test_feed_forward_policies_stay_plain_functions(tmp_path: Path, bus: Bus) ->
     assert runtime(np.zeros((3, 4))).shape == (3,)
     assert runtime.memory is None
     trainer.envs.close()
+
+
+@pytest.mark.parametrize("trainer_type", ["ppo", "sac"])
+def test_recurrent_policy_of_image_and_vector_inputs(
+    tmp_path: Path, bus: Bus, trainer_type: str
+) -> None:
+    # A Dict observation (a 24x24 image and a vector): the image goes through its encoder
+    # before the LSTM, and the graph takes each part and the memory.
+    network = NetworkSettings(
+        hidden_units=16, num_layers=1, memory=MemorySettings(memory_size=6, sequence_length=4)
+    )
+    sac = trainer_type == "sac"
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: pixel_vector_cartpole(size=24, continuous=sac)] * 2,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    reporter = StatsReporter(bus, "Test")
+    trainer: PPOTrainer | SACTrainer
+    if sac:
+        settings = small_sac(
+            hyperparameters=SACSettings(batch_size=8, buffer_init_steps=8), network_settings=network
+        )
+        trainer = SACTrainer("Test", settings, envs, reporter, seed=0)
+        while trainer.step < 16:
+            trainer.advance()
+    else:
+        settings = small_ppo(
+            hyperparameters=PPOSettings(batch_size=8, buffer_size=16, num_epoch=1),
+            network_settings=network,
+        )
+        trainer = PPOTrainer("Test", settings, envs, reporter, seed=0)
+        trainer.advance()
+    policy = trainer.policy_module()
+    example = {k: np.asarray(v[:1], np.float32) for k, v in trainer.next_obs.items()}
+    path = PolicyExporter().export(policy, example, tmp_path / "p.onnx")
+    inputs, outputs = graph_io(path)
+    assert [name for name, _ in inputs] == ["image", "vector", MEMORY_IN]
+    assert outputs == ["action", MEMORY_OUT]
+    runtime = onnx_policy(path, threads=1)
+    obs = trainer.next_obs
+    memory = torch.zeros(2, 6)
+    for _ in range(5):
+        with torch.no_grad():
+            parts = [torch.as_tensor(np.asarray(obs[k], np.float32)) for k in ("image", "vector")]
+            want, memory = policy(*parts, memory)
+        got = runtime(obs)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+        obs = envs.step(got)[0]
+    envs.close()

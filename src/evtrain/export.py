@@ -382,7 +382,10 @@ class PolicyExporter:
 
     def _trace(self, module: nn.Module, example: _Inputs, signature: tuple[Any, ...]) -> bytes:
         self._signature = self._template = None
-        inputs = _traced(module, example)
+        # torch.export specialises a dimension whose example size is 1 (0/1 specialisation),
+        # which leaves some graphs (images, recurrent policies) with a batch of 1: trace 2 rows.
+        pairs = {name: torch.cat([x, x]) if x.shape[0] == 1 else x for name, x in example.items()}
+        inputs = _traced(module, pairs)
         with _quiet_exporter():
             program = torch.onnx.export(
                 module,

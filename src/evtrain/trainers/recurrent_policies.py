@@ -16,8 +16,8 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.trainers.memory import RecurrentMLP
-from evtrain.trainers.networks import ObservationNormalizer
-from evtrain.trainers.policies import flat_obs_dim, policy_outputs, sample_action, score_actions
+from evtrain.trainers.observations import observation_layout
+from evtrain.trainers.policies import policy_outputs, sample_action, score_actions
 from evtrain.trainers.settings import NetworkSettings
 
 
@@ -39,9 +39,10 @@ class RecurrentActorCritic(nn.Module):
         super().__init__()
         if network.memory is None:
             raise ValueError("RecurrentActorCritic needs network_settings.memory")
-        obs_dim = flat_obs_dim(observation_space)
+        layout = observation_layout(observation_space)
+        obs_dim = layout.features(network)
         self.discrete, policy_out = policy_outputs(action_space)
-        self.normalizer = ObservationNormalizer((obs_dim,), enabled=network.normalize)
+        self.normalizer = layout.normalizer(network.normalize)
         # Drawn in ActorCritic's order: critic, then actor.
         self.critic = RecurrentMLP(
             obs_dim, num_values, network, network.memory, out_gain=1.0, generator=generator
@@ -50,6 +51,11 @@ class RecurrentActorCritic(nn.Module):
             obs_dim, policy_out, network, network.memory, out_gain=0.01, generator=generator
         )
         self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
+        # Image encoders, drawn after everything else as ActorCritic draws its own.
+        self.critic.encoder = layout.encoder(network, generator)
+        self.actor.encoder = layout.encoder(network, generator)
+        self.flatten = layout.flattener()
+        """The exported policy's inputs to an observation row."""
 
     @property
     def memory_size(self) -> int:
@@ -110,7 +116,8 @@ class RecurrentActorCritic(nn.Module):
 
 
 class RecurrentPolicy(nn.Module):
-    """Export view of a :class:`RecurrentActorCritic`: raw observations and the memory in,
+    """Export view of a :class:`RecurrentActorCritic`: raw observations (one tensor per input,
+    as :class:`~evtrain.trainers.policies.DeterministicPolicy` takes them) and the memory in,
     the action to take and the next memory out.
 
     ``Box`` actions are clipped to the action bounds, as during training.
@@ -132,7 +139,9 @@ class RecurrentPolicy(nn.Module):
         self.register_buffer("low", torch.from_numpy(low))
         self.register_buffer("high", torch.from_numpy(high))
 
-    def forward(self, obs: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.agent.normalizer(obs.flatten(1))
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``inputs``: the observations (float32), then the memory ``[B, memory_size]``."""
+        *obs, memory = inputs
+        x = self.agent.normalizer(self.agent.flatten(*obs))
         action, memory = self.agent.deterministic(x, memory)
         return (torch.clamp(action, self.low, self.high) if self.clip else action), memory

@@ -47,6 +47,10 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
     assert RunOptions.from_dict({"bus": {"capacity": 2e3}}).bus.capacity == 2000
 
 
+def odd_memory(size: int) -> dict[str, Any]:
+    return {"memory": {"memory_size": size}}
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
@@ -107,16 +111,18 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
             ],
         ),
         (
+            # a default_settings problem is reported once, under default_settings, not again
+            # for each behavior that inherits it
             {
-                "default_settings": {"max_stepz": 5, "threaded": True},
-                "behaviors": {"A": {}, "B": {"threaded": True}},
+                "default_settings": {"max_stepz": 5, "network_settings": odd_memory(7)},
+                "behaviors": {"A": {}, "B": {"network_settings": odd_memory(9)}},
             },
             [
-                "behaviors.B.threaded: ML-Agents option threaded is not supported by evtrain "
-                "yet; remove it",
+                "behaviors.B.network_settings.memory.memory_size: expected an even number (the "
+                "LSTM's hidden and cell state, memory_size / 2 each), got 9; use 10",
+                "default_settings.network_settings.memory.memory_size: expected an even number "
+                "(the LSTM's hidden and cell state, memory_size / 2 each), got 7; use 8",
                 "default_settings.max_stepz: unknown key (did you mean max_steps?)",
-                "default_settings.threaded: ML-Agents option threaded is not supported by "
-                "evtrain yet; remove it",
             ],
         ),
     ],

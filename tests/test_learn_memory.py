@@ -161,6 +161,12 @@ def with_memory(memory: dict[str, Any], **behavior: Any) -> dict[str, Any]:
             "behavioral_cloning or memory",
         ),
         (
+            with_memory({}, trainer_type="sac", threaded=True),
+            "behaviors.B.threaded: true with a recurrent SAC (network_settings.memory) is not "
+            "supported by evtrain yet: its critics step along with the environments; set "
+            "threaded: false or remove memory",
+        ),
+        (
             with_memory({"memory_sise": 64}),
             "behaviors.B.network_settings.memory.memory_sise: unknown key (did you mean "
             "memory_size?)",

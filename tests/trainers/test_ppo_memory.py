@@ -231,3 +231,26 @@ def test_intrinsic_reward_signals_train_alongside_the_recurrent_agent(
     )
     assert trainer.b_values.shape == (32, 2, 3)
     assert memory_of(trainer).b_critic_memory.shape == (64, 8)
+
+
+def test_threaded_rollouts_act_and_value_with_the_copy_of_before_the_update(
+    recording: Recording,
+) -> None:
+    # threaded: the recurrent networks the rollout steps (actor and critic) are the acting
+    # copy's, while the update thread trains the trainer's own.
+    settings = recurrent_ppo(
+        hyperparameters=PPOSettings(batch_size=32, buffer_size=64, num_epoch=2), threaded=True
+    )
+    trainer = PPOTrainer(
+        "Test", settings, masked_envs(AutoresetMode.SAME_STEP), recording.reporter, seed=0
+    )
+    assert trainer._acting is not None
+    for _ in range(3):
+        trainer.advance()
+    trainer.wait_for_update()
+    acting = trainer._acting.module
+    assert isinstance(acting, RecurrentActorCritic)
+    for copied, trained in zip(acting.parameters(), trainer.agent.parameters(), strict=True):
+        assert torch.equal(copied, trained)
+    assert trainer.step == 192
+    trainer.close()

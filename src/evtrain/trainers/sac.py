@@ -257,7 +257,8 @@ class SACTrainer(Trainer):
         self._held: list[tuple[torch.Tensor, tuple[npt.NDArray[Any], ...]]] = []
         """threaded: each step's observations and transitions, stored once the gradient steps
         running meanwhile are done (they sample the replay buffer and normalise with it)."""
-        if settings.threaded:
+        if settings.threaded and isinstance(self.actor, SquashedGaussianActor):
+            # (a recurrent SAC is refused threaded by the settings)
             self._acting = ActingCopy(SACPolicy(self.normalizer, self.actor, space))
 
     # -- the algorithm -------------------------------------------------------------------------

@@ -384,6 +384,12 @@ class TrainerSettings:
                 f"not exceed hyperparameters.batch_size ({batch_size}); lower "
                 "sequence_length or raise batch_size"
             )
+        if memory is not None and self.threaded and self.trainer_type == "sac":
+            raise ValueError(
+                "threaded: true with a recurrent SAC (network_settings.memory) is not "
+                "supported by evtrain yet: its critics step along with the environments; set "
+                "threaded: false or remove memory"
+            )
         if memory is not None and self.behavioral_cloning is not None:
             raise ValueError(
                 "behavioral_cloning: cloning a recurrent policy (network_settings.memory) is "

@@ -14,6 +14,9 @@ environment step run on the update thread while the environments take the next s
 with a copy of the normaliser and actor from before those gradient steps; the transitions of
 that step are stored once they are done.  As many gradient steps are taken as unthreaded, at
 the same environment steps: only the acting actor lags, by one batch of gradient steps.
+
+With ``network_settings.memory`` the policy and the critics are recurrent and learn from
+sequences of a replay buffer of sequences (:mod:`evtrain.trainers.sac_memory`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from evtrain.errors import SpaceMismatchError
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
+from evtrain.trainers.memory import RecurrentMLP
 from evtrain.trainers.networks import (
     MLP,
     ObservationNormalizer,
@@ -43,6 +47,12 @@ from evtrain.trainers.networks import (
 from evtrain.trainers.observations import ObservationFlattener, behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.replay import ReplayBuffer
+from evtrain.trainers.sac_memory import (
+    CarriedMemories,
+    RecurrentSACPolicy,
+    RecurrentTwinQ,
+    SequenceReplayBuffer,
+)
 from evtrain.trainers.sac_signals import SACSignals
 from evtrain.trainers.settings import NetworkSettings, SACSettings
 from evtrain.trainers.threaded import ActingCopy
@@ -60,6 +70,23 @@ UPDATE_STATS = (
     "Policy/Extrinsic Value Estimate",
 )
 """What every update reports (the mean over a summary period), in ``_stats_sum``'s order."""
+
+
+def squashed_sample(
+    out: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``(action in [-1, 1], log_prob)`` from the policy's output layer ``out`` (the
+    mean and the unsquashed log standard deviation, side by side in the last dimension)."""
+    mean, log_std = out.chunk(2, dim=-1)
+    # Squash log_std smoothly into its range instead of clamping it (no dead gradients).
+    log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    u = mean + log_std.exp() * noise
+    action = torch.tanh(u)
+    log_prob = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
+    # Change of variables through tanh: log(1 - tanh(u)^2), in its overflow-free form.
+    log_prob = log_prob - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+    return action, log_prob.sum(-1)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -89,16 +116,7 @@ class SquashedGaussianActor(nn.Module):
         self, x: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``(action in [-1, 1], log_prob)`` for normalised observations."""
-        mean, log_std = self._out(x).chunk(2, dim=-1)
-        # Squash log_std smoothly into its range instead of clamping it (no dead gradients).
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        u = mean + log_std.exp() * noise
-        action = torch.tanh(u)
-        log_prob = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
-        # Change of variables through tanh: log(1 - tanh(u)^2), in its overflow-free form.
-        log_prob = log_prob - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
-        return action, log_prob.sum(-1)
+        return squashed_sample(self._out(x), generator)
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
         """The squashed mean, in ``[-1, 1]^d``."""
@@ -163,10 +181,20 @@ class SACTrainer(Trainer):
         # Image encoders: the actor's and each critic's own, as ML-Agents' networks have
         # (none for vector observations).
         generator = self.init_generator
-        self.actor = SquashedGaussianActor(
-            obs_dim, action_dim, network, generator, self.layout.encoder(network, generator)
-        )
-        self.qf = TwinQ(obs_dim, action_dim, network, generator, self.layout)
+        memory = network.memory
+        self.actor: SquashedGaussianActor | RecurrentMLP
+        self.qf: TwinQ | RecurrentTwinQ
+        if memory is None:
+            self.actor = SquashedGaussianActor(
+                obs_dim, action_dim, network, generator, self.layout.encoder(network, generator)
+            )
+            self.qf = TwinQ(obs_dim, action_dim, network, generator, self.layout)
+        else:  # an LSTM in the policy and in each critic (see evtrain.trainers.sac_memory)
+            self.actor = RecurrentMLP(
+                obs_dim, 2 * action_dim, network, memory, out_gain=0.01, generator=generator
+            )
+            self.actor.encoder = self.layout.encoder(network, generator)
+            self.qf = RecurrentTwinQ(obs_dim, action_dim, network, memory, generator, self.layout)
         self.actor.to(self.device)
         self.qf.to(self.device)
         self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
@@ -181,9 +209,24 @@ class SACTrainer(Trainer):
         self.q_optimizer = make_adam(self.qf_params, hp.learning_rate)
         self.log_alpha.grad = torch.zeros_like(self.log_alpha)
         self.alpha_optimizer = make_adam(self.log_alpha, hp.learning_rate)
-        self.replay = ReplayBuffer(
-            hp.buffer_size, self.layout.size, action_dim, byte_columns=self.layout.byte_size
-        )
+        self.replay: ReplayBuffer | SequenceReplayBuffer
+        self.memory: CarriedMemories | None = None
+        """Each environment's memories, with ``network_settings.memory``."""
+        if memory is None:
+            self.replay = ReplayBuffer(
+                hp.buffer_size, self.layout.size, action_dim, byte_columns=self.layout.byte_size
+            )
+        else:  # (images as float32: the sequences keep no byte columns)
+            sizes = (memory.memory_size, 2 * memory.memory_size)
+            self.memory = CarriedMemories(self.num_envs, sizes, self.device)
+            self.replay = SequenceReplayBuffer(
+                hp.buffer_size,
+                self.layout.size,
+                action_dim,
+                memory.sequence_length,
+                sizes,
+                self.num_envs,
+            )
         self.num_updates = 0
         """Gradient steps taken so far."""
         self._stats_sum = torch.zeros(len(UPDATE_STATS), device=self.device)
@@ -214,7 +257,8 @@ class SACTrainer(Trainer):
         self._held: list[tuple[torch.Tensor, tuple[npt.NDArray[Any], ...]]] = []
         """threaded: each step's observations and transitions, stored once the gradient steps
         running meanwhile are done (they sample the replay buffer and normalise with it)."""
-        if settings.threaded:
+        if settings.threaded and isinstance(self.actor, SquashedGaussianActor):
+            # (a recurrent SAC is refused threaded by the settings)
             self._acting = ActingCopy(SACPolicy(self.normalizer, self.actor, space))
 
     # -- the algorithm -------------------------------------------------------------------------
@@ -231,9 +275,13 @@ class SACTrainer(Trainer):
         normalizer.update(obs_t)
         if self.world.size > 1:  # every rank's observations into every rank's statistics
             normalizer.merge_ranks(self.world)
+        if self.memory is not None:  # the memories step along, warming up or not
+            out = self._step_memories(self.normalizer(obs_t))
         if self.step < hp.buffer_init_steps:
             action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
             action = action.astype(np.float32)
+        elif self.memory is not None:
+            action = squashed_sample(out, self.act_generator)[0].cpu().numpy()
         else:
             with torch.no_grad():
                 action = actor(normalizer(obs_t), self.act_generator)[0].cpu().numpy()
@@ -249,17 +297,20 @@ class SACTrainer(Trainer):
         if dones.any() and not self.autoreset.next_step:
             real_next[dones] = self.layout.rows(final_observations(infos, dones))
         strength = self.settings.reward_signals.extrinsic.strength
-        transitions = (
-            obs[valid],
-            action[valid],
-            (reward * strength)[valid],
-            real_next[valid],
-            terminated[valid],
-        )
-        if acting is None:
-            self.replay.add(*transitions)
-        else:  # see _caught_up
-            self._held.append((obs_t.clone(), transitions))
+        if isinstance(self.replay, SequenceReplayBuffer):  # (a recurrent SAC is not threaded)
+            self._store_sequences(obs, action, reward * strength, real_next, terminated, dones)
+        else:
+            transitions = (
+                obs[valid],
+                action[valid],
+                (reward * strength)[valid],
+                real_next[valid],
+                terminated[valid],
+            )
+            if acting is None:
+                self.replay.add(*transitions)
+            else:  # see _caught_up
+                self._held.append((obs_t.clone(), transitions))
         self._record_step(reward, dones, valid)
         if self.extras:
             self.extras.observe(obs, action, real_next, dones, valid)
@@ -288,8 +339,9 @@ class SACTrainer(Trainer):
     def _learn(self, count: int, lr: float, step: int) -> None:
         """``count`` gradient steps at learning rate ``lr``, then the signals' and cloning's
         updates due at environment step ``step``."""
+        update = self._update if self.memory is None else self._update_sequences
         for _ in range(count):
-            self._update()
+            update()
             self._lr_sum += lr
         if self.extras:
             with hierarchical_timer("reward_signals"):
@@ -308,8 +360,9 @@ class SACTrainer(Trainer):
     def _update(self) -> None:
         """One gradient step of the critics, the actor and alpha, then the target update."""
         hp = self.hp
+        qf, _, replay = self._feed_forward()
         mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
-            t.to(self.device) for t in self.replay.sample(hp.batch_size, self.rng)
+            t.to(self.device) for t in replay.sample(hp.batch_size, self.rng)
         )
         mb_obs = self.normalizer(mb_obs)
         mb_next_obs = self.normalizer(mb_next_obs)
@@ -323,20 +376,35 @@ class SACTrainer(Trainer):
         # -- actor: minimise alpha log pi(a|s) - min Q(s, a), a ~ pi reparameterised
         actions, logprob = self.actor(mb_obs, self.generator)
         # Q is only a function of the actions here: no gradients for the critics' weights.
-        self.qf.requires_grad_(False)
-        min_q_pi = self.qf.values(mb_obs, actions).amin(0)
-        self.qf.requires_grad_(True)
+        qf.requires_grad_(False)
+        min_q_pi = qf.values(mb_obs, actions).amin(0)
+        qf.requires_grad_(True)
         policy_loss = (alpha * logprob - min_q_pi).mean()
+        self._actor_step(policy_loss)
+        with torch.no_grad():
+            self._finish_update(q_loss, policy_loss, -logprob.mean(), alpha, min_q_pi.mean())
+
+    def _actor_step(self, policy_loss: torch.Tensor) -> None:
         zero_grad_(self.actor_params)
         torch.autograd.backward(policy_loss)
         self.world.average_(self.actor_params.grad)
         self._clip(self.actor_params)
         self.actor_optimizer.step()
 
+    def _finish_update(
+        self,
+        q_loss: torch.Tensor,
+        policy_loss: torch.Tensor,
+        entropy: torch.Tensor,
+        alpha: torch.Tensor,
+        value: torch.Tensor,
+    ) -> None:
+        """After the critics' and the actor's steps: alpha's step, the target update, the
+        update's statistics (``value``: the mean of ``min Q(s, a ~ pi)``)."""
+        hp = self.hp
         with torch.no_grad():
             # -- entropy coefficient: move log alpha so that E[-log pi] approaches
             # target_entropy; the gradient of -(log alpha (log pi + target)).mean(), directly
-            entropy = -logprob.mean()
             torch.sub(entropy, self.target_entropy, out=self.log_alpha.grad)
             self.world.average_(self.log_alpha.grad)
             self.alpha_optimizer.step()
@@ -346,7 +414,7 @@ class SACTrainer(Trainer):
 
             # Summed here, averaged and reported once per summary: no sync per update.
             self._stats_sum[:2] += q_loss
-            self._stats_sum[2:] += torch.stack([policy_loss, entropy, alpha, min_q_pi.mean()])
+            self._stats_sum[2:] += torch.stack([policy_loss, entropy, alpha, value])
             self._stats_updates += 1
 
     def _critic_step(
@@ -360,24 +428,133 @@ class SACTrainer(Trainer):
     ) -> torch.Tensor:
         """One gradient step of both critics; returns their two losses."""
         gamma = self.settings.reward_signals.extrinsic.gamma
+        qf, qf_target, _ = self._feed_forward()
         # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
         with torch.no_grad():
             next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
-            min_q_next = self.qf_target.values(mb_next_obs, next_actions).amin(0)
+            min_q_next = qf_target.values(mb_next_obs, next_actions).amin(0)
             min_q_next -= alpha * next_logprob
             y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
-        q = self.qf.values(mb_obs, mb_actions)
+        q = qf.values(mb_obs, mb_actions)
         q_loss = (q - y).square().mean(1)  # each critic's mean squared error
+        self._critic_backward(q_loss)
+        return q_loss.detach()
+
+    def _critic_backward(self, q_loss: torch.Tensor) -> None:
+        """The critics' gradient step on their two losses."""
         zero_grad_(self.qf_params)
         torch.autograd.backward(q_loss.sum())
         self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
         self._clip(self.qf_params)
         self.q_optimizer.step()
-        return q_loss.detach()
 
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:
             clip_grad_norm_(params, self.hp.max_grad_norm)
+
+    def _feed_forward(self) -> tuple[TwinQ, TwinQ, ReplayBuffer]:
+        qf, qf_target, replay = self.qf, self.qf_target, self.replay
+        if (
+            isinstance(qf, TwinQ)
+            and isinstance(qf_target, TwinQ)
+            and isinstance(replay, ReplayBuffer)
+        ):
+            return qf, qf_target, replay
+        raise RuntimeError("the feed-forward update needs the feed-forward networks")
+
+    # -- with network_settings.memory (see evtrain.trainers.sac_memory) ------------------------
+
+    def _recurrent(self) -> tuple[RecurrentMLP, RecurrentTwinQ, RecurrentTwinQ, CarriedMemories]:
+        actor, qf, qf_target, memory = self.actor, self.qf, self.qf_target, self.memory
+        if (
+            isinstance(actor, RecurrentMLP)
+            and isinstance(qf, RecurrentTwinQ)
+            and isinstance(qf_target, RecurrentTwinQ)
+            and memory is not None
+        ):
+            return actor, qf, qf_target, memory
+        raise RuntimeError(f"behavior {self.behavior_name!r} has no network_settings.memory")
+
+    @torch.no_grad()
+    def _step_memories(self, x: torch.Tensor) -> torch.Tensor:
+        """One step of the policy and the critics on normalised observations: their memories
+        move on (the ones they started from stay as :attr:`memory`'s ``taken``); returns the
+        policy's output layer."""
+        actor, qf, _, memory = self._recurrent()
+        memory.taken = (memory.actor, memory.critic)
+        out, memory.actor = actor.step(x, memory.actor)
+        memory.critic = qf.step(x, memory.critic)
+        return out
+
+    def _store_sequences(
+        self,
+        obs: npt.NDArray[np.float32],
+        action: npt.NDArray[Any],
+        reward: npt.NDArray[Any],
+        real_next: npt.NDArray[np.float32],
+        terminated: npt.NDArray[np.bool_],
+        dones: npt.NDArray[np.bool_],
+    ) -> None:
+        """Store one step in the sequences, with the memories it was taken with; forget the
+        memories of the episodes that ended (NEXT_STEP mode: after the reset step too)."""
+        _, _, _, memory = self._recurrent()
+        if not isinstance(self.replay, SequenceReplayBuffer):
+            raise RuntimeError("a recurrent SAC stores sequences")
+        valid = self.autoreset.valid
+        actor_memory, critic_memory = (m.cpu().numpy() for m in memory.taken)
+        self.replay.add(
+            obs, action, reward, real_next, terminated, dones, valid, actor_memory, critic_memory
+        )
+        memory.forget(dones | ~valid)
+
+    def _update_sequences(self) -> None:
+        """:meth:`_update` on sequences: the networks run each from its stored memories, and
+        every mean is over the sequences' real steps."""
+        hp = self.hp
+        actor, qf, qf_target, _ = self._recurrent()
+        if not isinstance(self.replay, SequenceReplayBuffer):
+            raise RuntimeError("a recurrent SAC samples sequences")
+        L = self.replay.sequence_length
+        sequences = self.replay.sample_sequences(max(1, hp.batch_size // L), self.rng)
+        mb = {k: v.to(self.device) for k, v in sequences.items()}
+        mask = mb["mask"].to(torch.float32)
+        count = mask.sum()
+        obs = self.normalizer(mb["obs"])
+        # s_0, then each step's s': the observations of every s and s' of the sequence in
+        # order (s'_t = s_t+1 within it), one pass of each network for both
+        next_obs = self.normalizer(mb["next_obs"])
+        seq = torch.cat([obs[:, :1], next_obs], dim=1)
+        rewards = mb["rewards"]
+        if self.extras.signals:  # the intrinsic rewards, as the signals see them now
+            S = rewards.shape[0]
+            flat = (obs.flatten(0, 1), mb["actions"].flatten(0, 1), next_obs.flatten(0, 1))
+            rewards = self.extras.rewards(*flat, rewards.flatten()).view(S, L)
+        alpha = self.log_alpha.detach().exp()
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- the policy over the sequence: a ~ pi(.|s_t) (positions :L), a' ~ pi(.|s'_t) (1:)
+        actions, logprob = squashed_sample(actor.sequences(seq, mb["actor_memory"]), self.generator)
+
+        # -- critic: soft Bellman target, as in _critic_step
+        with torch.no_grad():
+            features = [f[:, 1:] for f in qf_target.features(seq, mb["critic_memory"])]
+            min_q_next = qf_target.values(features, actions[:, 1:]).amin(0)
+            min_q_next -= alpha * logprob[:, 1:]
+            y = rewards + gamma * (1.0 - mb["terminated"]) * min_q_next
+        q = qf.values(qf.features(obs, mb["critic_memory"]), mb["actions"])
+        q_loss = ((q - y).square() * mask).sum((1, 2)) / count
+        self._critic_backward(q_loss)
+
+        # -- actor, as in _update, with the critics just updated
+        qf.requires_grad_(False)
+        min_q_pi = qf.values(qf.features(obs, mb["critic_memory"]), actions[:, :-1]).amin(0)
+        qf.requires_grad_(True)
+        logprob = logprob[:, :-1]
+        policy_loss = ((alpha * logprob - min_q_pi) * mask).sum() / count
+        self._actor_step(policy_loss)
+        with torch.no_grad():
+            entropy = -(logprob * mask).sum() / count
+            value = (min_q_pi * mask).sum() / count
+            self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
 
     def _write_summary(self, label: int) -> None:
         if self._stats_updates:
@@ -393,8 +570,13 @@ class SACTrainer(Trainer):
     # -- what the runner needs ------------------------------------------------------------------
 
     def policy_module(self) -> nn.Module:
-        """Raw observations to the deterministic action ``tanh(mean)`` rescaled to the bounds."""
-        policy = SACPolicy(self.normalizer, self.actor, self.action_space, self.layout.flattener())
+        """Raw observations to the deterministic action ``tanh(mean)`` rescaled to the bounds;
+        with memory, ``(observations, memory)`` to ``(action, next memory)``."""
+        flatten = self.layout.flattener()
+        if isinstance(self.actor, RecurrentMLP):
+            recurrent = RecurrentSACPolicy(self.normalizer, self.actor, self.action_space, flatten)
+            return recurrent.eval()
+        policy = SACPolicy(self.normalizer, self.actor, self.action_space, flatten)
         return policy.eval()
 
     def _state_dict(self) -> dict[str, Any]:

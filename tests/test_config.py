@@ -47,6 +47,10 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
     assert RunOptions.from_dict({"bus": {"capacity": 2e3}}).bus.capacity == 2000
 
 
+def odd_memory(size: int) -> dict[str, Any]:
+    return {"memory": {"memory_size": size}}
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
@@ -82,13 +86,6 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
         ),
         ("not a mapping", ["expected a mapping of options, got str 'not a mapping'"]),
         (
-            {"behaviors": {"B": {"network_settings": {"memory": {"memory_size": 128}}}}},
-            [
-                "behaviors.B.network_settings.memory: ML-Agents option memory is not supported "
-                "by evtrain yet; remove it"
-            ],
-        ),
-        (
             {
                 "behaviors": {
                     "B": {
@@ -114,15 +111,17 @@ def test_scientific_notation_is_accepted_for_integers() -> None:
             ],
         ),
         (
+            # a default_settings problem is reported once, under default_settings, not again
+            # for each behavior that inherits it
             {
-                "default_settings": {"max_stepz": 5, "network_settings": {"memory": None}},
-                "behaviors": {"A": {}, "B": {"network_settings": {"memory": None}}},
+                "default_settings": {"max_stepz": 5, "network_settings": odd_memory(7)},
+                "behaviors": {"A": {}, "B": {"network_settings": odd_memory(9)}},
             },
             [
-                "behaviors.B.network_settings.memory: ML-Agents option memory is not supported "
-                "by evtrain yet; remove it",
-                "default_settings.network_settings.memory: ML-Agents option memory is not "
-                "supported by evtrain yet; remove it",
+                "behaviors.B.network_settings.memory.memory_size: expected an even number (the "
+                "LSTM's hidden and cell state, memory_size / 2 each), got 9; use 10",
+                "default_settings.network_settings.memory.memory_size: expected an even number "
+                "(the LSTM's hidden and cell state, memory_size / 2 each), got 7; use 8",
                 "default_settings.max_stepz: unknown key (did you mean max_steps?)",
             ],
         ),

@@ -28,14 +28,13 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
             hyperparameters["buffer_size"] = 16 * options["env_settings"]["num_envs"]
             hyperparameters["batch_size"] = min(hyperparameters["batch_size"], 32)
     options["checkpoint_settings"] = {"run_id": path.stem, "results_dir": str(tmp_path)}
-    demos = demonstrations_of(options, tmp_path)
     for settings in options["behaviors"].values():  # a recorded file's place: a stand-in's
         for part in (
             settings.get("reward_signals", {}).get("gail"),
             settings.get("behavioral_cloning"),
         ):
             if part is not None:
-                part["demo_path"] = str(demos)
+                part["demo_path"] = str(demonstrations_of(options, tmp_path))
     tracker = options.get("writers", {}).get("mlflow")
     if tracker is not None:  # its store in the test's folder, not the working directory
         tracker["tracking_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -389,6 +389,7 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
         behavior: (settings.TrainerSettings,),
         f"{behavior}.hyperparameters": (hyperparameters,),
         f"{behavior}.network_settings": (settings.NetworkSettings,),
+        f"{behavior}.network_settings.memory": (settings.MemorySettings,),
         f"{behavior}.reward_signals": (settings.RewardSignals,),
         f"{behavior}.reward_signals.extrinsic": (settings.RewardSignalSettings,),
         f"{behavior}.reward_signals.curiosity": (settings.CuriositySettings,),

@@ -1,6 +1,7 @@
 """SAC with discrete actions through the CLI and the runner: CartPole-v1 trained, checkpointed,
 exported (ONNX read back in onnxruntime), resumed and run with ``--inference``; ML-Agents'
-branches (``MultiDiscrete``); reward signals and behavioral cloning; image observations."""
+branches (``MultiDiscrete``); reward signals and behavioral cloning; image observations; an
+LSTM policy (``network_settings.memory``)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from gymnasium.vector import AutoresetMode
 
-from evtrain import Bus, SaveEvent, StatsEvent
-from evtrain.export import onnx_policy
+from evtrain import Bus, SaveEvent, StatsEvent, StatsReporter
+from evtrain.export import PolicyExporter, onnx_policy
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
+from evtrain.trainers import MemorySettings, NetworkSettings, SACSettings, SACTrainer
 from tests.test_image_observations import frames, input_shapes, torch_actions, trained_policy
 from tests.test_image_observations import options as image_options
 from tests.test_learn import run_config, scalar_steps
+from tests.trainers.helpers import small_sac
 from tests.trainers.test_demonstrations import cartpole_demo
+from tests.trainers.test_ppo_memory import masked_envs
 
 UPDATE_TAGS = (
     "Losses/Q1 Loss",
@@ -184,3 +189,36 @@ def test_discrete_sac_on_pixels_exports_the_image_input_and_the_argmax(tmp_path:
     got = onnx_policy(model, threads=1)(obs)
     assert got.dtype == np.int64 and got.shape == (24,)
     np.testing.assert_array_equal(got, torch_actions(trained_policy(run, tmp_path), obs))
+
+
+def test_recurrent_discrete_sac_exports_memory_and_acts_as_torch(tmp_path: Path) -> None:
+    settings = small_sac(
+        hyperparameters=SACSettings(batch_size=16, buffer_init_steps=20),
+        network_settings=NetworkSettings(
+            hidden_units=16, num_layers=1, memory=MemorySettings(memory_size=6, sequence_length=4)
+        ),
+    )
+    envs = masked_envs(AutoresetMode.SAME_STEP, num_envs=2, limit=500)
+    with Bus() as bus:
+        trainer = SACTrainer("Test", settings, envs, StatsReporter(bus, "Test"), seed=0)
+        while trainer.step < 60:
+            trainer.advance()
+    assert trainer.num_updates == 40 and trainer.log_alpha.shape == (1,)
+    # the actor: a logit per action, from the LSTM's output (half the memory: h of h and c);
+    # each critic: the value of both actions
+    assert trainer.actor.out.weight.shape == (2, 3)
+    assert trainer.qf.critics[0].out.weight.shape == (2, 16)
+    policy = trainer.policy_module()
+    obs = np.asarray(trainer.next_obs, dtype=np.float32)
+    path = PolicyExporter().export(policy, torch.as_tensor(obs), tmp_path / "sac.onnx")
+    runtime = onnx_policy(path, threads=1)
+    memory = torch.zeros(2, 6)
+    for _ in range(30):
+        with torch.no_grad():
+            want, memory = policy(torch.as_tensor(obs), memory)
+        got = runtime(obs)
+        assert got.dtype == np.int64 and got.tolist() == want.tolist()
+        assert runtime.memory is not None
+        np.testing.assert_allclose(runtime.memory, memory.numpy(), rtol=1e-4, atol=1e-5)
+        obs = np.asarray(envs.step(got)[0], dtype=np.float32)
+    envs.close()

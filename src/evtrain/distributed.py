@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from evtrain.world import World
 
 if TYPE_CHECKING:
-
     from evtrain.config.options import RunOptions
 
 logger = logging.getLogger("evtrain")

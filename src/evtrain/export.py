@@ -28,6 +28,14 @@ Both give a graph the same checks accept: ``onnx.checker``, and onnxruntime's ac
 the module's on a fresh batch.  ``onnx``, ``onnxscript`` and ``onnxruntime`` are imported only
 when a function here is called: together they cost seconds of import time a run without
 export does not need to pay.
+
+A **recurrent** policy (``network_settings.memory``) says so with a positive integer
+``memory_size`` attribute: it takes the memory ``[B, memory_size]`` after the observations and
+returns ``(action, next memory)``, and its graph has one input more, ``memory_in``, and one
+output more, ``memory_out`` (the memory explicit, as in ML-Agents' exported models): the
+caller feeds each step's ``memory_out`` back as the next step's ``memory_in``, zeros at an
+episode's start (:class:`OnnxPolicy` does).  Its checks run two steps, the second from the
+first's memory.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import io
 import logging
 import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,6 +64,11 @@ _SHARED_AXIS_WARNING = r"# The axis name: \w+ will not be used, since it shares 
 _TORCHVISION_NOTICE = "torchvision is not installed"
 _REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
 _TORCHSCRIPT_WARNING = "You are using the legacy TorchScript-based ONNX export"
+
+MEMORY_IN = "memory_in"
+"""Name of a recurrent policy's memory input."""
+MEMORY_OUT = "memory_out"
+"""Name of a recurrent policy's memory output."""
 
 Exporter = Literal["auto", "torchscript", "dynamo"]
 """Which of PyTorch's ONNX exporters writes the graph (see the module's docs)."""
@@ -86,7 +99,8 @@ def _quiet_exporter() -> Iterator[None]:
       installed" lines: noise at every checkpoint for a policy that uses no torchvision op.
     * A policy of several inputs shares one ``batch`` axis among them, and the exporter
       warns, once per input after the first, that the name is taken by the other inputs'
-      (the same) axis: the graph's batch axes are all called ``batch`` anyway.
+      (the same) axis: the graph's batch axes are all called ``batch`` anyway (a recurrent
+      policy's memory input among them).
     """
     registration = logging.getLogger(_REGISTRATION_LOGGER)
     notice_filter = _DropTorchvisionNotice()
@@ -123,6 +137,15 @@ def _device_of(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def memory_size_of(policy: nn.Module) -> int:
+    """The width of ``policy``'s memory, 0 for a feed-forward policy (see the module's docs).
+
+    A recurrent policy says so with a positive ``memory_size`` attribute (an ``int``).
+    """
+    size = getattr(policy, "memory_size", 0)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
+
+
 def _session(model: str | bytes, threads: int | None = None) -> Any:
     import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type information
 
@@ -140,29 +163,62 @@ def _verify(model: bytes, module: nn.Module, example: _Inputs) -> None:
     It runs on a batch twice the size of the example (the example, then a shifted copy of
     it): that checks the batch axis is really dynamic, and a graph that baked the example's
     output in as a constant (possible when a forward leaves torch, e.g. through ``.numpy()``)
-    fails the comparison.  The tolerance is loose on purpose: it is there to catch a wrong
-    graph, not float rounding (TF32 on a GPU differs from onnxruntime's CPU by ~1e-3).
+    fails the comparison.  A recurrent policy runs two steps on it, from a zero memory and
+    then from the memory the first step returned, its memory compared as its actions are.
+    The tolerance is loose on purpose: it is there to catch a wrong graph, not float rounding
+    (TF32 on a GPU differs from onnxruntime's CPU by ~1e-3).
     """
     import onnx
 
     onnx.checker.check_model(onnx.load_from_string(model))
     batch = {name: torch.cat([x, x * 1.5 + 0.25]) for name, x in example.items()}
-    with torch.no_grad():
-        expected = module(*batch.values())
-    if not isinstance(expected, torch.Tensor):
-        raise TypeError(f"a policy must return one tensor of actions, got {type(expected)}")
-    want = expected.detach().cpu().numpy()
+    size = len(next(iter(batch.values())))
+    session = _session(model, threads=1)
     feeds = {name: x.cpu().numpy() for name, x in batch.items()}
-    got = np.asarray(_session(model, threads=1).run(None, feeds)[0])
+    memory_size = memory_size_of(module)
+    if not memory_size:
+        with torch.no_grad():
+            expected = module(*batch.values())
+        if not isinstance(expected, torch.Tensor):
+            raise TypeError(f"a policy must return one tensor of actions, got {type(expected)}")
+        _compare(np.asarray(session.run(None, feeds)[0]), expected, "actions", size)
+        return
+    memory = next(iter(batch.values())).new_zeros((size, memory_size))
+    for _ in range(2):
+        with torch.no_grad():
+            expected = module(*batch.values(), memory)
+        if not (isinstance(expected, tuple) and len(expected) == 2):
+            raise TypeError(f"a recurrent policy must return (actions, memory), got {expected!r}")
+        action, next_memory = expected
+        got_action, got_memory = session.run(None, {**feeds, MEMORY_IN: memory.cpu().numpy()})
+        _compare(np.asarray(got_action), action, "actions", size)
+        _compare(np.asarray(got_memory), next_memory, "memory", size)
+        memory = next_memory
+
+
+def _compare(got: npt.NDArray[Any], expected: torch.Tensor, what: str, size: int) -> None:
+    want = expected.detach().cpu().numpy()
     if got.shape != want.shape:
-        size = len(next(iter(batch.values())))
         raise ValueError(
-            f"the exported policy returns shape {got.shape} for a batch of {size}, the "
-            f"module {want.shape}; is the batch axis dynamic?"
+            f"the exported policy returns {what} of shape {got.shape} for a batch of {size}, "
+            f"the module {want.shape}; is the batch axis dynamic?"
         )
     exact = np.issubdtype(want.dtype, np.integer) or want.dtype == np.bool_
     if not (np.array_equal(got, want) if exact else np.allclose(got, want, rtol=1e-3, atol=1e-3)):
-        raise ValueError("the exported policy's actions differ from the module's")
+        raise ValueError(f"the exported policy's {what} differ from the module's")
+
+
+def _traced(module: nn.Module, example: _Inputs) -> _Inputs:
+    """What the module is traced with: the observations, and a recurrent policy's memory."""
+    memory_size = memory_size_of(module)
+    if not memory_size:
+        return example
+    first = next(iter(example.values()))
+    return {**example, MEMORY_IN: first.new_zeros((first.shape[0], memory_size))}
+
+
+def _outputs(module: nn.Module, output_name: str) -> list[str]:
+    return [output_name, MEMORY_OUT] if memory_size_of(module) else [output_name]
 
 
 def export_onnx(
@@ -308,14 +364,15 @@ class PolicyExporter:
                 "ignore", message=re.escape(_TORCHSCRIPT_WARNING), category=DeprecationWarning
             )
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx\.")
+            inputs, outputs = _traced(module, example), _outputs(module, self.output_name)
             torch.onnx.export(
                 module,
-                tuple(example.values()),
+                tuple(inputs.values()),
                 buffer,  # type: ignore[arg-type]  # the TorchScript exporter takes a file object
                 dynamo=False,
-                input_names=list(example),
-                output_names=[self.output_name],
-                dynamic_axes={name: {0: "batch"} for name in [*example, self.output_name]},
+                input_names=list(inputs),
+                output_names=outputs,
+                dynamic_axes={name: {0: "batch"} for name in [*inputs, *outputs]},
                 opset_version=self.opset_version,
             )
         model = buffer.getvalue()
@@ -325,14 +382,18 @@ class PolicyExporter:
 
     def _trace(self, module: nn.Module, example: _Inputs, signature: tuple[Any, ...]) -> bytes:
         self._signature = self._template = None
+        # torch.export specialises a dimension whose example size is 1 (0/1 specialisation),
+        # which leaves some graphs (images, recurrent policies) with a batch of 1: trace 2 rows.
+        pairs = {name: torch.cat([x, x]) if x.shape[0] == 1 else x for name, x in example.items()}
+        inputs = _traced(module, pairs)
         with _quiet_exporter():
             program = torch.onnx.export(
                 module,
-                tuple(example.values()),
+                tuple(inputs.values()),
                 dynamo=True,
-                input_names=list(example),
-                output_names=[self.output_name],
-                dynamic_shapes=_dynamic_shapes(module, len(example)),
+                input_names=list(inputs),
+                output_names=_outputs(module, self.output_name),
+                dynamic_shapes=_dynamic_shapes(module, len(inputs)),
                 opset_version=self.opset_version,
                 # As traced: the exporter's constant folding would merge buffers into new
                 # initializers (sqrt(var + eps) as "sqrt"), which _reuse could not refresh.
@@ -398,23 +459,51 @@ def _signature(module: nn.Module, example: _Inputs) -> tuple[Any, ...]:
     )
 
 
-def onnx_policy(
-    path: StrPath, *, threads: int | None = None
-) -> Callable[[npt.ArrayLike | Mapping[str, npt.ArrayLike]], npt.NDArray[Any]]:
-    """Load an exported policy and return a function from observations to actions.
-
-    The function takes a batch ``[B, *obs_shape]`` (or one observation ``obs_shape``, answered
-    with one action), casts it to float32, and returns the graph's first output as numpy.  A
-    policy of several inputs (a ``Dict`` observation) takes a mapping from input names to
-    batches (or to single observations), as a Gymnasium environment gives it.
+def onnx_policy(path: StrPath, *, threads: int | None = None) -> OnnxPolicy:
+    """Load an exported policy: an :class:`OnnxPolicy`, a function from observations to
+    actions (a recurrent policy's carries each environment's memory from call to call).
 
     :param threads: onnxruntime intra-op threads; ``None`` lets onnxruntime decide.
     """
-    session = _session(str(path), threads)
-    ranks: dict[str, int] = {i.name: len(i.shape) for i in session.get_inputs()}
-    names = list(ranks)
+    return OnnxPolicy(path, threads=threads)
 
-    def act(obs: npt.ArrayLike | Mapping[str, npt.ArrayLike]) -> npt.NDArray[Any]:
+
+class OnnxPolicy:
+    """An exported policy, called with observations, answering actions.
+
+    It takes a batch ``[B, *obs_shape]`` (or one observation ``obs_shape``, answered with one
+    action), casts it to float32, and returns the graph's first output as numpy.  A policy of
+    several inputs (a ``Dict`` observation) takes a mapping from input names to batches (or to
+    single observations), as a Gymnasium environment gives it.
+
+    A recurrent policy's graph (an input ``memory_in``) is run with the memory it returned on
+    the call before, zero at first: call it once per environment step, and :meth:`reset` the
+    environments whose episode ended.  A batch of another size than the last one starts every
+    memory at zero.
+
+    :param path: an ``.onnx`` file :func:`export_onnx` wrote.
+    :param threads: onnxruntime intra-op threads; ``None`` lets onnxruntime decide.
+    """
+
+    def __init__(self, path: StrPath, *, threads: int | None = None) -> None:
+        self._session = _session(str(path), threads)
+        inputs = {i.name: i for i in self._session.get_inputs()}
+        memory = inputs.pop(MEMORY_IN, None)
+        self.memory_size = 0 if memory is None else int(memory.shape[1])
+        """Width of the memory (0: a feed-forward policy)."""
+        self._ranks: dict[str, int] = {name: len(i.shape) for name, i in inputs.items()}
+        self._names = list(self._ranks)
+        self.memory: npt.NDArray[np.float32] | None = None
+        """Each environment's memory now (``[B, memory_size]``), ``None`` before the first
+        call and for a feed-forward policy."""
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy carries a memory."""
+        return self.memory_size > 0
+
+    def __call__(self, obs: npt.ArrayLike | Mapping[str, npt.ArrayLike]) -> npt.NDArray[Any]:
+        names = self._names
         if isinstance(obs, Mapping):
             missing = [name for name in names if name not in obs]
             if missing:
@@ -424,10 +513,26 @@ def onnx_policy(
             feeds = {names[0]: np.asarray(obs, dtype=np.float32)}
         else:
             raise ValueError(f"the policy's inputs are {names}: give a mapping of them")
-        single = feeds[names[0]].ndim == ranks[names[0]] - 1
+        single = feeds[names[0]].ndim == self._ranks[names[0]] - 1
         if single:
             feeds = {name: x[None] for name, x in feeds.items()}
-        out = np.asarray(session.run(None, feeds)[0])
+        if self.recurrent:
+            size = feeds[names[0]].shape[0]
+            if self.memory is None or self.memory.shape[0] != size:
+                self.memory = np.zeros((size, self.memory_size), dtype=np.float32)
+            feeds[MEMORY_IN] = self.memory
+        outputs = self._session.run(None, feeds)
+        if self.recurrent:
+            self.memory = np.asarray(outputs[1], dtype=np.float32)
+        out = np.asarray(outputs[0])
         return out[0] if single else out
 
-    return act
+    def reset(self, ended: npt.ArrayLike | None = None) -> None:
+        """Start the memory afresh: of the environments where ``ended`` is true (a ``[B]``
+        boolean mask), or of all of them."""
+        if self.memory is None:
+            return
+        if ended is None:
+            self.memory = None
+        else:
+            self.memory[np.asarray(ended, dtype=np.bool_).reshape(-1)] = 0.0

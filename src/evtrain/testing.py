@@ -33,9 +33,7 @@ class Recorder:
         with self._lock:
             return [e for e in self.events if isinstance(e, payload_type)]
 
-    def connect(
-        self, bus: Bus, *signals: EventSignal[Any], **options: Any
-    ) -> SubscriptionHandle:
+    def connect(self, bus: Bus, *signals: EventSignal[Any], **options: Any) -> SubscriptionHandle:
         """Connect to ``signals`` (default: every signal) on ``bus``."""
         options.setdefault("name", f"evtrain.testing.Recorder@{id(self):x}")
         return bus.connect(signals or ALL, self, **options)

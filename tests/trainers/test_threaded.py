@@ -15,6 +15,7 @@ import torch
 from evtrain.trainers import PPOSettings, SACSettings
 from evtrain.trainers.policies import ActorCritic
 from evtrain.trainers.ppo import PPOTrainer
+from evtrain.trainers.recurrent_policies import RecurrentActorCritic
 from evtrain.trainers.sac import SACTrainer
 from evtrain.trainers.threaded import UpdateThread
 from tests.trainers.helpers import Recording, make_envs, small_ppo, small_sac
@@ -28,9 +29,12 @@ def ppo(recording: Recording, *, seed: int = 0, **overrides: Any) -> PPOTrainer:
 
 
 @torch.no_grad()
-def rollout_logprobs(agent: ActorCritic, trainer: PPOTrainer) -> torch.Tensor:
+def rollout_logprobs(
+    agent: ActorCritic | RecurrentActorCritic, trainer: PPOTrainer
+) -> torch.Tensor:
     """log pi(a_t|s_t) of the last rollout's actions under ``agent``, step by step (the batch
     shapes the rollout acted with, so equal weights give equal bits)."""
+    assert isinstance(agent, ActorCritic)  # a feed-forward one
     rows = [
         agent.evaluate(x, a, entropy=False)[0]
         for x, a in zip(trainer.b_obs, trainer.b_actions, strict=True)

@@ -47,6 +47,7 @@ def test_ml_agents_defaults() -> None:
             "goal_conditioning_type": "hyper",
             "vis_encode_type": "simple",
             "deterministic": False,
+            "memory": None,
         },
         "reward_signals": {
             "extrinsic": {"gamma": 0.99, "strength": 1.0, "network_settings": None},

@@ -37,6 +37,7 @@ from evtrain.config.problems import Problem, choices, problems
 from evtrain.errors import ConfigError
 from evtrain.trainers.registry import trainer_type
 from evtrain.trainers.settings import (
+    NetworkSettings,
     RewardSignals,
     RewardSignalSettings,
     TrainerSettings,
@@ -208,6 +209,11 @@ converter.register_unstructure_hook(
     RewardSignals,
     # an intrinsic signal that is not configured is no key (not "curiosity: null")
     lambda signals: _present_fields(signals, attrs.fields(RewardSignals)),
+)
+converter.register_unstructure_hook(
+    NetworkSettings,
+    # feed-forward networks have no memory key (not "memory: null")
+    lambda network: _present_fields(network, attrs.fields(NetworkSettings)),
 )
 converter.register_unstructure_hook_func(
     # a signal's network_settings, when not configured, is no key

@@ -62,10 +62,6 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
         "behaviors.<name> / default_settings",
         {"self_play": _UNITY, "framework": _DEPRECATED},
     ),
-    "NetworkSettings": (
-        "behaviors.<name>.network_settings",
-        {"memory": _NOT_YET},
-    ),
 }
 """Every ML-Agents option evtrain knows and does not implement (or translates), by the options
 class (and YAML section) ML-Agents reads it in.  A plugin's settings class that subclasses one

@@ -87,6 +87,7 @@ def record(
             for key, value in zip(rows, step, strict=True):
                 rows[key].append(value)
             finished += int(terminated[0] or truncated[0])
+            act.reset(terminated | truncated)  # a recurrent policy's next episode: no memory
             obs = next_obs  # SAME_STEP autoreset: a finished episode's successor starts here
         demo = make_demonstrations(
             observations=np.stack(rows["obs"]),

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from evtrain.trainers.settings import (
+    MemorySettings,
     NetworkSettings,
     PPOSettings,
     RewardSignals,
@@ -37,6 +38,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "MemorySettings",
     "NetworkSettings",
     "PPOSettings",
     "PPOTrainer",

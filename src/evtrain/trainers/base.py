@@ -38,7 +38,9 @@ from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
+from evtrain.export import memory_size_of
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
+from evtrain.trainers.memory import StatefulPolicy
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
@@ -120,8 +122,9 @@ class Trainer(ThreadedUpdates, abc.ABC):
         last step of a run, see :meth:`write_final_summary`)."""
         self._summarised_at = 0
         """:attr:`step` when the last summary was written: nothing is pending while equal."""
-        self._policy: nn.Module | None = None
-        """The deterministic policy :meth:`run_policy` acts with; ``None`` while training."""
+        self._policy: nn.Module | StatefulPolicy | None = None
+        """The deterministic policy :meth:`run_policy` acts with (a recurrent one with each
+        environment's memory); ``None`` while training."""
         self._episode_reward = np.zeros(self.num_envs, dtype=np.float64)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self._recent_rewards: deque[float] = deque(maxlen=100)
@@ -168,7 +171,8 @@ class Trainer(ThreadedUpdates, abc.ABC):
         self.wait_for_update()
         # Buffers an export view makes (action bounds) start on the CPU; the parameters are
         # the trainer's own, on its device already.
-        self._policy = self.policy_module().to(self.device)
+        policy = self.policy_module().to(self.device)
+        self._policy = StatefulPolicy(policy) if memory_size_of(policy) else policy
         self.step = self.local_step = 0
         self._synced = (0, 0)
         self._last_summary = self._summarised_at = 0
@@ -187,7 +191,11 @@ class Trainer(ThreadedUpdates, abc.ABC):
         actions = self._policy(*obs).cpu().numpy()
         next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
         dones = terminated | truncated
-        self._record_step(rewards, dones, self.autoreset.observe(dones))
+        valid = self.autoreset.observe(dones)
+        self._record_step(rewards, dones, valid)
+        if isinstance(self._policy, StatefulPolicy):
+            # a new episode starts without memory (NEXT_STEP mode: after the autoreset step)
+            self._policy.forget(dones | ~valid)
         self.next_obs = _batch(next_obs)
         self._end_period()
 

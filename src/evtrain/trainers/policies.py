@@ -35,6 +35,65 @@ def flat_obs_dim(space: spaces.Space[Any]) -> int:
     return observation_layout(space).size
 
 
+def policy_outputs(action_space: spaces.Space[Any]) -> tuple[bool, int]:
+    """``(discrete, width of the policy's output layer)`` for an action space.
+
+    :raises SpaceMismatchError: neither ``Discrete`` nor ``Box``.
+    """
+    if isinstance(action_space, spaces.Discrete):
+        return True, int(action_space.n)
+    if isinstance(action_space, spaces.Box):
+        return False, int(np.prod(action_space.shape))
+    raise SpaceMismatchError(
+        f"PPO supports Discrete and Box action spaces, got {type(action_space).__name__}"
+    )
+
+
+def sample_action(
+    out: torch.Tensor, log_std: torch.Tensor, discrete: bool, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample from the policy's output layer ``out``: ``(action, log_prob)``.
+
+    ``Discrete``: ``out`` are logits; ``Box``: the Gaussian's mean, ``log_std`` its log
+    standard deviation.
+    """
+    if discrete:
+        log_probs = torch.log_softmax(out, dim=-1)
+        # Gumbel-max: argmax(log p + Gumbel noise) is an exact sample of Categorical(p),
+        # cheaper than torch.multinomial on small batches.  Gumbel = -log(Exponential(1)).
+        noise = torch.empty_like(log_probs).exponential_(generator=generator)
+        action = (log_probs - noise.log()).argmax(-1, keepdim=True)
+        return action.squeeze(-1), log_probs.gather(-1, action).squeeze(-1)
+    noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+    action = out + log_std.exp() * noise
+    log_prob = (-0.5 * noise.square() - log_std - _LOG_SQRT_2PI).sum(-1)
+    return action, log_prob
+
+
+def score_actions(
+    out: torch.Tensor,
+    log_std: torch.Tensor,
+    discrete: bool,
+    action: torch.Tensor,
+    entropy: bool,
+    entropy_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(log_prob, entropy)`` of taken actions under the policy's output layer ``out``
+    (see :meth:`ActorCritic.evaluate` for the flags)."""
+    if discrete:
+        log_probs = torch.log_softmax(out, dim=-1)
+        log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        ent = None
+        if entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ent = -(log_probs.exp() * log_probs).sum(-1)
+        return log_prob, ent
+    z = (action - out) * torch.exp(-log_std)
+    log_prob = (-0.5 * z.square() - log_std - _LOG_SQRT_2PI).sum(-1)
+    ent = (0.5 + _LOG_SQRT_2PI + log_std).sum().expand(out.shape[0]) if entropy else None
+    return log_prob, ent
+
+
 class ActorCritic(nn.Module):
     """Policy ``pi(a|s)`` and value ``V(s)`` for a ``Discrete`` or ``Box`` action space.
 
@@ -56,16 +115,7 @@ class ActorCritic(nn.Module):
         super().__init__()
         layout = observation_layout(observation_space)
         obs_dim = layout.features(network)
-        if isinstance(action_space, spaces.Discrete):
-            self.discrete = True
-            policy_out = int(action_space.n)
-        elif isinstance(action_space, spaces.Box):
-            self.discrete = False
-            policy_out = int(np.prod(action_space.shape))
-        else:
-            raise SpaceMismatchError(
-                f"PPO supports Discrete and Box action spaces, got {type(action_space).__name__}"
-            )
+        self.discrete, policy_out = policy_outputs(action_space)
         self.normalizer = layout.normalizer(network.normalize)
         # One value head per reward signal on a shared body, as ML-Agents' critic has.
         self.critic = MLP(obs_dim, num_values, network, out_gain=1.0, generator=generator)
@@ -96,17 +146,7 @@ class ActorCritic(nn.Module):
     def act(self, x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions for normalised observations: ``(action, log_prob)``."""
         out = self.actor(self._encoded(self.actor_encoder, x))
-        if self.discrete:
-            log_probs = torch.log_softmax(out, dim=-1)
-            # Gumbel-max: argmax(log p + Gumbel noise) is an exact sample of Categorical(p),
-            # cheaper than torch.multinomial on small batches.  Gumbel = -log(Exponential(1)).
-            noise = torch.empty_like(log_probs).exponential_(generator=generator)
-            action = (log_probs - noise.log()).argmax(-1, keepdim=True)
-            return action.squeeze(-1), log_probs.gather(-1, action).squeeze(-1)
-        noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
-        action = out + self.log_std.exp() * noise
-        log_prob = (-0.5 * noise.square() - self.log_std - _LOG_SQRT_2PI).sum(-1)
-        return action, log_prob
+        return sample_action(out, self.log_std, self.discrete, generator)
 
     def evaluate(
         self,
@@ -123,17 +163,9 @@ class ActorCritic(nn.Module):
             only a statistic, and computing it outside the graph costs far less.
         """
         out = self.actor(self._encoded(self.actor_encoder, x))
-        if self.discrete:
-            log_probs = torch.log_softmax(out, dim=-1)
-            log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-            ent = None
-            if entropy:
-                with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                    ent = -(log_probs.exp() * log_probs).sum(-1)
-            return log_prob, ent, self.value(x)
-        z = (action - out) * torch.exp(-self.log_std)
-        log_prob = (-0.5 * z.square() - self.log_std - _LOG_SQRT_2PI).sum(-1)
-        ent = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(x.shape[0]) if entropy else None
+        log_prob, ent = score_actions(
+            out, self.log_std, self.discrete, action, entropy, entropy_grad
+        )
         return log_prob, ent, self.value(x)
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,11 @@ sum, and the signals' models train on the update's minibatches.  With ``behavior
 the policy also learns the demonstrations' actions after each update
 (:mod:`evtrain.trainers.behavioral_cloning`).  Without them the update is the extrinsic-only
 one, step for step.
+
+With ``network_settings.memory`` the policy and the critic are recurrent
+(:class:`~evtrain.trainers.recurrent_policies.RecurrentActorCritic`): the rollout carries
+their memories and the update trains on sequences (:mod:`evtrain.trainers.ppo_memory`).
+Without it, nothing here changes.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from evtrain.trainers.observations import behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
 from evtrain.trainers.ppo_gradients import ppo_gradients, supports
+from evtrain.trainers.ppo_memory import RecurrentRollout
+from evtrain.trainers.recurrent_policies import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.settings import PPOSettings
 from evtrain.trainers.threaded import ActingCopy
 
@@ -114,13 +121,21 @@ class PPOTrainer(Trainer):
         )
         """Where each part of an observation sits in the rows the rollout stores."""
         intrinsic = settings.reward_signals.intrinsic
-        self.agent = ActorCritic(
+        memory = settings.network_settings.memory
+        agent_class = ActorCritic if memory is None else RecurrentActorCritic
+        self.agent: ActorCritic | RecurrentActorCritic = agent_class(
             envs.single_observation_space,
             self.action_space,
             settings.network_settings,
             self.init_generator,
             num_values=1 + len(intrinsic),
         ).to(self.device)
+        self.memory: RecurrentRollout | None = None
+        """The memories and sequences of a recurrent agent (``network_settings.memory``)."""
+        if memory is not None and isinstance(self.agent, RecurrentActorCritic):
+            self.memory = RecurrentRollout(
+                self.agent, self.num_envs, memory.sequence_length, hp.batch_size
+            )
         experts = load_experts(
             settings,
             self.behavior_name,
@@ -150,17 +165,22 @@ class PPOTrainer(Trainer):
         self.optimizer = make_adam(self.flat_params, hp.learning_rate, eps=1e-5)
         self._analytic_gradients = supports(self.agent)
         """Whether the gradient step computes its gradients without autograd."""
-        self.cloning = make_behavioral_cloning(
-            settings,
-            experts,
-            params=self.flat_params,
-            policy=actor_critic_output(self.agent, self.generator),
-            normalize=self.agent.normalizer,
-            learning_rate=hp.learning_rate,
-            batch_size=hp.batch_size,
-            discrete=self.agent.discrete,
-            generator=self.generator,
-            world=self.world,
+        agent = self.agent
+        self.cloning = (
+            make_behavioral_cloning(
+                settings,
+                experts,
+                params=self.flat_params,
+                policy=actor_critic_output(agent, self.generator),
+                normalize=agent.normalizer,
+                learning_rate=hp.learning_rate,
+                batch_size=hp.batch_size,
+                discrete=agent.discrete,
+                generator=self.generator,
+                world=self.world,
+            )
+            if isinstance(agent, ActorCritic)  # the settings refuse cloning with memory
+            else None
         )
         """``behavioral_cloning``, when configured."""
         self._clip_actions = isinstance(self.action_space, spaces.Box)
@@ -247,11 +267,15 @@ class PPOTrainer(Trainer):
         obs_list, action_list, logprob_list = [], [], []
         finals: list[_Finals] = []
         acting = self.agent if self._acting is None else self._acting.module
+        memory = self.memory
         for t in range(self.num_steps):
             # -- act: sample a_t ~ pi(.|s_t) and keep log pi(a_t|s_t) for the ratio
             # (torch.tensor copies: a vector env may reuse its observation array.)
             x = self._observe(self.layout.tensor(self.next_obs, self.device))
-            action, logprob = acting.act(x, self.act_generator)
+            if isinstance(acting, ActorCritic):
+                action, logprob = acting.act(x, self.act_generator)
+            else:  # with memory: the critic steps along, carrying its own memory
+                action, logprob = self._memory().act(acting, x, self.act_generator)
             obs_list.append(x)
             action_list.append(action)
             logprob_list.append(logprob)
@@ -259,6 +283,12 @@ class PPOTrainer(Trainer):
             final = self._step_envs(t, action)
             if final is not None:
                 finals.append(final)
+            if memory is not None:
+                # Episode ends erase the memories; in NEXT_STEP mode only after the next step,
+                # which still observes (and values) the final observation.
+                dones = self.terminated[t] | self.truncated[t]
+                ended = ~self.valid[t] if self.autoreset.next_step else dones
+                memory.stepped(acting, None if final is None else final[1:], ended)
 
         if self.world.size > 1:  # every rank's observations into every rank's statistics
             self.agent.normalizer.merge_ranks(self.world)
@@ -329,9 +359,12 @@ class PPOTrainer(Trainer):
         """
         T, N = self.num_steps, self.num_envs
         next_x = self.agent.normalizer(self.layout.tensor(self.next_obs, self.device))
-        values = self.agent.value(
-            torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)])
-        )
+        if isinstance(self.agent, ActorCritic):
+            values = self.agent.value(
+                torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)])
+            )
+        else:  # valued during the rollout, each step with the critic's memory there
+            values = self._memory().values(next_x)
         self.b_values = values[: T * N].view(T, N, *values.shape[1:])
         self.bootstrap.fill(0.0)
         offset = (T + 1) * N
@@ -430,7 +463,7 @@ class PPOTrainer(Trainer):
         # From the settings, not the batch: every rank must take as many gradient steps (each
         # is an all-reduce), even when dropped autoreset steps leave them different batches.
         num_minibatches = max(1, min(hp.buffer_size // hp.batch_size, batch_size))
-        if num_minibatches == 1 and hp.normalize_advantage:
+        if num_minibatches == 1 and hp.normalize_advantage and self.memory is None:
             # One minibatch is the whole batch, the same every epoch: normalise it once.
             b = (*b[:3], _normalized(b[3]), *b[4:])
 
@@ -476,13 +509,26 @@ class PPOTrainer(Trainer):
         )
         if self.signals:
             b = (*b, self.b_next_obs.flatten(0, 1))
+        if self.memory is not None:
+            # in sequences of sequence_length, cut where GAE cuts trajectories
+            breaks = self.terminated | self.truncated
+            breaks[self.settings.time_horizon - 1 :: self.settings.time_horizon] = True
+            return self.memory.batch(b, self.b_obs, breaks, self.valid)
         if not self.valid.all():
             keep = torch.from_numpy(np.flatnonzero(self.valid)).to(self.device)
             b = tuple(t[keep] for t in b)
         return b
 
     def _minibatches(self, b: _Minibatch, num_minibatches: int) -> Iterator[_Minibatch]:
-        """One epoch's minibatches of ``b``, shuffled, advantages normalised per minibatch."""
+        """One epoch's minibatches of ``b``, shuffled, advantages normalised per minibatch.
+
+        With memory, whole sequences: as many minibatches as they fill (see
+        :mod:`evtrain.trainers.ppo_memory`), whatever ``num_minibatches`` says.
+        """
+        if self.memory is not None:
+            for mb in self.memory.minibatches(b, self.generator, self.world):
+                yield (*mb[:3], _normalized(mb[3]), *mb[4:]) if self.hp.normalize_advantage else mb
+            return
         if num_minibatches == 1:
             # Nothing to shuffle: the order of a single minibatch does not matter.
             yield b
@@ -505,7 +551,7 @@ class PPOTrainer(Trainer):
         """
         flat_params = self.flat_params
         zero_grad_(flat_params)
-        if self._analytic_gradients:
+        if self._analytic_gradients and isinstance(self.agent, ActorCritic):
             pg_loss, v_loss, entropy_loss = ppo_gradients(
                 self.agent,
                 mb,
@@ -529,9 +575,14 @@ class PPOTrainer(Trainer):
         """The loss on minibatch ``mb`` and its gradients through autograd (into the zeroed
         ``.grad`` buffers); returns the detached ``pg_loss``, ``v_loss`` and mean entropy."""
         mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = mb[:5]
-        newlogprob, entropy, newvalue = self.agent.evaluate(
-            mb_obs, mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
-        )
+        if isinstance(self.agent, ActorCritic):
+            newlogprob, entropy, newvalue = self.agent.evaluate(
+                mb_obs, mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
+            )
+        else:  # with memory: the minibatch's sequences, from their recorded memories
+            newlogprob, entropy, newvalue = self._memory().evaluate(
+                mb_actions, entropy=with_entropy, entropy_grad=ent_coef > 0.0
+            )
 
         # -- policy loss: clipped surrogate objective (paper eq. 7)
         pg_loss = clipped_surrogate_loss(newlogprob, mb_logprobs, mb_advantages, clip_coef)
@@ -555,8 +606,16 @@ class PPOTrainer(Trainer):
     # -- what the runner needs ------------------------------------------------------------------
 
     def policy_module(self) -> nn.Module:
-        """Raw observations to deterministic actions (argmax, or the clipped mean)."""
+        """Raw observations to deterministic actions (argmax, or the clipped mean); with
+        memory, ``(observations, memory)`` to ``(actions, next memory)``."""
+        if isinstance(self.agent, RecurrentActorCritic):
+            return RecurrentPolicy(self.agent, self.action_space).eval()
         return DeterministicPolicy(self.agent, self.action_space).eval()
+
+    def _memory(self) -> RecurrentRollout:
+        if self.memory is None:
+            raise RuntimeError(f"behavior {self.behavior_name!r} has no network_settings.memory")
+        return self.memory
 
     def _state_dict(self) -> dict[str, Any]:
         state = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
 _ARRAYS = ("obs", "actions", "rewards", "next_obs", "terminated")
+
+
+class Transitions(Protocol):
+    """What samples single transitions: a :class:`ReplayBuffer`, or the replay of sequences
+    of a recurrent SAC (:class:`~evtrain.trainers.sac_memory.SequenceReplayBuffer`)."""
+
+    def __len__(self) -> int: ...
+
+    def sample(
+        self, batch_size: int, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(obs, actions, rewards, next_obs, terminated)`` of ``batch_size`` transitions."""
+        ...
 
 
 class ReplayBuffer:

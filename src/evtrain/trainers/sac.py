@@ -15,6 +15,9 @@ environment step run on the update thread while the environments take the next s
 with a copy of the normaliser and actor from before those gradient steps; the transitions of
 that step are stored once they are done.  As many gradient steps are taken as unthreaded, at
 the same environment steps: only the acting actor lags, by one batch of gradient steps.
+
+With ``network_settings.memory`` the policy and the critics are recurrent and learn from
+sequences of a replay buffer of sequences (:mod:`evtrain.trainers.sac_memory`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from evtrain.errors import SpaceMismatchError
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
+from evtrain.trainers.memory import RecurrentMLP
 from evtrain.trainers.networks import (
     MLP,
     ObservationNormalizer,
@@ -49,8 +53,20 @@ from evtrain.trainers.sac_discrete import (
     Branches,
     CategoricalActor,
     DiscreteSACPolicy,
+    RecurrentDiscreteSACPolicy,
     actor_loss,
     critic_losses,
+    entropies,
+    expected_q,
+    policy_objective,
+    soft_value,
+    taken_q,
+)
+from evtrain.trainers.sac_memory import (
+    CarriedMemories,
+    RecurrentSACPolicy,
+    RecurrentTwinQ,
+    SequenceReplayBuffer,
 )
 from evtrain.trainers.sac_signals import SACSignals
 from evtrain.trainers.settings import NetworkSettings, SACSettings
@@ -74,6 +90,23 @@ UPDATE_STATS = (
 def space_shape(space: spaces.Space[Any]) -> tuple[int, ...]:
     """An action's shape (a ``Space``'s ``shape`` is optional in its type)."""
     return tuple(space.shape or ())
+
+
+def squashed_sample(
+    out: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``(action in [-1, 1], log_prob)`` from the policy's output layer ``out`` (the
+    mean and the unsquashed log standard deviation, side by side in the last dimension)."""
+    mean, log_std = out.chunk(2, dim=-1)
+    # Squash log_std smoothly into its range instead of clamping it (no dead gradients).
+    log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    u = mean + log_std.exp() * noise
+    action = torch.tanh(u)
+    log_prob = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
+    # Change of variables through tanh: log(1 - tanh(u)^2), in its overflow-free form.
+    log_prob = log_prob - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+    return action, log_prob.sum(-1)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -103,16 +136,7 @@ class SquashedGaussianActor(nn.Module):
         self, x: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``(action in [-1, 1], log_prob)`` for normalised observations."""
-        mean, log_std = self._out(x).chunk(2, dim=-1)
-        # Squash log_std smoothly into its range instead of clamping it (no dead gradients).
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        u = mean + log_std.exp() * noise
-        action = torch.tanh(u)
-        log_prob = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
-        # Change of variables through tanh: log(1 - tanh(u)^2), in its overflow-free form.
-        log_prob = log_prob - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
-        return action, log_prob.sum(-1)
+        return squashed_sample(self._out(x), generator)
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
         """The squashed mean, in ``[-1, 1]^d``."""
@@ -171,26 +195,41 @@ class SACTrainer(Trainer):
         self.layout = behavior_layout(envs.single_observation_space, network, self.behavior_name)
         """Where each part of an observation sits in the rows the replay buffer stores."""
         obs_dim = self.layout.features(network)  # what the hidden layers get
-        self.normalizer = self.layout.normalizer(network.normalize).to(self.device)
-        # Image encoders: the actor's and each critic's own, as ML-Agents' networks have
-        # (none for vector observations).
-        generator = self.init_generator
-        encoder = self.layout.encoder(network, generator)
-        self.actor: SquashedGaussianActor | CategoricalActor
         self.branches: Branches | None = None
         """The discrete action branches; ``None`` for ``Box`` actions."""
         if isinstance(space, spaces.Box):
             action_dim = int(np.prod(space.shape))
             self._low = space.low.reshape(-1).astype(np.float32)
             self._high = space.high.reshape(-1).astype(np.float32)
-            self.actor = SquashedGaussianActor(obs_dim, action_dim, network, generator, encoder)
-            self.qf = TwinQ(obs_dim, action_dim, network, generator, self.layout)
-        else:  # stored actions: one index per branch; critics of every action
+            policy_out, critic_in, num_actions = 2 * action_dim, action_dim, 0
+        else:  # stored: an index per branch; the critics output the value of every action
             self.branches = Branches(space)
             action_dim = len(self.branches)
-            self.actor = CategoricalActor(obs_dim, self.branches, network, generator, encoder)
-            num_actions = self.branches.total
-            self.qf = TwinQ(obs_dim, 0, network, generator, self.layout, num_actions=num_actions)
+            policy_out, critic_in, num_actions = self.branches.total, 0, self.branches.total
+        self.normalizer = self.layout.normalizer(network.normalize).to(self.device)
+        # Image encoders: the actor's and each critic's own, as ML-Agents' networks have
+        # (none for vector observations).
+        generator = self.init_generator
+        memory = network.memory
+        self.actor: SquashedGaussianActor | CategoricalActor | RecurrentMLP
+        self.qf: TwinQ | RecurrentTwinQ
+        if memory is None:
+            encoder = self.layout.encoder(network, generator)
+            if self.branches is None:
+                self.actor = SquashedGaussianActor(obs_dim, action_dim, network, generator, encoder)
+            else:
+                self.actor = CategoricalActor(obs_dim, self.branches, network, generator, encoder)
+            self.qf = TwinQ(
+                obs_dim, critic_in, network, generator, self.layout, num_actions=num_actions
+            )
+        else:  # an LSTM in the policy and in each critic (see evtrain.trainers.sac_memory)
+            self.actor = RecurrentMLP(
+                obs_dim, policy_out, network, memory, out_gain=0.01, generator=generator
+            )
+            self.actor.encoder = self.layout.encoder(network, generator)
+            self.qf = RecurrentTwinQ(
+                obs_dim, critic_in, network, memory, generator, self.layout, num_actions=num_actions
+            )
         self.actor.to(self.device)
         self.qf.to(self.device)
         self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
@@ -212,9 +251,24 @@ class SACTrainer(Trainer):
         self.q_optimizer = make_adam(self.qf_params, hp.learning_rate)
         self.log_alpha.grad = torch.zeros_like(self.log_alpha)
         self.alpha_optimizer = make_adam(self.log_alpha, hp.learning_rate)
-        self.replay = ReplayBuffer(
-            hp.buffer_size, self.layout.size, action_dim, byte_columns=self.layout.byte_size
-        )
+        self.replay: ReplayBuffer | SequenceReplayBuffer
+        self.memory: CarriedMemories | None = None
+        """Each environment's memories, with ``network_settings.memory``."""
+        if memory is None:
+            self.replay = ReplayBuffer(
+                hp.buffer_size, self.layout.size, action_dim, byte_columns=self.layout.byte_size
+            )
+        else:  # (images as float32: the sequences keep no byte columns)
+            sizes = (memory.memory_size, 2 * memory.memory_size)
+            self.memory = CarriedMemories(self.num_envs, sizes, self.device)
+            self.replay = SequenceReplayBuffer(
+                hp.buffer_size,
+                self.layout.size,
+                action_dim,
+                memory.sequence_length,
+                sizes,
+                self.num_envs,
+            )
         self.num_updates = 0
         """Gradient steps taken so far."""
         self._stats_sum = torch.zeros(len(UPDATE_STATS), device=self.device)
@@ -245,7 +299,8 @@ class SACTrainer(Trainer):
         self._held: list[tuple[torch.Tensor, tuple[npt.NDArray[Any], ...]]] = []
         """threaded: each step's observations and transitions, stored once the gradient steps
         running meanwhile are done (they sample the replay buffer and normalise with it)."""
-        if settings.threaded:
+        if settings.threaded and not isinstance(self.actor, RecurrentMLP):
+            # (a recurrent SAC is refused threaded by the settings)
             self._acting = ActingCopy(self._export_view())
 
     # -- the algorithm -------------------------------------------------------------------------
@@ -262,8 +317,12 @@ class SACTrainer(Trainer):
         normalizer.update(obs_t)
         if self.world.size > 1:  # every rank's observations into every rank's statistics
             normalizer.merge_ranks(self.world)
+        if self.memory is not None:  # the memories step along, warming up or not
+            out = self._step_memories(self.normalizer(obs_t))
         if self.step < hp.buffer_init_steps:
             action = self._random_actions()
+        elif self.memory is not None:
+            action = self._sample(out, self.act_generator).cpu().numpy()
         else:
             with torch.no_grad():
                 action = actor(normalizer(obs_t), self.act_generator)[0].cpu().numpy()
@@ -282,17 +341,20 @@ class SACTrainer(Trainer):
         if dones.any() and not self.autoreset.next_step:
             real_next[dones] = self.layout.rows(final_observations(infos, dones))
         strength = self.settings.reward_signals.extrinsic.strength
-        transitions = (
-            obs[valid],
-            action[valid],
-            (reward * strength)[valid],
-            real_next[valid],
-            terminated[valid],
-        )
-        if acting is None:
-            self.replay.add(*transitions)
-        else:  # see _caught_up
-            self._held.append((obs_t.clone(), transitions))
+        if isinstance(self.replay, SequenceReplayBuffer):  # (a recurrent SAC is not threaded)
+            self._store_sequences(obs, action, reward * strength, real_next, terminated, dones)
+        else:
+            transitions = (
+                obs[valid],
+                action[valid],
+                (reward * strength)[valid],
+                real_next[valid],
+                terminated[valid],
+            )
+            if acting is None:
+                self.replay.add(*transitions)
+            else:  # see _caught_up
+                self._held.append((obs_t.clone(), transitions))
         self._record_step(reward, dones, valid)
         if self.extras:
             self.extras.observe(obs, action, real_next, dones, valid)
@@ -321,8 +383,9 @@ class SACTrainer(Trainer):
     def _learn(self, count: int, lr: float, step: int) -> None:
         """``count`` gradient steps at learning rate ``lr``, then the signals' and cloning's
         updates due at environment step ``step``."""
+        update = self._update if self.memory is None else self._update_sequences
         for _ in range(count):
-            self._update()
+            update()
             self._lr_sum += lr
         if self.extras:
             with hierarchical_timer("reward_signals"):
@@ -346,6 +409,12 @@ class SACTrainer(Trainer):
             return action.astype(np.float32)
         return self.rng.integers(0, self.branches.sizes, size=(self.num_envs, len(self.branches)))
 
+    def _sample(self, out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Actions drawn from a recurrent policy's output layer ``out``."""
+        if self.branches is None:
+            return squashed_sample(out, generator)[0]
+        return self.branches.sample(self.branches.log_softmax(out), generator)
+
     def _cloned_output(self, x: torch.Tensor) -> torch.Tensor:
         """What behavioral cloning trains: the logits, or a sampled action in ``[-1, 1]``."""
         if isinstance(self.actor, CategoricalActor):
@@ -358,8 +427,9 @@ class SACTrainer(Trainer):
         if isinstance(self.actor, CategoricalActor):
             return self._update_discrete(self.actor)
         hp = self.hp
+        qf, _, replay = self._feed_forward()
         mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
-            t.to(self.device) for t in self.replay.sample(hp.batch_size, self.rng)
+            t.to(self.device) for t in replay.sample(hp.batch_size, self.rng)
         )
         mb_obs = self.normalizer(mb_obs)
         mb_next_obs = self.normalizer(mb_next_obs)
@@ -373,20 +443,35 @@ class SACTrainer(Trainer):
         # -- actor: minimise alpha log pi(a|s) - min Q(s, a), a ~ pi reparameterised
         actions, logprob = self.actor(mb_obs, self.generator)
         # Q is only a function of the actions here: no gradients for the critics' weights.
-        self.qf.requires_grad_(False)
-        min_q_pi = self.qf.values(mb_obs, actions).amin(0)
-        self.qf.requires_grad_(True)
+        qf.requires_grad_(False)
+        min_q_pi = qf.values(mb_obs, actions).amin(0)
+        qf.requires_grad_(True)
         policy_loss = (alpha * logprob - min_q_pi).mean()
+        self._actor_step(policy_loss)
+        with torch.no_grad():
+            self._finish_update(q_loss, policy_loss, -logprob.mean(), alpha, min_q_pi.mean())
+
+    def _actor_step(self, policy_loss: torch.Tensor) -> None:
         zero_grad_(self.actor_params)
         torch.autograd.backward(policy_loss)
         self.world.average_(self.actor_params.grad)
         self._clip(self.actor_params)
         self.actor_optimizer.step()
 
+    def _finish_update(
+        self,
+        q_loss: torch.Tensor,
+        policy_loss: torch.Tensor,
+        entropy: torch.Tensor,
+        alpha: torch.Tensor,
+        value: torch.Tensor,
+    ) -> None:
+        """After the critics' and the actor's steps: alpha's step, the target update, the
+        update's statistics (``value``: the mean of ``min Q(s, a ~ pi)``)."""
+        hp = self.hp
         with torch.no_grad():
             # -- entropy coefficient: move log alpha so that E[-log pi] approaches
             # target_entropy; the gradient of -(log alpha (log pi + target)).mean(), directly
-            entropy = -logprob.mean()
             torch.sub(entropy, self.target_entropy, out=self.log_alpha.grad)
             self.world.average_(self.log_alpha.grad)
             self.alpha_optimizer.step()
@@ -396,7 +481,9 @@ class SACTrainer(Trainer):
 
             # Summed here, averaged and reported once per summary: no sync per update.
             self._stats_sum[:2] += q_loss
-            self._stats_sum[2:] += torch.stack([policy_loss, entropy, alpha, min_q_pi.mean()])
+            # (discrete actions: the branches' entropies summed, their coefficients' mean)
+            stats = [policy_loss, entropy.sum(), alpha.mean(), value]
+            self._stats_sum[2:] += torch.stack(stats)
             self._stats_updates += 1
 
     def _critic_step(
@@ -410,27 +497,32 @@ class SACTrainer(Trainer):
     ) -> torch.Tensor:
         """One gradient step of both critics; returns their two losses."""
         gamma = self.settings.reward_signals.extrinsic.gamma
+        qf, qf_target, _ = self._feed_forward()
         # -- critic: soft Bellman target y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi)
         with torch.no_grad():
             next_actions, next_logprob = self.actor(mb_next_obs, self.generator)
-            min_q_next = self.qf_target.values(mb_next_obs, next_actions).amin(0)
+            min_q_next = qf_target.values(mb_next_obs, next_actions).amin(0)
             min_q_next -= alpha * next_logprob
             y = mb_rewards + gamma * (1.0 - mb_terminated) * min_q_next
-        q = self.qf.values(mb_obs, mb_actions)
+        q = qf.values(mb_obs, mb_actions)
         q_loss = (q - y).square().mean(1)  # each critic's mean squared error
+        self._critic_backward(q_loss)
+        return q_loss.detach()
+
+    def _critic_backward(self, q_loss: torch.Tensor) -> None:
+        """The critics' gradient step on their two losses."""
         zero_grad_(self.qf_params)
         torch.autograd.backward(q_loss.sum())
         self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
         self._clip(self.qf_params)
         self.q_optimizer.step()
-        return q_loss.detach()
 
     def _update_discrete(self, actor: CategoricalActor) -> None:
         """:meth:`_update` for discrete actions: the same steps, with the expectations over
         every action of :mod:`evtrain.trainers.sac_discrete`."""
-        hp = self.hp
+        qf, qf_target, replay = self._feed_forward()
         mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
-            t.to(self.device) for t in self.replay.sample(hp.batch_size, self.rng)
+            t.to(self.device) for t in replay.sample(self.hp.batch_size, self.rng)
         )
         mb_obs = self.normalizer(mb_obs)
         mb_next_obs = self.normalizer(mb_next_obs)
@@ -440,35 +532,164 @@ class SACTrainer(Trainer):
         gamma = self.settings.reward_signals.extrinsic.gamma
         # -- critics: towards r + gamma (1 - d) sum_a pi(a|s') [min Q'(s', a) - alpha log pi]
         batch = (mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated)
-        q_loss = critic_losses(self.qf, self.qf_target, actor, batch, alpha, gamma)
-        zero_grad_(self.qf_params)
-        torch.autograd.backward(q_loss.sum())
-        self.world.average_(self.qf_params.grad)
-        self._clip(self.qf_params)
-        self.q_optimizer.step()
-
+        q_loss = critic_losses(qf, qf_target, actor, batch, alpha, gamma)
+        self._critic_backward(q_loss)
         # -- actor: minimise sum_a pi(a|s) [alpha log pi(a|s) - min Q(s, a)]
-        policy_loss, entropy, value = actor_loss(self.qf, actor, mb_obs, alpha)
-        zero_grad_(self.actor_params)
-        torch.autograd.backward(policy_loss)
-        self.world.average_(self.actor_params.grad)
-        self._clip(self.actor_params)
-        self.actor_optimizer.step()
-
-        with torch.no_grad():
-            # -- each branch's coefficient: its entropy towards its target, as for Box
-            torch.sub(entropy, self.target_entropy, out=self.log_alpha.grad)
-            self.world.average_(self.log_alpha.grad)
-            self.alpha_optimizer.step()
-            self.qf_target_params.lerp_(self.qf_params, hp.tau)
-            self._stats_sum[:2] += q_loss.detach()
-            stats = [policy_loss, entropy.sum(), alpha.mean(), value]
-            self._stats_sum[2:] += torch.stack(stats)
-            self._stats_updates += 1
+        policy_loss, entropy, value = actor_loss(qf, actor, mb_obs, alpha)
+        self._actor_step(policy_loss)
+        self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
 
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:
             clip_grad_norm_(params, self.hp.max_grad_norm)
+
+    def _feed_forward(self) -> tuple[TwinQ, TwinQ, ReplayBuffer]:
+        qf, qf_target, replay = self.qf, self.qf_target, self.replay
+        if (
+            isinstance(qf, TwinQ)
+            and isinstance(qf_target, TwinQ)
+            and isinstance(replay, ReplayBuffer)
+        ):
+            return qf, qf_target, replay
+        raise RuntimeError("the feed-forward update needs the feed-forward networks")
+
+    # -- with network_settings.memory (see evtrain.trainers.sac_memory) ------------------------
+
+    def _recurrent(self) -> tuple[RecurrentMLP, RecurrentTwinQ, RecurrentTwinQ, CarriedMemories]:
+        actor, qf, qf_target, memory = self.actor, self.qf, self.qf_target, self.memory
+        if (
+            isinstance(actor, RecurrentMLP)
+            and isinstance(qf, RecurrentTwinQ)
+            and isinstance(qf_target, RecurrentTwinQ)
+            and memory is not None
+        ):
+            return actor, qf, qf_target, memory
+        raise RuntimeError(f"behavior {self.behavior_name!r} has no network_settings.memory")
+
+    @torch.no_grad()
+    def _step_memories(self, x: torch.Tensor) -> torch.Tensor:
+        """One step of the policy and the critics on normalised observations: their memories
+        move on (the ones they started from stay as :attr:`memory`'s ``taken``); returns the
+        policy's output layer."""
+        actor, qf, _, memory = self._recurrent()
+        memory.taken = (memory.actor, memory.critic)
+        out, memory.actor = actor.step(x, memory.actor)
+        memory.critic = qf.step(x, memory.critic)
+        return out
+
+    def _store_sequences(
+        self,
+        obs: npt.NDArray[np.float32],
+        action: npt.NDArray[Any],
+        reward: npt.NDArray[Any],
+        real_next: npt.NDArray[np.float32],
+        terminated: npt.NDArray[np.bool_],
+        dones: npt.NDArray[np.bool_],
+    ) -> None:
+        """Store one step in the sequences, with the memories it was taken with; forget the
+        memories of the episodes that ended (NEXT_STEP mode: after the reset step too)."""
+        _, _, _, memory = self._recurrent()
+        if not isinstance(self.replay, SequenceReplayBuffer):
+            raise RuntimeError("a recurrent SAC stores sequences")
+        valid = self.autoreset.valid
+        actor_memory, critic_memory = (m.cpu().numpy() for m in memory.taken)
+        self.replay.add(
+            obs, action, reward, real_next, terminated, dones, valid, actor_memory, critic_memory
+        )
+        memory.forget(dones | ~valid)
+
+    def _update_sequences(self) -> None:
+        """:meth:`_update` on sequences: the networks run each from its stored memories, and
+        every mean is over the sequences' real steps."""
+        if self.branches is not None:
+            return self._update_sequences_discrete(self.branches)
+        actor, qf, qf_target, _ = self._recurrent()
+        mb, obs, seq, rewards = self._sample_sequences()
+        mask = mb["mask"].to(torch.float32)
+        count = mask.sum()
+        alpha = self.log_alpha.detach().exp()
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- the policy over the sequence: a ~ pi(.|s_t) (positions :L), a' ~ pi(.|s'_t) (1:)
+        actions, logprob = squashed_sample(actor.sequences(seq, mb["actor_memory"]), self.generator)
+
+        # -- critic: soft Bellman target, as in _critic_step
+        with torch.no_grad():
+            features = [f[:, 1:] for f in qf_target.features(seq, mb["critic_memory"])]
+            min_q_next = qf_target.values(features, actions[:, 1:]).amin(0)
+            min_q_next -= alpha * logprob[:, 1:]
+            y = rewards + gamma * (1.0 - mb["terminated"]) * min_q_next
+        q = qf.values(qf.features(obs, mb["critic_memory"]), mb["actions"])
+        q_loss = ((q - y).square() * mask).sum((1, 2)) / count
+        self._critic_backward(q_loss)
+
+        # -- actor, as in _update, with the critics just updated
+        qf.requires_grad_(False)
+        min_q_pi = qf.values(qf.features(obs, mb["critic_memory"]), actions[:, :-1]).amin(0)
+        qf.requires_grad_(True)
+        logprob = logprob[:, :-1]
+        policy_loss = ((alpha * logprob - min_q_pi) * mask).sum() / count
+        self._actor_step(policy_loss)
+        with torch.no_grad():
+            entropy = -(logprob * mask).sum() / count
+            value = (min_q_pi * mask).sum() / count
+            self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
+
+    def _sample_sequences(
+        self,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A minibatch of sequences: the sampled arrays, the normalised observations, ``s_0``
+        then each step's ``s'`` (``s'_t = s_t+1`` within a sequence: one pass of each network
+        for both), and the rewards (the intrinsic ones added, as the signals see them now)."""
+        hp = self.hp
+        if not isinstance(self.replay, SequenceReplayBuffer):
+            raise RuntimeError("a recurrent SAC samples sequences")
+        L = self.replay.sequence_length
+        sequences = self.replay.sample_sequences(max(1, hp.batch_size // L), self.rng)
+        mb = {k: v.to(self.device) for k, v in sequences.items()}
+        obs = self.normalizer(mb["obs"])
+        next_obs = self.normalizer(mb["next_obs"])
+        seq = torch.cat([obs[:, :1], next_obs], dim=1)
+        rewards = mb["rewards"]
+        if self.extras.signals:
+            S = rewards.shape[0]
+            flat = (obs.flatten(0, 1), mb["actions"].flatten(0, 1), next_obs.flatten(0, 1))
+            rewards = self.extras.rewards(*flat, rewards.flatten()).view(S, L)
+        return mb, obs, seq, rewards
+
+    def _update_sequences_discrete(self, branches: Branches) -> None:
+        """:meth:`_update_discrete` on sequences, as :meth:`_update_sequences` runs them."""
+        actor, qf, qf_target, _ = self._recurrent()
+        mb, obs, seq, rewards = self._sample_sequences()
+        mask = mb["mask"].to(torch.float32)
+        count = mask.sum()
+        alpha = self.log_alpha.detach().exp()
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- the policy over the sequence: pi(.|s_t) at positions :L, pi(.|s'_t) at 1:
+        log_probs = branches.log_softmax(actor.sequences(seq, mb["actor_memory"]))
+
+        # -- critics, as in _update_discrete
+        with torch.no_grad():
+            features = [f[:, 1:] for f in qf_target.features(seq, mb["critic_memory"])]
+            v_next = soft_value(
+                qf_target.action_values(features), log_probs[:, 1:], alpha, branches
+            )
+            y = rewards + gamma * (1.0 - mb["terminated"]) * v_next
+        q = taken_q(
+            qf.action_values(qf.features(obs, mb["critic_memory"])), mb["actions"].long(), branches
+        )
+        q_loss = ((q - y).square() * mask).sum((1, 2)) / count
+        self._critic_backward(q_loss)
+
+        # -- actor, with the critics just updated
+        log_probs = log_probs[:, :-1]
+        with torch.no_grad():
+            min_q = qf.action_values(qf.features(obs, mb["critic_memory"])).amin(0)
+        policy_loss = (policy_objective(log_probs, min_q, alpha, branches) * mask).sum() / count
+        self._actor_step(policy_loss)
+        with torch.no_grad():
+            entropy = (entropies(log_probs, branches) * mask[..., None]).sum((0, 1)) / count
+            value = (expected_q(log_probs, min_q, branches) * mask).sum() / count
+        self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
 
     def _write_summary(self, label: int) -> None:
         if self._stats_updates:
@@ -485,15 +706,22 @@ class SACTrainer(Trainer):
 
     def policy_module(self) -> nn.Module:
         """Raw observations to the deterministic action: ``tanh(mean)`` rescaled to the bounds,
-        or each branch's most likely action."""
+        or each branch's most likely action; with memory, ``(observations, memory)`` to
+        ``(action, next memory)``."""
+        actor, space, flatten = self.actor, self.action_space, self.layout.flattener()
+        if isinstance(actor, RecurrentMLP) and self.branches is not None:
+            return RecurrentDiscreteSACPolicy(self.normalizer, actor, self.branches, flatten).eval()
+        if isinstance(actor, RecurrentMLP) and isinstance(space, spaces.Box):
+            return RecurrentSACPolicy(self.normalizer, actor, space, flatten).eval()
         return self._export_view().eval()
 
     def _export_view(self) -> SACPolicy | DiscreteSACPolicy:
+        """The feed-forward export view (what a threaded SAC acts with, too)."""
         actor, space, flatten = self.actor, self.action_space, self.layout.flattener()
         if isinstance(actor, CategoricalActor):
             return DiscreteSACPolicy(self.normalizer, actor, flatten)
-        if not isinstance(space, spaces.Box):
-            raise RuntimeError(f"a Gaussian SAC policy for {space}")
+        if not isinstance(actor, SquashedGaussianActor) or not isinstance(space, spaces.Box):
+            raise RuntimeError(f"no feed-forward SAC policy of {type(actor).__name__}, {space}")
         return SACPolicy(self.normalizer, actor, space, flatten)
 
     def _state_dict(self) -> dict[str, Any]:

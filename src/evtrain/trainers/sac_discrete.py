@@ -35,6 +35,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
+from evtrain.trainers.memory import RecurrentMLP
 from evtrain.trainers.networks import MLP, ObservationNormalizer
 from evtrain.trainers.observations import ObservationFlattener
 from evtrain.trainers.settings import NetworkSettings
@@ -298,3 +299,31 @@ class DiscreteSACPolicy(nn.Module):
     def forward(self, *obs: torch.Tensor) -> torch.Tensor:
         action = self.actor.deterministic(self.normalizer(self.flatten(*obs)))
         return action if self.multi else action.squeeze(-1)
+
+
+class RecurrentDiscreteSACPolicy(nn.Module):
+    """Export view of a recurrent discrete SAC policy (``network_settings.memory``): raw
+    observations and the memory in, the most likely action and the next memory out."""
+
+    def __init__(
+        self,
+        normalizer: ObservationNormalizer,
+        actor: RecurrentMLP,
+        branches: Branches,
+        flatten: ObservationFlattener,
+    ) -> None:
+        super().__init__()
+        self.flatten = flatten
+        """Its observation inputs (the ``Box``, or the ``Dict``'s keys in order) to a row."""
+        self.normalizer = normalizer
+        self.actor = actor
+        self.branches = branches
+        self.memory_size = actor.memory_size
+        """Width of ``memory_in`` and ``memory_out`` (what marks a recurrent policy)."""
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``inputs``: the observations (float32), then the memory ``[B, memory_size]``."""
+        *obs, memory = inputs
+        out, memory = self.actor.step(self.normalizer(self.flatten(*obs)), memory)
+        action = self.branches.argmax(out)
+        return (action if self.branches.multi else action.squeeze(-1)), memory

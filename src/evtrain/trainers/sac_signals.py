@@ -38,7 +38,7 @@ from torch import nn
 from evtrain.bus.reporter import StatsReporter
 from evtrain.trainers.behavioral_cloning import BehavioralCloning, PolicyOutput
 from evtrain.trainers.intrinsic import load_experts, make_behavioral_cloning, make_reward_signals
-from evtrain.trainers.replay import ReplayBuffer
+from evtrain.trainers.replay import Transitions
 from evtrain.trainers.reward_signals import RewardSignal
 from evtrain.trainers.settings import SACSettings, TrainerSettings
 from evtrain.world import World
@@ -159,7 +159,7 @@ class SACSignals:
             total = total + torch.as_tensor(reward, device=mb_rewards.device)
         return total
 
-    def update(self, step: int, replay: ReplayBuffer, rng: np.random.Generator) -> None:
+    def update(self, step: int, replay: Transitions, rng: np.random.Generator) -> None:
         """The signals' model updates and the cloning updates due at environment step
         ``step`` (after ``buffer_init_steps``)."""
         hp = self.hp
@@ -176,7 +176,7 @@ class SACSignals:
                     self.reporter.add_stat(key, value)
             self.cloning_updates = max(self.cloning_updates, due)
 
-    def _update_signals(self, replay: ReplayBuffer, rng: np.random.Generator) -> None:
+    def _update_signals(self, replay: Transitions, rng: np.random.Generator) -> None:
         mb_obs, mb_actions, _, mb_next_obs, _ = (
             t.to(self.device) for t in replay.sample(self.hp.batch_size, rng)
         )

@@ -126,6 +126,31 @@ class SACSettings:
     default ``steps_per_update``).  Without intrinsic signals it has no effect."""
 
 
+def _even_memory_size(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value % 2:
+        # "<key>: ..." is how evtrain.config.problems puts the key into the message's path
+        raise ValueError(
+            f"memory_size: expected an even number (the LSTM's hidden and cell state, "
+            f"memory_size / 2 each), got {value}; use {value + 1}"
+        )
+
+
+@attrs.define(kw_only=True)
+class MemorySettings:
+    """ML-Agents' ``network_settings.memory``: a recurrent (LSTM) policy and critic."""
+
+    sequence_length: int = attrs.field(default=64, validator=_positive_int)
+    """Length of the experience sequences the networks are trained on; the memory is carried
+    within a sequence, and taken as recorded at its first step."""
+    memory_size: int = attrs.field(default=128, validator=[*_positive_int, _even_memory_size])
+    """Width of the memory each network carries from step to step: the LSTM's hidden and cell
+    state side by side, ``memory_size / 2`` units each (ML-Agents' layout)."""
+
+
+_ABSENT_WHEN_NONE = {"absent_when_none": True}
+"""Metadata of a field that is left out of unstructured settings while it is ``None``."""
+
+
 @attrs.define(kw_only=True)
 class NetworkSettings:
     """Shape of the policy and value networks."""
@@ -153,6 +178,9 @@ class NetworkSettings:
     """ML-Agents: take the most likely action instead of sampling.  evtrain's exported ONNX
     policy is deterministic anyway; training and ``--inference`` sample, whatever this
     says."""
+    memory: MemorySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    """An LSTM after the hidden layers of the policy and of the critic (see
+    :mod:`evtrain.trainers.memory`); ``None``: feed-forward networks."""
 
 
 @attrs.define(kw_only=True)
@@ -233,9 +261,6 @@ class RNDSettings(RewardSignalSettings):
 
 IntrinsicSettings = GAILSettings | CuriositySettings | RNDSettings
 """The settings of a reward signal with a model of its own."""
-
-_ABSENT_WHEN_NONE = {"absent_when_none": True}
-"""Metadata of a field that is left out of unstructured settings while it is ``None``."""
 
 
 def absent_when_none(attribute: attrs.Attribute[Any], value: object) -> bool:
@@ -344,3 +369,29 @@ class TrainerSettings:
         if self.even_checkpoints:
             return max(1, self.max_steps // self.keep_checkpoints)
         return self.checkpoint_interval
+
+    def __attrs_post_init__(self) -> None:
+        memory = self.network_settings.memory
+        batch_size = getattr(self.hyperparameters, "batch_size", None)
+        if (
+            memory is not None
+            and isinstance(batch_size, int)
+            and memory.sequence_length > batch_size
+        ):
+            # ML-Agents' rule: a minibatch holds at least one whole sequence
+            raise ValueError(
+                f"network_settings: memory.sequence_length ({memory.sequence_length}) must "
+                f"not exceed hyperparameters.batch_size ({batch_size}); lower "
+                "sequence_length or raise batch_size"
+            )
+        if memory is not None and self.threaded and self.trainer_type == "sac":
+            raise ValueError(
+                "threaded: true with a recurrent SAC (network_settings.memory) is not "
+                "supported by evtrain yet: its critics step along with the environments; set "
+                "threaded: false or remove memory"
+            )
+        if memory is not None and self.behavioral_cloning is not None:
+            raise ValueError(
+                "behavioral_cloning: cloning a recurrent policy (network_settings.memory) is "
+                "not supported by evtrain yet; remove behavioral_cloning or memory"
+            )

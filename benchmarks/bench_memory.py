@@ -1,0 +1,156 @@
+"""PPO on masked CartPole (no velocities in the observation): LSTM vs feed-forward policy.
+
+``tests.memory_envs.masked_cartpole`` shows the cart's position and the pole's angle only; the
+velocities that balancing needs must be inferred from successive observations.  Both runs get
+the same PPO settings, network width and step budget; only ``network_settings.memory``
+differs (an LSTM of 64 units after the hidden layer, trained on sequences of 16 steps).  Each
+run is its own subprocess with one torch thread.  Reports, per run: the mean return of the
+last 100 episodes, the best mean of 20 consecutive episodes and the step it was first reached
+at or above 195 (CartPole-v0's "solved"); prints a table and writes JSON to
+``benchmarks/out/memory.json``.
+
+    .venv/bin/python benchmarks/bench_memory.py --steps 150000 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+OUT = HERE / "out"
+POLICIES = ("lstm", "feedforward")
+SOLVED = 195.0
+"""Mean of 20 episodes counted as balancing (CartPole-v0's threshold; v1's episodes go to 500)."""
+
+
+def run(policy: str, steps: int, seed: int, num_envs: int) -> dict[str, Any]:
+    import gymnasium as gym
+    import torch
+    from gymnasium.vector import AutoresetMode
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(ROOT))
+    from tests.memory_envs import masked_cartpole
+
+    from evtrain import Bus, StatsAggregationMethod, StatsReporter
+    from evtrain.trainers import (
+        MemorySettings,
+        NetworkSettings,
+        PPOSettings,
+        RewardSignals,
+        RewardSignalSettings,
+        TrainerSettings,
+    )
+    from evtrain.trainers.ppo import PPOTrainer
+
+    memory = MemorySettings(memory_size=128, sequence_length=16) if policy == "lstm" else None
+    settings = TrainerSettings(
+        trainer_type="ppo",
+        hyperparameters=PPOSettings(
+            batch_size=256,
+            buffer_size=256,
+            learning_rate=1e-3,
+            beta=0.0,
+            lambd=0.98,
+            num_epoch=20,
+        ),
+        network_settings=NetworkSettings(
+            hidden_units=64, num_layers=1, normalize=True, activation="relu", memory=memory
+        ),
+        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=0.999)),
+        max_steps=steps,
+        time_horizon=32,
+        summary_freq=50_000,
+    )
+    trainer: PPOTrainer | None = None
+    returns: list[tuple[int, float]] = []
+
+    class TrackingReporter(StatsReporter):
+        def add_stat(
+            self,
+            key: str,
+            value: float,
+            aggregation: StatsAggregationMethod = StatsAggregationMethod.AVERAGE,
+        ) -> None:
+            if key == "Environment/Cumulative Reward":
+                returns.append((trainer.step if trainer else 0, value))
+            super().add_stat(key, value, aggregation)
+
+    envs = gym.vector.SyncVectorEnv(
+        [masked_cartpole] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
+    )
+    with Bus() as bus:
+        reporter = TrackingReporter(bus, "MaskedCartPole")
+        trainer = PPOTrainer("MaskedCartPole", settings, envs, reporter, seed=seed)
+        start = time.perf_counter()
+        while not trainer.should_stop:
+            trainer.advance()
+        elapsed = time.perf_counter() - start
+    envs.close()
+    values = [r for _, r in returns]
+    windows = [statistics.fmean(values[i - 20 : i]) for i in range(20, len(values) + 1)]
+    solved_at = next((returns[i + 19][0] for i, mean in enumerate(windows) if mean >= SOLVED), None)
+    return {
+        "policy": policy,
+        "seed": seed,
+        "steps": trainer.step,
+        "seconds": round(elapsed, 1),
+        "episodes": len(values),
+        "mean_return_last_100": round(statistics.fmean(values[-100:]), 1),
+        "best_mean_20": round(max(windows, default=0.0), 1),
+        "steps_to_mean_20_of_195": solved_at,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=150_000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--worker", choices=POLICIES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(run(args.worker, args.steps, args.seeds[0], args.envs)))
+        return
+
+    runs = []
+    header = ("policy", "seed", "last-100", "best-20", "steps to 195", "s")
+    print("{:12s} {:>4s} {:>9s} {:>8s} {:>13s} {:>6s}".format(*header))
+    for seed in args.seeds:
+        for policy in args.policies:
+            cmd = [sys.executable, __file__, "--worker", policy, "--steps", str(args.steps)]
+            cmd += ["--seeds", str(seed), "--envs", str(args.envs)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            runs.append(r)
+            print(
+                f"{policy:12s} {seed:4d} {r['mean_return_last_100']:9.1f} "
+                f"{r['best_mean_20']:8.1f} {r['steps_to_mean_20_of_195']!s:>13s} "
+                f"{r['seconds']:6.1f}",
+                flush=True,
+            )
+    summary = {
+        policy: statistics.median(r["mean_return_last_100"] for r in runs if r["policy"] == policy)
+        for policy in args.policies
+    }
+    for policy, median in summary.items():
+        print(f"median last-100 return, {policy}: {median:.1f}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / "memory.json"
+    path.write_text(
+        json.dumps({"args": vars(args), "runs": runs, "median_last_100": summary}, indent=2)
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

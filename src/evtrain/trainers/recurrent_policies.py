@@ -1,0 +1,147 @@
+"""PPO's actor-critic with ``network_settings.memory``: an LSTM in the policy and one in the
+critic (see :mod:`evtrain.trainers.memory`).
+
+As ML-Agents' separate critic, the critic has a memory of its own, of the same
+``memory_size``: the two networks share nothing but the observations.  The distributions over
+actions are :class:`~evtrain.trainers.policies.ActorCritic`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from evtrain.trainers.memory import RecurrentMLP
+from evtrain.trainers.observations import observation_layout
+from evtrain.trainers.policies import policy_outputs, sample_action, score_actions
+from evtrain.trainers.settings import NetworkSettings
+
+
+class RecurrentActorCritic(nn.Module):
+    """Policy ``pi(a | s, memory)`` and value ``V(s, memory)``, each with its own memory.
+
+    ``num_values`` value heads, one per reward signal (extrinsic first).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        network: NetworkSettings,
+        generator: torch.Generator,
+        *,
+        num_values: int = 1,
+    ) -> None:
+        super().__init__()
+        if network.memory is None:
+            raise ValueError("RecurrentActorCritic needs network_settings.memory")
+        layout = observation_layout(observation_space)
+        obs_dim = layout.features(network)
+        self.discrete, policy_out = policy_outputs(action_space)
+        self.normalizer = layout.normalizer(network.normalize)
+        # Drawn in ActorCritic's order: critic, then actor.
+        self.critic = RecurrentMLP(
+            obs_dim, num_values, network, network.memory, out_gain=1.0, generator=generator
+        )
+        self.actor = RecurrentMLP(
+            obs_dim, policy_out, network, network.memory, out_gain=0.01, generator=generator
+        )
+        self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
+        # Image encoders, drawn after everything else as ActorCritic draws its own.
+        self.critic.encoder = layout.encoder(network, generator)
+        self.actor.encoder = layout.encoder(network, generator)
+        self.flatten = layout.flattener()
+        """The exported policy's inputs to an observation row."""
+
+    @property
+    def memory_size(self) -> int:
+        """Width of the policy's memory (the critic's is as wide)."""
+        return self.actor.memory_size
+
+    def act(
+        self, x: torch.Tensor, memory: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions for one step of normalised observations:
+        ``(action, log_prob, next memory)``."""
+        out, memory = self.actor.step(x, memory)
+        action, log_prob = sample_action(out, self.log_std, self.discrete, generator)
+        return action, log_prob, memory
+
+    def value(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``V(s)`` of one step of normalised observations, and the critic's next memory:
+        values ``(B,)`` with one value head, ``(B, K)`` with ``K``."""
+        value, memory = self.critic.step(x, memory)
+        return value.squeeze(-1), memory
+
+    def evaluate(
+        self,
+        x: torch.Tensor,
+        actor_memory: torch.Tensor,
+        critic_memory: torch.Tensor,
+        mask: torch.Tensor,
+        action: torch.Tensor,
+        *,
+        entropy: bool = True,
+        entropy_grad: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """``(log_prob, entropy, value)`` of the steps of sequences under the current networks.
+
+        :param x: ``[S, L, obs]`` normalised observations, padded.
+        :param actor_memory: ``[S, M]`` the policy's memory at each sequence's first step.
+        :param critic_memory: ``[S, M]`` the critic's memory there.
+        :param mask: ``[S, L]`` which positions hold steps; the results are those steps'
+            alone, in row-major order of ``mask``.
+        :param action: the actions taken at those steps.
+        :param entropy: as :meth:`~evtrain.trainers.policies.ActorCritic.evaluate`.
+        :param entropy_grad: as :meth:`~evtrain.trainers.policies.ActorCritic.evaluate`.
+        """
+        out = self.actor.sequences(x, actor_memory)[mask]
+        value = self.critic.sequences(x, critic_memory)[mask].squeeze(-1)
+        log_prob, ent = score_actions(
+            out, self.log_std, self.discrete, action, entropy, entropy_grad
+        )
+        return log_prob, ent, value
+
+    def deterministic(
+        self, x: torch.Tensor, memory: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The most likely action of one step of normalised observations (argmax, or the
+        mean), and the policy's next memory."""
+        out, memory = self.actor.step(x, memory)
+        return (out.argmax(-1) if self.discrete else out), memory
+
+
+class RecurrentPolicy(nn.Module):
+    """Export view of a :class:`RecurrentActorCritic`: raw observations (one tensor per input,
+    as :class:`~evtrain.trainers.policies.DeterministicPolicy` takes them) and the memory in,
+    the action to take and the next memory out.
+
+    ``Box`` actions are clipped to the action bounds, as during training.
+    """
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(self, agent: RecurrentActorCritic, action_space: spaces.Space[Any]) -> None:
+        super().__init__()
+        self.agent = agent
+        self.memory_size = agent.memory_size
+        """Width of ``memory_in`` and ``memory_out`` (what marks a recurrent policy)."""
+        self.clip = isinstance(action_space, spaces.Box)
+        low = high = np.zeros(0, dtype=np.float32)
+        if isinstance(action_space, spaces.Box):
+            low = action_space.low.reshape(-1).astype(np.float32)
+            high = action_space.high.reshape(-1).astype(np.float32)
+        self.register_buffer("low", torch.from_numpy(low))
+        self.register_buffer("high", torch.from_numpy(high))
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``inputs``: the observations (float32), then the memory ``[B, memory_size]``."""
+        *obs, memory = inputs
+        x = self.agent.normalizer(self.agent.flatten(*obs))
+        action, memory = self.agent.deterministic(x, memory)
+        return (torch.clamp(action, self.low, self.high) if self.clip else action), memory

@@ -56,11 +56,8 @@ from evtrain.trainers.sac_discrete import (
     RecurrentDiscreteSACPolicy,
     actor_loss,
     critic_losses,
-    entropies,
-    expected_q,
-    policy_objective,
-    soft_value,
-    taken_q,
+    sequence_actor_loss,
+    sequence_critic_losses,
 )
 from evtrain.trainers.sac_memory import (
     CarriedMemories,
@@ -660,35 +657,19 @@ class SACTrainer(Trainer):
         """:meth:`_update_discrete` on sequences, as :meth:`_update_sequences` runs them."""
         actor, qf, qf_target, _ = self._recurrent()
         mb, obs, seq, rewards = self._sample_sequences()
-        mask = mb["mask"].to(torch.float32)
-        count = mask.sum()
         alpha = self.log_alpha.detach().exp()
         gamma = self.settings.reward_signals.extrinsic.gamma
         # -- the policy over the sequence: pi(.|s_t) at positions :L, pi(.|s'_t) at 1:
         log_probs = branches.log_softmax(actor.sequences(seq, mb["actor_memory"]))
-
-        # -- critics, as in _update_discrete
-        with torch.no_grad():
-            features = [f[:, 1:] for f in qf_target.features(seq, mb["critic_memory"])]
-            v_next = soft_value(
-                qf_target.action_values(features), log_probs[:, 1:], alpha, branches
-            )
-            y = rewards + gamma * (1.0 - mb["terminated"]) * v_next
-        q = taken_q(
-            qf.action_values(qf.features(obs, mb["critic_memory"])), mb["actions"].long(), branches
+        q_loss = sequence_critic_losses(
+            qf, qf_target, log_probs, mb, obs, seq, rewards, alpha, gamma, branches
         )
-        q_loss = ((q - y).square() * mask).sum((1, 2)) / count
         self._critic_backward(q_loss)
-
         # -- actor, with the critics just updated
-        log_probs = log_probs[:, :-1]
-        with torch.no_grad():
-            min_q = qf.action_values(qf.features(obs, mb["critic_memory"])).amin(0)
-        policy_loss = (policy_objective(log_probs, min_q, alpha, branches) * mask).sum() / count
+        policy_loss, entropy, value = sequence_actor_loss(
+            qf, log_probs[:, :-1], mb, obs, alpha, branches
+        )
         self._actor_step(policy_loss)
-        with torch.no_grad():
-            entropy = (entropies(log_probs, branches) * mask[..., None]).sum((0, 1)) / count
-            value = (expected_q(log_probs, min_q, branches) * mask).sum() / count
         self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
 
     def _write_summary(self, label: int) -> None:

@@ -26,6 +26,7 @@ The replay buffer stores an action as its ``k`` indices (float32 columns hold th
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from evtrain.errors import SpaceMismatchError
 from evtrain.trainers.memory import RecurrentMLP
 from evtrain.trainers.networks import MLP, ObservationNormalizer
 from evtrain.trainers.observations import ObservationFlattener
+from evtrain.trainers.sac_memory import RecurrentTwinQ
 from evtrain.trainers.settings import NetworkSettings
 from evtrain.trainers.twin_q import TwinQ
 
@@ -230,6 +232,57 @@ def actor_loss(
     with torch.no_grad():
         entropy = entropies(log_probs, actor.branches).mean(0)
         value = expected_q(log_probs, min_q, actor.branches).mean()
+    return policy_loss, entropy, value
+
+
+def sequence_critic_losses(
+    qf: RecurrentTwinQ,
+    qf_target: RecurrentTwinQ,
+    log_probs: torch.Tensor,
+    batch: Mapping[str, torch.Tensor],
+    obs: torch.Tensor,
+    seq: torch.Tensor,
+    rewards: torch.Tensor,
+    alpha: torch.Tensor,
+    gamma: float,
+    branches: Branches,
+) -> torch.Tensor:
+    """:func:`critic_losses` of recurrent critics on sequences, the means over real steps.
+
+    :param log_probs: the policy's over ``seq`` (``s_0`` then each step's ``s'``),
+        ``[S, L + 1, sum n_b]``.
+    :param batch: the sampled sequences (``actions``, ``terminated``, ``mask``,
+        ``critic_memory``); ``obs``: their normalised observations; ``rewards``: theirs.
+    """
+    mask = batch["mask"].to(torch.float32)
+    with torch.no_grad():
+        features = [f[:, 1:] for f in qf_target.features(seq, batch["critic_memory"])]
+        q_next = qf_target.action_values(features)
+        v_next = soft_value(q_next, log_probs[:, 1:], alpha, branches)
+        y = rewards + gamma * (1.0 - batch["terminated"]) * v_next
+    q_all = qf.action_values(qf.features(obs, batch["critic_memory"]))
+    q = taken_q(q_all, batch["actions"].long(), branches)
+    return ((q - y).square() * mask).sum((1, 2)) / mask.sum()
+
+
+def sequence_actor_loss(
+    qf: RecurrentTwinQ,
+    log_probs: torch.Tensor,
+    batch: Mapping[str, torch.Tensor],
+    obs: torch.Tensor,
+    alpha: torch.Tensor,
+    branches: Branches,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`actor_loss` of a recurrent policy on sequences (``log_probs`` at each step's
+    ``s``, ``[S, L, sum n_b]``), the means over real steps."""
+    mask = batch["mask"].to(torch.float32)
+    count = mask.sum()
+    with torch.no_grad():
+        min_q = qf.action_values(qf.features(obs, batch["critic_memory"])).amin(0)
+    policy_loss = (policy_objective(log_probs, min_q, alpha, branches) * mask).sum() / count
+    with torch.no_grad():
+        entropy = (entropies(log_probs, branches) * mask[..., None]).sum((0, 1)) / count
+        value = (expected_q(log_probs, min_q, branches) * mask).sum() / count
     return policy_loss, entropy, value
 
 

@@ -10,7 +10,7 @@ and the median over seeds.  Beside them, the floors: one CartPole-v1 step with r
 and one discrete SAC update (critics, actor, alpha, target), each in its own process.
 Writes ``benchmarks/out/sac_discrete.json``::
 
-    python benchmarks/bench_sac_discrete.py --steps 30000 --seeds 0 1 2
+    python benchmarks/bench_sac_discrete.py --steps 80000 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def reached(value: int | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=30_000)
+    parser.add_argument("--steps", type=int, default=80_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--updates", type=int, default=1000, help="updates of the update floor")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)

@@ -64,7 +64,7 @@ of keys and spaces (18 files)."""
 CONTINUOUS_ENVS = {"Pendulum-v1"}
 """The stand-ins with ``Box`` actions; every other one has CartPole's ``Discrete(2)``."""
 
-SAC_DISCRETE_ACTIONS = False
+SAC_DISCRETE_ACTIONS = True
 """Whether evtrain's SAC trains ``Discrete`` actions (ML-Agents' does): it needs a ``Box``
 today, and 7 of the 12 SAC files are for Unity scenes with discrete actions."""
 

@@ -37,7 +37,7 @@ class ConfigError(EvtrainError, ValueError):
 
 class SpaceMismatchError(ConfigError, TypeError):
     """The environment's observation or action space is one the chosen trainer cannot use
-    (e.g. SAC on a discrete action space).  A config error: change ``trainer_type`` or
+    (e.g. SAC on an unbounded Box action space).  A config error: change ``trainer_type`` or
     ``env_settings.env_id``."""
 
     def __init__(self, message: str) -> None:

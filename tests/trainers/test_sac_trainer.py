@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
+from evtrain.errors import SpaceMismatchError
 from evtrain.trainers import NetworkSettings, SACSettings, SACTrainer, make_vector_env
 from evtrain.trainers.sac import SquashedGaussianActor
+from tests.action_envs import unbounded_pendulum
 from tests.trainers.helpers import Recording, make_envs, small_sac
 
 SAC_KEYS = {
@@ -79,10 +82,14 @@ def test_steps_per_update_spaces_out_gradient_steps(recording: Recording) -> Non
     envs.close()
 
 
-def test_discrete_actions_are_refused(recording: Recording) -> None:
-    envs = make_vector_env("CartPole-v1", 1)
-    with pytest.raises(TypeError, match="SAC needs a bounded Box action space, got Discrete"):
+def test_unbounded_actions_are_refused(recording: Recording) -> None:
+    envs = gym.vector.SyncVectorEnv([unbounded_pendulum])
+    with pytest.raises(SpaceMismatchError) as info:
         SACTrainer("Test", small_sac(), envs, recording.reporter, seed=0)
+    assert str(info.value) == (
+        "SAC needs a bounded Box, a Discrete or a MultiDiscrete action space, got "
+        "Box(-inf, inf, (1,), float32); give the Box finite bounds, or use trainer_type: ppo"
+    )
     envs.close()
 
 

@@ -1,5 +1,6 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications") for ``Box``
-actions on a Gymnasium vector environment.
+actions on a Gymnasium vector environment; ``Discrete`` and ``MultiDiscrete`` actions with the
+categorical policy and per-action critics of :mod:`evtrain.trainers.sac_discrete`.
 
 Twin Q networks with Polyak-averaged targets (clipped double-Q), a tanh-squashed Gaussian
 policy rescaled to the action bounds, and automatic tuning of the entropy coefficient
@@ -47,6 +48,17 @@ from evtrain.trainers.networks import (
 from evtrain.trainers.observations import ObservationFlattener, behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.replay import ReplayBuffer
+from evtrain.trainers.sac_discrete import (
+    DISCRETE_UPDATE_STATS,
+    Branches,
+    CategoricalActor,
+    DiscreteSACPolicy,
+    RecurrentDiscreteSACPolicy,
+    actor_loss,
+    critic_losses,
+    sequence_actor_loss,
+    sequence_critic_losses,
+)
 from evtrain.trainers.sac_memory import (
     CarriedMemories,
     RecurrentSACPolicy,
@@ -70,6 +82,11 @@ UPDATE_STATS = (
     "Policy/Extrinsic Value Estimate",
 )
 """What every update reports (the mean over a summary period), in ``_stats_sum``'s order."""
+
+
+def space_shape(space: spaces.Space[Any]) -> tuple[int, ...]:
+    """An action's shape (a ``Space``'s ``shape`` is optional in its type)."""
+    return tuple(space.shape or ())
 
 
 def squashed_sample(
@@ -153,7 +170,7 @@ class SACPolicy(nn.Module):
 
 
 class SACTrainer(Trainer):
-    """SAC for bounded ``Box`` action spaces."""
+    """SAC for bounded ``Box``, ``Discrete`` and ``MultiDiscrete`` action spaces."""
 
     settings_type = SACSettings
 
@@ -161,12 +178,13 @@ class SACTrainer(Trainer):
         settings, envs = self.settings, self.envs
         hp: SACSettings = settings.hyperparameters  # type: ignore[assignment]  # checked by base
         space = envs.single_action_space
-        if not isinstance(space, spaces.Box) or not (
-            np.isfinite(space.low).all() and np.isfinite(space.high).all()
+        if not isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and (
+            not isinstance(space, spaces.Box)
+            or not (np.isfinite(space.low).all() and np.isfinite(space.high).all())
         ):
             raise SpaceMismatchError(
-                f"SAC needs a bounded Box action space, got {space}; use trainer_type: ppo for "
-                "discrete actions"
+                f"SAC needs a bounded Box, a Discrete or a MultiDiscrete action space, got "
+                f"{space}; give the Box finite bounds, or use trainer_type: ppo"
             )
         self.hp = hp
         self.action_space = space
@@ -174,27 +192,41 @@ class SACTrainer(Trainer):
         self.layout = behavior_layout(envs.single_observation_space, network, self.behavior_name)
         """Where each part of an observation sits in the rows the replay buffer stores."""
         obs_dim = self.layout.features(network)  # what the hidden layers get
-        action_dim = int(np.prod(space.shape))
-        self._low = space.low.reshape(-1).astype(np.float32)
-        self._high = space.high.reshape(-1).astype(np.float32)
+        self.branches: Branches | None = None
+        """The discrete action branches; ``None`` for ``Box`` actions."""
+        if isinstance(space, spaces.Box):
+            action_dim = int(np.prod(space.shape))
+            self._low = space.low.reshape(-1).astype(np.float32)
+            self._high = space.high.reshape(-1).astype(np.float32)
+            policy_out, critic_in, num_actions = 2 * action_dim, action_dim, 0
+        else:  # stored: an index per branch; the critics output the value of every action
+            self.branches = Branches(space)
+            action_dim = len(self.branches)
+            policy_out, critic_in, num_actions = self.branches.total, 0, self.branches.total
         self.normalizer = self.layout.normalizer(network.normalize).to(self.device)
         # Image encoders: the actor's and each critic's own, as ML-Agents' networks have
         # (none for vector observations).
         generator = self.init_generator
         memory = network.memory
-        self.actor: SquashedGaussianActor | RecurrentMLP
+        self.actor: SquashedGaussianActor | CategoricalActor | RecurrentMLP
         self.qf: TwinQ | RecurrentTwinQ
         if memory is None:
-            self.actor = SquashedGaussianActor(
-                obs_dim, action_dim, network, generator, self.layout.encoder(network, generator)
+            encoder = self.layout.encoder(network, generator)
+            if self.branches is None:
+                self.actor = SquashedGaussianActor(obs_dim, action_dim, network, generator, encoder)
+            else:
+                self.actor = CategoricalActor(obs_dim, self.branches, network, generator, encoder)
+            self.qf = TwinQ(
+                obs_dim, critic_in, network, generator, self.layout, num_actions=num_actions
             )
-            self.qf = TwinQ(obs_dim, action_dim, network, generator, self.layout)
         else:  # an LSTM in the policy and in each critic (see evtrain.trainers.sac_memory)
             self.actor = RecurrentMLP(
-                obs_dim, 2 * action_dim, network, memory, out_gain=0.01, generator=generator
+                obs_dim, policy_out, network, memory, out_gain=0.01, generator=generator
             )
             self.actor.encoder = self.layout.encoder(network, generator)
-            self.qf = RecurrentTwinQ(obs_dim, action_dim, network, memory, generator, self.layout)
+            self.qf = RecurrentTwinQ(
+                obs_dim, critic_in, network, memory, generator, self.layout, num_actions=num_actions
+            )
         self.actor.to(self.device)
         self.qf.to(self.device)
         self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
@@ -204,7 +236,14 @@ class SACTrainer(Trainer):
         self.qf_params = flatten_parameters(self.qf)
         self.qf_target_params = flatten_parameters(self.qf_target)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.init_entcoef), device=self.device))
+        self.target_entropy: float | torch.Tensor
         self.target_entropy = -float(action_dim) if hp.target_entropy is None else hp.target_entropy
+        self.update_stats = UPDATE_STATS
+        """The names of :attr:`_stats_sum`'s statistics."""
+        if self.branches is not None:  # one coefficient and target per branch (ML-Agents')
+            self.log_alpha = nn.Parameter(self.log_alpha.detach().expand(action_dim).clone())
+            self.target_entropy = self.branches.target_entropy(hp.target_entropy).to(self.device)
+            self.update_stats = DISCRETE_UPDATE_STATS
         self.actor_optimizer = make_adam(self.actor_params, hp.learning_rate)
         self.q_optimizer = make_adam(self.qf_params, hp.learning_rate)
         self.log_alpha.grad = torch.zeros_like(self.log_alpha)
@@ -241,7 +280,7 @@ class SACTrainer(Trainer):
             space,
             obs_dim,
             normalize=self.normalizer,
-            policy=lambda x: self.actor(x, self.generator)[0],
+            policy=self._cloned_output,
             actor_params=self.actor_params,
             num_envs=self.num_envs,
             reporter=self.reporter,
@@ -252,14 +291,14 @@ class SACTrainer(Trainer):
         )
         """The intrinsic reward signals and behavioral cloning (empty without them)."""
         self._extras_modules = self.extras.modules()  # a module: synchronize shares it
-        self._acting: ActingCopy[SACPolicy] | None = None
+        self._acting: ActingCopy[SACPolicy | DiscreteSACPolicy] | None = None
         """threaded: the normaliser and actor the environments act with."""
         self._held: list[tuple[torch.Tensor, tuple[npt.NDArray[Any], ...]]] = []
         """threaded: each step's observations and transitions, stored once the gradient steps
         running meanwhile are done (they sample the replay buffer and normalise with it)."""
-        if settings.threaded and isinstance(self.actor, SquashedGaussianActor):
+        if settings.threaded and not isinstance(self.actor, RecurrentMLP):
             # (a recurrent SAC is refused threaded by the settings)
-            self._acting = ActingCopy(SACPolicy(self.normalizer, self.actor, space))
+            self._acting = ActingCopy(self._export_view())
 
     # -- the algorithm -------------------------------------------------------------------------
 
@@ -278,18 +317,20 @@ class SACTrainer(Trainer):
         if self.memory is not None:  # the memories step along, warming up or not
             out = self._step_memories(self.normalizer(obs_t))
         if self.step < hp.buffer_init_steps:
-            action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
-            action = action.astype(np.float32)
+            action = self._random_actions()
         elif self.memory is not None:
-            action = squashed_sample(out, self.act_generator)[0].cpu().numpy()
+            action = self._sample(out, self.act_generator).cpu().numpy()
         else:
             with torch.no_grad():
                 action = actor(normalizer(obs_t), self.act_generator)[0].cpu().numpy()
-        env_action = self._low + (action + 1.0) * 0.5 * (self._high - self._low)
+        if self.branches is None:
+            env_action = self._low + (action + 1.0) * 0.5 * (self._high - self._low)
+        else:  # [N, branches] indices, reshaped to the space's shape below
+            env_action = action.astype(np.int64)
 
         # -- step and store (s, a, r, s', terminated); s' is the final obs where an episode ended
         next_obs, reward, terminated, truncated, infos = self.envs.step(
-            env_action.reshape((self.num_envs, *self.action_space.shape))
+            env_action.reshape((self.num_envs, *space_shape(self.action_space)))
         )
         dones = terminated | truncated
         valid = self.autoreset.observe(dones)
@@ -357,8 +398,31 @@ class SACTrainer(Trainer):
         if self._acting is not None:
             self._acting.refresh()
 
+    def _random_actions(self) -> npt.NDArray[Any]:
+        """Uniformly random actions of every environment (``buffer_init_steps``): in
+        ``[-1, 1]`` for ``Box``, an index per branch otherwise."""
+        if self.branches is None:
+            action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
+            return action.astype(np.float32)
+        return self.rng.integers(0, self.branches.sizes, size=(self.num_envs, len(self.branches)))
+
+    def _sample(self, out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Actions drawn from a recurrent policy's output layer ``out``."""
+        if self.branches is None:
+            return squashed_sample(out, generator)[0]
+        return self.branches.sample(self.branches.log_softmax(out), generator)
+
+    def _cloned_output(self, x: torch.Tensor) -> torch.Tensor:
+        """What behavioral cloning trains: the logits, or a sampled action in ``[-1, 1]``."""
+        if isinstance(self.actor, CategoricalActor):
+            return self.actor.logits(x)
+        action: torch.Tensor = self.actor(x, self.generator)[0]
+        return action
+
     def _update(self) -> None:
         """One gradient step of the critics, the actor and alpha, then the target update."""
+        if isinstance(self.actor, CategoricalActor):
+            return self._update_discrete(self.actor)
         hp = self.hp
         qf, _, replay = self._feed_forward()
         mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
@@ -414,7 +478,9 @@ class SACTrainer(Trainer):
 
             # Summed here, averaged and reported once per summary: no sync per update.
             self._stats_sum[:2] += q_loss
-            self._stats_sum[2:] += torch.stack([policy_loss, entropy, alpha, value])
+            # (discrete actions: the branches' entropies summed, their coefficients' mean)
+            stats = [policy_loss, entropy.sum(), alpha.mean(), value]
+            self._stats_sum[2:] += torch.stack(stats)
             self._stats_updates += 1
 
     def _critic_step(
@@ -447,6 +513,28 @@ class SACTrainer(Trainer):
         self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
         self._clip(self.qf_params)
         self.q_optimizer.step()
+
+    def _update_discrete(self, actor: CategoricalActor) -> None:
+        """:meth:`_update` for discrete actions: the same steps, with the expectations over
+        every action of :mod:`evtrain.trainers.sac_discrete`."""
+        qf, qf_target, replay = self._feed_forward()
+        mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
+            t.to(self.device) for t in replay.sample(self.hp.batch_size, self.rng)
+        )
+        mb_obs = self.normalizer(mb_obs)
+        mb_next_obs = self.normalizer(mb_next_obs)
+        if self.extras.signals:
+            mb_rewards = self.extras.rewards(mb_obs, mb_actions, mb_next_obs, mb_rewards)
+        alpha = self.log_alpha.detach().exp()
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- critics: towards r + gamma (1 - d) sum_a pi(a|s') [min Q'(s', a) - alpha log pi]
+        batch = (mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated)
+        q_loss = critic_losses(qf, qf_target, actor, batch, alpha, gamma)
+        self._critic_backward(q_loss)
+        # -- actor: minimise sum_a pi(a|s) [alpha log pi(a|s) - min Q(s, a)]
+        policy_loss, entropy, value = actor_loss(qf, actor, mb_obs, alpha)
+        self._actor_step(policy_loss)
+        self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
 
     def _clip(self, params: nn.Parameter) -> None:
         if self.hp.max_grad_norm is not None:
@@ -510,25 +598,12 @@ class SACTrainer(Trainer):
     def _update_sequences(self) -> None:
         """:meth:`_update` on sequences: the networks run each from its stored memories, and
         every mean is over the sequences' real steps."""
-        hp = self.hp
+        if self.branches is not None:
+            return self._update_sequences_discrete(self.branches)
         actor, qf, qf_target, _ = self._recurrent()
-        if not isinstance(self.replay, SequenceReplayBuffer):
-            raise RuntimeError("a recurrent SAC samples sequences")
-        L = self.replay.sequence_length
-        sequences = self.replay.sample_sequences(max(1, hp.batch_size // L), self.rng)
-        mb = {k: v.to(self.device) for k, v in sequences.items()}
+        mb, obs, seq, rewards = self._sample_sequences()
         mask = mb["mask"].to(torch.float32)
         count = mask.sum()
-        obs = self.normalizer(mb["obs"])
-        # s_0, then each step's s': the observations of every s and s' of the sequence in
-        # order (s'_t = s_t+1 within it), one pass of each network for both
-        next_obs = self.normalizer(mb["next_obs"])
-        seq = torch.cat([obs[:, :1], next_obs], dim=1)
-        rewards = mb["rewards"]
-        if self.extras.signals:  # the intrinsic rewards, as the signals see them now
-            S = rewards.shape[0]
-            flat = (obs.flatten(0, 1), mb["actions"].flatten(0, 1), next_obs.flatten(0, 1))
-            rewards = self.extras.rewards(*flat, rewards.flatten()).view(S, L)
         alpha = self.log_alpha.detach().exp()
         gamma = self.settings.reward_signals.extrinsic.gamma
         # -- the policy over the sequence: a ~ pi(.|s_t) (positions :L), a' ~ pi(.|s'_t) (1:)
@@ -556,10 +631,51 @@ class SACTrainer(Trainer):
             value = (min_q_pi * mask).sum() / count
             self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
 
+    def _sample_sequences(
+        self,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A minibatch of sequences: the sampled arrays, the normalised observations, ``s_0``
+        then each step's ``s'`` (``s'_t = s_t+1`` within a sequence: one pass of each network
+        for both), and the rewards (the intrinsic ones added, as the signals see them now)."""
+        hp = self.hp
+        if not isinstance(self.replay, SequenceReplayBuffer):
+            raise RuntimeError("a recurrent SAC samples sequences")
+        L = self.replay.sequence_length
+        sequences = self.replay.sample_sequences(max(1, hp.batch_size // L), self.rng)
+        mb = {k: v.to(self.device) for k, v in sequences.items()}
+        obs = self.normalizer(mb["obs"])
+        next_obs = self.normalizer(mb["next_obs"])
+        seq = torch.cat([obs[:, :1], next_obs], dim=1)
+        rewards = mb["rewards"]
+        if self.extras.signals:
+            S = rewards.shape[0]
+            flat = (obs.flatten(0, 1), mb["actions"].flatten(0, 1), next_obs.flatten(0, 1))
+            rewards = self.extras.rewards(*flat, rewards.flatten()).view(S, L)
+        return mb, obs, seq, rewards
+
+    def _update_sequences_discrete(self, branches: Branches) -> None:
+        """:meth:`_update_discrete` on sequences, as :meth:`_update_sequences` runs them."""
+        actor, qf, qf_target, _ = self._recurrent()
+        mb, obs, seq, rewards = self._sample_sequences()
+        alpha = self.log_alpha.detach().exp()
+        gamma = self.settings.reward_signals.extrinsic.gamma
+        # -- the policy over the sequence: pi(.|s_t) at positions :L, pi(.|s'_t) at 1:
+        log_probs = branches.log_softmax(actor.sequences(seq, mb["actor_memory"]))
+        q_loss = sequence_critic_losses(
+            qf, qf_target, log_probs, mb, obs, seq, rewards, alpha, gamma, branches
+        )
+        self._critic_backward(q_loss)
+        # -- actor, with the critics just updated
+        policy_loss, entropy, value = sequence_actor_loss(
+            qf, log_probs[:, :-1], mb, obs, alpha, branches
+        )
+        self._actor_step(policy_loss)
+        self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
+
     def _write_summary(self, label: int) -> None:
         if self._stats_updates:
             means = (self._stats_sum / self._stats_updates).tolist()
-            for key, value in zip(UPDATE_STATS, means, strict=True):
+            for key, value in zip(self.update_stats, means, strict=True):
                 self.reporter.add_stat(key, value)
             self.reporter.add_stat("Policy/Learning Rate", self._lr_sum / self._stats_updates)
             self._stats_sum.zero_()
@@ -570,14 +686,24 @@ class SACTrainer(Trainer):
     # -- what the runner needs ------------------------------------------------------------------
 
     def policy_module(self) -> nn.Module:
-        """Raw observations to the deterministic action ``tanh(mean)`` rescaled to the bounds;
-        with memory, ``(observations, memory)`` to ``(action, next memory)``."""
-        flatten = self.layout.flattener()
-        if isinstance(self.actor, RecurrentMLP):
-            recurrent = RecurrentSACPolicy(self.normalizer, self.actor, self.action_space, flatten)
-            return recurrent.eval()
-        policy = SACPolicy(self.normalizer, self.actor, self.action_space, flatten)
-        return policy.eval()
+        """Raw observations to the deterministic action: ``tanh(mean)`` rescaled to the bounds,
+        or each branch's most likely action; with memory, ``(observations, memory)`` to
+        ``(action, next memory)``."""
+        actor, space, flatten = self.actor, self.action_space, self.layout.flattener()
+        if isinstance(actor, RecurrentMLP) and self.branches is not None:
+            return RecurrentDiscreteSACPolicy(self.normalizer, actor, self.branches, flatten).eval()
+        if isinstance(actor, RecurrentMLP) and isinstance(space, spaces.Box):
+            return RecurrentSACPolicy(self.normalizer, actor, space, flatten).eval()
+        return self._export_view().eval()
+
+    def _export_view(self) -> SACPolicy | DiscreteSACPolicy:
+        """The feed-forward export view (what a threaded SAC acts with, too)."""
+        actor, space, flatten = self.actor, self.action_space, self.layout.flattener()
+        if isinstance(actor, CategoricalActor):
+            return DiscreteSACPolicy(self.normalizer, actor, flatten)
+        if not isinstance(actor, SquashedGaussianActor) or not isinstance(space, spaces.Box):
+            raise RuntimeError(f"no feed-forward SAC policy of {type(actor).__name__}, {space}")
+        return SACPolicy(self.normalizer, actor, space, flatten)
 
     def _state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {

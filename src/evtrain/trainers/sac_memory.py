@@ -39,7 +39,8 @@ _MEMORIES = ("actor_memory", "critic_memory")
 
 class _RecurrentQ(nn.Module):
     """One critic: hidden layers on the observation, an LSTM, then ``[h, action]`` through
-    one hidden layer to ``Q``."""
+    one hidden layer to ``Q`` (discrete actions, ``num_actions``: ``h`` alone, to the value of
+    every action)."""
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class _RecurrentQ(nn.Module):
         network: NetworkSettings,
         memory: MemorySettings,
         generator: torch.Generator,
+        num_actions: int = 0,
     ) -> None:
         super().__init__()
         widths = [obs_dim] + [network.hidden_units] * network.num_layers
@@ -61,7 +63,7 @@ class _RecurrentQ(nn.Module):
             math.sqrt(2),
             generator,
         )
-        self.out = layer_init(nn.Linear(network.hidden_units, 1), 1.0, generator)
+        self.out = layer_init(nn.Linear(network.hidden_units, num_actions or 1), 1.0, generator)
         self.activation = ACTIVATIONS[network.activation]
         self.encoder: nn.Module | None = None
         """The image encoders in front of the hidden layers (``None``: vector observations)."""
@@ -90,10 +92,20 @@ class _RecurrentQ(nn.Module):
         out: torch.Tensor = self.out(h)
         return out.squeeze(-1)
 
+    def action_values(self, features: torch.Tensor) -> torch.Tensor:
+        """A discrete critic's value of every action of :meth:`features`: ``[..., n]``."""
+        out: torch.Tensor = self.out(self.activation(self.head(features)))
+        return out
+
 
 class RecurrentTwinQ(nn.Module):
     """Two recurrent ``Q(s, a)`` estimates, each with its own memory: the critics' memory is
-    both side by side, ``[B, 2 * memory_size]``."""
+    both side by side, ``[B, 2 * memory_size]``.
+
+    :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac_discrete`): the
+        critics take no action (``action_dim`` 0) and output the value of each of
+        ``num_actions`` actions, read with :meth:`action_values`.
+    """
 
     def __init__(
         self,
@@ -103,9 +115,14 @@ class RecurrentTwinQ(nn.Module):
         memory: MemorySettings,
         generator: torch.Generator,
         layout: ObservationLayout | None = None,
+        *,
+        num_actions: int = 0,
     ) -> None:
         super().__init__()
-        critics = [_RecurrentQ(obs_dim, action_dim, network, memory, generator) for _ in range(2)]
+        critics = [
+            _RecurrentQ(obs_dim, action_dim, network, memory, generator, num_actions)
+            for _ in range(2)
+        ]
         if layout is not None:  # each critic's own image encoders, drawn after the rest
             for critic in critics:
                 critic.encoder = layout.encoder(network, generator)
@@ -132,6 +149,11 @@ class RecurrentTwinQ(nn.Module):
         """Both estimates of :meth:`features` and actions as one ``[2, ...]`` tensor."""
         critics = cast("list[_RecurrentQ]", list(self.critics))
         return torch.stack([c.q(f, action) for c, f in zip(critics, features, strict=True)])
+
+    def action_values(self, features: list[torch.Tensor]) -> torch.Tensor:
+        """Both discrete critics' values of every action, ``[2, ..., num_actions]``."""
+        critics = cast("list[_RecurrentQ]", list(self.critics))
+        return torch.stack([c.action_values(f) for c, f in zip(critics, features, strict=True)])
 
 
 class CarriedMemories:

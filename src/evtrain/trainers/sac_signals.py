@@ -18,8 +18,10 @@ How SAC uses the signals, and where it differs from ML-Agents:
 - **Stats:** ``Policy/<Signal> Reward`` is each finished episode's sum of the signal's reward,
   evaluated as the transitions are collected; the losses keep their ML-Agents names.
 - **Behavioral cloning** updates once per ``time_horizon`` steps of every environment (as
-  ML-Agents updates once per trajectory), after ``buffer_init_steps``.  SAC's actions are in
-  ``[-1, 1]``: the demonstrations' are rescaled from the action bounds.
+  ML-Agents updates once per trajectory), after ``buffer_init_steps``.  SAC's ``Box`` actions
+  are in ``[-1, 1]``: the demonstrations' are rescaled from the action bounds.  With
+  ``Discrete`` actions the signals see the action index (curiosity and gail one-hot it) and
+  the cloning is the cross-entropy of the policy's logits, as for PPO.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ from evtrain.world import World
 class SACSignals:
     """The signals and the cloning of one SAC trainer (see the module's docstring).
 
-    :param policy: the actor's differentiable action in ``[-1, 1]`` for normalised
-        observations (for the cloning).
+    :param action_space: ``Box``, or ``Discrete``/``MultiDiscrete`` (whose actions the
+        trainer stores as ``[B, branches]`` indices).
+    :param policy: the actor's differentiable action in ``[-1, 1]`` (``Box``) or its logits
+        (``Discrete``) for normalised observations (for the cloning).
     :param actor_params: the actor's flat parameter buffer (for the cloning).
     """
 
@@ -55,7 +59,7 @@ class SACSignals:
         settings: TrainerSettings,
         behavior_name: str,
         observation_space: spaces.Space[Any],
-        action_space: spaces.Box,
+        action_space: spaces.Space[Any],
         obs_dim: int,
         *,
         normalize: Callable[[torch.Tensor], torch.Tensor],
@@ -74,6 +78,7 @@ class SACSignals:
         self.reporter = reporter
         self.device = device
         self.world = world
+        self.discrete = isinstance(action_space, spaces.Discrete)
         experts = load_experts(
             settings, behavior_name, observation_space, action_space, device, unit_actions=True
         )
@@ -95,7 +100,7 @@ class SACSignals:
             normalize=normalize,
             learning_rate=hp.learning_rate,
             batch_size=hp.batch_size,
-            discrete=False,
+            discrete=self.discrete,
             generator=generator,
             world=world,
         )
@@ -130,7 +135,7 @@ class SACSignals:
             return
         x = self.normalize(torch.as_tensor(obs, device=self.device))
         x_next = self.normalize(torch.as_tensor(next_obs, device=self.device))
-        a = torch.as_tensor(actions, device=self.device)
+        a = self._actions(torch.as_tensor(actions, device=self.device))
         for i, signal in enumerate(self.signals.values()):
             self._episode[i] += np.where(valid, signal.evaluate(x, a, x_next), 0.0)
         for n in np.flatnonzero(dones & valid):
@@ -148,6 +153,7 @@ class SACSignals:
     ) -> torch.Tensor:
         """The minibatch's rewards plus every signal's (normalised observations)."""
         total = mb_rewards
+        mb_actions = self._actions(mb_actions)
         for signal in self.signals.values():
             reward = signal.evaluate(mb_obs, mb_actions, mb_next_obs)
             total = total + torch.as_tensor(reward, device=mb_rewards.device)
@@ -175,9 +181,15 @@ class SACSignals:
             t.to(self.device) for t in replay.sample(self.hp.batch_size, rng)
         )
         x, x_next = self.normalize(mb_obs), self.normalize(mb_next_obs)
+        mb_actions = self._actions(mb_actions)
         for signal in self.signals.values():
             for key, loss in signal.update(x, mb_actions, x_next, self.world).items():
                 self.reporter.add_stat(key, float(loss))
+
+    def _actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Actions as the signals take them: a ``Discrete`` action's index ``[B]`` from the
+        trainer's ``[B, 1]`` (the replay buffer's float column holds it exactly)."""
+        return actions[:, 0].long() if self.discrete else actions
 
     def state_dict(self) -> dict[str, Any]:
         """The signals' models and optimizers, the cloning's optimizer and both counts."""

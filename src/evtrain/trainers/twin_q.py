@@ -42,6 +42,10 @@ class TwinQ(nn.Module):
     With image observations (``layout``), each critic has its own image encoders in front
     (:mod:`evtrain.trainers.observations`), as ML-Agents' two Q networks do, and ``obs_dim``
     is the width of their output.
+
+    :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac_discrete`): the
+        critics take no action (``action_dim`` 0) and output one value per action,
+        ``Q(s, .)``, read with :meth:`action_values`; 0 (``Box``): one output, ``Q(s, a)``.
     """
 
     def __init__(
@@ -51,9 +55,13 @@ class TwinQ(nn.Module):
         network: NetworkSettings,
         generator: torch.Generator,
         layout: ObservationLayout | None = None,
+        *,
+        num_actions: int = 0,
     ) -> None:
         super().__init__()
-        widths = [obs_dim + action_dim] + [network.hidden_units] * network.num_layers + [1]
+        self.num_actions = num_actions
+        outputs = num_actions or 1
+        widths = [obs_dim + action_dim] + [network.hidden_units] * network.num_layers + [outputs]
         gains = [math.sqrt(2)] * network.num_layers + [1.0]
         shapes = list(itertools.pairwise(widths))
         drawn = [
@@ -82,13 +90,7 @@ class TwinQ(nn.Module):
 
     def values(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Both estimates as one ``[2, batch]`` tensor (row ``k``: critic ``k``)."""
-        if self.encoders is None:
-            h = torch.cat([x, action], dim=-1).expand(2, -1, -1)
-        else:  # each critic's own features of the observations
-            h = torch.stack([torch.cat([encoder(x), action], dim=-1) for encoder in self.encoders])
-        *hidden, (weight, bias) = zip(self.weights, self.biases, strict=True)
-        for w, b in hidden:
-            h = self.activation(torch.baddbmm(b, h, w))
+        h, (weight, bias) = self._hidden(x, action)
         # The one-unit output layer as two matrix-vector products: bmm with a single output
         # column is several times slower, forward and backward.
         return torch.stack(
@@ -97,6 +99,26 @@ class TwinQ(nn.Module):
                 for h_k, w_k, b_k in zip(h.unbind(0), weight, bias, strict=True)
             ]
         )
+
+    def action_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Both critics' values of every action, ``[2, batch, num_actions]`` (discrete
+        critics: one batched matrix product per layer, the output layer included)."""
+        h, (weight, bias) = self._hidden(x, None)
+        return torch.baddbmm(bias, h, weight)
+
+    def _hidden(
+        self, x: torch.Tensor, action: torch.Tensor | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Both critics' last hidden layer ``[2, batch, hidden]``, and their output layer."""
+        inputs = [] if action is None else [action]
+        if self.encoders is None:
+            h = torch.cat([x, *inputs], dim=-1).expand(2, -1, -1)
+        else:  # each critic's own features of the observations
+            h = torch.stack([torch.cat([encoder(x), *inputs], dim=-1) for encoder in self.encoders])
+        *hidden, out = zip(self.weights, self.biases, strict=True)
+        for w, b in hidden:
+            h = self.activation(torch.baddbmm(b, h, w))
+        return h, out
 
 
 def from_two_networks(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -56,7 +56,9 @@ def test_forward_and_gradients_equal_two_linear_stacks() -> None:
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     fused = TwinQ(3, 1, NETWORK, torch.Generator().manual_seed(1))
     fused.load_state_dict(fused_state(two))
-    x, action = torch.randn(5, 3), torch.randn(5, 1, requires_grad=True)
+    draws = torch.Generator().manual_seed(2)  # not the global generator: other tests move it
+    x = torch.randn(5, 3, generator=draws)
+    action = torch.randn(5, 1, generator=draws).requires_grad_()
     q1, q2 = fused(x, action)
     expected = two(torch.cat([x, action], dim=-1))
     torch.testing.assert_close(torch.stack([q1, q2]), expected)
@@ -69,7 +71,11 @@ def test_forward_and_gradients_equal_two_linear_stacks() -> None:
     torch.testing.assert_close(action_grad, action.grad)
     expected_grads = fused_state(two, grads=True)
     for name, p in fused.named_parameters():
-        torch.testing.assert_close(p.grad, expected_grads[name], msg=name)
+        # float32 sums in another order: rounding relative to the largest gradient (~1e3 here)
+        scale = expected_grads[name].abs().max().item()
+        torch.testing.assert_close(
+            p.grad, expected_grads[name], rtol=1e-5, atol=1e-6 * scale, msg=name
+        )
 
 
 def test_a_checkpoint_of_the_two_network_layout_loads(recording: Recording) -> None:

@@ -143,10 +143,14 @@ def table_key(path: tuple[str, ...], options: dict[str, Any]) -> tuple[str, str 
 
 
 def keys_of(options: dict[str, Any]) -> set[tuple[str, str | None]]:
-    """The table rows a file's keys need; ``env_settings.env_id`` is evtrain's own (the one
-    key the fixtures add that ML-Agents lacks)."""
+    """The table rows a file's keys need; ``env_settings.env_id`` and ``env_kwargs`` are
+    evtrain's own (the keys the fixtures add that ML-Agents lacks)."""
     found = {table_key(path, options) for path in leaves(options)}
-    return found - {("env_settings.env_id", None)}
+    return {
+        (key, trainer)
+        for key, trainer in found
+        if key != "env_settings.env_id" and not key.startswith("env_settings.env_kwargs.")
+    }
 
 
 def not_yet(options: dict[str, Any]) -> list[str]:

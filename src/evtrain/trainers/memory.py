@@ -19,8 +19,6 @@ every loss.  :func:`sequence_layout` computes where each step goes.
 
 from __future__ import annotations
 
-import itertools
-import math
 from typing import cast
 
 import attrs
@@ -31,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evtrain.export import memory_size_of
-from evtrain.trainers.networks import ACTIVATIONS, layer_init
+from evtrain.trainers.networks import ACTIVATIONS, hidden_layers, layer_init
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
 
 FORGET_BIAS = 1.0
@@ -105,10 +103,7 @@ class RecurrentMLP(nn.Module):
     ) -> None:
         super().__init__()
         widths = [in_features] + [network.hidden_units] * network.num_layers
-        self.hidden = nn.ModuleList(
-            layer_init(nn.Linear(a, b), math.sqrt(2), generator)
-            for a, b in itertools.pairwise(widths)
-        )
+        self.hidden = hidden_layers(widths, generator)
         self.memory = LSTMMemory(widths[-1], memory.memory_size, generator)
         self.out = layer_init(nn.Linear(self.memory.hidden_size, out_features), out_gain, generator)
         self.activation = ACTIVATIONS[network.activation]

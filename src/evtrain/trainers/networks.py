@@ -39,6 +39,14 @@ def layer_init(
     return layer
 
 
+def hidden_layers(widths: list[int], generator: torch.Generator | None) -> nn.ModuleList:
+    """Linear layers from each width of ``widths`` to the next, orthogonal init with gain
+    ``sqrt(2)`` drawn in order from ``generator``."""
+    return nn.ModuleList(
+        layer_init(nn.Linear(a, b), math.sqrt(2), generator) for a, b in itertools.pairwise(widths)
+    )
+
+
 class MLP(nn.Module):
     """``num_layers`` hidden layers of ``hidden_units`` and a linear output layer.
 
@@ -59,10 +67,7 @@ class MLP(nn.Module):
     ) -> None:
         super().__init__()
         widths = [in_features] + [network.hidden_units] * network.num_layers
-        self.hidden = nn.ModuleList(
-            layer_init(nn.Linear(a, b), math.sqrt(2), generator)
-            for a, b in itertools.pairwise(widths)
-        )
+        self.hidden = hidden_layers(widths, generator)
         self.out = layer_init(nn.Linear(widths[-1], out_features), out_gain, generator)
         self.activation = ACTIVATIONS[network.activation]
 

@@ -20,8 +20,6 @@ from the signal's ``network_settings`` or ``encoding_size``
 from __future__ import annotations
 
 import abc
-import itertools
-import math
 from typing import Any
 
 import numpy as np
@@ -32,7 +30,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.networks import flatten_parameters, layer_init, zero_grad_
+from evtrain.trainers.networks import flatten_parameters, hidden_layers, layer_init, zero_grad_
 from evtrain.trainers.optim import make_adam
 from evtrain.trainers.settings import (
     CuriositySettings,
@@ -55,10 +53,7 @@ class SiLUBody(nn.Module):
 
     def __init__(self, widths: list[int], generator: torch.Generator) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            layer_init(nn.Linear(a, b), math.sqrt(2), generator)
-            for a, b in itertools.pairwise(widths)
-        )
+        self.layers = hidden_layers(widths, generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:

@@ -17,7 +17,6 @@ included (ML-Agents counts them too).
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any, cast
 
@@ -29,7 +28,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.trainers.memory import LSTMMemory, RecurrentMLP, forget
-from evtrain.trainers.networks import ACTIVATIONS, ObservationNormalizer, layer_init
+from evtrain.trainers.networks import ACTIVATIONS, ObservationNormalizer, hidden_layers, layer_init
 from evtrain.trainers.observations import ObservationFlattener, ObservationLayout
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
 
@@ -53,10 +52,7 @@ class _RecurrentQ(nn.Module):
     ) -> None:
         super().__init__()
         widths = [obs_dim] + [network.hidden_units] * network.num_layers
-        self.hidden = nn.ModuleList(
-            layer_init(nn.Linear(a, b), math.sqrt(2), generator)
-            for a, b in itertools.pairwise(widths)
-        )
+        self.hidden = hidden_layers(widths, generator)
         self.memory = LSTMMemory(widths[-1], memory.memory_size, generator)
         self.head = layer_init(
             nn.Linear(self.memory.hidden_size + action_dim, network.hidden_units),

@@ -116,6 +116,7 @@ def prepare_run_folder(options: RunOptions) -> RunFolder:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise unwritable(options, error) from None
+    new_lock = not (path / LOCK).exists()
     lock = RunLock.acquire(path, cs.run_id)  # before anything is removed or written
     try:
         content = _content(path)
@@ -125,9 +126,12 @@ def prepare_run_folder(options: RunOptions) -> RunFolder:
             _clear(path)
         atomic_write(path / MARKER, lambda f: f.write(b"an evtrain run folder\n"))
     except BaseException as error:
+        # A refusal leaves the folder as it was: only what this call created goes.
         if created:
             _clear(path)
+        if new_lock:
             (path / LOCK).unlink(missing_ok=True)
+        if created:
             path.rmdir()
         lock.release()
         if isinstance(error, OSError) and not isinstance(error, RunFolderError):

@@ -134,6 +134,9 @@ def test_force_removes_only_a_folder_evtrain_made_as_a_run(tmp_path: Path) -> No
         "versions have), so evtrain will not use or remove it. Choose another --run-id or "
         "--results-dir, or move it away yourself.\n"
     )
+    for flags in (["--resume"], ["--resume", "--inference"]):
+        again = learn(tmp_path, "run.yaml", "--run-id", "notes", *flags)
+        assert (again.returncode, again.stderr) == (2, result.stderr), flags
     assert tree(tmp_path) == before
     # A run of an evtrain from before the marker: configuration.yaml and run_logs/.
     old = tmp_path / "project" / "results" / "old"

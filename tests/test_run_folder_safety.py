@@ -324,15 +324,34 @@ FAILING_ENV = textwrap.dedent(
         raise RuntimeError("the simulator is not installed")
     """
 )
+FAILING_PLUGIN = textwrap.dedent(
+    """
+    def connect(options, bus):
+        raise RuntimeError("the tracker's token has expired")
 
 
-def test_a_start_that_fails_before_its_first_step_can_be_given_again(tmp_path: Path) -> None:
-    (tmp_path / "simulator.py").write_text(FAILING_ENV)
+    EVTRAIN_PLUGINS = {"evtrain.subscriber": {"tracker": connect}}
+    """
+)
+
+
+@pytest.mark.parametrize("failing", ["environment", "required plugin"])
+def test_a_start_that_fails_before_its_first_step_can_be_given_again(
+    tmp_path: Path, failing: str
+) -> None:
     options = config(tmp_path)
-    options["env_settings"]["env_id"] = "simulator:make_env"
-    (tmp_path / "sim.yaml").write_text(yaml.safe_dump(options))
+    if failing == "environment":
+        (tmp_path / "simulator.py").write_text(FAILING_ENV)
+        options["env_settings"]["env_id"] = "simulator:make_env"
+        code, last = 1, "RuntimeError: the simulator is not installed"
+    else:
+        (tmp_path / "plugins").mkdir()
+        (tmp_path / "plugins" / "tracker.py").write_text(FAILING_PLUGIN)
+        options["plugins"] = {"paths": ["plugins"], "required": ["evtrain.subscriber:tracker"]}
+        code, last = 2, "the tracker's token has expired"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
     for _ in range(2):  # the same command, twice: the same error, not "already exists"
-        result = learn(tmp_path, "sim.yaml")
-        assert result.returncode == 1
-        assert result.stderr.rstrip().endswith("RuntimeError: the simulator is not installed")
+        result = learn(tmp_path, "run.yaml")
+        assert result.returncode == code, result.stderr
+        assert last in result.stderr.rstrip().splitlines()[-1]
         assert not (tmp_path / "results" / "run").exists()

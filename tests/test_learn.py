@@ -98,6 +98,8 @@ def test_run_emits_lifecycle_and_writes_the_run_folder(tmp_path: Path) -> None:
     # keep_checkpoints: 1 -> only the last pair stays, plus checkpoint.pt and the final model
     files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
     assert [f for f in files if "tfevents" not in f] == [
+        ".evtrain-lock",  # the run's lock (docs/run-folder.md)
+        ".evtrain-run",  # the marker: what --force may remove
         "CartPole.onnx",
         "CartPole/CartPole-1024.onnx",
         "CartPole/CartPole-1024.pt",
@@ -369,7 +371,7 @@ def test_second_sigint_aborts_without_torn_files_and_says_what_it_left(tmp_path:
     # The message names exactly the files the interrupted final save wrote.
     written = {
         str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and "tfevents" not in p.name
-    } - {"configuration.yaml", "run_logs/timers.json"}
+    } - {"configuration.yaml", "run_logs/timers.json", ".evtrain-lock", ".evtrain-run"}
     [message] = [line for line in err.splitlines() if line.startswith("[WARNING] Aborted")]
     match = re.fullmatch(
         r"\[WARNING\] Aborted: the final save of CartPole at step (\d+) wrote (.+) before it "

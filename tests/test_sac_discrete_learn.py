@@ -80,6 +80,8 @@ def test_discrete_sac_trains_exports_resumes_and_runs_inference_through_the_cli(
     run = tmp_path / "results" / "run"
     files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
     assert [f for f in files if "tfevents" not in f] == [
+        ".evtrain-lock",
+        ".evtrain-run",
         "CartPole.onnx",
         "CartPole/CartPole-200.onnx",
         "CartPole/CartPole-200.pt",

@@ -5,7 +5,7 @@
     EvtrainError
     ├── ConfigError(ValueError)           a YAML/dict option is wrong: path, expected, fix
     │   └── SpaceMismatchError(TypeError)  the environment's spaces do not suit the trainer
-    ├── RunFolderError(FileExistsError)   the run folder clashes with --resume/--force
+    ├── RunFolderError(FileExistsError)   the run folder clashes with the flags, or is held
     ├── PluginError(RuntimeError)         a required plugin failed to load or register
     ├── BusClosedError(RuntimeError)      emit/connect on a bus that is closed or closing
     ├── BusTimeoutError(TimeoutError)     flush/close did not finish within its timeout
@@ -45,8 +45,8 @@ class SpaceMismatchError(ConfigError, TypeError):
 
 
 class RunFolderError(EvtrainError, FileExistsError):
-    """The run folder exists without ``--resume``/``--force``, or ``--resume`` has nothing to
-    resume."""
+    """The run folder exists without ``--resume``/``--force``, ``--resume`` has nothing to
+    resume, the folder is not an evtrain run, or another process holds the run."""
 
 
 class PluginError(EvtrainError, RuntimeError):

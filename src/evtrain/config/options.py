@@ -15,6 +15,7 @@ import attrs
 from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.inbox import Overflow, SubscriberSettings
 from evtrain.config.environment_parameters import EnvironmentParameter
+from evtrain.config.names import behavior_names, folder_name
 from evtrain.trainers.settings import TrainerSettings
 
 
@@ -33,7 +34,7 @@ def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
 class CheckpointSettings:
     """Where a run writes, and how it relates to earlier runs."""
 
-    run_id: str = "evtrain"
+    run_id: str = attrs.field(default="evtrain", validator=folder_name)
     """Name of the run; its folder is ``results_dir/run_id``."""
     results_dir: str = "results"
     """Parent folder of every run."""
@@ -41,7 +42,7 @@ class CheckpointSettings:
     """Continue the run ``run_id`` from its last checkpoint."""
     force: bool = False
     """Overwrite an existing run ``run_id``."""
-    initialize_from: str | None = None
+    initialize_from: str | None = attrs.field(default=None, validator=folder_name)
     """Start from the weights of this earlier run id (at step 0)."""
     inference: bool = False
     """Run the policy without training."""
@@ -188,7 +189,7 @@ class TorchSettings:
 class RunOptions:
     """Everything ``evtrain learn`` needs; ``RunOptions()`` is a valid default run."""
 
-    behaviors: dict[str, TrainerSettings] = attrs.field(factory=dict)
+    behaviors: dict[str, TrainerSettings] = attrs.field(factory=dict, validator=behavior_names)
     """Trainer settings per behavior name (the stats category)."""
     default_settings: TrainerSettings | None = None
     """Merged under every behavior's settings (keys a behavior sets win)."""

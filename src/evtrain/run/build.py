@@ -161,6 +161,11 @@ def _initial_state(
     source = None if cs.resume else _init_source(options, name)
     if source is None and (cs.resume or cs.inference):
         state = manager.load_latest()
+        if state is None and not cs.inference and not _any_checkpoint(options):
+            # Killed before its first checkpoint: start again, in the same folder (its
+            # journals, still to be delivered, stay); --force would delete them.
+            logger.info("%s: run %r has no checkpoint yet; it starts at step 0", name, cs.run_id)
+            return None
         if state is None:
             raise RunFolderError(
                 f"cannot resume behavior {name!r}: {manager.checkpoint_path} does not exist "
@@ -171,6 +176,13 @@ def _initial_state(
         return None
     # Weights (and optimizer/normaliser state) of the earlier run; the counters restart.
     return {**load_checkpoint(source), "step": 0, "last_summary": 0}
+
+
+def _any_checkpoint(options: RunOptions) -> bool:
+    """Whether some behavior of the run has a ``checkpoint.pt`` (one without it, beside one
+    with it, is a behavior the run did not have: an error, not a fresh start)."""
+    folder = options.checkpoint_settings.write_path
+    return any((folder / name / "checkpoint.pt").exists() for name in options.behaviors)
 
 
 def _init_source(options: RunOptions, name: str) -> Path | None:

@@ -8,10 +8,9 @@ Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
 from __future__ import annotations
 
 import logging
-import shutil
 import time
-from collections.abc import Callable, Collection, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -32,7 +31,7 @@ from evtrain.run.inference import run_inference
 from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
-from evtrain.run.run_folder import prepare_run_folder, write_configuration
+from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
 from evtrain.run.saver import BackgroundSaver, snapshot
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
@@ -95,12 +94,13 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
     _check_behaviors(options)
     options.torch_settings.check_device()
     world = World.current()
-    # A folder this call creates may be discarded again (see _Run.run).
-    fresh = get_rank() == 0 and not options.checkpoint_settings.write_path.exists()
-    _prepare_run_folder(options, world, get_rank())
-    reset_timers()  # this run's timers.json times this run only
-    run_bus = make_bus(options) if bus is None else bus
-    return _Run(options, run_bus, own_bus=bus is None, world=world, progress=progress).run(fresh)
+    # Locked for the whole run; a run that fails before its first step removes what it wrote
+    # in a folder that held nothing before, so the same command can be given again.
+    with _prepare_run_folder(options, world, get_rank()) as folder:
+        reset_timers()  # this run's timers.json times this run only
+        run_bus = make_bus(options) if bus is None else bus
+        run = _Run(options, run_bus, own_bus=bus is None, world=world, progress=progress)
+        return run.run(folder)
 
 
 def _check_behaviors(options: RunOptions) -> None:
@@ -147,14 +147,13 @@ class _Run:
         self.saver = BackgroundSaver()
         """Writes the checkpoints and exports, off the training thread."""
 
-    def run(self, fresh: bool) -> LearnResult:
+    def run(self, folder: RunFolder) -> LearnResult:
         """Start, train (or infer), save; every exit emits ``run_finished`` and drains the bus.
 
-        :param fresh: this call created the run folder: a run refused before its first step
-            removes it again.
+        :param folder: told once a behavior took a step (a run that fails before keeps
+            nothing that would make the fixed rerun need ``--force``).
         """
         cs = self.options.checkpoint_settings
-        discard = False
         try:
             self._start()
             with stop_on_signals() as stop, hierarchical_timer("train"):
@@ -167,15 +166,9 @@ class _Run:
             self.saver.abort(self._cancel_saves)
             logger.warning(_abort_message(self.managers, self.finished))
             raise
-        except ConfigError:
-            # Refused before the first step (e.g. SAC on a discrete env): a folder this call
-            # created holds nothing worth keeping, and would make the fixed rerun need --force.
-            discard = fresh and not any(t.step for t in self.trainers.values())
-            raise
         finally:
+            folder.stepped = any(t.step for t in self.trainers.values())
             self._close()
-            if discard:
-                shutil.rmtree(cs.write_path, ignore_errors=True)
         return LearnResult(
             run_id=cs.run_id,
             status=self.status,
@@ -379,23 +372,38 @@ def _abort_message(managers: Mapping[str, CheckpointManager], saved: Collection[
     return f"Aborted: {'; '.join(parts)}. Every file on disk is complete."
 
 
-def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> None:
-    """Rank 0 checks and prepares the run folder, then tells the other ranks whether that
-    failed, so that they stop with the same error instead of waiting for it."""
+def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> RunFolder:
+    """Rank 0 (the one writer) checks, locks and prepares the run folder, then tells the other
+    ranks whether that failed, so that they stop with the same error instead of waiting for
+    it.  The other ranks hold no lock: rank 0's stands for the job."""
     error: RunFolderError | None = None
+    folder = RunFolder(options.checkpoint_settings.write_path, None, fresh=False, created=False)
     if rank == 0:
         try:
-            prepare_run_folder(options)
-            if not options.checkpoint_settings.inference:
-                # An inference run must not overwrite what the model was trained with.
-                write_configuration(options)
+            folder = prepare_run_folder(options)
         except RunFolderError as problem:
             error = problem
-    message = world.broadcast_object(None if error is None else str(error))
-    if error is not None:
-        raise error
-    if message is not None:
-        raise RunFolderError(message)
+    with _released_on_error(folder):
+        if rank == 0 and error is None and not options.checkpoint_settings.inference:
+            # An inference run must not overwrite what the model was trained with.
+            try:
+                write_configuration(options)
+            except RunFolderError as problem:
+                error = problem
+        message = world.broadcast_object(None if error is None else str(error))
+        if error is not None:
+            raise error
+        if message is not None:
+            raise RunFolderError(message)
+    return folder
+
+
+@contextmanager
+def _released_on_error(folder: RunFolder) -> Iterator[None]:
+    with ExitStack() as stack:
+        stack.push(folder)  # its __exit__ discards and releases, on an error only
+        yield
+        stack.pop_all()
 
 
 class _RewardTracker:

@@ -20,7 +20,9 @@ import attrs
 from evtrain.bus import Bus
 from evtrain.bus.journal import journal_backlog
 from evtrain.bus.subscription import subscriber_name
-from evtrain.errors import RunFolderError
+from evtrain.config.names import name_problem
+from evtrain.errors import ConfigError, RunFolderError
+from evtrain.run.lock import RunLock
 from evtrain.run.options import read_config
 from evtrain.run.wiring import journal_folder, make_bus, register_stats_writer_plugins
 
@@ -44,11 +46,14 @@ class SyncReport:
 def sync_run(run_id: str, results_dir: str | Path, timeout: float) -> SyncReport:
     """Replay run ``run_id``'s journals to their writers; wait at most ``timeout`` seconds.
 
-    :raises RunFolderError: there is no such run, or it has no configuration.
+    :raises ConfigError: ``run_id`` is not a folder name (:mod:`evtrain.config.names`).
+    :raises RunFolderError: there is no such run, or it has no configuration, or another
+        process (a run, a sync) holds it.
     :raises ConfigError: its configuration is no longer valid (a writer plugin was removed).
     """
-    from evtrain.run.options import options_from_data
-
+    problem = name_problem(run_id)
+    if problem is not None:
+        raise ConfigError([f"RUN_ID: {problem}"])
     folder = Path(results_dir) / run_id
     config = folder / "configuration.yaml"
     if not config.is_file():
@@ -56,6 +61,18 @@ def sync_run(run_id: str, results_dir: str | Path, timeout: float) -> SyncReport
             f"no run {run_id!r} under {results_dir}: {config} does not exist. Give the run id "
             "evtrain learn was run with, and --results-dir if it was not results."
         )
+    lock = RunLock.acquire(folder, run_id)  # a run still going delivers its journals itself
+    try:
+        return _sync(run_id, results_dir, timeout, folder)
+    finally:
+        lock.release()
+
+
+def _sync(run_id: str, results_dir: str | Path, timeout: float, folder: Path) -> SyncReport:
+    """:func:`sync_run` once the run is locked."""
+    from evtrain.run.options import options_from_data
+
+    config = folder / "configuration.yaml"
     data = read_config(config)
     # The run's writers continue its tracker runs (ids kept in run_logs/), as on --resume.
     data["checkpoint_settings"] = {

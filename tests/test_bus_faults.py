@@ -19,6 +19,7 @@ import yaml
 
 from evtrain import (
     Bus,
+    BusTimeoutError,
     RunStatus,
     StatsEvent,
     SubscriberFailed,
@@ -238,6 +239,23 @@ def test_the_readme_with_bus_form_returns_with_a_hung_subscriber(hung: Hung) -> 
         return bus.closed
 
     assert in_thread(use)() is True
+
+
+def test_disconnect_without_timeout_is_bounded_by_drain_timeout_too(hung: Hung) -> None:
+    bus = Bus(drain_timeout=0.3, stall_timeout=600)
+    handle = bus.connect(signals.stats, hung, name="hung")
+    bus.emit(signals.stats, stats_event(1))
+    assert hung.entered.wait(WAIT_S)
+
+    def leave() -> str:
+        # the handle's with form disconnects on exit
+        with pytest.raises(BusTimeoutError) as info, handle:
+            pass
+        return str(info.value)
+
+    assert in_thread(leave)() == "subscriber 'hung' did not finish within 0.3s"
+    assert not handle.active
+    bus.close(timeout=WAIT_S)
 
 
 # -- KeyboardInterrupt / SystemExit from a subscriber ----------------------------------------

@@ -317,6 +317,7 @@ class Bus:
             self._unroute(sub)
         # From inside the dispatcher, waiting would wait for itself: the marker does the rest.
         inside = self._dispatcher.owns_current_thread()
+        timeout = self.drain_timeout if timeout is None else timeout
         if not pass_marker([sub], 0.0 if inside else timeout, close=True) and not inside:
             raise BusTimeoutError(
                 f"subscriber {sub.name!r} did not finish within {timeout}s", [sub.name]

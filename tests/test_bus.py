@@ -141,16 +141,6 @@ def test_raise_policy_surfaces_error_on_producer_thread() -> None:
     bus.close()
 
 
-def test_base_exception_is_not_swallowed(bus: Bus) -> None:
-    def stop(event: StatsEvent) -> None:
-        raise SystemExit(3)
-
-    bus.connect(signals.stats, stop, name="stopper")
-    bus.emit(signals.stats, stats_event(1))
-    with pytest.raises(SystemExit):
-        bus.flush()
-
-
 def test_close_drains_every_inbox_then_closes_writers() -> None:
     handled: list[int] = []
     order: list[str] = []

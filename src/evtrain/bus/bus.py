@@ -6,31 +6,28 @@ delivery.
 ``emit`` appends to the inboxes of a signal's subscribers.  It holds the bus-wide state — open
 or closed, the error waiting for the producer — and hands the isolation wrapper
 (:mod:`evtrain.bus.delivery`) only a :class:`~evtrain.bus.delivery.FailureContext`.  It also
-decides where ``spool`` subscribers keep their journals (:mod:`evtrain.bus.journal`):
-``journal_dir/<name>[-rank<N>]``, or a temporary folder of its own when it has no
-``journal_dir`` (lossless while the process lives, not across a crash).
+decides where ``spool`` subscribers keep their journals (:mod:`evtrain.bus.journals`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evtrain.bus.closing import CloseReport, Deadline, drain_at_exit, pass_marker, settle
+from evtrain.bus.closing import CloseReport, Deadline, drain, drain_at_exit, pass_marker
 from evtrain.bus.delivery import FailureContext, FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
 from evtrain.bus.inbox import Inbox, Overflow, SubscriberSettings, default_key
-from evtrain.bus.journal import Journal, journal_path
+from evtrain.bus.journals import JournalPlaces
 from evtrain.bus.routes import ANY, Routes
 from evtrain.bus.spool import AnyInbox, SpoolInbox
+from evtrain.bus.stalls import watch_full_inbox
 from evtrain.bus.subscription import (
     SubscriberMetrics,
     Subscription,
@@ -63,7 +60,8 @@ class Bus:
     """Typed, asynchronous, isolated delivery of training events to subscribers.
 
     :param capacity: default inbox capacity per subscriber.
-    :param overflow: default policy when an inbox is full (``block`` loses nothing).
+    :param overflow: default policy when an inbox is full (``block`` loses nothing unless a
+        subscriber takes nothing for ``block_timeout``).
     :param on_error: what a subscriber's exception does (see :class:`FailurePolicy`).
     :param max_consecutive_failures: failures in a row after which ``disable`` stops a subscriber.
     :param rank: this process's rank for ``ranks=`` filters; default :func:`get_rank`.
@@ -71,6 +69,9 @@ class Bus:
         given, so options can retune plugins that connect themselves.
     :param stall_timeout: seconds a call may run before the watchdog emits
         ``subscriber_stalled`` (per subscriber: ``connect(stall_timeout=)``).
+    :param block_timeout: seconds ``emit`` waits on a full ``block`` inbox before it drops the
+        event (counted) and emits ``subscriber_stalled`` (``connect(block_timeout=)``).
+    :param drain_timeout: seconds ``close()`` without a timeout waits for subscribers.
     :param journal_dir: where ``spool`` subscribers keep their journals; ``None``: a temporary
         folder, removed at close when empty (lossless in-process, not across a crash).
     :param journal_max_bytes: most bytes one journal keeps; beyond, its oldest events drop.
@@ -89,6 +90,8 @@ class Bus:
         rank: int | None = None,
         subscribers: Mapping[str, SubscriberSettings] | None = None,
         stall_timeout: float = 10.0,
+        block_timeout: float = 10.0,
+        drain_timeout: float = 30.0,
         journal_dir: str | os.PathLike[str] | None = None,
         journal_max_bytes: int = 1 << 30,
         journal_fsync_s: float = 1.0,
@@ -103,6 +106,8 @@ class Bus:
             )
         for label, seconds in (
             ("stall_timeout", stall_timeout),
+            ("block_timeout", block_timeout),
+            ("drain_timeout", drain_timeout),
             ("journal_fsync_s", journal_fsync_s),
             ("retry_backoff_s", retry_backoff_s),
             ("retry_backoff_max_s", retry_backoff_max_s),
@@ -118,13 +123,13 @@ class Bus:
         self.rank = get_rank() if rank is None else rank
         """Rank used by ``ranks=`` filters, fixed when the bus is created."""
         self.stall_timeout = stall_timeout
+        self.block_timeout = block_timeout
+        self.drain_timeout = drain_timeout
         self.journal_dir = None if journal_dir is None else Path(journal_dir)
         """Where spool subscribers' journals live; ``None``: a temporary folder."""
         self.journal_max_bytes = journal_max_bytes
         self.journal_fsync_s = journal_fsync_s
-        self._journal_root: Path | None = None
-        """The folder journals are in, once a spool subscriber connected."""
-        self._made_journal_root = False
+        self._journals = JournalPlaces(self.journal_dir, journal_fsync_s, self.rank)
         self._overrides = dict(subscribers or {})
         self._routes = Routes()
         self._route_cache = self._routes.cache
@@ -176,6 +181,7 @@ class Bus:
         key: Callable[[Any], Hashable] = default_key,
         stall_timeout: float | None = None,
         journal_dir: str | os.PathLike[str] | None = None,
+        block_timeout: float | None = None,
     ) -> SubscriptionHandle:
         """Deliver events of ``signal`` (one or several) to ``subscriber``.
 
@@ -183,10 +189,10 @@ class Bus:
         an ``async def`` (or an object with an async ``__call__``) is awaited on the dispatcher
         loop.  It is held strongly, so a lambda keeps working.  ``sender`` restricts delivery to
         one behavior; ``ranks`` connects it only on those ranks (elsewhere the handle is inert
-        and emit pays nothing); ``capacity``/``overflow``/``stall_timeout`` override the bus
-        defaults; ``key`` groups events for ``overflow="latest"``.  A ``spool`` subscriber
-        opens its journal here (under ``journal_dir``, default the bus's) and, if an earlier
-        bus left events in it undelivered, receives those first.
+        and emit pays nothing); ``capacity``/``overflow``/``stall_timeout``/``block_timeout``
+        override the bus defaults; ``key`` groups events for ``overflow="latest"``.  A ``spool``
+        subscriber opens its journal here (under ``journal_dir``, default the bus's) and, if an
+        earlier bus left events in it undelivered, receives those first.
 
         :raises TypeError: ``subscriber`` cannot be called with a single payload.
         :raises BusClosedError: the bus is closing or closed.
@@ -208,6 +214,7 @@ class Bus:
             capacity=capacity,
             overflow=None if overflow is None else Overflow(overflow),
             stall_timeout=stall_timeout,
+            block_timeout=block_timeout,
         )
         return self._subscribe(
             signals, subscriber, sender, ranks, settings, label, key, hooks, journal_dir
@@ -262,6 +269,7 @@ class Bus:
         capacity = override.capacity or given.capacity or self.capacity
         overflow = override.overflow or given.overflow or self.overflow
         stall_timeout = override.stall_timeout or given.stall_timeout or self.stall_timeout
+        block_timeout = override.block_timeout or given.block_timeout or self.block_timeout
         max_bytes = override.journal_max_bytes or self.journal_max_bytes
         with self._lock:
             if not self._open:
@@ -273,10 +281,10 @@ class Bus:
                 unique = f"{label}#{n}"
             inbox: AnyInbox
             if overflow is Overflow.SPOOL:
-                journal = self._open_journal(unique, max_bytes, journal_dir)
+                journal = self._journals.open(unique, max_bytes, journal_dir)
                 inbox = SpoolInbox(capacity, journal)
             else:
-                inbox = Inbox(capacity, overflow, key)
+                inbox = Inbox(capacity, overflow, key, block_timeout)
             self._names.add(unique)
             sub = Subscription(
                 name=unique,
@@ -288,40 +296,13 @@ class Bus:
                 hooks=hooks,
                 stall_timeout=stall_timeout,
             )
+            watch_full_inbox(sub, self.emit_internal)
             self._dispatcher.start()
             self._dispatcher.spawn(sub)
             self._routes.add(sub)
             self._subscriptions.append(sub)
             self._history.append(sub)
         return SubscriptionHandle(self, sub)
-
-    def _open_journal(
-        self, name: str, max_bytes: int, journal_dir: str | os.PathLike[str] | None
-    ) -> Journal:
-        if journal_dir is not None:
-            return Journal(
-                journal_path(journal_dir, name, self.rank),
-                label=name,
-                max_bytes=max_bytes,
-                fsync_s=self.journal_fsync_s,
-                temporary=False,
-            )
-        root = self._journal_root
-        if root is None:
-            if self.journal_dir is None:
-                root = Path(tempfile.mkdtemp(prefix="evtrain-journal-"))
-                self._made_journal_root = True
-            else:
-                root = self.journal_dir
-                self._made_journal_root = not root.exists()
-            self._journal_root = root
-        return Journal(
-            journal_path(root, name, self.rank),
-            label=name,
-            max_bytes=max_bytes,
-            fsync_s=self.journal_fsync_s,
-            temporary=self.journal_dir is None,
-        )
 
     def has_receivers(self, signal: EventSignal[Any], sender: Any = ANY) -> bool:
         """Whether ``emit`` on ``signal`` from ``sender`` would reach anyone (so producers can
@@ -336,6 +317,7 @@ class Bus:
             self._unroute(sub)
         # From inside the dispatcher, waiting would wait for itself: the marker does the rest.
         inside = self._dispatcher.owns_current_thread()
+        timeout = self.drain_timeout if timeout is None else timeout
         if not pass_marker([sub], 0.0 if inside else timeout, close=True) and not inside:
             raise BusTimeoutError(
                 f"subscriber {sub.name!r} did not finish within {timeout}s", [sub.name]
@@ -357,7 +339,11 @@ class Bus:
         * **Order.**  Each subscriber receives events in the order they were emitted; with
           several producer threads, each producer's order is kept.  No order across subscribers.
         * **Slow subscribers.**  Each has a bounded inbox.  When it is full, ``block`` (default)
-          makes ``emit`` wait until there is room — nothing is lost; ``drop_oldest``,
+          makes ``emit`` wait until there is room — nothing is lost — but at most
+          ``block_timeout``: then the event is dropped (counted), ``subscriber_stalled`` is
+          emitted, and later events are dropped at once until the subscriber takes from its
+          inbox.  A subscriber's own emits never wait on its inbox (nor an async one's on any
+          inbox): they overfill it.  ``drop_oldest``,
           ``drop_newest`` and ``latest`` never wait and count what they discard; ``spool``
           never waits and loses nothing: every event is journaled on disk (by a background
           thread), memory keeps ``capacity`` of them, the rest is replayed from disk in order.
@@ -367,8 +353,8 @@ class Bus:
           ``subscriber_failed``; the bus policy may disable the subscriber or, with ``raise``,
           re-raise it from the next ``emit``/``flush``/``close``.  A ``spool`` subscriber is
           never disabled: the same event is retried with backoff, later ones wait behind it.
-          A ``BaseException`` raised by a subscriber is re-raised here, on the producer's
-          thread.
+          ``KeyboardInterrupt``/``SystemExit`` from a subscriber (on the bus's threads) are
+          its failure too.
 
         :raises TypeError: ``payload`` is not an instance of ``signal.payload_type``.
         :raises BusClosedError: ``close()`` has begun.
@@ -437,9 +423,10 @@ class Bus:
 
     def close(self, timeout: float | None = None) -> CloseReport:
         """Stop accepting events, deliver everything queued, close each subscriber (in
-        isolation), stop the dispatcher, and report what could not be delivered.  With a
-        ``timeout`` it returns after about that long even if a subscriber hangs; a spool
-        subscriber's undelivered events stay in its journal (``CloseReport.journaled``).
+        isolation), stop the dispatcher, and report what could not be delivered.  It returns
+        after about ``timeout`` (default ``drain_timeout``) whatever a subscriber does, and at
+        once on Ctrl-C (re-raised once closed); a spool subscriber's undelivered events stay
+        in its journal (``CloseReport.journaled``).
 
         Idempotent: a second call returns the first report.
         """
@@ -450,19 +437,18 @@ class Bus:
             self._open = False
             subs = list(self._subscriptions)
         live = [s for s in subs if not s.finished]
-        deadline = Deadline(timeout)
-        pass_marker(live, deadline.left(), close=True)
-        report = settle(live, self._dispatcher.wait_ended, deadline)
+        deadline = Deadline(self.drain_timeout if timeout is None else timeout)
+        report, interrupted = drain(live, self._dispatcher.wait_ended, deadline)
         self._dispatcher.stop(timeout=1.0)
-        if self._journal_root is not None and self._made_journal_root:
-            with contextlib.suppress(OSError):  # not empty: journals left undelivered
-                self._journal_root.rmdir()
+        self._journals.tidy()
         with self._lock:
             for sub in subs:
                 if sub in self._subscriptions:
                     self._unroute(sub)
             self._report = report
             self._closed = True
+        if interrupted is not None:
+            raise interrupted
         if self._pending_error is not None:
             self._raise_pending()
         return report
@@ -480,7 +466,7 @@ class Bus:
 
     # -- failures ----------------------------------------------------------------------------
 
-    def raise_later(self, subscriber: str, signal: str, error: Exception) -> None:
+    def raise_later(self, subscriber: str, signal: str, error: BaseException) -> None:
         """Policy ``raise``: surface ``error`` on the producer's thread at its next call."""
         if self._pending_error is None:
             wrapped = SubscriberError(subscriber, signal, error)

@@ -34,6 +34,21 @@ class CloseReport:
     the next bus that connects it over the same journal delivers them first.  0 when it
     caught up."""
 
+    def describe(self) -> str:
+        """One line naming each subscriber the close left behind and what it left: events
+        lost, whether it was still running (abandoned), events kept in its journal."""
+        parts = []
+        for name in sorted({*self.undelivered, *self.timed_out, *self.journaled}):
+            lost, kept = self.undelivered.get(name, 0), self.journaled.get(name, 0)
+            what = [f"{lost} event{'' if lost == 1 else 's'} undelivered"] if lost else []
+            if name in self.timed_out:
+                what.append("still running, abandoned")
+            if kept:
+                what.append(f"{kept} kept in its journal")
+            if what:
+                parts.append(f"{name!r} ({', '.join(what)})")
+        return "; ".join(parts) or "nothing left"
+
     @property
     def clean(self) -> bool:
         """Everything emitted was handled and every subscriber closed."""
@@ -63,22 +78,37 @@ def pass_marker(
     return marker.wait(timeout)
 
 
-def settle(
+NOTICE_AFTER_S = 1.0
+"""A close still waiting after this long says on whom, and until when."""
+
+
+def drain(
     subs: Sequence[Subscription],
     wait_ended: Callable[[Subscription, float | None], bool],
     deadline: Deadline,
-) -> CloseReport:
-    """After the close markers: wait for each subscriber's task to end, give up on the ones
-    that did not by ``deadline``, and count what each left undelivered (queued, or in flight on
-    a stuck subscriber) or, for a spool subscriber, left in its journal; logs a warning unless
-    the report is clean."""
-    timed_out = []
+) -> tuple[CloseReport, BaseException | None]:
+    """Close ``subs``: a close marker through each inbox, then wait (until ``deadline``) for
+    each subscriber's task to end; give up on the ones that did not, and report what each
+    left undelivered (queued, or in flight on a stuck subscriber) or, for a spool subscriber,
+    left in its journal.  Logs a warning unless the report is clean.
+
+    Ctrl-C (or any exception) during the waits stops them at once: every subscriber not done
+    is given up now, and the exception is returned with the report, for the caller to re-raise
+    once the bus is closed — so nothing (an exit hook) waits on a hung subscriber again.
+    """
+    interrupted: BaseException | None = None
+    try:
+        if subs:
+            _pass_close_marker(subs, deadline)
+        for sub in subs:
+            wait_ended(sub, deadline.left())
+    except BaseException as error:  # re-raised by the caller, after the bus is closed
+        interrupted = error
+    timed_out = tuple(sub.name for sub in subs if not wait_ended(sub, 0.0))
     undelivered: dict[str, int] = {}
     delivered: dict[str, int] = {}
     journaled: dict[str, int] = {}
     for sub in subs:
-        if not wait_ended(sub, deadline.left()):
-            timed_out.append(sub.name)
         lost = sub.abandon()
         if lost:
             undelivered[sub.name] = lost
@@ -95,18 +125,29 @@ def settle(
                     sub.inbox.journal.folder,
                 )
     report = CloseReport(
-        undelivered=undelivered,
-        timed_out=tuple(timed_out),
-        delivered=delivered,
-        journaled=journaled,
+        undelivered=undelivered, timed_out=timed_out, delivered=delivered, journaled=journaled
     )
     if undelivered or timed_out:
+        why = "" if interrupted is None else f" ({type(interrupted).__name__})"
+        logger.warning("Bus closed before its subscribers finished%s: %s", why, report.describe())
+    return report, interrupted
+
+
+def _pass_close_marker(subs: Sequence[Subscription], deadline: Deadline) -> None:
+    marker = Marker(len(subs), close=True)
+    for sub in subs:
+        sub.inbox.put_marker(marker)
+    left = deadline.left()
+    if marker.wait(NOTICE_AFTER_S if left is None else min(NOTICE_AFTER_S, left)):
+        return
+    left = deadline.left()
+    if left:
         logger.warning(
-            "Bus closed with events undelivered %s; subscribers not finished: %s",
-            undelivered,
-            list(timed_out),
+            "Closing the bus: waiting up to %.0f s more for %s (Ctrl-C stops waiting).",
+            left,
+            ", ".join(repr(sub.name) for sub in subs if not sub.finished) or "their close",
         )
-    return report
+        marker.wait(left)
 
 
 class Closable(Protocol):

@@ -4,10 +4,11 @@ Every delivery — sync subscribers on their worker thread, async ones on the di
 goes through :func:`deliver_async` (:func:`deliver` runs the same coroutine on a worker thread,
 where it never suspends).  Its two ``except`` clauses — one round each event, one round a
 ``flush``/``close`` hook (:func:`_isolated`; an event's is inline, as a coroutine per event would
-double delivery's own cost) — catch :class:`Exception` and hand it to :func:`record_failure`.
-``BaseException`` (KeyboardInterrupt, SystemExit, cancellation) is never caught here: it
-propagates to the dispatcher, which stops the subscriber and re-raises it on the producer's
-thread at its next ``emit``/``flush``/``close``.
+double delivery's own cost) — catch what :func:`isolable` names and hand it to
+:func:`record_failure`: :class:`Exception`, and on evtrain's own threads ``KeyboardInterrupt``
+and ``SystemExit`` too (a subscriber's, never the user's: see there).  Anything else (anyio's
+cancellation) propagates to the dispatcher, which stops the subscriber and re-raises it on the
+producer's thread at its next ``emit``/``flush``/``close``.
 
 :func:`record_failure` counts the failure, logs it with its traceback (the first one, then at
 most once per :data:`LOG_EVERY_S` per subscriber, with the number suppressed), emits
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -65,7 +67,7 @@ class FailureContext:
     """Failures in a row after which ``disable`` stops a subscriber."""
     report: Callable[[SubscriberFailed], None]
     """Queues ``subscriber_failed`` without ever blocking (``Bus.emit_internal``)."""
-    raise_later: Callable[[str, str, Exception], None]
+    raise_later: Callable[[str, str, BaseException], None]
     """Policy ``raise``: ``(subscriber, signal, error)`` surfaces on the producer's thread."""
     report_stall: Callable[[SubscriberStalled], None]
     """Queues ``subscriber_stalled`` without ever blocking (``Bus.emit_internal``)."""
@@ -75,11 +77,28 @@ class FailureContext:
     """The wait doubles after each failed retry, up to this."""
 
 
+_ON_MAIN: tuple[type[BaseException], ...] = (Exception,)
+_OFF_MAIN: tuple[type[BaseException], ...] = (Exception, KeyboardInterrupt, SystemExit)
+
+
+def isolable() -> tuple[type[BaseException], ...]:
+    """What the isolation wrapper catches on the calling thread (evaluated only when a
+    subscriber raised).
+
+    Python raises the user's Ctrl-C (``KeyboardInterrupt``) and ``sys.exit`` only in the main
+    thread, so on the dispatcher loop and the workers these two can only come from the
+    subscriber itself: they are its failure, and must not end the run without its checkpoint.
+    On the main thread they stay the user's.  Cancellation (a ``BaseException`` too) always
+    passes: anyio needs it to stop the tasks.
+    """
+    return _ON_MAIN if threading.get_ident() == threading.main_thread().ident else _OFF_MAIN
+
+
 def record_failure(
     sub: Subscription,
     failures: FailureContext,
     signal: str,
-    error: Exception,
+    error: BaseException,
     retry_in: float | None = None,
 ) -> None:
     """Count, log, report and apply the policy to one failure of ``sub`` handling ``signal``
@@ -142,7 +161,7 @@ async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureC
                 await call(payload)
             else:
                 call(payload)
-        except Exception as error:
+        except isolable() as error:
             record_failure(sub, failures, sub.signal_name(payload), error)
             sub.handled(t, ok=False)
         else:
@@ -168,7 +187,7 @@ async def _isolated(
         result = fn()
         if sub.is_async and hasattr(result, "__await__"):
             await result
-    except Exception as error:
+    except isolable() as error:
         sub.end()
         record_failure(sub, failures, hook, error)
     else:
@@ -212,7 +231,7 @@ async def _until_delivered(
                 await call(payload)
             else:
                 call(payload)
-        except Exception as error:
+        except isolable() as error:
             sub.end()
             record_failure(sub, failures, sub.signal_name(payload), error, retry_in=delay)
             if not failing:

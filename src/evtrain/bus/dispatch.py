@@ -42,7 +42,7 @@ from evtrain.bus.delivery import (
     deliver_spool,
     deliver_spool_sync,
 )
-from evtrain.bus.inbox import Item, Marker
+from evtrain.bus.inbox import EVERY_INBOX, Item, Marker, consumes
 from evtrain.bus.spool import AnyInbox, SpoolInbox, SpoolItem
 from evtrain.bus.subscription import Subscription
 from evtrain.events.payloads import SubscriberStalled
@@ -59,8 +59,9 @@ WATCH_EVERY_S = 0.1
 class Worker(threading.Thread):
     """A daemon thread that runs one sync subscriber's batches, one at a time."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, inbox: AnyInbox) -> None:
         super().__init__(name=f"evtrain-subscriber[{name}]", daemon=True)
+        self._inbox = inbox
         self._jobs: queue.SimpleQueue[tuple[Callable[[], None], Callable[..., None]] | None]
         self._jobs = queue.SimpleQueue()
 
@@ -72,6 +73,7 @@ class Worker(threading.Thread):
         self._jobs.put(None)
 
     def run(self) -> None:
+        consumes(self._inbox)
         while (job := self._jobs.get()) is not None:
             deliver_batch, done = job
             try:
@@ -141,6 +143,7 @@ class Dispatcher:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
+        consumes(EVERY_INBOX)
         self._context = contextvars.copy_context()
         self._stop_event = anyio.Event()
         async with anyio.create_task_group() as tg:
@@ -157,7 +160,7 @@ class Dispatcher:
     def spawn(self, sub: Subscription) -> None:
         """Start delivering to ``sub`` (from any thread but the loop's)."""
         assert self._loop is not None and self._spawn is not None
-        task = self._tasks[sub] = _Task(None if sub.is_async else Worker(sub.name))
+        task = self._tasks[sub] = _Task(None if sub.is_async else Worker(sub.name, sub.inbox))
         if task.worker is not None:
             task.worker.start()
         self._loop.call_soon_threadsafe(self._spawn, sub, context=self._context)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -25,7 +26,8 @@ class Overflow(enum.Enum):
     """What ``emit`` does when a subscriber's inbox is full."""
 
     BLOCK = "block"
-    """Wait until the subscriber catches up: nothing is lost (the default)."""
+    """Wait until the subscriber catches up, at most ``block_timeout``: nothing is lost unless
+    it stalls that long (the default)."""
     DROP_OLDEST = "drop_oldest"
     """Discard the oldest queued event to make room; counted as dropped."""
     DROP_NEWEST = "drop_newest"
@@ -48,6 +50,9 @@ class SubscriberSettings:
     overflow: Overflow | None = None
     stall_timeout: float | None = None
     """Seconds one call may run before it is a stall (``subscriber_stalled``)."""
+    block_timeout: float | None = None
+    """``block``: seconds ``emit`` waits on the full inbox before it drops the event, counts
+    it, and emits ``subscriber_stalled``."""
     journal_max_bytes: int | None = None
     """Spool: the most bytes its journal keeps; beyond, the oldest events are dropped."""
 
@@ -81,6 +86,25 @@ class Marker:
             return self._done.wait_for(lambda: len(self._arrived) >= self._count, timeout)
 
 
+class _Consumer(threading.local):
+    inbox: object = None
+    """The inbox this thread delivers from, or :data:`EVERY_INBOX` on the dispatcher's loop."""
+
+
+_consumer = _Consumer()
+
+EVERY_INBOX = object()
+"""The dispatcher loop's mark: it delivers every async subscriber's events and takes every
+inbox, so a wait of its own on any full inbox could wait for itself."""
+
+
+def consumes(inbox: object) -> None:
+    """Mark the calling thread as the one that delivers ``inbox``'s events (a sync subscriber's
+    worker; :data:`EVERY_INBOX` for the loop): an ``emit`` from its handler into that full
+    ``block`` inbox overfills it instead of waiting for itself."""
+    _consumer.inbox = inbox
+
+
 def default_key(payload: Any) -> Hashable:
     """Key for :attr:`Overflow.LATEST`: the payload class and its behavior, if it has one."""
     return (type(payload), getattr(payload, "category", None))
@@ -109,10 +133,13 @@ class Inbox:
         "_markers",
         "_not_full",
         "_room",
+        "_stalled",
         "abandoned",
+        "block_timeout",
         "capacity",
         "dropped",
         "offered",
+        "on_block_timeout",
         "overflow",
         "put",
         "sleeping",
@@ -124,6 +151,7 @@ class Inbox:
         capacity: int,
         overflow: Overflow,
         key: Callable[[Any], Hashable] = default_key,
+        block_timeout: float = 10.0,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
@@ -133,6 +161,15 @@ class Inbox:
         """Most queued events; a full inbox applies ``overflow``."""
         self.overflow = overflow
         """Policy applied when full."""
+        self.block_timeout = block_timeout
+        """``block``: the longest ``emit`` waits for room before it drops the event."""
+        self.on_block_timeout: Callable[[Any, float], None] = _ignore
+        """Called with the dropped payload and the seconds waited, when ``block_timeout`` ran
+        out (outside the lock); installed by the bus."""
+        self._stalled = False
+        """A wait ran out (or was interrupted) and the consumer has not taken anything since:
+        later events are dropped at once, so a hung subscriber costs a producer one
+        ``block_timeout``, not one per event."""
         self._key = key
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
@@ -176,7 +213,7 @@ class Inbox:
     def _put_fifo(self, t: float, payload: Any, may_block: bool = True) -> None:
         with self._lock:
             self.offered += 1
-            if len(self._items) >= self._room and not self._make_room(may_block):
+            if len(self._items) >= self._room and not self._make_room(may_block, payload):
                 return
             self._items.append((t, payload))  # type: ignore[union-attr]
         if self.sleeping:
@@ -207,19 +244,19 @@ class Inbox:
         else:
             self._put_fifo(t, payload, may_block=False)
 
-    def _make_room(self, may_block: bool) -> bool:
+    def _make_room(self, may_block: bool, payload: Any = None) -> bool:
         """Apply the overflow policy with the lock held; ``False`` drops the new event."""
         if self.abandoned:
             self.dropped += 1
             return False
         overflow = self.overflow
         if overflow is Overflow.BLOCK:
-            if not may_block:
-                return True  # the dispatcher's own thread must never wait on itself: overfill
-            while len(self._items) >= self._room and not self.abandoned:
-                self._wake()
-                self._not_full.wait(0.05)
-            if self.abandoned:
+            # The consumer's own thread (a handler emitting a burst into its own inbox, or any
+            # async handler on the loop) would wait for itself: overfill, losing nothing.
+            owner = _consumer.inbox
+            if not may_block or owner is self or owner is EVERY_INBOX:
+                return True
+            if self._stalled or not self._wait_for_room(payload):
                 self.dropped += 1
                 return False
             return True
@@ -228,6 +265,38 @@ class Inbox:
             return False
         self._evict_oldest()  # DROP_OLDEST, and LATEST for a new key
         return True
+
+    def _wait_for_room(self, payload: Any) -> bool:
+        """``block``, with the lock held: wait up to ``block_timeout`` for the consumer to make
+        room; ``False`` when it did not (the inbox is then stalled, and the bus told)."""
+        started = time.monotonic()
+        deadline = started + self.block_timeout
+        try:
+            while len(self._items) >= self._room:
+                left = deadline - time.monotonic()
+                if self.abandoned or left <= 0:
+                    break
+                self._wake()
+                self._not_full.wait(min(0.05, left))
+            else:
+                return True
+        except BaseException:
+            # Ctrl-C in a blocked emit: the event is not queued, and the emits on the way out
+            # (run_finished, a writer's last summary) must not wait on this subscriber again.
+            self._stalled = True
+            self.dropped += 1
+            raise
+        if self.abandoned:
+            return False
+        self._stalled = True
+        # The report logs and queues subscriber_stalled (maybe into this inbox): not under
+        # this lock, which is not reentrant.
+        self._lock.release()
+        try:
+            self.on_block_timeout(payload, time.monotonic() - started)
+        finally:
+            self._lock.acquire()
+        return False
 
     def _evict_oldest(self) -> None:
         """Drop the oldest queued event.  A marker is no event: it stays, or a flush would wait
@@ -265,6 +334,7 @@ class Inbox:
         self._high_water = max(self._high_water, len(items) - self._markers)
         self._items = self._new_container()
         self._markers = 0
+        self._stalled = False
         self._not_full.notify_all()
         return list(items.values()) if isinstance(items, dict) else list(items)
 
@@ -299,4 +369,8 @@ class Inbox:
 
 
 def _nothing() -> None:
+    return None
+
+
+def _ignore(payload: Any, waited: float) -> None:
     return None

@@ -299,7 +299,9 @@ class SubscriptionHandle:
 
     def disconnect(self, timeout: float | None = None) -> None:
         """Stop routing events here, deliver what is queued, close the subscriber, and wait
-        (up to ``timeout``) for that to finish."""
+        (up to ``timeout``, default the bus's ``drain_timeout``) for that to finish.
+
+        :raises BusTimeoutError: it did not finish in time (it is unrouted all the same)."""
         if self._subscription is not None:
             self._bus.disconnect_subscription(self._subscription, timeout)
 

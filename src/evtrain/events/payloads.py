@@ -121,16 +121,23 @@ class SubscriberFailed:
 
 @attrs.frozen(kw_only=True, slots=True)
 class SubscriberStalled:
-    """One call of a subscriber has run longer than its ``stall_timeout``: a hung tracker.
+    """A subscriber is hung: one of its calls has run longer than its ``stall_timeout``, or
+    (``inbox_full``) ``emit`` waited ``block_timeout`` on its full ``block`` inbox.
 
-    Emitted once per stalled call, while it still runs; ``seconds`` is how long it had run.  For
+    A long call is reported once, while it still runs; ``seconds`` is how long it had run.  For
     a ``spool`` subscriber (``spool``) later events go to its journal only until the call
-    returns, then it catches up from disk.
+    returns, then it catches up from disk.  A full inbox is reported once each time a wait runs
+    out: that event and later ones are dropped (counted in ``Bus.metrics()``) until the
+    subscriber takes from its inbox again; ``seconds`` is how long ``emit`` waited.
     """
 
     subscriber: str
     signal: str
-    """The signal being handled, or ``flush``/``close`` for those hooks."""
+    """The signal being handled (for ``inbox_full``: being emitted), or ``flush``/``close``
+    for those hooks."""
     seconds: float
     stall_timeout: float
+    """The timeout that ran out: ``stall_timeout``, or ``block_timeout`` for ``inbox_full``."""
     spool: bool
+    inbox_full: bool = False
+    """``emit`` gave up waiting on the subscriber's full ``block`` inbox (not a long call)."""

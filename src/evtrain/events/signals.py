@@ -17,6 +17,8 @@ export             :class:`ExportEvent`       after an exported model file is du
 run_finished       :class:`RunFinished`       the runner, once, last
 subscriber_failed  :class:`SubscriberFailed`  the bus, when it isolates a subscriber's error
 subscriber_stalled :class:`SubscriberStalled` the bus, when a call outlives its ``stall_timeout``
+                                              or ``emit`` gives up on a full inbox
+                                              (``block_timeout``)
 ================== ========================== ===================================================
 """
 
@@ -118,7 +120,10 @@ subscriber_stalled: EventSignal[SubscriberStalled] = _define(
     SubscriberStalled,
     "Emitted by the bus's watchdog, once per call, when a subscriber's call has run longer than "
     "its stall_timeout (a hung tracker); a spool subscriber's later events then wait in its "
-    "journal. Stalls while handling this signal are not emitted again.",
+    "journal. Stalls while handling this signal are not emitted again. Also emitted (with "
+    "inbox_full=True) by emit, on the producer's thread, when it waited block_timeout on a "
+    "subscriber's full block inbox: that event and later ones are dropped until the subscriber "
+    "takes from its inbox again.",
 )
 
 ALL: tuple[EventSignal[Any], ...] = (

@@ -1,0 +1,199 @@
+"""Files from elsewhere never run code: a crafted journal, a run's own plugin folders, a crafted
+checkpoint.  Each is placed in a real run folder and met by the real CLI (``evtrain sync``,
+``evtrain learn --resume``/``--initialize-from``); a marker file shows whether code ran."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from evtrain.bus.journal import journal_path
+from tests.test_learn import config, run_config
+from tests.test_sync import sync
+
+PLUGIN = """
+from evtrain import StatsWriter
+
+
+class Tracker(StatsWriter):
+    overflow = "spool"
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def write_stats(self, category, values, step):
+        with open(self.folder / "tracked.txt", "a") as file:
+            file.write(f"{step}\\n")
+
+
+def writers(run_options):
+    return [Tracker(run_options.checkpoint_settings.write_path)]
+
+
+EVTRAIN_PLUGINS = {"evtrain.stats_writer": {"spool_tracker": writers}}
+"""
+"""A ``--plugins`` module: a writer with the ``spool`` policy, so the run has a journal."""
+
+WRITER = "spool_plugin.Tracker"
+
+
+class Touch:
+    """Unpickling it creates the file ``path``: what a crafted pickle would do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.path), "w"))
+
+
+def old_segment(payload: bytes) -> bytes:
+    """A segment of evtrain's earlier pickle journal (format 1) holding one valid record."""
+    head = bytearray(struct.pack("<IIQd", len(payload), 0, 1, 0.0))
+    struct.pack_into("<I", head, 4, zlib.crc32(payload, zlib.crc32(head[8:])))
+    return b"EVTJRNL1" + bytes(head) + payload
+
+
+def tracked_run(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """A finished 256-step run with the spool writer of ``plugins/``; its run folder."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "spool_plugin.py").write_text(PLUGIN)
+    options = config(tmp_path, max_steps=256, summary_freq=128)
+    options["plugins"] = {"paths": [str(plugins)]}
+    learned = run_config(tmp_path, options)
+    assert learned.returncode == 0, learned.stderr
+    folder = Path(options["checkpoint_settings"]["results_dir"]) / "run"
+    assert (folder / "tracked.txt").read_text() == "128\n256\n"
+    return options, folder
+
+
+def craft_journal(folder: Path, content: bytes) -> Path:
+    journal = journal_path(folder / "run_logs" / "journal", WRITER)
+    journal.mkdir(parents=True)
+    segment = journal / "0000000000000001.seg"
+    segment.write_bytes(content)
+    return segment
+
+
+@pytest.mark.parametrize("kind", ["pickle journal", "bare pickle"])
+def test_a_crafted_journal_is_refused_by_sync_and_resume_without_running_code(
+    tmp_path: Path, kind: str
+) -> None:
+    options, folder = tracked_run(tmp_path)
+    marker = tmp_path / "marker"
+    crafted = pickle.dumps(Touch(marker))
+    segment = craft_journal(folder, old_segment(crafted) if kind == "pickle journal" else crafted)
+    if kind == "pickle journal":
+        why = (
+            "it is in format 1 (pickled payloads) of an earlier evtrain, which is no longer "
+            "read because unpickling a file can run code; deliver it with the evtrain that "
+            f"wrote it, or remove {segment.parent} to give up what it holds"
+        )
+    else:
+        why = (
+            f"it does not start with 'evtrain-journal 2'; remove {segment.parent} if nothing "
+            "in it is yours"
+        )
+    expected = f"evtrain: error: {segment} is not an evtrain journal: {why}\n"
+
+    results = options["checkpoint_settings"]["results_dir"]
+    synced = sync("run", "--results-dir", results, cwd=tmp_path)
+    assert (synced.returncode, synced.stdout, synced.stderr) == (2, "", expected)
+    assert not marker.exists()
+
+    options["behaviors"]["CartPole"]["max_steps"] = 512
+    resumed = run_config(tmp_path, options, "--resume")
+    assert resumed.returncode == 2, resumed.stderr
+    assert resumed.stderr.splitlines()[-1] == expected.strip()
+    assert "Traceback" not in resumed.stderr
+    assert not marker.exists()
+    assert segment.read_bytes()[:8] in (b"EVTJRNL1", crafted[:8])  # left for its owner
+
+
+def test_sync_imports_only_the_plugin_folders_given_on_its_command_line(tmp_path: Path) -> None:
+    options, folder = tracked_run(tmp_path)
+    plugins = options["plugins"]["paths"][0]
+    marker = tmp_path / "imported"
+    (Path(plugins) / "spool_plugin.py").write_text(f"open({str(marker)!r}, 'w').close()\n" + PLUGIN)
+    results = options["checkpoint_settings"]["results_dir"]
+    synced = sync("run", "--results-dir", results, cwd=tmp_path)
+    assert (synced.returncode, synced.stdout, synced.stderr) == (
+        0,
+        "run: nothing journaled; every tracker has every event\n",
+        f"[WARNING] {folder}/configuration.yaml names plugin folders that evtrain sync does "
+        f"not import unless given on the command line: {plugins}. If you trust them, add "
+        f"--plugins {plugins}\n",
+    )
+    assert not marker.exists()
+
+    synced = sync("run", "--results-dir", results, "--plugins", plugins, cwd=tmp_path)
+    assert (synced.returncode, synced.stdout, synced.stderr) == (
+        0,
+        "run: nothing journaled; every tracker has every event\n",
+        "",
+    )
+    assert marker.exists()
+
+
+def test_sync_delivers_a_journal_of_this_format_through_the_given_plugins(
+    tmp_path: Path,
+) -> None:
+    """The writer is down (its output is a folder) for the run: the journal keeps the events,
+    and sync, given the plugin folder, delivers them once the writer works again."""
+    options, folder = tracked_run(tmp_path)
+    options["behaviors"]["CartPole"]["max_steps"] = 512
+    tracked = folder / "tracked.txt"
+    tracked.unlink()
+    tracked.mkdir()  # writing it fails: every event stays journaled
+    options["bus"] = {"retry_backoff_s": 0.05, "retry_backoff_max_s": 0.1, "drain_timeout": 1.0}
+    resumed = run_config(tmp_path, options, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    tracked.rmdir()
+    results = options["checkpoint_settings"]["results_dir"]
+    plugins = options["plugins"]["paths"][0]
+    synced = sync("run", "--results-dir", results, "--plugins", plugins, cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    assert tracked.read_text() == "384\n512\n"
+
+
+@pytest.mark.parametrize("kind", ["pickle with code", "truncated", "not a checkpoint"])
+def test_a_refused_checkpoint_is_one_line_naming_the_file(tmp_path: Path, kind: str) -> None:
+    options = config(tmp_path, max_steps=256)
+    learned = run_config(tmp_path, options)
+    assert learned.returncode == 0, learned.stderr
+    checkpoint = Path(options["checkpoint_settings"]["results_dir"]) / "run/CartPole/checkpoint.pt"
+    marker = tmp_path / "marker"
+    if kind == "pickle with code":
+        torch.save({"step": Touch(marker)}, checkpoint)
+    elif kind == "truncated":
+        checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    else:
+        checkpoint.write_text("step: 5\n")
+    options["behaviors"]["CartPole"]["max_steps"] = 512
+    for args in (["--resume"], ["--run-id", "other", "--initialize-from", "run"]):
+        result = run_config(tmp_path, options, *args)
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr == (
+            f"evtrain: error: {checkpoint} cannot be loaded as an evtrain checkpoint: "
+            f"{REASONS[kind]}\n"
+        )
+        assert not marker.exists()
+
+
+REASONS = {
+    "pickle with code": (
+        "it holds objects other than tensors and plain data (refused unread, since loading "
+        "them would run code); use checkpoints evtrain wrote"
+    ),
+    "truncated": "the file is cut short or corrupt; resume from another copy, or start afresh",
+    "not a checkpoint": (
+        "the file is cut short or corrupt; resume from another copy, or start afresh"
+    ),
+}

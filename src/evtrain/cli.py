@@ -14,6 +14,7 @@ import yaml
 
 from evtrain import plugins
 from evtrain.config.options import RunOptions
+from evtrain.config.problems import short_repr
 from evtrain.errors import (
     CheckpointError,
     ConfigError,
@@ -178,13 +179,17 @@ def cli_data(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             part = data.setdefault(section, {})
             if not isinstance(part, dict):
-                raise ConfigError([f"{section}: expected a mapping of options, got {part!r}"])
+                raise ConfigError(
+                    [f"{section}: expected a mapping of options, got {short_repr(part)}"]
+                )
             part[key] = [str(p) for p in value] if dest == "plugins" else value
     for flag in args.writer or ():
         name, options = parse_writer_flag(flag)
         writers = data.setdefault("writers", {})
         if not isinstance(writers, dict):
-            raise ConfigError([f"writers: expected a mapping of writer names, got {writers!r}"])
+            raise ConfigError(
+                [f"writers: expected a mapping of writer names, got {short_repr(writers)}"]
+            )
         writers[name] = {**(writers.get(name) or {}), **options}
     if args.debug:
         data["debug"] = True
@@ -258,7 +263,9 @@ def run_record(args: argparse.Namespace) -> int:
         if value is not None:
             part = data.setdefault(section, {})
             if not isinstance(part, dict):
-                raise ConfigError([f"{section}: expected a mapping of options, got {part!r}"])
+                raise ConfigError(
+                    [f"{section}: expected a mapping of options, got {short_repr(part)}"]
+                )
             part[key] = value
     options, _ = options_and_types(data)
     result = record(options, episodes=args.episodes, output=args.output, behavior=args.behavior)

@@ -15,7 +15,7 @@ import yaml
 from evtrain.errors import ConfigError
 from evtrain.run.options import read_config
 from tests.helpers import isolated_python
-from tests.test_learn import config, run_cli
+from tests.test_learn import config, run_cli, run_config
 
 
 def alias_bomb(levels: int = 9) -> str:
@@ -144,3 +144,37 @@ def test_cli_says_to_indent_with_spaces_not_tabs(tmp_path: Path) -> None:
         '  in "tabs.yaml", line 3, column 1\n'
         "line 3 is indented with a tab: use spaces, not tabs, to indent YAML\n"
     )
+
+
+def test_a_checkpoint_of_other_network_settings_is_refused_naming_the_changed_keys(
+    tmp_path: Path,
+) -> None:
+    trained = config(tmp_path, max_steps=256)
+    learned = run_config(tmp_path, trained)
+    assert learned.returncode == 0, learned.stderr
+    results = Path(trained["checkpoint_settings"]["results_dir"])
+    changed = config(tmp_path, max_steps=512)
+    changed["behaviors"]["CartPole"]["network_settings"] = {"hidden_units": 64, "num_layers": 3}
+    checkpoint = results / "run" / "CartPole" / "checkpoint.pt"
+    expected = (
+        f"evtrain: error: {checkpoint} does not fit behavior 'CartPole' of this run: its "
+        f"networks were built with other settings ({results / 'run' / 'configuration.yaml'} "
+        "-> this run): behaviors.CartPole.network_settings.hidden_units: 32 -> 64; "
+        "behaviors.CartPole.network_settings.num_layers: 2 -> 3; train with the settings it "
+        "was saved with, or start without --resume, --initialize-from and init_path\n"
+    )
+    initialized = run_config(tmp_path, changed, "--run-id", "other", "--initialize-from", "run")
+    assert (initialized.returncode, initialized.stdout) == (2, ""), initialized.stderr
+    assert initialized.stderr.splitlines(keepends=True)[-1] == expected
+    assert "Traceback" not in initialized.stderr
+
+    changed["behaviors"]["CartPole"]["init_path"] = str(checkpoint)
+    from_path = run_config(tmp_path, changed, "--run-id", "third")
+    assert (from_path.returncode, from_path.stdout) == (2, ""), from_path.stderr
+    assert from_path.stderr.splitlines(keepends=True)[-1] == expected
+    del changed["behaviors"]["CartPole"]["init_path"]
+
+    resumed = run_config(tmp_path, changed, "--resume")
+    assert (resumed.returncode, resumed.stdout) == (2, ""), resumed.stderr
+    assert resumed.stderr.splitlines(keepends=True)[-1] == expected
+    assert "Traceback" not in resumed.stderr

@@ -197,3 +197,66 @@ REASONS = {
         "the file is cut short or corrupt; resume from another copy, or start afresh"
     ),
 }
+
+
+def test_a_journal_of_another_format_version_is_refused_whole(tmp_path: Path) -> None:
+    from evtrain import Bus, JournalFormatError, StatsEvent, signals
+    from evtrain.bus import journal_backlog
+
+    folder = journal_path(tmp_path, "tracker")
+    folder.mkdir(parents=True)
+    segment = folder / "0000000000000001.seg"
+    segment.write_bytes(b"evtrain-journal 3\nwhatever comes in version 3")
+    expected = (
+        f"{segment} is not an evtrain journal: it is in format version '3', this evtrain "
+        f"reads version 2; deliver it with the evtrain that wrote it, or remove {folder}"
+    )
+    with pytest.raises(JournalFormatError) as refused:
+        journal_backlog(tmp_path, "tracker")
+    assert str(refused.value) == expected
+    seen: list[StatsEvent] = []
+    with Bus(journal_dir=tmp_path) as bus, pytest.raises(JournalFormatError) as refused:
+        bus.connect(signals.stats, seen.append, name="tracker", overflow="spool")
+    assert str(refused.value) == expected
+    assert segment.read_bytes() == b"evtrain-journal 3\nwhatever comes in version 3"
+
+
+def test_journal_records_hold_plain_values_and_name_only_registered_types() -> None:
+    import numpy as np
+
+    from evtrain import ExportEvent, RunFinished, RunStarted, RunStatus, StatsEvent
+    from evtrain.bus.records import decode, encode
+    from evtrain.events.stats import StatsAggregationMethod, StatsSummary
+
+    payloads = [
+        RunStarted(run_id="r", options={"a": [1, (2, 3)], "b": None}, rank=0, time=1.5),
+        StatsEvent(
+            category="C",
+            step=7,
+            values={"k": StatsSummary(full_dist=(1.0, float("inf")))},
+            rank=0,
+            time=2.0,
+        ),
+        StatsSummary(full_dist=(0.5,), aggregation_method=StatsAggregationMethod.HISTOGRAM),
+        ExportEvent(category="C", step=3, path=Path("/x/C.onnx")),
+        RunFinished(run_id="r", status=RunStatus.COMPLETED, steps=9, time=3.0),
+    ]
+    for payload in payloads:
+        assert decode(encode(payload)) == payload
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    back = decode(encode({"obs": array}))["obs"]
+    assert back.dtype == np.float32 and back.tolist() == array.tolist()
+    assert encode(RunFinished(run_id="r", status=RunStatus.FAILED, steps=1, time=0.0)) == (
+        b'{"attrs":"evtrain.events.payloads:RunFinished","fields":{"run_id":"r",'
+        b'"status":{"enum":"evtrain.events.payloads:RunStatus","member":"FAILED"},'
+        b'"steps":1,"time":0.0}}'
+    )
+    with pytest.raises(ValueError) as refused:
+        decode(b'{"attrs":"os:system","fields":{"command":"touch marker"}}')
+    assert str(refused.value) == (
+        "payload type 'os:system' is not registered in this process (evtrain decodes only "
+        "its own payload types and those registered with register_payload_type)"
+    )
+    with pytest.raises(TypeError) as unencodable:
+        encode(object())
+    assert str(unencodable.value) == "cannot journal a builtins.object"

@@ -260,3 +260,37 @@ def test_journal_records_hold_plain_values_and_name_only_registered_types() -> N
     with pytest.raises(TypeError) as unencodable:
         encode(object())
     assert str(unencodable.value) == "cannot journal a builtins.object"
+
+
+def test_a_record_naming_an_unregistered_type_is_dropped_and_the_rest_delivered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from evtrain import Bus, StatsEvent, signals
+    from evtrain.bus.journal import MAGIC
+    from evtrain.bus.records import encode
+    from tests.helpers import stats_event
+
+    def record(seq: int, payload: bytes) -> bytes:
+        head = bytearray(struct.pack("<IIQd", len(payload), 0, seq, 0.0))
+        struct.pack_into("<I", head, 4, zlib.crc32(payload, zlib.crc32(head[8:])))
+        return bytes(head) + payload
+
+    folder = journal_path(tmp_path, "tracker")
+    folder.mkdir(parents=True)
+    crafted = b'{"attrs":"os:system","fields":{"command":"touch marker"}}'
+    (folder / "0000000000000001.seg").write_bytes(
+        MAGIC + record(1, crafted) + record(2, encode(stats_event(7)))
+    )
+    seen: list[StatsEvent] = []
+    with Bus(journal_dir=tmp_path) as bus:
+        bus.connect(signals.stats, seen.append, name="tracker", overflow="spool")
+        bus.flush(timeout=60)
+        metrics = bus.metrics()["tracker"]
+    assert [event.step for event in seen] == [7]
+    assert (metrics.delivered, metrics.dropped) == (1, 1)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "Journal of subscriber 'tracker': event 1 cannot be read back (ValueError: payload "
+        "type 'os:system' is not registered in this process (evtrain decodes only its own "
+        "payload types and those registered with register_payload_type)); it is counted as "
+        "dropped."
+    ]

@@ -266,8 +266,7 @@ def test_a_record_naming_an_unregistered_type_is_dropped_and_the_rest_delivered(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from evtrain import Bus, StatsEvent, signals
-    from evtrain.bus.journal import MAGIC
-    from evtrain.bus.records import encode
+    from evtrain.bus.records import MAGIC, encode
     from tests.helpers import stats_event
 
     def record(seq: int, payload: bytes) -> bytes:

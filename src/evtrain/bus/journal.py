@@ -49,17 +49,11 @@ from typing import Any, BinaryIO
 import attrs
 
 from evtrain.atomic import atomic_write
-from evtrain.bus.records import encode
+from evtrain.bus.records import MAGIC, check_magic, encode
 from evtrain.errors import JournalFormatError, JournalInUseError
 
 logger = logging.getLogger("evtrain.bus")
 
-FORMAT = b"evtrain-journal"
-VERSION = 2
-MAGIC = FORMAT + b" %d\n" % VERSION
-"""The first line of every segment: the format and its version."""
-PICKLE_MAGIC = b"EVTJRNL1"
-"""The first bytes of a segment of format 1 (pickled payloads), no longer read."""
 HEADER = struct.Struct("<IIQd")
 """Payload length, crc32 of everything after it, sequence number, emit time (perf_counter)."""
 CRC_FROM = 8
@@ -117,7 +111,7 @@ def check_journals(journal_dir: str | os.PathLike[str]) -> None:
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         for segment in _segments(folder):
             with open(segment.path, "rb") as file:
-                _check_magic(segment.path, file)
+                check_magic(segment.path, file)
 
 
 @attrs.define
@@ -156,45 +150,13 @@ def _read_record(file: BinaryIO) -> tuple[int, float, bytes] | None:
     return seq, t, data
 
 
-def _check_magic(path: Path, file: BinaryIO) -> bool:
-    """Read a segment's first line: ``True`` for MAGIC, ``False`` for a segment cut short
-    before its first line was whole (a crash right after it was created).
-
-    :raises JournalFormatError: anything else.
-    """
-    head = file.read(len(MAGIC))
-    if head == MAGIC:
-        return True
-    if MAGIC.startswith(head):
-        return False
-    folder = path.parent
-    if head.startswith(PICKLE_MAGIC):
-        what = (
-            "it is in format 1 (pickled payloads) of an earlier evtrain, which is no longer "
-            "read because unpickling a file can run code; deliver it with the evtrain that "
-            f"wrote it, or remove {folder} to give up what it holds"
-        )
-    elif head.startswith(FORMAT + b" "):
-        version = head[len(FORMAT) + 1 :].split(b"\n")[0].decode("ascii", "replace")[:20]
-        what = (
-            f"it is in format version {version!r}, this evtrain reads version {VERSION}; "
-            f"deliver it with the evtrain that wrote it, or remove {folder}"
-        )
-    else:
-        what = (
-            f"it does not start with {MAGIC.decode().strip()!r}; remove {folder} if nothing "
-            "in it is yours"
-        )
-    raise JournalFormatError(f"{path} is not an evtrain journal: {what}")
-
-
 def _records(path: Path) -> Iterator[int]:
     """The seq of each valid record of a segment, in order.
 
     :raises JournalFormatError: it is not a journal segment this evtrain reads.
     """
     with open(path, "rb") as file:
-        if not _check_magic(path, file):
+        if not check_magic(path, file):
             return
         while (record := _read_record(file)) is not None:
             yield record[0]
@@ -204,7 +166,7 @@ def _valid_end(path: Path) -> tuple[int | None, int]:
     """Last valid seq of a segment and the offset where its valid records end."""
     last, end = None, 0
     with open(path, "rb") as file:
-        if not _check_magic(path, file):
+        if not check_magic(path, file):
             return None, 0
         end = file.tell()
         while (record := _read_record(file)) is not None:
@@ -250,7 +212,7 @@ class Journal:
         try:
             for segment in self._segments:
                 with open(segment.path, "rb") as file:
-                    _check_magic(segment.path, file)
+                    check_magic(segment.path, file)
         except JournalFormatError:
             self._lock_file.close()
             raise

@@ -1,4 +1,5 @@
-"""What a journal record holds: one payload as JSON of plain values, never code.
+"""What a journal holds: a segment's first line (the format and its version), and per record
+one payload as JSON of plain values, never code.
 
 A journal may come from elsewhere — a run folder copied from another machine, a crafted file
 — and ``evtrain sync`` or ``--resume`` reads it back.  So a record names its payload's class
@@ -34,14 +35,22 @@ import enum
 import json
 from collections.abc import Mapping
 from pathlib import Path, PurePath
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import attrs
 import numpy as np
 
+from evtrain.errors import JournalFormatError
 from evtrain.events import payloads, stats
 
 T = TypeVar("T", bound=type)
+
+FORMAT = b"evtrain-journal"
+VERSION = 2
+MAGIC = FORMAT + b" %d\n" % VERSION
+"""The first line of every journal segment: the format and its version."""
+PICKLE_MAGIC = b"EVTJRNL1"
+"""The first bytes of a segment of format 1 (pickled payloads), no longer read."""
 
 _TYPES: dict[str, type] = {}
 """Registered name to class: the only classes a record can name."""
@@ -195,3 +204,35 @@ def _pair(item: Any) -> tuple[Any, Any]:
     if not isinstance(item, list) or len(item) != 2:
         raise ValueError("a map entry that is not a [key, value] pair")
     return item[0], item[1]
+
+
+def check_magic(path: Path, file: BinaryIO) -> bool:
+    """Read a segment's first line: ``True`` for MAGIC, ``False`` for a segment cut short
+    before its first line was whole (a crash right after it was created).
+
+    :raises JournalFormatError: anything else.
+    """
+    head = file.read(len(MAGIC))
+    if head == MAGIC:
+        return True
+    if MAGIC.startswith(head):
+        return False
+    folder = path.parent
+    if head.startswith(PICKLE_MAGIC):
+        what = (
+            "it is in format 1 (pickled payloads) of an earlier evtrain, which is no longer "
+            "read because unpickling a file can run code; deliver it with the evtrain that "
+            f"wrote it, or remove {folder} to give up what it holds"
+        )
+    elif head.startswith(FORMAT + b" "):
+        version = head[len(FORMAT) + 1 :].split(b"\n")[0].decode("ascii", "replace")[:20]
+        what = (
+            f"it is in format version {version!r}, this evtrain reads version {VERSION}; "
+            f"deliver it with the evtrain that wrote it, or remove {folder}"
+        )
+    else:
+        what = (
+            f"it does not start with {MAGIC.decode().strip()!r}; remove {folder} if nothing "
+            "in it is yours"
+        )
+    raise JournalFormatError(f"{path} is not an evtrain journal: {what}")

@@ -14,7 +14,15 @@ import yaml
 
 from evtrain import plugins
 from evtrain.config.options import RunOptions
-from evtrain.errors import ConfigError, DistributedError, PluginError, RunFolderError
+from evtrain.config.problems import short_repr
+from evtrain.errors import (
+    CheckpointError,
+    ConfigError,
+    DistributedError,
+    JournalFormatError,
+    PluginError,
+    RunFolderError,
+)
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
 DEBUG_LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s %(filename)s:%(lineno)d] %(message)s"
@@ -87,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         help="seconds to wait for the trackers; what is left stays journaled (default 60)",
+    )
+    sync.add_argument(
+        "--plugins",
+        nargs="+",
+        metavar="PATH",
+        default=[],
+        help="folders of plugin modules to import (the run's own plugins.paths are not)",
     )
 
     demo = commands.add_parser(
@@ -164,13 +179,17 @@ def cli_data(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             part = data.setdefault(section, {})
             if not isinstance(part, dict):
-                raise ConfigError([f"{section}: expected a mapping of options, got {part!r}"])
+                raise ConfigError(
+                    [f"{section}: expected a mapping of options, got {short_repr(part)}"]
+                )
             part[key] = [str(p) for p in value] if dest == "plugins" else value
     for flag in args.writer or ():
         name, options = parse_writer_flag(flag)
         writers = data.setdefault("writers", {})
         if not isinstance(writers, dict):
-            raise ConfigError([f"writers: expected a mapping of writer names, got {writers!r}"])
+            raise ConfigError(
+                [f"writers: expected a mapping of writer names, got {short_repr(writers)}"]
+            )
         writers[name] = {**(writers.get(name) or {}), **options}
     if args.debug:
         data["debug"] = True
@@ -244,7 +263,9 @@ def run_record(args: argparse.Namespace) -> int:
         if value is not None:
             part = data.setdefault(section, {})
             if not isinstance(part, dict):
-                raise ConfigError([f"{section}: expected a mapping of options, got {part!r}"])
+                raise ConfigError(
+                    [f"{section}: expected a mapping of options, got {short_repr(part)}"]
+                )
             part[key] = value
     options, _ = options_and_types(data)
     result = record(options, episodes=args.episodes, output=args.output, behavior=args.behavior)
@@ -260,7 +281,7 @@ def run_sync(args: argparse.Namespace) -> int:
     """``evtrain sync``: 0 once every journal is delivered, 1 when some is left."""
     from evtrain.run.sync import sync_run
 
-    report = sync_run(args.run_id, args.results_dir, args.timeout)
+    report = sync_run(args.run_id, args.results_dir, args.timeout, args.plugins)
     if not report.pending:
         print(f"{args.run_id}: nothing journaled; every tracker has every event")
         return 0
@@ -344,7 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             run_demo(options, steps=args.steps)
             return 0
-    except (ConfigError, PluginError, RunFolderError) as error:
+    except (
+        CheckpointError,
+        ConfigError,
+        JournalFormatError,
+        PluginError,
+        RunFolderError,
+    ) as error:
         print(f"evtrain: error: {error}", file=sys.stderr)
         return 2
     except DistributedError:

@@ -10,6 +10,8 @@
     ├── BusClosedError(RuntimeError)      emit/connect on a bus that is closed or closing
     ├── BusTimeoutError(TimeoutError)     flush/close did not finish within its timeout
     ├── JournalInUseError(RuntimeError)   a spool subscriber's journal is open in another bus
+    ├── JournalFormatError(ValueError)    a journal file is not one this evtrain wrote or reads
+    ├── CheckpointError(ValueError)       a checkpoint cannot be loaded, or does not fit the run
     ├── DistributedError(RuntimeError)    a collective failed: another rank stopped
     └── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
 
@@ -69,6 +71,18 @@ class BusTimeoutError(EvtrainError, TimeoutError):
 class JournalInUseError(EvtrainError, RuntimeError):
     """A spool subscriber's journal folder is held by another bus, in this process or another:
     two buses appending to one journal would interleave their events."""
+
+
+class JournalFormatError(EvtrainError, ValueError):
+    """A file where a spool subscriber's journal lives is not an evtrain journal this version
+    reads (another format version, or not a journal at all): it is refused whole, never
+    interpreted."""
+
+
+class CheckpointError(EvtrainError, ValueError):
+    """A checkpoint (``--resume``, ``--initialize-from``, ``init_path``) is refused: it is
+    corrupt or cut short, holds more than tensors and plain data, or its networks do not fit
+    the ones the options build."""
 
 
 class DistributedError(EvtrainError, RuntimeError):

@@ -10,8 +10,10 @@ earlier process's backlog).
 Layout of one subscriber's folder (``<journal_dir>/<name>[-rank<N>]/``)::
 
     0000000000000001.seg   segments, named by their first sequence number; each starts with
-    0000000000004711.seg   MAGIC, then records: HEADER (payload length, crc32, seq, emit time)
-    ack                    + pickled payload.  ``ack``: the last seq delivered, as text
+    0000000000004711.seg   MAGIC (the line ``evtrain-journal 2``: the format and its version),
+                           then records: HEADER (payload length, crc32, seq, emit time) + the
+                           payload as JSON of plain values (:mod:`evtrain.bus.records`)
+    ack                    the last seq delivered, as text
     lock                   held (flock) by the bus that has the journal open
 
 The crc32 covers the seq, the time and the payload, so a torn or garbled record — the tail a
@@ -22,8 +24,12 @@ of milliseconds) and the disk every ``fsync_s`` (a power cut loses at most that)
 ``max_bytes`` the oldest segments are deleted, acknowledged or not, with one warning: the
 consumer counts what it then misses as dropped.
 
-Payloads are frozen attrs classes of plain values: pickle them, and trust only journals this
-machine wrote (unpickling runs code).
+A journal may come from elsewhere (a copied run folder, a crafted file), so reading one never
+runs code: a segment that does not start with MAGIC — another version, evtrain's old pickle
+format (``EVTJRNL1``), or no journal at all — is refused whole with
+:class:`~evtrain.errors.JournalFormatError` (and left on disk: it may be someone's data), and a
+record names its payload's class only among those this process registered.  The crc guards
+against torn writes, not against a crafted file; the records' decoding is what is safe.
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import pickle
 import re
 import struct
 import threading
@@ -44,12 +49,11 @@ from typing import Any, BinaryIO
 import attrs
 
 from evtrain.atomic import atomic_write
-from evtrain.errors import JournalInUseError
+from evtrain.bus.records import MAGIC, check_magic, encode
+from evtrain.errors import JournalFormatError, JournalInUseError
 
 logger = logging.getLogger("evtrain.bus")
 
-MAGIC = b"EVTJRNL1"
-"""The first bytes of every segment (and the format's version)."""
 HEADER = struct.Struct("<IIQd")
 """Payload length, crc32 of everything after it, sequence number, emit time (perf_counter)."""
 CRC_FROM = 8
@@ -80,7 +84,10 @@ def journal_path(journal_dir: str | os.PathLike[str], subscriber: str, rank: int
 def journal_backlog(journal_dir: str | os.PathLike[str], subscriber: str, rank: int = 0) -> int:
     """Events ``subscriber``'s journal still holds undelivered (recorded after its ``ack``),
     counted without connecting it, e.g. to decide whether a run needs syncing.  0 when there
-    is no journal."""
+    is no journal.
+
+    :raises JournalFormatError: a segment of it is not one this evtrain reads.
+    """
     folder = journal_path(journal_dir, subscriber, rank)
     if not folder.is_dir():
         return 0
@@ -89,6 +96,22 @@ def journal_backlog(journal_dir: str | os.PathLike[str], subscriber: str, rank: 
     for segment in _segments(folder):
         count += sum(1 for seq in _records(segment.path) if seq > ack)
     return count
+
+
+def check_journals(journal_dir: str | os.PathLike[str]) -> None:
+    """Check the first line of every segment of every journal under ``journal_dir``, those of
+    subscribers not connected here too (``evtrain sync`` checks a run folder's whole journal
+    before it loads anything).
+
+    :raises JournalFormatError: a segment is not one this evtrain reads.
+    """
+    root = Path(journal_dir)
+    if not root.is_dir():
+        return
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        for segment in _segments(folder):
+            with open(segment.path, "rb") as file:
+                check_magic(segment.path, file)
 
 
 @attrs.define
@@ -115,7 +138,7 @@ def _read_ack(folder: Path) -> int:
 
 
 def _read_record(file: BinaryIO) -> tuple[int, float, bytes] | None:
-    """``(seq, emit time, pickled payload)`` of the next valid record at ``file``'s position, or
+    """``(seq, emit time, encoded payload)`` of the next valid record at ``file``'s position, or
     ``None``: the end, or a torn or garbled record (the position is then unspecified)."""
     head = file.read(HEADER.size)
     if len(head) < HEADER.size:
@@ -128,9 +151,12 @@ def _read_record(file: BinaryIO) -> tuple[int, float, bytes] | None:
 
 
 def _records(path: Path) -> Iterator[int]:
-    """The seq of each valid record of a segment, in order."""
+    """The seq of each valid record of a segment, in order.
+
+    :raises JournalFormatError: it is not a journal segment this evtrain reads.
+    """
     with open(path, "rb") as file:
-        if file.read(len(MAGIC)) != MAGIC:
+        if not check_magic(path, file):
             return
         while (record := _read_record(file)) is not None:
             yield record[0]
@@ -140,7 +166,7 @@ def _valid_end(path: Path) -> tuple[int | None, int]:
     """Last valid seq of a segment and the offset where its valid records end."""
     last, end = None, 0
     with open(path, "rb") as file:
-        if file.read(len(MAGIC)) != MAGIC:
+        if not check_magic(path, file):
             return None, 0
         end = file.tell()
         while (record := _read_record(file)) is not None:
@@ -154,6 +180,8 @@ class Journal:
     backlog starts (:attr:`acked` + 1) and ends (:attr:`next_seq` - 1).
 
     :raises JournalInUseError: another bus, here or in another process, has it open.
+    :raises JournalFormatError: a segment of it is not one this evtrain reads (checked before
+        anything is truncated or deleted).
     """
 
     def __init__(
@@ -181,6 +209,13 @@ class Journal:
         self.acked = _read_ack(folder)
         """The ack last persisted: every seq up to it was delivered."""
         self._segments = _segments(folder)
+        try:
+            for segment in self._segments:
+                with open(segment.path, "rb") as file:
+                    check_magic(segment.path, file)
+        except JournalFormatError:
+            self._lock_file.close()
+            raise
         last = self._drop_torn_tail()
         self.next_seq = max(last, self.acked) + 1
         """The seq the next event offered gets."""
@@ -227,10 +262,10 @@ class Journal:
 
     def append(self, entries: list[Entry]) -> None:
         """Append ``entries`` (in seq order) and hand them to the OS; an event that cannot be
-        pickled is logged and left out (the consumer counts the gap as dropped)."""
+        encoded is logged and left out (the consumer counts the gap as dropped)."""
         for seq, t, payload in entries:
             try:
-                data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+                data = encode(payload)
             except Exception as error:  # e.g. a user's payload holding a lock
                 logger.error(
                     "Journal of subscriber %r cannot record event %d (%s: %s); it is delivered "
@@ -325,7 +360,7 @@ class Journal:
     # -- the consumer's side --------------------------------------------------------------------
 
     def read(self, first: int, end: int) -> Iterator[tuple[int, float, bytes]]:
-        """``(seq, emit time, pickled payload)`` of the records with ``first <= seq < end`` that
+        """``(seq, emit time, encoded payload)`` of the records with ``first <= seq < end`` that
         are on disk, in order.  Calls must ask for increasing seqs (the consumer's cursor)."""
         seq = first
         while seq < end:

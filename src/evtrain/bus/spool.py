@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import pickle
 import threading
 import time
 from collections import deque
@@ -34,6 +33,7 @@ import attrs
 
 from evtrain.bus.inbox import Inbox, Marker, Overflow
 from evtrain.bus.journal import Entry, Journal, logger
+from evtrain.bus.records import decode
 
 WRITE_EVERY_S = 0.02
 """How often the writer thread appends what was emitted (``kill -9`` loses at most this)."""
@@ -259,8 +259,8 @@ class SpoolInbox:
                 self._lost(seq - expected, seq - 1)
             expected = seq + 1
             try:
-                payload = pickle.loads(data)
-            except Exception as error:  # a payload class that no longer imports
+                payload = decode(data)
+            except Exception as error:  # a payload type this process lacks, a crafted record
                 logger.error(
                     "Journal of subscriber %r: event %d cannot be read back (%s: %s); it is "
                     "counted as dropped.",

@@ -40,14 +40,41 @@ _ATTRS_COMPARISON = re.compile(r"^'(\w+)' must be (.+?): (.+)$")
 """The whole of what attrs' ``gt``/``ge``/``lt``/``le`` validators raise."""
 
 
+VALUE_CHARS = 200
+"""Most characters of a value a problem line shows; the rest is cut with "…" (a value may be a
+list of a million items, whose repr would be megabytes of error message)."""
+MESSAGE_CHARS = 1000
+"""Most characters of a problem line without a ``got`` value to cut."""
+
+
+def shorten(text: str, limit: int = VALUE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, ending in "…" where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` for a problem line, cut to :data:`VALUE_CHARS` characters."""
+    return shorten(repr(value))
+
+
+def cut_values(message: str) -> str:
+    """``message`` with the value after its ``got`` (what every "expected ..., got VALUE" line
+    of evtrain's ends with) cut to :data:`VALUE_CHARS` characters, and the whole line to
+    :data:`MESSAGE_CHARS`."""
+    head, got, value = message.partition(", got ")
+    if got and len(value) > VALUE_CHARS:
+        message = head + got + shorten(value)
+    return shorten(message, MESSAGE_CHARS)
+
+
 @attrs.frozen
 class Problem:
     """One bad option: where it is, and what is wrong with it."""
 
     path: tuple[str, ...]
     """The keys from the top of the options down to the bad one."""
-    message: str
-    """What was expected and what came."""
+    message: str = attrs.field(converter=cut_values)
+    """What was expected and what came (a long value cut, :func:`cut_values`)."""
 
     def __str__(self) -> str:
         return f"{'.'.join(self.path) or '<root>'}: {self.message}"

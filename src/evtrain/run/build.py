@@ -113,6 +113,8 @@ def build_behavior(
     :raises RunFolderError: ``--resume``/``--inference`` without a checkpoint, or
         ``--initialize-from`` a run without this behavior, an ``init_path`` without a
         checkpoint.
+    :raises CheckpointError: the checkpoint cannot be read, or does not fit the trainer the
+        options build (:func:`evtrain.run.checkpoint_fit.misfit`).
     """
     from evtrain.run.checkpoint import CheckpointManager
     from evtrain.run.envs import make_envs
@@ -139,7 +141,14 @@ def build_behavior(
     try:
         trainer = trainer_cls(name, settings, envs, reporter, seed=seed, device=_device(options))
         if state is not None:
-            trainer.load_state_dict(state)
+            try:
+                trainer.load_state_dict(state)
+            except (RuntimeError, KeyError, ValueError, IndexError) as error:
+                # torch's size/key mismatch lists: said as the config keys that changed
+                from evtrain.run.checkpoint_fit import misfit
+
+                source = None if cs.resume else _init_source(options, name)
+                raise misfit(options, name, source or manager.checkpoint_path, error) from None
         trainer.synchronize()
     except BaseException:
         envs.close()

@@ -8,12 +8,15 @@ anything is written.
 
 from __future__ import annotations
 
+import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from evtrain.atomic import StrPath, atomic_write
+from evtrain.errors import CheckpointError
 
 # Types ``torch.load(weights_only=True)`` reads back, besides containers of them.
 _LOADABLE: tuple[type, ...] = (
@@ -66,9 +69,40 @@ def load_checkpoint(path: StrPath, map_location: str | torch.device = "cpu") -> 
     are built for it: the numpy RNG state (``bit_generator.state`` of PCG64) is a dict of ints
     and strings, replay buffers are stored as tensors.
 
-    :raises TypeError: the file does not hold a dict.
+    :raises CheckpointError: the file holds more than tensors and plain data, is cut short or
+        corrupt, or does not hold a dict; one line naming the file.
     """
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        with warnings.catch_warnings():
+            # A crafted pickle's protocol draws a UserWarning before it is refused anyway.
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(_refused(path, error)) from None
+    except (RuntimeError, EOFError, ValueError, IndexError, KeyError, TypeError):
+        # What torch.load raises for a cut-short zip, a stray text file, an empty file.
+        raise CheckpointError(_unreadable(path)) from None
     if not isinstance(state, dict):
-        raise TypeError(f"{path} holds a {type(state).__name__}, expected a checkpoint dict")
+        raise CheckpointError(
+            f"{path} cannot be loaded as an evtrain checkpoint: it holds a "
+            f"{type(state).__name__}, expected a dict of a trainer's state; use checkpoints "
+            "evtrain wrote"
+        )
     return state
+
+
+def _refused(path: StrPath, error: pickle.UnpicklingError) -> str:
+    if str(error).startswith("Weights only load failed"):
+        return (
+            f"{path} cannot be loaded as an evtrain checkpoint: it holds objects other than "
+            "tensors and plain data (refused unread, since loading them would run code); use "
+            "checkpoints evtrain wrote"
+        )
+    return _unreadable(path)
+
+
+def _unreadable(path: StrPath) -> str:
+    return (
+        f"{path} cannot be loaded as an evtrain checkpoint: the file is cut short or corrupt; "
+        "resume from another copy, or start afresh"
+    )

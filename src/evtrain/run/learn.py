@@ -26,6 +26,7 @@ from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEve
 from evtrain.events.stats import CUMULATIVE_REWARD
 from evtrain.ranks import get_rank
 from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
+from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.curriculum import Curriculum
 from evtrain.run.inference import run_inference
 from evtrain.run.interrupt import stop_on_signals
@@ -86,7 +87,8 @@ def learn(
     process group first, unless the caller has done so already.
     """
     options, types = load_options(config)
-    with use_trainer_types(types), initialized(options):
+    # The configurations its checkpoints were saved with, before the run rewrites its own.
+    with use_trainer_types(types), initialized(options), saved_configurations(options):
         return _learn(options, bus, progress)
 
 

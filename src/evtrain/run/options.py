@@ -6,11 +6,13 @@ its hyperparameters validate against them; :meth:`RunOptions.from_dict` itself l
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.nodes import MappingNode, Node, SequenceNode
 
 from evtrain.config.converter import structure
 from evtrain.config.options import PluginSettings, RunOptions
@@ -18,20 +20,111 @@ from evtrain.errors import ConfigError
 from evtrain.run.wiring import trainer_types_for
 from evtrain.trainers.registry import TrainerType, chosen_trainer_types, use_trainer_types
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file's size limit (1 MiB): configs are a few KB, and a runaway file (a 50 MB list)
+would take minutes to parse and echo megabytes back in its error."""
+MAX_CONFIG_VALUES = 100_000
+"""Most values (mappings, lists and scalars) a config may hold once its aliases are expanded:
+configs hold a few hundred, and a few-KB alias bomb (``&a [*b, *b, ...]`` nested ten deep)
+would hold billions, and exhaust memory wherever it is copied or written out."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a document of more than :data:`MAX_CONFIG_VALUES`
+    values once aliases are expanded, or with an alias inside its own anchor, counted on the
+    composed node graph (where an alias is a shared node) before anything is constructed."""
+
+    def compose_document(self) -> Node | None:
+        node: Node | None = super().compose_document()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
+
+
+_CSafeLoader: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
+"""libyaml's safe loader, where PyYAML was built with it: the same data, many times faster."""
+
+
+if _CSafeLoader is not None:
+
+    class _FastBoundedLoader(_CSafeLoader):  # type: ignore[valid-type,misc]
+        """:class:`_BoundedLoader`'s bounds on libyaml's loader (used first: a valid 1 MiB
+        config loads in a fraction of a second, where PyYAML's own parser takes seconds)."""
+
+        def get_single_node(self) -> Node | None:
+            node: Node | None = super().get_single_node()
+            if node is not None:
+                _expanded_size(node, {}, set())
+            return node
+
+
+class _Unbounded(Exception):
+    """What :func:`_expanded_size` found: the problem line, less the file's name."""
+
+
+def _expanded_size(node: Node, sizes: dict[int, int], open_: set[int]) -> int:
+    """Values under ``node`` (itself included) with every alias expanded; memoised by node, so
+    a shared node is counted in one step however often it is used.
+
+    :raises _Unbounded: more than :data:`MAX_CONFIG_VALUES`, or a node inside itself.
+    """
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        line = node.start_mark.line + 1
+        raise _Unbounded(
+            f"line {line}: an alias refers to the anchored value it is inside of (a value that "
+            "contains itself), which no option can hold"
+        )
+    open_.add(key)
+    total = 1
+    if isinstance(node, SequenceNode):
+        children: list[Node] = list(node.value)
+    elif isinstance(node, MappingNode):
+        children = [item for pair in node.value for item in pair]
+    else:
+        children = []
+    for child in children:
+        total += _expanded_size(child, sizes, open_)
+        if total > MAX_CONFIG_VALUES:
+            raise _Unbounded(
+                f"holds more than {MAX_CONFIG_VALUES:,} values once its aliases (*name) are "
+                "expanded, where a config holds a few hundred; list each value once, or use "
+                "fewer aliases of large anchored values"
+            )
+    open_.discard(key)
+    sizes[key] = total
+    return total
+
 
 def read_config(path: str | Path) -> dict[str, Any]:
-    """The plain data of a YAML config file.
+    """The plain data of a YAML config file, bounded: at most :data:`MAX_CONFIG_BYTES` bytes
+    and :data:`MAX_CONFIG_VALUES` values with aliases expanded.
 
-    :raises ConfigError: the file is missing or unreadable, is not YAML, or is not a mapping.
+    :raises ConfigError: the file is missing, unreadable or too big, is not YAML (a tab in
+        the indentation gets a hint), expands too far, or is not a mapping.
     """
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as stream:
-            data = yaml.safe_load(stream)  # given the file, error marks name it, not a string
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                [
+                    f"{path}: the file is bigger than {MAX_CONFIG_BYTES:,} bytes, the most a "
+                    "config file may be; is it the right file?"
+                ]
+            )
+        data = _load(raw.decode("utf-8"), str(path))
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such config file"]) from None
+    except _Unbounded as error:
+        raise ConfigError([f"{path}: {error}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deep to be a config"]) from None
     except yaml.YAMLError as error:
-        raise ConfigError([f"{path}: not valid YAML: {error}"]) from None
+        raise ConfigError([f"{path}: not valid YAML: {error}{_tab_hint(error)}"]) from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError([f"{path}: cannot read the config file: {error}"]) from None
     if data is None:
@@ -39,6 +132,35 @@ def read_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: expected a mapping of options, got {type(data).__name__}"])
     return data
+
+
+def _load(text: str, name: str) -> Any:
+    """``text``'s data, through libyaml where it is built in; an error is found again with
+    PyYAML's own parser, whose messages (and marks naming ``name``) users see."""
+    if _CSafeLoader is not None:
+        fast = _FastBoundedLoader(text)
+        try:
+            return fast.get_single_data()
+        except yaml.YAMLError:
+            pass  # parsed again below for PyYAML's message
+        finally:
+            fast.dispose()
+    # Read as a stream, marks name it and carry no snippet, as when PyYAML reads the file.
+    stream = io.StringIO(text)
+    stream.name = name
+    loader = _BoundedLoader(stream)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _tab_hint(error: yaml.YAMLError) -> str:
+    """A hint for PyYAML's complaint about a tab where indentation goes."""
+    mark = getattr(error, "problem_mark", None)
+    if mark is None or "'\\t'" not in str(getattr(error, "problem", "")):
+        return ""
+    return f"\nline {mark.line + 1} is indented with a tab: use spaces, not tabs, to indent YAML"
 
 
 TrainerTypes = Mapping[str, TrainerType]

@@ -8,17 +8,27 @@ run's own ``configuration.yaml``, connects those that have something journaled t
 that journal, and closes the bus within ``timeout``.  Connecting a spool subscriber replays its
 journal, so this is the same path a resumed run takes.  What the tracker still refuses stays in
 the journal for the next try.
+
+A run folder may come from elsewhere, so nothing in it decides what code runs: the journal holds
+no pickles (:mod:`evtrain.bus.records`), and the plugin folders (``plugins.paths``) its
+``configuration.yaml`` names are not imported — only those given with ``--plugins``.  Those it
+names and the command line does not are said in one warning, and the sync goes on without them
+(a writer of theirs keeps its journal for a sync that is given them; a plugin the run lists in
+``plugins.required`` stops the sync with exit 2, as it would stop a run).
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 from evtrain.bus import Bus
-from evtrain.bus.journal import journal_backlog
+from evtrain.bus.journal import check_journals, journal_backlog
 from evtrain.bus.subscription import subscriber_name
 from evtrain.config.names import name_problem
 from evtrain.errors import ConfigError, RunFolderError
@@ -43,13 +53,19 @@ class SyncReport:
         return not any(self.left.values())
 
 
-def sync_run(run_id: str, results_dir: str | Path, timeout: float) -> SyncReport:
+def sync_run(
+    run_id: str, results_dir: str | Path, timeout: float, plugins: Sequence[str] = ()
+) -> SyncReport:
     """Replay run ``run_id``'s journals to their writers; wait at most ``timeout`` seconds.
+
+    :param plugins: the plugin folders to import (``--plugins``), in place of the
+        ``plugins.paths`` of the run's ``configuration.yaml``.
 
     :raises ConfigError: ``run_id`` is not a folder name (:mod:`evtrain.config.names`).
     :raises RunFolderError: there is no such run, or it has no configuration, or another
         process (a run, a sync) holds it.
     :raises ConfigError: its configuration is no longer valid (a writer plugin was removed).
+    :raises JournalFormatError: a journal file is not one this evtrain reads.
     """
     problem = name_problem(run_id)
     if problem is not None:
@@ -63,17 +79,21 @@ def sync_run(run_id: str, results_dir: str | Path, timeout: float) -> SyncReport
         )
     lock = RunLock.acquire(folder, run_id)  # a run still going delivers its journals itself
     try:
-        return _sync(run_id, results_dir, timeout, folder)
+        return _sync(run_id, results_dir, timeout, folder, plugins)
     finally:
         lock.release()
 
 
-def _sync(run_id: str, results_dir: str | Path, timeout: float, folder: Path) -> SyncReport:
+def _sync(
+    run_id: str, results_dir: str | Path, timeout: float, folder: Path, plugins: Sequence[str]
+) -> SyncReport:
     """:func:`sync_run` once the run is locked."""
     from evtrain.run.options import options_from_data
 
     config = folder / "configuration.yaml"
     data = read_config(config)
+    check_journals(folder / "run_logs" / "journal")  # before anything is imported or started
+    data["plugins"] = _given_plugin_paths(config, data.get("plugins"), plugins)
     # The run's writers continue its tracker runs (ids kept in run_logs/), as on --resume.
     data["checkpoint_settings"] = {
         **data.get("checkpoint_settings", {}),
@@ -101,3 +121,26 @@ def _sync(run_id: str, results_dir: str | Path, timeout: float, folder: Path) ->
     if not report.clean:
         logger.warning("Not delivered within %.0f s: %s", timeout, left)
     return SyncReport(pending=pending, left=left)
+
+
+def _given_plugin_paths(config: Path, saved: Any, given: Sequence[str]) -> Any:
+    """The run's ``plugins`` section with ``paths`` replaced by ``given``; warns when the run
+    names folders that ``given`` does not."""
+    if saved is None:
+        saved = {}
+    if not isinstance(saved, dict):
+        return saved  # refused with its path by the options' validation
+    named = saved.get("paths") or []
+    if not isinstance(named, list):
+        named = [named]
+    chosen = {str(Path(p).resolve()) for p in given}
+    left_out = [str(p) for p in named if str(Path(str(p)).resolve()) not in chosen]
+    if left_out:
+        logger.warning(
+            "%s names plugin folders that evtrain sync does not import unless given on the "
+            "command line: %s. If you trust them, add --plugins %s",
+            config,
+            ", ".join(left_out),
+            shlex.join(left_out),
+        )
+    return {**saved, "paths": [str(p) for p in given]}

@@ -1,0 +1,295 @@
+"""Files from elsewhere never run code: a crafted journal, a run's own plugin folders, a crafted
+checkpoint.  Each is placed in a real run folder and met by the real CLI (``evtrain sync``,
+``evtrain learn --resume``/``--initialize-from``); a marker file shows whether code ran."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from evtrain.bus.journal import journal_path
+from tests.test_learn import config, run_config
+from tests.test_sync import sync
+
+PLUGIN = """
+from evtrain import StatsWriter
+
+
+class Tracker(StatsWriter):
+    overflow = "spool"
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def write_stats(self, category, values, step):
+        with open(self.folder / "tracked.txt", "a") as file:
+            file.write(f"{step}\\n")
+
+
+def writers(run_options):
+    return [Tracker(run_options.checkpoint_settings.write_path)]
+
+
+EVTRAIN_PLUGINS = {"evtrain.stats_writer": {"spool_tracker": writers}}
+"""
+"""A ``--plugins`` module: a writer with the ``spool`` policy, so the run has a journal."""
+
+WRITER = "spool_plugin.Tracker"
+
+
+class Touch:
+    """Unpickling it creates the file ``path``: what a crafted pickle would do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.path), "w"))
+
+
+def old_segment(payload: bytes) -> bytes:
+    """A segment of evtrain's earlier pickle journal (format 1) holding one valid record."""
+    head = bytearray(struct.pack("<IIQd", len(payload), 0, 1, 0.0))
+    struct.pack_into("<I", head, 4, zlib.crc32(payload, zlib.crc32(head[8:])))
+    return b"EVTJRNL1" + bytes(head) + payload
+
+
+def tracked_run(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """A finished 256-step run with the spool writer of ``plugins/``; its run folder."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "spool_plugin.py").write_text(PLUGIN)
+    options = config(tmp_path, max_steps=256, summary_freq=128)
+    options["plugins"] = {"paths": [str(plugins)]}
+    learned = run_config(tmp_path, options)
+    assert learned.returncode == 0, learned.stderr
+    folder = Path(options["checkpoint_settings"]["results_dir"]) / "run"
+    assert (folder / "tracked.txt").read_text() == "128\n256\n"
+    return options, folder
+
+
+def craft_journal(folder: Path, content: bytes) -> Path:
+    journal = journal_path(folder / "run_logs" / "journal", WRITER)
+    journal.mkdir(parents=True)
+    segment = journal / "0000000000000001.seg"
+    segment.write_bytes(content)
+    return segment
+
+
+@pytest.mark.parametrize("kind", ["pickle journal", "bare pickle"])
+def test_a_crafted_journal_is_refused_by_sync_and_resume_without_running_code(
+    tmp_path: Path, kind: str
+) -> None:
+    options, folder = tracked_run(tmp_path)
+    marker = tmp_path / "marker"
+    crafted = pickle.dumps(Touch(marker))
+    segment = craft_journal(folder, old_segment(crafted) if kind == "pickle journal" else crafted)
+    if kind == "pickle journal":
+        why = (
+            "it is in format 1 (pickled payloads) of an earlier evtrain, which is no longer "
+            "read because unpickling a file can run code; deliver it with the evtrain that "
+            f"wrote it, or remove {segment.parent} to give up what it holds"
+        )
+    else:
+        why = (
+            f"it does not start with 'evtrain-journal 2'; remove {segment.parent} if nothing "
+            "in it is yours"
+        )
+    expected = f"evtrain: error: {segment} is not an evtrain journal: {why}\n"
+
+    results = options["checkpoint_settings"]["results_dir"]
+    synced = sync("run", "--results-dir", results, cwd=tmp_path)
+    assert (synced.returncode, synced.stdout, synced.stderr) == (2, "", expected)
+    assert not marker.exists()
+
+    options["behaviors"]["CartPole"]["max_steps"] = 512
+    resumed = run_config(tmp_path, options, "--resume")
+    assert resumed.returncode == 2, resumed.stderr
+    assert resumed.stderr.splitlines()[-1] == expected.strip()
+    assert "Traceback" not in resumed.stderr
+    assert not marker.exists()
+    assert segment.read_bytes()[:8] in (b"EVTJRNL1", crafted[:8])  # left for its owner
+
+
+def test_sync_imports_only_the_plugin_folders_given_on_its_command_line(tmp_path: Path) -> None:
+    options, folder = tracked_run(tmp_path)
+    plugins = options["plugins"]["paths"][0]
+    marker = tmp_path / "imported"
+    (Path(plugins) / "spool_plugin.py").write_text(f"open({str(marker)!r}, 'w').close()\n" + PLUGIN)
+    results = options["checkpoint_settings"]["results_dir"]
+    synced = sync("run", "--results-dir", results, cwd=tmp_path)
+    assert (synced.returncode, synced.stdout, synced.stderr) == (
+        0,
+        "run: nothing journaled; every tracker has every event\n",
+        f"[WARNING] {folder}/configuration.yaml names plugin folders that evtrain sync does "
+        f"not import unless given on the command line: {plugins}. If you trust them, add "
+        f"--plugins {plugins}\n",
+    )
+    assert not marker.exists()
+
+    synced = sync("run", "--results-dir", results, "--plugins", plugins, cwd=tmp_path)
+    assert (synced.returncode, synced.stdout, synced.stderr) == (
+        0,
+        "run: nothing journaled; every tracker has every event\n",
+        "",
+    )
+    assert marker.exists()
+
+
+def test_sync_delivers_a_journal_of_this_format_through_the_given_plugins(
+    tmp_path: Path,
+) -> None:
+    """The writer is down (its output is a folder) for the run: the journal keeps the events,
+    and sync, given the plugin folder, delivers them once the writer works again."""
+    options, folder = tracked_run(tmp_path)
+    options["behaviors"]["CartPole"]["max_steps"] = 512
+    tracked = folder / "tracked.txt"
+    tracked.unlink()
+    tracked.mkdir()  # writing it fails: every event stays journaled
+    options["bus"] = {"retry_backoff_s": 0.05, "retry_backoff_max_s": 0.1, "drain_timeout": 1.0}
+    resumed = run_config(tmp_path, options, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    tracked.rmdir()
+    results = options["checkpoint_settings"]["results_dir"]
+    plugins = options["plugins"]["paths"][0]
+    synced = sync("run", "--results-dir", results, "--plugins", plugins, cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    assert tracked.read_text() == "384\n512\n"
+
+
+@pytest.mark.parametrize("kind", ["pickle with code", "truncated", "not a checkpoint"])
+def test_a_refused_checkpoint_is_one_line_naming_the_file(tmp_path: Path, kind: str) -> None:
+    options = config(tmp_path, max_steps=256)
+    learned = run_config(tmp_path, options)
+    assert learned.returncode == 0, learned.stderr
+    checkpoint = Path(options["checkpoint_settings"]["results_dir"]) / "run/CartPole/checkpoint.pt"
+    marker = tmp_path / "marker"
+    if kind == "pickle with code":
+        torch.save({"step": Touch(marker)}, checkpoint)
+    elif kind == "truncated":
+        checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    else:
+        checkpoint.write_text("step: 5\n")
+    options["behaviors"]["CartPole"]["max_steps"] = 512
+    for args in (["--resume"], ["--run-id", "other", "--initialize-from", "run"]):
+        result = run_config(tmp_path, options, *args)
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr == (
+            f"evtrain: error: {checkpoint} cannot be loaded as an evtrain checkpoint: "
+            f"{REASONS[kind]}\n"
+        )
+        assert not marker.exists()
+
+
+REASONS = {
+    "pickle with code": (
+        "it holds objects other than tensors and plain data (refused unread, since loading "
+        "them would run code); use checkpoints evtrain wrote"
+    ),
+    "truncated": "the file is cut short or corrupt; resume from another copy, or start afresh",
+    "not a checkpoint": (
+        "the file is cut short or corrupt; resume from another copy, or start afresh"
+    ),
+}
+
+
+def test_a_journal_of_another_format_version_is_refused_whole(tmp_path: Path) -> None:
+    from evtrain import Bus, JournalFormatError, StatsEvent, signals
+    from evtrain.bus import journal_backlog
+
+    folder = journal_path(tmp_path, "tracker")
+    folder.mkdir(parents=True)
+    segment = folder / "0000000000000001.seg"
+    segment.write_bytes(b"evtrain-journal 3\nwhatever comes in version 3")
+    expected = (
+        f"{segment} is not an evtrain journal: it is in format version '3', this evtrain "
+        f"reads version 2; deliver it with the evtrain that wrote it, or remove {folder}"
+    )
+    with pytest.raises(JournalFormatError) as refused:
+        journal_backlog(tmp_path, "tracker")
+    assert str(refused.value) == expected
+    seen: list[StatsEvent] = []
+    with Bus(journal_dir=tmp_path) as bus, pytest.raises(JournalFormatError) as refused:
+        bus.connect(signals.stats, seen.append, name="tracker", overflow="spool")
+    assert str(refused.value) == expected
+    assert segment.read_bytes() == b"evtrain-journal 3\nwhatever comes in version 3"
+
+
+def test_journal_records_hold_plain_values_and_name_only_registered_types() -> None:
+    import numpy as np
+
+    from evtrain import ExportEvent, RunFinished, RunStarted, RunStatus, StatsEvent
+    from evtrain.bus.records import decode, encode
+    from evtrain.events.stats import StatsAggregationMethod, StatsSummary
+
+    payloads = [
+        RunStarted(run_id="r", options={"a": [1, (2, 3)], "b": None}, rank=0, time=1.5),
+        StatsEvent(
+            category="C",
+            step=7,
+            values={"k": StatsSummary(full_dist=(1.0, float("inf")))},
+            rank=0,
+            time=2.0,
+        ),
+        StatsSummary(full_dist=(0.5,), aggregation_method=StatsAggregationMethod.HISTOGRAM),
+        ExportEvent(category="C", step=3, path=Path("/x/C.onnx")),
+        RunFinished(run_id="r", status=RunStatus.COMPLETED, steps=9, time=3.0),
+    ]
+    for payload in payloads:
+        assert decode(encode(payload)) == payload
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    back = decode(encode({"obs": array}))["obs"]
+    assert back.dtype == np.float32 and back.tolist() == array.tolist()
+    assert encode(RunFinished(run_id="r", status=RunStatus.FAILED, steps=1, time=0.0)) == (
+        b'{"attrs":"evtrain.events.payloads:RunFinished","fields":{"run_id":"r",'
+        b'"status":{"enum":"evtrain.events.payloads:RunStatus","member":"FAILED"},'
+        b'"steps":1,"time":0.0}}'
+    )
+    with pytest.raises(ValueError) as refused:
+        decode(b'{"attrs":"os:system","fields":{"command":"touch marker"}}')
+    assert str(refused.value) == (
+        "payload type 'os:system' is not registered in this process (evtrain decodes only "
+        "its own payload types and those registered with register_payload_type)"
+    )
+    with pytest.raises(TypeError) as unencodable:
+        encode(object())
+    assert str(unencodable.value) == "cannot journal a builtins.object"
+
+
+def test_a_record_naming_an_unregistered_type_is_dropped_and_the_rest_delivered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from evtrain import Bus, StatsEvent, signals
+    from evtrain.bus.records import MAGIC, encode
+    from tests.helpers import stats_event
+
+    def record(seq: int, payload: bytes) -> bytes:
+        head = bytearray(struct.pack("<IIQd", len(payload), 0, seq, 0.0))
+        struct.pack_into("<I", head, 4, zlib.crc32(payload, zlib.crc32(head[8:])))
+        return bytes(head) + payload
+
+    folder = journal_path(tmp_path, "tracker")
+    folder.mkdir(parents=True)
+    crafted = b'{"attrs":"os:system","fields":{"command":"touch marker"}}'
+    (folder / "0000000000000001.seg").write_bytes(
+        MAGIC + record(1, crafted) + record(2, encode(stats_event(7)))
+    )
+    seen: list[StatsEvent] = []
+    with Bus(journal_dir=tmp_path) as bus:
+        bus.connect(signals.stats, seen.append, name="tracker", overflow="spool")
+        bus.flush(timeout=60)
+        metrics = bus.metrics()["tracker"]
+    assert [event.step for event in seen] == [7]
+    assert (metrics.delivered, metrics.dropped) == (1, 1)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "Journal of subscriber 'tracker': event 1 cannot be read back (ValueError: payload "
+        "type 'os:system' is not registered in this process (evtrain decodes only its own "
+        "payload types and those registered with register_payload_type)); it is counted as "
+        "dropped."
+    ]

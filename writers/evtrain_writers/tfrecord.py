@@ -24,6 +24,7 @@ and framed here too.
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import itertools
 import logging
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 FILE_VERSION = "brain.Event:2"
 """The ``file_version`` of the first event; with it TensorBoard detects restarts from session
 logs instead of purging data whenever a step goes backwards."""
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""Write errors that last only until space is freed."""
 CHUNK_BYTES = 64 * 1024
 """Buffered records are written once at least this many bytes are waiting."""
 FILE_PREFIX = "events.out.tfevents."
@@ -164,11 +167,15 @@ def event_file_name(wall_time: float | None = None) -> str:
 
 def _write_all(raw: IO[bytes], data: bytearray) -> None:
     """Write and empty ``data`` (a raw file may accept fewer bytes than offered)."""
-    with memoryview(data) as view:
-        offset = 0
-        while offset < len(view):
-            offset += raw.write(view[offset:]) or 0
-    del data[:]
+    offset = 0
+    try:
+        with memoryview(data) as view:
+            while offset < len(view):
+                offset += raw.write(view[offset:]) or 0
+    finally:
+        # What reached the file leaves the buffer, also when a write failed part way (a full
+        # disk): the next try appends the rest, and the records stay whole and in order.
+        del data[:offset]
 
 
 def _close_file(raw: IO[bytes], buffer: bytearray, lock: threading.Lock) -> None:
@@ -186,8 +193,8 @@ class EventFileWriter:
     :meth:`write_event` frames a serialised Event into a memory buffer, and writes the buffer to
     the file once it holds :data:`CHUNK_BYTES`; :meth:`flush` writes whatever is buffered.
     Methods are thread-safe (one lock), so an owner may flush from a timer thread while another
-    thread writes.  There is no ``fsync``: flushed data is in the operating system's hands,
-    like TensorBoard's own writers.  A writer dropped without ``close()`` is closed (buffer
+    thread writes.  :meth:`flush` hands data to the operating system; :meth:`sync` also makes
+    it durable (``fsync``).  A writer dropped without ``close()`` is closed (buffer
     written) when garbage-collected; at interpreter exit every open writer is flushed.
 
     :param directory: created if missing.
@@ -234,7 +241,14 @@ class EventFileWriter:
             buffer += event
             buffer += _U32(masked_crc32c(event))
             if len(buffer) >= CHUNK_BYTES:
-                _write_all(self._raw, buffer)
+                try:
+                    _write_all(self._raw, buffer)
+                except OSError as error:
+                    if error.errno not in DISK_FULL:
+                        raise
+                    # A full disk: the records wait here, in order, for the next write
+                    # (flush() raises meanwhile); raising would make the caller retry an
+                    # event that is already buffered.
 
     def flush(self) -> bool:
         """Hand every buffered record to the operating system.
@@ -246,6 +260,15 @@ class EventFileWriter:
                 return False
             _write_all(self._raw, self._buffer)
             return True
+
+    def sync(self) -> None:
+        """:meth:`flush`, then make the file durable (``fsync``)."""
+        with self._lock:
+            if self._raw.closed:
+                return
+            if self._buffer:
+                _write_all(self._raw, self._buffer)
+            os.fsync(self._raw.fileno())
 
     def close(self) -> None:
         """Write what is buffered and close the file.  Idempotent."""

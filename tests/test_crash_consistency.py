@@ -1,0 +1,136 @@
+"""A checkpoint implies its statistics: ``kill -9`` a real CLI run, ``--resume`` it, and every
+summary step is in TensorBoard, ``progress.csv`` and ``stats.jsonl`` exactly once."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from evtrain.events.stats import StatsSummary
+from evtrain.run.checkpoint import load_checkpoint
+from evtrain_writers.csv_file import CsvWriter
+from evtrain_writers.jsonl import JsonlWriter
+from tests.helpers import clean_env, isolated_python
+
+SUMMARY_FREQ = 256
+MAX_STEPS = 3072
+TAG = "Policy/Entropy"
+
+
+def config(tmp_path: Path) -> dict[str, Any]:
+    """A tiny CartPole PPO run: a summary every 256 steps, a checkpoint every 1024."""
+    return {
+        "behaviors": {
+            "CartPole": {
+                "trainer_type": "ppo",
+                "hyperparameters": {"batch_size": 64, "buffer_size": 128, "num_epoch": 1},
+                "network_settings": {"hidden_units": 16},
+                "max_steps": MAX_STEPS,
+                "time_horizon": 32,
+                "summary_freq": SUMMARY_FREQ,
+                "checkpoint_interval": 1024,
+                "keep_checkpoints": 2,
+            }
+        },
+        "env_settings": {"env_id": "CartPole-v1", "num_envs": 4, "seed": 3},
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
+        "writers": {"csv": {}, "jsonl": {}},
+    }
+
+
+def tensorboard_steps(folder: Path) -> list[int]:
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0}, purge_orphaned_data=True)
+    acc.Reload()
+    return [s.step for s in acc.Scalars(TAG)]
+
+
+def csv_steps(path: Path) -> list[int]:
+    with path.open(newline="", encoding="utf-8") as file:
+        return [int(row["step"]) for row in csv.DictReader(file)]
+
+
+def jsonl_steps(path: Path) -> list[int]:
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [r["step"] for r in records if "step" in r]
+
+
+def test_kill_9_after_a_checkpoint_then_resume_holds_each_summary_step_once(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
+    folder = tmp_path / "results" / "run" / "CartPole"
+    proc = subprocess.Popen(
+        [isolated_python(), "-m", "evtrain", "learn", "run.yaml"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+    )
+    assert proc.stderr is not None
+    # Kill once the checkpoint of step 1024 is in place and two more summaries were emitted
+    # after it (the console has them): those are what a killed run wrote past its checkpoint.
+    seen = False
+    for line in proc.stderr:
+        if "CartPole. Step: 1536" in line:
+            seen = (folder / "checkpoint.pt").exists()
+        if seen and "CartPole. Step: 1792" in line:
+            break
+    else:
+        raise AssertionError("the run ended before its checkpoint and the summaries after it")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    proc.stderr.close()
+    saved = load_checkpoint(folder / "checkpoint.pt")["step"]
+    assert saved >= 1024
+    # Everything up to the checkpoint survived the kill, in every writer.
+    upto = list(range(SUMMARY_FREQ, saved + 1, SUMMARY_FREQ))
+    assert [s for s in tensorboard_steps(folder) if s <= saved] == upto
+    assert [s for s in csv_steps(folder / "progress.csv") if s <= saved] == upto
+    assert [s for s in jsonl_steps(folder / "stats.jsonl") if s <= saved] == upto
+
+    resumed = subprocess.run(
+        [isolated_python(), "-m", "evtrain", "learn", "run.yaml", "--resume"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=300,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    expected = list(range(SUMMARY_FREQ, MAX_STEPS + 1, SUMMARY_FREQ))
+    assert tensorboard_steps(folder) == expected
+    assert csv_steps(folder / "progress.csv") == expected
+    assert jsonl_steps(folder / "stats.jsonl") == expected
+
+
+def test_a_resumed_writer_cuts_torn_tails_and_rows_past_the_checkpoint(tmp_path: Path) -> None:
+    folder = tmp_path / "CartPole"
+    folder.mkdir()
+    # What a killed run left: rows up to step 768, the last one torn mid-line.
+    (folder / "progress.csv").write_bytes(b"step,a\r\n256,1.0\r\n512,2.0\r\n768,3.0\r\n1024,4")
+    (folder / "stats.jsonl").write_bytes(
+        b'{"property": "hyperparameters", "value": {}}\n'
+        b'{"step": 256, "stats": {}}\n{"step": 512, "stats": {}}\n{"step": 768, "st'
+    )
+    values = {"a": StatsSummary(full_dist=[9.0])}
+    for writer in (CsvWriter(tmp_path), JsonlWriter(tmp_path)):
+        writer.write_stats("CartPole", values, 512)  # resumed from the checkpoint of 256
+        writer.write_stats("CartPole", values, 768)
+        writer.close()
+    assert (folder / "progress.csv").read_bytes() == b"step,a\r\n256,1.0\r\n512,9.0\r\n768,9.0\r\n"
+    lines = (folder / "stats.jsonl").read_text().splitlines()
+    assert lines[:2] == [
+        '{"property": "hyperparameters", "value": {}}',
+        '{"step": 256, "stats": {}}',
+    ]
+    assert [json.loads(line)["step"] for line in lines[2:]] == [512, 768]

@@ -8,17 +8,20 @@ import json
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from evtrain import Bus, StatsWriter, signals
 from evtrain.events.stats import StatsSummary
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
-from tests.helpers import clean_env, isolated_python
+from tests.helpers import clean_env, isolated_python, stats_event
 
 SUMMARY_FREQ = 256
 MAX_STEPS = 3072
@@ -134,3 +137,44 @@ def test_a_resumed_writer_cuts_torn_tails_and_rows_past_the_checkpoint(tmp_path:
         '{"step": 256, "stats": {}}',
     ]
     assert [json.loads(line)["step"] for line in lines[2:]] == [512, 768]
+
+
+class BufferedSink(StatsWriter):
+    """A sink that keeps steps in memory until ``flush()`` appends them to its file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.buffer: list[int] = []
+
+    def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+        self.buffer.append(step)
+
+    def flush(self) -> None:
+        with self.path.open("a", encoding="utf-8") as file:
+            file.writelines(f"{step}\n" for step in self.buffer)
+        self.buffer.clear()
+
+
+def wait_all_acknowledged(bus: Bus, name: str, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        metrics = bus.metrics()[name]
+        if metrics.delivered == count and metrics.journaled == 0:
+            return
+        assert time.monotonic() < deadline, metrics
+        time.sleep(0.01)
+
+
+def test_a_spool_writer_acknowledges_only_what_its_sink_made_durable(tmp_path: Path) -> None:
+    sink = BufferedSink(tmp_path / "sink.txt")
+    csv_writer = CsvWriter(tmp_path / "run")
+    with Bus(journal_dir=tmp_path / "journal") as bus:
+        bus.add_writer(sink, overflow="spool", name="sink")
+        bus.add_writer(csv_writer, overflow="spool", name="csv")
+        for step in range(1, 51):
+            bus.emit(signals.stats, stats_event(step, reward=float(step)))
+        # Once the journal has dropped every event, each one is in its sink's file.
+        wait_all_acknowledged(bus, "sink", 50)
+        assert (tmp_path / "sink.txt").read_text().split() == [str(s) for s in range(1, 51)]
+        wait_all_acknowledged(bus, "csv", 50)
+        assert csv_steps(tmp_path / "run" / "CartPole" / "progress.csv") == list(range(1, 51))

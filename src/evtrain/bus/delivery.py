@@ -161,8 +161,9 @@ async def _pass_marker(sub: Subscription, failures: FailureContext, marker: Mark
 
 async def _isolated(
     sub: Subscription, failures: FailureContext, hook: str, fn: Callable[[], Any]
-) -> None:
-    """Run a ``flush``/``close`` hook, awaiting its result for an async subscriber."""
+) -> bool:
+    """Run a ``flush``/``close`` hook, awaiting its result for an async subscriber;
+    ``False`` if it raised."""
     sub.begin(hook)
     try:
         result = fn()
@@ -171,24 +172,43 @@ async def _isolated(
     except Exception as error:
         sub.end()
         record_failure(sub, failures, hook, error)
-    else:
-        sub.end()
+        return False
+    sub.end()
+    return True
 
 
 async def deliver_spool(
     sub: Subscription, inbox: SpoolInbox, batch: list[SpoolItem], failures: FailureContext
 ) -> None:
     """Hand a spool subscriber's ``batch`` over in order: live events from memory, replays
-    read from its journal, markers; each event retried until it succeeds."""
+    read from its journal, markers; each event retried until it succeeds.
+
+    An event is acknowledged (its journal may drop it) only once its sink says it is durable:
+    a subscriber with a ``flush`` hook (a writer) is flushed at the end of the batch and
+    before each marker, and what it took before a flush that returned is acknowledged then."""
+    unsynced: list[tuple[int, bool]] = []
     for item in batch:
         if isinstance(item, Marker):
+            await _acknowledge(sub, inbox, failures, unsynced)
             await _pass_marker(sub, failures, item)
         elif isinstance(item, Replay):
             for entry in inbox.replay(item):
-                if not await _until_delivered(sub, inbox, failures, entry, replayed=True):
+                if not await _until_delivered(sub, inbox, failures, entry, unsynced, True):
                     return
-        elif not await _until_delivered(sub, inbox, failures, item, replayed=False):
+        elif not await _until_delivered(sub, inbox, failures, item, unsynced, False):
             return
+    await _acknowledge(sub, inbox, failures, unsynced)
+
+
+async def _acknowledge(
+    sub: Subscription, inbox: SpoolInbox, failures: FailureContext, unsynced: list[tuple[int, bool]]
+) -> None:
+    """Flush the sink, then acknowledge the events ``unsynced`` lists (``(seq, replayed)``);
+    a flush that raises leaves them in the journal (a later flush acknowledges them)."""
+    if unsynced and await _isolated(sub, failures, "flush", sub.hooks["flush"]):
+        for seq, replayed in unsynced:
+            inbox.acknowledge(seq, replayed=replayed)
+        unsynced.clear()
 
 
 async def _until_delivered(
@@ -196,11 +216,13 @@ async def _until_delivered(
     inbox: SpoolInbox,
     failures: FailureContext,
     entry: Entry,
-    *,
+    unsynced: list[tuple[int, bool]],
     replayed: bool,
 ) -> bool:
     """Deliver one event, retrying with backoff while it raises; ``False`` once the bus gave
-    up on the subscriber (the event stays in the journal)."""
+    up on the subscriber (the event stays in the journal).  A sink with a ``flush`` hook has
+    the event noted in ``unsynced`` (acknowledged after its next flush), others acknowledge
+    it at once."""
     seq, t, payload = entry
     call, awaited = sub.call, sub.is_async
     delay = failures.retry_backoff_s
@@ -226,7 +248,10 @@ async def _until_delivered(
             delay = min(delay * 2, failures.retry_backoff_max_s)
             continue
         sub.handled(t, ok=True)
-        inbox.acknowledge(seq, replayed=replayed)
+        if "flush" in sub.hooks:
+            unsynced.append((seq, replayed))
+        else:
+            inbox.acknowledge(seq, replayed=replayed)
         if failing:
             inbox.hold(failing=False)
         return True

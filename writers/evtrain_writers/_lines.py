@@ -48,7 +48,12 @@ class LineFile:
                 raise
             self._fd, self._size = fd, whole
             if whole == 0 and self.header:
-                self.append(self.header)
+                try:
+                    self.append(self.header)
+                except BaseException:  # the next try opens again, header first
+                    self._fd = None
+                    os.close(fd)
+                    raise
         return self._fd
 
     def append(self, line: bytes) -> None:
@@ -62,8 +67,10 @@ class LineFile:
             written = os.pwrite(fd, line, size)
             while written < len(line):  # a short write: the rest, or the error that stopped it
                 written += os.pwrite(fd, line[written:], size + written)
-        except BaseException:
+        except BaseException as error:
             os.ftruncate(fd, size)  # whole or absent (truncating frees space: no ENOSPC)
+            if isinstance(error, OSError) and error.filename is None:
+                error.filename = str(self.path)  # say which file met the full disk
             raise
         self._size = size + len(line)
         self._dirty = True

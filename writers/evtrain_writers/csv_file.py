@@ -62,14 +62,16 @@ class _BehaviorFile:
         lines = self.file.lines()
         self.file.close()
         rows = list(csv.DictReader(line.decode("utf-8") for line in lines))
-        self.columns = [STEP, *sorted([*self.columns[1:], *new])]
+        columns = [STEP, *sorted([*self.columns[1:], *new])]
         text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, self.columns)
+        writer = csv.DictWriter(text, columns)
         writer.writeheader()
         writer.writerows(rows)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, lambda f: f.write(text.getvalue().encode("utf-8")))
-        self.file.header = _line(self.columns)
+        # Only once the wider file is in place: a write that failed (a full disk) is retried.
+        self.columns = columns
+        self.file.header = _line(columns)
 
     def sync(self) -> None:
         self.file.sync()

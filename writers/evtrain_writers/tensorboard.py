@@ -32,12 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from evtrain.atomic import DISK_FULL
 from evtrain.bus.writers import StatsWriter
 from evtrain.events.payloads import RunFinished
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain_writers._format import render_nested
 from evtrain_writers._hparams import session_end_event, session_start_event
-from evtrain_writers.tfrecord import DISK_FULL, EventFileWriter, ScalarEventEncoder
+from evtrain_writers.tfrecord import EventFileWriter, ScalarEventEncoder
 
 logger = logging.getLogger(__name__)
 

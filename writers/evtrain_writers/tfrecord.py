@@ -24,7 +24,7 @@ and framed here too.
 from __future__ import annotations
 
 import atexit
-import errno
+import contextlib
 import functools
 import itertools
 import logging
@@ -34,19 +34,19 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 import google_crc32c
+
+from evtrain.atomic import DISK_FULL
 
 logger = logging.getLogger(__name__)
 
 FILE_VERSION = "brain.Event:2"
 """The ``file_version`` of the first event; with it TensorBoard detects restarts from session
 logs instead of purging data whenever a step goes backwards."""
-DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
-"""Write errors that last only until space is freed."""
 CHUNK_BYTES = 64 * 1024
 """Buffered records are written once at least this many bytes are waiting."""
 FILE_PREFIX = "events.out.tfevents."
@@ -254,21 +254,33 @@ class EventFileWriter:
         """Hand every buffered record to the operating system.
 
         :returns: whether anything was written.
+        :raises OSError: naming the file (a full disk: the records stay buffered).
         """
         with self._lock:
             if not self._buffer or self._raw.closed:
                 return False
-            _write_all(self._raw, self._buffer)
+            with self._naming():
+                _write_all(self._raw, self._buffer)
             return True
+
+    @contextlib.contextmanager
+    def _naming(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            if error.filename is None:
+                error.filename = str(self.path)
+            raise
 
     def sync(self) -> None:
         """:meth:`flush`, then make the file durable (``fsync``)."""
         with self._lock:
             if self._raw.closed:
                 return
-            if self._buffer:
-                _write_all(self._raw, self._buffer)
-            os.fsync(self._raw.fileno())
+            with self._naming():
+                if self._buffer:
+                    _write_all(self._raw, self._buffer)
+                os.fsync(self._raw.fileno())
 
     def close(self) -> None:
         """Write what is buffered and close the file.  Idempotent."""

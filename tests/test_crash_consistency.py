@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from evtrain import Bus, StatsWriter, signals
+from evtrain import Bus, StatsEvent, StatsWriter, signals
 from evtrain.events.stats import StatsSummary
 from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.learn import learn
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
 from tests.helpers import clean_env, isolated_python, stats_event
@@ -178,3 +182,36 @@ def test_a_spool_writer_acknowledges_only_what_its_sink_made_durable(tmp_path: P
         assert (tmp_path / "sink.txt").read_text().split() == [str(s) for s in range(1, 51)]
         wait_all_acknowledged(bus, "csv", 50)
         assert csv_steps(tmp_path / "run" / "CartPole" / "progress.csv") == list(range(1, 51))
+
+
+def test_a_hung_subscriber_holds_a_checkpoint_back_by_the_drain_timeout_and_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    options = config(tmp_path)
+    options["behaviors"]["CartPole"].update(max_steps=1024, checkpoint_interval=512)
+    options["bus"] = {"drain_timeout": 1}
+    release = threading.Event()
+
+    def hung(event: StatsEvent) -> None:
+        release.wait(60)
+
+    with Bus() as bus:
+        bus.connect(signals.stats, hung, name="hung")
+        with caplog.at_level(logging.WARNING, logger="evtrain"):
+            learn(options, bus)
+        release.set()
+    folder = tmp_path / "results" / "run" / "CartPole"
+    assert load_checkpoint(folder / "checkpoint.pt")["step"] == 1024
+    assert (folder / "CartPole-512.pt").exists() and (folder / "CartPole-1024.pt").exists()
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("Subscribers still behind before saving CartPole")
+    ]
+    # Once per checkpoint: the periodic one and the final one.
+    assert len(said) == 2
+    for message in said:
+        prefix = "Subscribers still behind before saving CartPole after bus.drain_timeout (1 s): "
+        assert message.startswith(prefix)
+        assert "hung" in message[len(prefix) :].split(". The run goes on")[0].split(", ")
+        assert message.endswith(". The run goes on without waiting for them.")

@@ -8,6 +8,7 @@ import contextlib
 import csv
 import errno
 import json
+import logging
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -88,10 +89,11 @@ def tensorboard_steps(folder: Path) -> list[int]:
 
 
 def test_writers_pause_on_a_full_disk_and_write_everything_once_space_returns(
-    disk: Path,
+    disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     emit: Callable[[range], None]
     failed = Recorder()
+    caplog.set_level(logging.WARNING, logger="evtrain.bus")
     with Bus(capacity=1000) as bus:
         bus.connect(signals.subscriber_failed, failed, name="failures")
         bus.add_writer(TensorboardWriter(disk, flush_secs=0.05), name="tensorboard")
@@ -123,6 +125,13 @@ def test_writers_pause_on_a_full_disk_and_write_everything_once_space_returns(
         assert (event.error_type, event.disabled, event.retry_in_s) == ("OSError", False, 0.5)
         assert event.error == (
             f"[Errno 28] No space left on device: '{disk / 'CartPole' / 'progress.csv'}'"
+        )
+
+        [said] = [r for r in caplog.records if r.getMessage().startswith("Subscriber 'csv'")]
+        assert said.exc_info is None  # one line, no traceback
+        assert said.getMessage() == (
+            f"Subscriber 'csv': {event.error}; its events wait, in order, and are retried "
+            "every 0.5 s until space is freed."
         )
 
         filler.unlink()

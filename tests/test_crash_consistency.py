@@ -26,10 +26,12 @@ from evtrain.run.learn import learn
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
 from tests.helpers import clean_env, isolated_python, stats_event
+from tests.test_distributed import CARTPOLE, PROBE, TORCHRUN, ppo
 
 SUMMARY_FREQ = 256
 MAX_STEPS = 3072
 TAG = "Policy/Entropy"
+REWARD = "Environment/Cumulative Reward"
 
 
 def config(tmp_path: Path) -> dict[str, Any]:
@@ -215,3 +217,62 @@ def test_a_hung_subscriber_holds_a_checkpoint_back_by_the_drain_timeout_and_is_n
         assert message.startswith(prefix)
         assert "hung" in message[len(prefix) :].split(". The run goes on")[0].split(", ")
         assert message.endswith(". The run goes on without waiting for them.")
+
+
+def torchrun(
+    folder: Path, behavior: dict[str, Any], envs: dict[str, Any], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``torchrun`` of ``evtrain learn`` on 2 ranks, as ``tests/test_distributed.py`` runs it,
+    importing evtrain from where this test does."""
+    config = {
+        "behaviors": {"Agent": behavior},
+        "env_settings": envs,
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(folder / "results")},
+        "plugins": {"paths": [str(PROBE)]},
+        "torch_settings": {"distributed_timeout": 60},
+    }
+    path = folder / f"config-{len(list(folder.glob('config-*')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    paths = [str(PROBE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {
+        **os.environ,
+        "EVTRAIN_PROBE_OUT": str(folder / "probe"),
+        "PYTHONPATH": os.pathsep.join(paths),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
+    return subprocess.run(
+        [*command, str(path), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_rank_dies_under_torchrun_and_the_resumed_run_shows_each_step_once(
+    tmp_path: Path,
+) -> None:
+    # Rank 1 dies at 200 of its steps (1600 global steps): rank 0 has written the summaries
+    # of 1280 and 1536 past its checkpoint of 1024 when it stops.
+    behavior = {**ppo(10**6), "trainer_type": "ppo", "checkpoint_interval": 1024}
+    dying = {
+        "env_id": "dist_probe:dying_cartpole",
+        "env_kwargs": {"die_at": 200, "dying_rank": 1},
+        "num_envs": 4,
+        "seed": 5,
+    }
+    died = torchrun(tmp_path, behavior, dying)
+    assert died.returncode != 0
+    folder = tmp_path / "results" / "run" / "Agent"
+    assert load_checkpoint(folder / "checkpoint.pt")["step"] == 1024
+    before = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    before.Reload()
+    assert [s.step for s in before.Scalars(REWARD)][-2:] == [1280, 1536]
+
+    resumed = torchrun(tmp_path, {**behavior, "max_steps": 2048}, CARTPOLE, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    after.Reload()
+    assert [s.step for s in after.Scalars(REWARD)] == list(range(256, 2049, 256))

@@ -10,6 +10,7 @@ import errno
 import json
 import logging
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -203,3 +204,31 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_its_last_checkpoint_loads(
     assert not [p for p in (disk / "run").rglob("*.tmp")]  # no half-written file left
     rows = csv_steps(folder / "progress.csv")
     assert rows == list(range(256, 256 * (len(rows) + 1), 256))
+
+
+def test_closing_a_spool_whose_journal_disk_is_full_kills_no_thread(
+    disk: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    died: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(str(args.thread)))
+    received = Recorder()
+    # The acknowledgement is recorded only at close, when the disk is full.
+    bus = Bus(journal_dir=disk / "journal", journal_fsync_s=600)
+    bus.connect(signals.stats, received, overflow="spool", name="tracker")
+    for step in range(1, 51):
+        bus.emit(signals.stats, stats_event(step, "CartPole", **KEYS))
+    wait_for(lambda: bus.metrics()["tracker"].delivered == 50, "every event delivered")
+    fill(disk)
+    with caplog.at_level(logging.ERROR, logger="evtrain.bus"):
+        report = bus.close(timeout=30)
+    assert died == []
+    assert report.timed_out == () and report.delivered == {"tracker": 50}
+    # Not recorded as acknowledged: kept, and delivered again by the next bus (at least once).
+    assert report.journaled == {"tracker": 50}
+    ack = disk / "journal" / "tracker" / "ack"
+    assert (
+        "Journal of subscriber 'tracker': cannot record its acknowledgement ([Errno 28] No space "
+        f"left on device: '{ack}'); the events delivered since the last one recorded stay in it "
+        "and are delivered again."
+    ) in caplog.messages
+    assert [e.step for e in received.events] == list(range(1, 51))

@@ -189,7 +189,7 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_its_last_checkpoint_loads(
         if "CartPole. Step: 768" in line:
             break
     assert (folder / "checkpoint.pt").exists(), "".join(lines)
-    fill(disk)
+    filler = fill(disk)
     _, err = proc.communicate(timeout=120)
     stderr = "".join(lines) + err
     assert proc.returncode == 1, stderr
@@ -204,6 +204,25 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_its_last_checkpoint_loads(
     assert not [p for p in (disk / "run").rglob("*.tmp")]  # no half-written file left
     rows = csv_steps(folder / "progress.csv")
     assert rows == list(range(256, 256 * (len(rows) + 1), 256))
+
+    # Space is freed and the run resumed: every summary step once, in every writer.
+    filler.unlink()
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(disk, max_steps=3072)))
+    resumed = subprocess.run(
+        [isolated_python(), "-m", "evtrain", "learn", "run.yaml", "--resume"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=300,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    everything = list(range(256, 3073, 256))
+    assert csv_steps(folder / "progress.csv") == everything
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [s.step for s in acc.Scalars("Policy/Entropy")] == everything
 
 
 def test_closing_a_spool_whose_journal_disk_is_full_kills_no_thread(

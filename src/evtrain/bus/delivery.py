@@ -178,6 +178,8 @@ async def _until_space(
     """Try ``payload`` again every :data:`DISK_RETRY_S` while its disk is full: ``None`` once
     it went through; the full disk's error once the bus gave up on ``sub``; another error
     that ended the retries."""
+    if sub.inbox.abandoned:  # the bus gave up already: said once, for the event before
+        return error
     signal = sub.signal_name(payload)
     sub.count_failure()
     logger.warning(

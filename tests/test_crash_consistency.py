@@ -11,7 +11,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,39 @@ def jsonl_steps(path: Path) -> list[int]:
     return [r["step"] for r in records if "step" in r]
 
 
+def kill_after_summaries_past_a_checkpoint(proc: subprocess.Popen[str], folder: Path) -> int:
+    """Kill once the checkpoint of step 1024 is in place and two more summaries were emitted
+    after it (the console has them): those are what a killed run wrote past its checkpoint.
+    Returns the step whose summaries must all have survived."""
+    assert proc.stderr is not None
+    seen = False
+    for line in proc.stderr:
+        if "CartPole. Step: 1536" in line:
+            seen = (folder / "checkpoint.pt").exists()
+        if seen and "CartPole. Step: 1792" in line:
+            break
+    else:
+        raise AssertionError("the run ended before its checkpoint and the summaries after it")
+    os.kill(proc.pid, signal.SIGKILL)
+    return 1024
+
+
+def kill_as_a_checkpoint_file_appears(proc: subprocess.Popen[str], folder: Path) -> int:
+    """Kill as soon as ``CartPole-2048.pt`` exists, while that save goes on: the summaries up
+    to 2048 were made durable before it was written."""
+    deadline = time.monotonic() + 60
+    while not (folder / "CartPole-2048.pt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    return 2048
+
+
+@pytest.mark.parametrize(
+    "kill", [kill_after_summaries_past_a_checkpoint, kill_as_a_checkpoint_file_appears]
+)
 def test_kill_9_after_a_checkpoint_then_resume_holds_each_summary_step_once(
-    tmp_path: Path,
+    tmp_path: Path, kill: Callable[[subprocess.Popen[str], Path], int]
 ) -> None:
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
     folder = tmp_path / "results" / "run" / "CartPole"
@@ -85,26 +116,15 @@ def test_kill_9_after_a_checkpoint_then_resume_holds_each_summary_step_once(
         env=clean_env(),
     )
     assert proc.stderr is not None
-    # Kill once the checkpoint of step 1024 is in place and two more summaries were emitted
-    # after it (the console has them): those are what a killed run wrote past its checkpoint.
-    seen = False
-    for line in proc.stderr:
-        if "CartPole. Step: 1536" in line:
-            seen = (folder / "checkpoint.pt").exists()
-        if seen and "CartPole. Step: 1792" in line:
-            break
-    else:
-        raise AssertionError("the run ended before its checkpoint and the summaries after it")
-    os.kill(proc.pid, signal.SIGKILL)
+    durable = kill(proc, folder)
     proc.wait(timeout=60)
     proc.stderr.close()
-    saved = load_checkpoint(folder / "checkpoint.pt")["step"]
-    assert saved >= 1024
-    # Everything up to the checkpoint survived the kill, in every writer.
-    upto = list(range(SUMMARY_FREQ, saved + 1, SUMMARY_FREQ))
-    assert [s for s in tensorboard_steps(folder) if s <= saved] == upto
-    assert [s for s in csv_steps(folder / "progress.csv") if s <= saved] == upto
-    assert [s for s in jsonl_steps(folder / "stats.jsonl") if s <= saved] == upto
+    assert load_checkpoint(folder / "checkpoint.pt")["step"] >= 1024
+    # Every summary up to the checkpoint survived the kill, in every writer.
+    upto = list(range(SUMMARY_FREQ, durable + 1, SUMMARY_FREQ))
+    assert [s for s in tensorboard_steps(folder) if s <= durable] == upto
+    assert [s for s in csv_steps(folder / "progress.csv") if s <= durable] == upto
+    assert [s for s in jsonl_steps(folder / "stats.jsonl") if s <= durable] == upto
 
     resumed = subprocess.run(
         [isolated_python(), "-m", "evtrain", "learn", "run.yaml", "--resume"],

@@ -7,6 +7,7 @@ import csv
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -72,20 +73,25 @@ def jsonl_steps(path: Path) -> list[int]:
 
 
 def kill_after_summaries_past_a_checkpoint(proc: subprocess.Popen[str], folder: Path) -> int:
-    """Kill once the checkpoint of step 1024 is in place and two more summaries were emitted
-    after it (the console has them): those are what a killed run wrote past its checkpoint.
-    Returns the step whose summaries must all have survived."""
+    """Kill once a checkpoint is in place and two more summaries were emitted after it (the
+    console has them): those are what a killed run wrote past its checkpoint.  Returns the step
+    whose summaries must all have survived: the checkpoint's."""
     assert proc.stderr is not None
-    seen = False
+    seen_at = None
     for line in proc.stderr:
-        if "CartPole. Step: 1536" in line:
-            seen = (folder / "checkpoint.pt").exists()
-        if seen and "CartPole. Step: 1792" in line:
+        match = re.search(r"CartPole\. Step: (\d+)", line)
+        if match is None:
+            continue
+        if seen_at is None and (folder / "checkpoint.pt").exists():
+            seen_at = int(match[1])
+        if seen_at is not None and int(match[1]) >= seen_at + 2 * SUMMARY_FREQ:
             break
     else:
         raise AssertionError("the run ended before its checkpoint and the summaries after it")
     os.kill(proc.pid, signal.SIGKILL)
-    return 1024
+    proc.wait(timeout=60)
+    step: int = load_checkpoint(folder / "checkpoint.pt")["step"]
+    return step
 
 
 def kill_as_a_checkpoint_file_appears(proc: subprocess.Popen[str], folder: Path) -> int:

@@ -4,6 +4,7 @@ the new complete one, never a torn one (temp file in the same folder, fsync, ``o
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -13,6 +14,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 StrPath = str | os.PathLike[str]
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""Write errors that last only until space is freed (a full disk, a full quota)."""
 
 _TEMP = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
 
@@ -42,12 +46,21 @@ def atomic_write(path: StrPath, write: Callable[[BinaryIO], object]) -> Path:
             os.fsync(file.fileno())
         os.replace(temp, path)
         renamed = True
+    except OSError as error:
+        # Name the file being replaced (a full disk's error names none, or the temporary one).
+        error.filename = str(path)
+        raise
     finally:
         if not renamed:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
     _fsync_folder(path.parent)
     return path
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is a full disk or quota: it lasts until space is freed."""
+    return isinstance(error, OSError) and error.errno in DISK_FULL
 
 
 def _fsync_folder(folder: Path) -> None:

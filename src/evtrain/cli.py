@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import yaml
 
 from evtrain import plugins
+from evtrain.atomic import disk_full
 from evtrain.config.options import RunOptions
 from evtrain.config.problems import short_repr
 from evtrain.errors import (
@@ -376,6 +377,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except DistributedError:
         return 1  # logged where it happened (see evtrain.distributed.World)
+    except OSError as error:
+        if not disk_full(error):
+            raise
+        # A full disk is the machine's state, not a bug: one line, no traceback.  Every
+        # checkpoint write is atomic, so the last one on disk is complete.
+        print(
+            f"evtrain: error: {error.strerror}: {error.filename or 'a file of the run'}. Free "
+            "space there, then continue with --resume (the last checkpoint on disk is "
+            "complete).",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         print("evtrain: aborted", file=sys.stderr)
         return 130

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
 from evtrain import (
     Bus,
@@ -96,7 +96,9 @@ def test_one_event_per_write_stats_call(tmp_path: Path) -> None:
 
     events = raw_events(writer.event_files["B"])
     assert events[0].file_version == "brain.Event:2"
-    assert [(e.step, [(v.tag, v.simple_value) for v in e.summary.value]) for e in events[1:]] == [
+    # The first summary is preceded by a restart marker at its step (see test_crash_consistency).
+    assert (events[1].step, events[1].session_log.status) == (0, SessionLog.START)
+    assert [(e.step, [(v.tag, v.simple_value) for v in e.summary.value]) for e in events[2:]] == [
         (0, [("a", 0.0), ("b", 0.0), ("c", 0.0)]),
         (1, [("a", 1.0), ("b", 2.0), ("c", 3.0)]),
         (2, [("a", 2.0), ("b", 4.0), ("c", 6.0)]),
@@ -125,7 +127,7 @@ def test_hidden_keys_are_not_written(tmp_path: Path) -> None:
 
     tags = accumulate(tmp_path / "B").Tags()
     assert tags["scalars"] == ["Reward"]
-    assert len(raw_events(writer.event_files["B"])) == 2
+    assert len(raw_events(writer.event_files["B"])) == 3  # version, restart marker, Reward
 
 
 def test_histogram_stats_also_write_a_histogram(tmp_path: Path) -> None:

@@ -4,20 +4,25 @@
 a ``step`` column, then one column per stat key (sorted), holding the key's aggregated value
 for the period (what TensorBoard plots).  A key that first appears later gets a column of its
 own: the file is rewritten, atomically, with the wider header and empty cells in earlier rows.
-A resumed run appends to the file its earlier run wrote.  Rows reach the disk at every flush.
+A resumed run appends to the file its earlier run wrote, first cutting the rows a killed run
+wrote past its checkpoint (from the step of the resumed run's first row on) and a torn last row.
+Each row is one write of a whole line (:mod:`evtrain_writers._lines`): a row is whole or absent,
+also on a full disk; ``flush()`` makes the rows durable (``fsync``).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from evtrain.atomic import atomic_write
 from evtrain.bus.writers import StatsWriter
 from evtrain.events.stats import StatsSummary
+from evtrain_writers._lines import LineFile
 from evtrain_writers._options import BehaviorFileWriter, file_writers
 
 if TYPE_CHECKING:
@@ -28,51 +33,65 @@ STEP = "step"
 
 
 class _BehaviorFile:
-    """One behavior's ``progress.csv``: its columns, and the open file rows are appended to."""
+    """One behavior's ``progress.csv``: its columns, and the line file rows are appended to."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.file = LineFile(path)
         self.columns: list[str] = [STEP]
-        self.stream: IO[str] | None = None
-        if path.exists():  # a resumed run continues the file
-            with path.open(newline="", encoding="utf-8") as existing:
-                self.columns = next(csv.reader(existing), [STEP]) or [STEP]
+        self.cut_from: int | None = None
+        """The first step this process writes: rows of a crashed run from there on go."""
+        lines = self.file.lines()  # a torn last row is cut here, before anything is appended
+        if lines:  # a resumed run continues the file
+            self.columns = next(csv.reader([lines[0].decode("utf-8")]), [STEP]) or [STEP]
+        self.file.header = _line(self.columns)
 
     def append(self, row: Mapping[str, Any]) -> None:
+        if self.cut_from is None:
+            first = self.cut_from = int(row[STEP])
+            self.file.cut(lambda line: _step(line) < first)
         new = sorted(set(row) - set(self.columns))
         if new:
             self._widen(new)
-        if self.stream is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fresh = not self.path.exists()
-            self.stream = self.path.open("a", newline="", encoding="utf-8")
-            if fresh:
-                csv.writer(self.stream).writerow(self.columns)
-        csv.DictWriter(self.stream, self.columns).writerow(row)
+        text = io.StringIO(newline="")
+        csv.DictWriter(text, self.columns).writerow(row)
+        self.file.append(text.getvalue().encode("utf-8"))
 
     def _widen(self, new: list[str]) -> None:
         """Rewrite the file with ``new`` columns added (SB3 does the same)."""
-        self.close()
-        rows: list[dict[str, str]] = []
-        if self.path.exists():
-            with self.path.open(newline="", encoding="utf-8") as existing:
-                rows = list(csv.DictReader(existing))
-        self.columns = [STEP, *sorted([*self.columns[1:], *new])]
+        lines = self.file.lines()
+        self.file.close()
+        rows = list(csv.DictReader(line.decode("utf-8") for line in lines))
+        columns = [STEP, *sorted([*self.columns[1:], *new])]
         text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, self.columns)
+        writer = csv.DictWriter(text, columns)
         writer.writeheader()
         writer.writerows(rows)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, lambda f: f.write(text.getvalue().encode("utf-8")))
+        # Only once the wider file is in place: a write that failed (a full disk) is retried.
+        self.columns = columns
+        self.file.header = _line(columns)
 
-    def flush(self) -> None:
-        if self.stream is not None:
-            self.stream.flush()
+    def sync(self) -> None:
+        self.file.sync()
 
     def close(self) -> None:
-        if self.stream is not None:
-            self.stream.close()
-            self.stream = None
+        self.file.close()
+
+
+def _line(cells: list[str]) -> bytes:
+    text = io.StringIO(newline="")
+    csv.writer(text).writerow(cells)
+    return text.getvalue().encode("utf-8")
+
+
+def _step(line: bytes) -> float:
+    """The step of a row; the header (and anything unreadable) sorts first, so it stays."""
+    try:
+        return float(line.split(b",", 1)[0])
+    except ValueError:
+        return -math.inf
 
 
 class CsvWriter(BehaviorFileWriter):
@@ -90,8 +109,9 @@ class CsvWriter(BehaviorFileWriter):
         self._files[category].append(row)
 
     def flush(self) -> None:
+        """Make every row written so far durable (one ``fsync`` per file written to)."""
         for file in self._files.values():
-            file.flush()
+            file.sync()
 
     def close(self) -> None:
         for file in self._files.values():

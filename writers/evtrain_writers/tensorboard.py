@@ -12,7 +12,13 @@ be compared by hyperparameters against their final stats, as Lightning and SB3 u
 What differs: every scalar of one ``write_stats`` call goes into one Event (one Summary with a
 value per key), encoded by hand (:mod:`evtrain_writers.tfrecord`); files stay open and are
 flushed by a timer thread every ``flush_secs`` when something is waiting, and on ``flush()`` and
-``close()`` — never once per event.
+``close()`` — never once per event; ``flush()`` also makes the files durable (``fsync``).
+
+A resumed run's first summary of a category (step ``s``) is preceded by a ``SessionLog.START``
+event at ``s``: TensorBoard's reader (``purge_orphaned_data``) then drops every earlier event
+of step ``s`` or later, i.e. what a killed run wrote past the checkpoint the run resumed from,
+so each step is shown once.  On a full disk, events wait in memory, in order, and are written
+once space returns (the timer thread retries and says so once per outage).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from evtrain.atomic import DISK_FULL
 from evtrain.bus.writers import StatsWriter
 from evtrain.events.payloads import RunFinished
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
@@ -87,6 +94,8 @@ class TensorboardWriter(StatsWriter):
         self._sessions: set[str] = set()
         """Categories whose HParams session was started."""
         self._sessions_ended = False
+        self._started: set[str] = set()
+        """Categories whose restart marker (``SessionLog.START``) is written."""
         self._files: dict[str, EventFileWriter] = {}
         # The timer thread reads this snapshot; replacing a tuple is atomic, a dict is not.
         self._file_list: tuple[EventFileWriter, ...] = ()
@@ -122,6 +131,11 @@ class TensorboardWriter(StatsWriter):
                     histograms = []
                 histograms.append(key)
         wall_time = time.time()
+        if category not in self._started:
+            # A resumed run's first summary: TensorBoard's reader drops what earlier files
+            # hold from this step on (a killed run's summaries past its checkpoint).
+            self._started.add(category)
+            file.write_event(_session_start_event(wall_time, step))
         file.write_event(plan.encoder.encode(wall_time, step, scalars))
         for key in histograms or ():
             event = _histogram_event(wall_time, step, f"{key}_hist", values[key].full_dist)
@@ -194,9 +208,9 @@ class TensorboardWriter(StatsWriter):
         return {category: file.path for category, file in self._files.items()}
 
     def flush(self) -> None:
-        """Write every buffered event to its file."""
+        """Write every buffered event to its file and make it durable (``fsync``)."""
         for file in self._file_list:
-            file.flush()
+            file.sync()
 
     def close(self) -> None:
         """Stop the timer thread, write what is buffered, close every file.  Idempotent.
@@ -224,6 +238,7 @@ def _flush_periodically(
 ) -> None:
     # A weak reference: a writer dropped without close() is collected (its files are closed by
     # their finalizers) and this thread ends.
+    full: set[EventFileWriter] = set()
     while not stop.wait(interval):
         writer = writer_ref()
         if writer is None:
@@ -231,8 +246,16 @@ def _flush_periodically(
         for file in writer._file_list:
             try:
                 file.flush()
-            except (OSError, ValueError):  # the owner's flush()/close() reports it
+            except OSError as error:  # the owner's flush()/close() reports it
+                if error.errno not in DISK_FULL:
+                    logger.exception("Periodic flush of %s failed", file.path)
+                elif file not in full:  # one line per outage; the events wait in memory
+                    logger.warning("%s: %s; retrying", file.path, error.strerror)
+                full.add(file)
+            except ValueError:
                 logger.exception("Periodic flush of %s failed", file.path)
+            else:
+                full.discard(file)
         del writer
 
 
@@ -274,6 +297,14 @@ def _histogram_event(
     )
     summary = Summary(value=[Summary.Value(tag=tag, histo=histogram)])
     data_bytes: bytes = Event(wall_time=wall_time, step=step, summary=summary).SerializeToString()
+    return data_bytes
+
+
+def _session_start_event(wall_time: float, step: int) -> bytes:
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+    start = SessionLog(status=SessionLog.START)
+    data_bytes: bytes = Event(wall_time=wall_time, step=step, session_log=start).SerializeToString()
     return data_bytes
 
 

@@ -24,6 +24,7 @@ and framed here too.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import itertools
 import logging
@@ -33,11 +34,13 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 import google_crc32c
+
+from evtrain.atomic import DISK_FULL
 
 logger = logging.getLogger(__name__)
 
@@ -164,11 +167,15 @@ def event_file_name(wall_time: float | None = None) -> str:
 
 def _write_all(raw: IO[bytes], data: bytearray) -> None:
     """Write and empty ``data`` (a raw file may accept fewer bytes than offered)."""
-    with memoryview(data) as view:
-        offset = 0
-        while offset < len(view):
-            offset += raw.write(view[offset:]) or 0
-    del data[:]
+    offset = 0
+    try:
+        with memoryview(data) as view:
+            while offset < len(view):
+                offset += raw.write(view[offset:]) or 0
+    finally:
+        # What reached the file leaves the buffer, also when a write failed part way (a full
+        # disk): the next try appends the rest, and the records stay whole and in order.
+        del data[:offset]
 
 
 def _close_file(raw: IO[bytes], buffer: bytearray, lock: threading.Lock) -> None:
@@ -186,8 +193,8 @@ class EventFileWriter:
     :meth:`write_event` frames a serialised Event into a memory buffer, and writes the buffer to
     the file once it holds :data:`CHUNK_BYTES`; :meth:`flush` writes whatever is buffered.
     Methods are thread-safe (one lock), so an owner may flush from a timer thread while another
-    thread writes.  There is no ``fsync``: flushed data is in the operating system's hands,
-    like TensorBoard's own writers.  A writer dropped without ``close()`` is closed (buffer
+    thread writes.  :meth:`flush` hands data to the operating system; :meth:`sync` also makes
+    it durable (``fsync``).  A writer dropped without ``close()`` is closed (buffer
     written) when garbage-collected; at interpreter exit every open writer is flushed.
 
     :param directory: created if missing.
@@ -234,18 +241,46 @@ class EventFileWriter:
             buffer += event
             buffer += _U32(masked_crc32c(event))
             if len(buffer) >= CHUNK_BYTES:
-                _write_all(self._raw, buffer)
+                try:
+                    _write_all(self._raw, buffer)
+                except OSError as error:
+                    if error.errno not in DISK_FULL:
+                        raise
+                    # A full disk: the records wait here, in order, for the next write
+                    # (flush() raises meanwhile); raising would make the caller retry an
+                    # event that is already buffered.
 
     def flush(self) -> bool:
         """Hand every buffered record to the operating system.
 
         :returns: whether anything was written.
+        :raises OSError: naming the file (a full disk: the records stay buffered).
         """
         with self._lock:
             if not self._buffer or self._raw.closed:
                 return False
-            _write_all(self._raw, self._buffer)
+            with self._naming():
+                _write_all(self._raw, self._buffer)
             return True
+
+    @contextlib.contextmanager
+    def _naming(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            if error.filename is None:
+                error.filename = str(self.path)
+            raise
+
+    def sync(self) -> None:
+        """:meth:`flush`, then make the file durable (``fsync``)."""
+        with self._lock:
+            if self._raw.closed:
+                return
+            with self._naming():
+                if self._buffer:
+                    _write_all(self._raw, self._buffer)
+                os.fsync(self._raw.fileno())
 
     def close(self) -> None:
         """Write what is buffered and close the file.  Idempotent."""

@@ -20,6 +20,12 @@ A ``spool`` subscriber (:func:`deliver_spool`) is never disabled: the event that
 retried after a backoff (``retry_backoff_s`` doubling to ``retry_backoff_max_s``) until it
 succeeds or the bus gives up on the subscriber at close; later events wait behind it, in the
 journal.  Each failed try goes through :func:`record_failure` like any other failure.
+
+A full disk (``ENOSPC``, ``EDQUOT``: :func:`disk_full`) is transient: it never counts towards
+``disable``, is logged as one line naming the path (no traceback), and the event that met it is
+retried every :data:`DISK_RETRY_S` (:func:`_until_space`), later events waiting behind it in
+order, until it is written or the bus gives up on the subscriber at close (then it counts as
+dropped, never as delivered).
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
 import attrs
 
+from evtrain.atomic import disk_full
 from evtrain.bus.inbox import Item, Marker
 from evtrain.bus.journal import Entry
 from evtrain.bus.spool import Replay, SpoolInbox, SpoolItem
@@ -43,6 +51,8 @@ logger = logging.getLogger("evtrain.bus")
 
 LOG_EVERY_S = 10.0
 """A subscriber's tracebacks are logged at most once per this many seconds."""
+DISK_RETRY_S = 0.5
+"""How often an event that met a full disk is tried again."""
 
 
 class FailurePolicy(enum.Enum):
@@ -105,8 +115,10 @@ def record_failure(
     (or its ``flush``/``close`` hook); ``retry_in``: a spool subscriber's event, tried again
     in that many seconds (never disabled)."""
     in_a_row = sub.count_failure()
+    transient = disk_full(error)
     disable = (
         retry_in is None
+        and not transient
         and failures.policy is FailurePolicy.DISABLE
         and in_a_row >= failures.max_consecutive_failures
         and not sub.disabled
@@ -114,12 +126,13 @@ def record_failure(
     suppressed = sub.log_due(LOG_EVERY_S, force=disable)
     if suppressed is not None:
         logger.error(
-            "Subscriber %r raised handling %r; training continues%s%s.",
+            "Subscriber %r raised handling %r%s; training continues%s%s.",
             sub.name,
             signal,
+            f": {error}" if transient else "",
             "" if retry_in is None else f", the event is retried in {retry_in:g} s",
             f" ({suppressed} similar failures not logged)" if suppressed else "",
-            exc_info=error,
+            exc_info=None if transient else error,
         )
     if disable:
         sub.disable()
@@ -162,10 +175,73 @@ async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureC
             else:
                 call(payload)
         except isolable() as error:
+            if disk_full(error):
+                left = await _until_space(sub, failures, payload, error)
+                if left is None:
+                    sub.handled(t, ok=True)
+                    continue
+                if disk_full(left):  # the bus gave up on it: not written, so not delivered
+                    sub.end()
+                    sub.discard()
+                    continue
+                error = left
             record_failure(sub, failures, sub.signal_name(payload), error)
             sub.handled(t, ok=False)
         else:
             sub.handled(t, ok=True)
+
+
+async def _until_space(
+    sub: Subscription, failures: FailureContext, payload: Any, error: Exception
+) -> Exception | None:
+    """Try ``payload`` again every :data:`DISK_RETRY_S` while its disk is full: ``None`` once
+    it went through; the full disk's error once the bus gave up on ``sub``; another error
+    that ended the retries."""
+    if sub.inbox.abandoned:  # the bus gave up already: said once, for the event before
+        return error
+    signal = sub.signal_name(payload)
+    sub.count_failure()
+    logger.warning(
+        "Subscriber %r: %s; its events wait, in order, and are retried every %g s until space "
+        "is freed.",
+        sub.name,
+        error,
+        DISK_RETRY_S,
+    )
+    failures.report(
+        SubscriberFailed(
+            subscriber=sub.name,
+            signal=signal,
+            error=str(error),
+            error_type=type(error).__name__,
+            count=sub.failed,
+            disabled=False,
+            retry_in_s=DISK_RETRY_S,
+        )
+    )
+    while not sub.inbox.abandoned:
+        sub.end()
+        if sub.is_async:
+            await anyio.sleep(DISK_RETRY_S)
+        else:
+            time.sleep(DISK_RETRY_S)  # a sync subscriber's own worker thread
+        if sub.inbox.abandoned:
+            break
+        sub.begin(payload)
+        sub.count_retry()
+        try:
+            if sub.is_async:
+                await sub.call(payload)
+            else:
+                sub.call(payload)
+        except isolable() as again:
+            if disk_full(again):
+                continue
+            return again
+        logger.warning("Subscriber %r writes again: space was freed.", sub.name)
+        return None
+    sub.begin(payload)  # balanced by the caller's end()
+    return error
 
 
 async def _pass_marker(sub: Subscription, failures: FailureContext, marker: Marker) -> None:
@@ -180,8 +256,9 @@ async def _pass_marker(sub: Subscription, failures: FailureContext, marker: Mark
 
 async def _isolated(
     sub: Subscription, failures: FailureContext, hook: str, fn: Callable[[], Any]
-) -> None:
-    """Run a ``flush``/``close`` hook, awaiting its result for an async subscriber."""
+) -> bool:
+    """Run a ``flush``/``close`` hook, awaiting its result for an async subscriber;
+    ``False`` if it raised."""
     sub.begin(hook)
     try:
         result = fn()
@@ -190,24 +267,43 @@ async def _isolated(
     except isolable() as error:
         sub.end()
         record_failure(sub, failures, hook, error)
-    else:
-        sub.end()
+        return False
+    sub.end()
+    return True
 
 
 async def deliver_spool(
     sub: Subscription, inbox: SpoolInbox, batch: list[SpoolItem], failures: FailureContext
 ) -> None:
     """Hand a spool subscriber's ``batch`` over in order: live events from memory, replays
-    read from its journal, markers; each event retried until it succeeds."""
+    read from its journal, markers; each event retried until it succeeds.
+
+    An event is acknowledged (its journal may drop it) only once its sink says it is durable:
+    a subscriber with a ``flush`` hook (a writer) is flushed at the end of the batch and
+    before each marker, and what it took before a flush that returned is acknowledged then."""
+    unsynced: list[tuple[int, bool]] = []
     for item in batch:
         if isinstance(item, Marker):
+            await _acknowledge(sub, inbox, failures, unsynced)
             await _pass_marker(sub, failures, item)
         elif isinstance(item, Replay):
             for entry in inbox.replay(item):
-                if not await _until_delivered(sub, inbox, failures, entry, replayed=True):
+                if not await _until_delivered(sub, inbox, failures, entry, unsynced, True):
                     return
-        elif not await _until_delivered(sub, inbox, failures, item, replayed=False):
+        elif not await _until_delivered(sub, inbox, failures, item, unsynced, False):
             return
+    await _acknowledge(sub, inbox, failures, unsynced)
+
+
+async def _acknowledge(
+    sub: Subscription, inbox: SpoolInbox, failures: FailureContext, unsynced: list[tuple[int, bool]]
+) -> None:
+    """Flush the sink, then acknowledge the events ``unsynced`` lists (``(seq, replayed)``);
+    a flush that raises leaves them in the journal (a later flush acknowledges them)."""
+    if unsynced and await _isolated(sub, failures, "flush", sub.hooks["flush"]):
+        for seq, replayed in unsynced:
+            inbox.acknowledge(seq, replayed=replayed)
+        unsynced.clear()
 
 
 async def _until_delivered(
@@ -215,11 +311,13 @@ async def _until_delivered(
     inbox: SpoolInbox,
     failures: FailureContext,
     entry: Entry,
-    *,
+    unsynced: list[tuple[int, bool]],
     replayed: bool,
 ) -> bool:
     """Deliver one event, retrying with backoff while it raises; ``False`` once the bus gave
-    up on the subscriber (the event stays in the journal)."""
+    up on the subscriber (the event stays in the journal).  A sink with a ``flush`` hook has
+    the event noted in ``unsynced`` (acknowledged after its next flush), others acknowledge
+    it at once."""
     seq, t, payload = entry
     call, awaited = sub.call, sub.is_async
     delay = failures.retry_backoff_s
@@ -245,7 +343,10 @@ async def _until_delivered(
             delay = min(delay * 2, failures.retry_backoff_max_s)
             continue
         sub.handled(t, ok=True)
-        inbox.acknowledge(seq, replayed=replayed)
+        if "flush" in sub.hooks:
+            unsynced.append((seq, replayed))
+        else:
+            inbox.acknowledge(seq, replayed=replayed)
         if failing:
             inbox.hold(failing=False)
         return True

@@ -339,11 +339,25 @@ class Journal:
 
     def close(self, acked: int, last: int) -> int:
         """Sync, close, and return how many events (up to seq ``last``) stay undelivered on
-        disk; a journal left with none is removed, folder and all."""
-        self.sync(acked)
+        disk; a journal left with none is removed, folder and all.  A full disk leaves the
+        acknowledgement persisted last: what was delivered since is delivered again (at least
+        once), and the journal still closes."""
+        try:
+            self.sync(acked)
+        except OSError as error:
+            logger.error(
+                "Journal of subscriber %r: cannot record its acknowledgement (%s); the events "
+                "delivered since the last one recorded stay in it and are delivered again.",
+                self.label,
+                error,
+            )
+            acked = self.acked
         for file in (self._file, self._reader[1] if self._reader else None):
             if file is not None:
-                file.close()
+                try:
+                    file.close()
+                except OSError as error:  # a full disk: the file is closed all the same
+                    logger.error("Journal of subscriber %r: %s", self.label, error)
         self._file = self._reader = None
         left = max(0, last - max(acked, self.floor - 1))
         if left == 0:

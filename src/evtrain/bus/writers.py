@@ -73,7 +73,11 @@ class StatsWriter(abc.ABC):
         (the gauge writer records ``bus.metrics()``) keep the reference."""
 
     def flush(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Push buffered data to its destination.  Called by ``Bus.flush`` and before close."""
+        """Push buffered data to its destination.  Called by ``Bus.flush`` and before close.
+
+        What was handed over before it is durable once it returns: the run flushes before
+        each checkpoint, and a ``spool`` subscriber's events are acknowledged (dropped from its
+        journal) only after the flush that follows them returned."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release resources.  Called once, after the writer's last event, by ``Bus.close``."""

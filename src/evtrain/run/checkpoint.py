@@ -27,7 +27,7 @@ import attrs
 import torch
 from torch import nn
 
-from evtrain.atomic import StrPath, atomic_copy, remove_stale_temps
+from evtrain.atomic import StrPath, atomic_copy, disk_full, remove_stale_temps
 from evtrain.bus import Bus
 from evtrain.errors import BusClosedError
 from evtrain.events import signals
@@ -337,14 +337,17 @@ class CheckpointManager:
         try:
             with hierarchical_timer("export"):
                 self._exporter.export(policy, example_obs, path)
-        except Exception:
-            # Never lose the checkpoint over its export (ML-Agents users did, at Ctrl-C).
-            logger.exception(
-                "Exporting the policy of %s at step %d to %s failed; the checkpoint is kept "
+        except Exception as error:
+            # Never lose the checkpoint over its export (ML-Agents users did, at Ctrl-C).  A
+            # full disk is the machine's state, not a bug: one line, no traceback.
+            logger.error(
+                "Exporting the policy of %s at step %d to %s failed%s; the checkpoint is kept "
                 "without it.",
                 self.behavior,
                 step,
                 path,
+                f": {error}" if disk_full(error) else "",
+                exc_info=None if disk_full(error) else error,
             )
             return False
         return True

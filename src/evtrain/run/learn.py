@@ -265,6 +265,10 @@ class _Run:
         progress = self.progress
 
         def job() -> None:
+            # A checkpoint implies its statistics: what was emitted so far is written and
+            # synced by every local writer (journaled for a spool one) before the checkpoint
+            # is; a writer that hangs holds it back by the drain timeout, never more.
+            self._flush(Deadline(self.options.bus.drain_timeout), f"before saving {name}", True)
             shown = progress.saving(name) if isinstance(progress, SavingProgress) else nullcontext()
             with shown, hierarchical_timer("save_model"):
                 save(step, state, policy, example_obs=example, reward=reward)

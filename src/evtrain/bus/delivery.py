@@ -192,8 +192,8 @@ async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureC
 
 
 async def _until_space(
-    sub: Subscription, failures: FailureContext, payload: Any, error: Exception
-) -> Exception | None:
+    sub: Subscription, failures: FailureContext, payload: Any, error: BaseException
+) -> BaseException | None:
     """Try ``payload`` again every :data:`DISK_RETRY_S` while its disk is full: ``None`` once
     it went through; the full disk's error once the bus gave up on ``sub``; another error
     that ended the retries."""

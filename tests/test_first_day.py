@@ -118,3 +118,122 @@ def test_a_factory_returning_no_environment_is_one_line_exit_2(tmp_path: Path) -
         "gymnasium.Env; make it return an environment, e.g. gymnasium.make(...) or an instance "
         "of a gymnasium.Env subclass (see docs/environments.md)\n",
     )
+
+
+# -- 3. configs of older ML-Agents releases --------------------------------------------------
+
+
+def test_output_path_and_lessons_named_by_their_key_are_read_with_a_note(tmp_path: Path) -> None:
+    options = tiny(tmp_path / "results")
+    options["behaviors"]["CartPole"]["output_path"] = "default"
+    options["environment_parameters"] = {
+        "gravity": {
+            "curriculum": [
+                {
+                    "Lesson0": {
+                        "value": 3.0,
+                        "completion_criteria": {
+                            "behavior": "CartPole",
+                            "measure": "progress",
+                            "threshold": 0.4,
+                        },
+                    }
+                },
+                {"Lesson1": {"value": 9.8}},
+            ]
+        }
+    }
+    write(tmp_path / "old.yaml", options)
+    result = evtrain("learn", "old.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    notes = [
+        line for line in result.stderr.splitlines() if "output_path" in line or "'name" in line
+    ]
+    assert notes == [
+        "[WARNING] behaviors.CartPole.output_path: written by older ML-Agents releases; evtrain "
+        "writes a behavior's files under checkpoint_settings.results_dir/run_id: ignored",
+        "[INFO] environment_parameters.gravity.curriculum.0: lesson written as 'Lesson0: {...}' "
+        "read as 'name: Lesson0' (ML-Agents' current form)",
+        "[INFO] environment_parameters.gravity.curriculum.1: lesson written as 'Lesson1: {...}' "
+        "read as 'name: Lesson1' (ML-Agents' current form)",
+    ]
+    assert (
+        "[INFO] Parameter 'gravity' is now in lesson 1 ('Lesson1') after CartPole's step 128: "
+        "Constant(value=9.8)"
+    ) in result.stderr.splitlines()
+    written = yaml.safe_load((tmp_path / "results/run/configuration.yaml").read_text())
+    lessons = written["environment_parameters"]["gravity"]["curriculum"]
+    assert [lesson["name"] for lesson in lessons] == ["Lesson0", "Lesson1"]
+
+
+OLD_TRAINER_CONFIG = """\
+default:
+    trainer: ppo
+    batch_size: 1024
+    beta: 5.0e-3
+    buffer_size: 10240
+    epsilon: 0.2
+    hidden_units: 128
+    lambd: 0.95
+    learning_rate: 3.0e-4
+    learning_rate_schedule: linear
+    max_steps: 5.0e5
+    memory_size: 128
+    normalize: false
+    num_epoch: 3
+    num_layers: 2
+    time_horizon: 64
+    sequence_length: 64
+    summary_freq: 10000
+    use_recurrent: false
+    vis_encode_type: simple
+    reward_signals:
+        extrinsic:
+            strength: 1.0
+            gamma: 0.99
+
+CartPole:
+    normalize: true
+    batch_size: 32
+    buffer_size: 128
+    hidden_units: 16
+    max_steps: 256
+    summary_freq: 128
+    time_horizon: 32
+    use_recurrent: true
+    sequence_length: 8
+    memory_size: 16
+    pretraining:
+        demo_path: old.demo
+"""
+
+
+def test_an_ml_agents_0_16_trainer_config_is_upgraded_with_a_note(tmp_path: Path) -> None:
+    (tmp_path / "trainer_config.yaml").write_text(OLD_TRAINER_CONFIG)
+    result = evtrain(
+        "learn", "trainer_config.yaml", "--num-envs", "4", "--results-dir", "results", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "[WARNING] ML-Agents 0.16 trainer config (behaviors CartPole at the top level, default "
+        "merged into each) converted to today's shape as mlagents-upgrade-config does; dropped, "
+        "having no place: CartPole.pretraining"
+    ) in result.stderr.splitlines()
+    written = yaml.safe_load((tmp_path / "results/evtrain/configuration.yaml").read_text())
+    behavior = written["behaviors"]["CartPole"]
+    assert behavior["trainer_type"] == "ppo"
+    assert behavior["max_steps"] == 256
+    assert behavior["network_settings"]["hidden_units"] == 16
+    assert behavior["network_settings"]["normalize"] is True
+    assert behavior["network_settings"]["memory"] == {"sequence_length": 8, "memory_size": 16}
+    assert behavior["hyperparameters"]["batch_size"] == 32
+    assert behavior["hyperparameters"]["beta"] == 5.0e-3
+
+
+def test_the_old_configs_sections_are_run_options_fields() -> None:
+    import attrs
+
+    from evtrain.config.mlagents import _RUN_SECTIONS
+    from evtrain.config.options import RunOptions
+
+    assert set(_RUN_SECTIONS) == {*attrs.fields_dict(RunOptions), "engine_settings"}

@@ -237,3 +237,93 @@ def test_the_old_configs_sections_are_run_options_fields() -> None:
     from evtrain.config.options import RunOptions
 
     assert set(_RUN_SECTIONS) == {*attrs.fields_dict(RunOptions), "engine_settings"}
+
+
+# -- 4. the command line's odd corners -------------------------------------------------------
+
+
+def test_debug_is_accepted_after_the_command_as_before_it(tmp_path: Path) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    after = evtrain("learn", "run.yaml", "--debug", cwd=tmp_path)
+    before = evtrain("--debug", "learn", "run.yaml", "--force", cwd=tmp_path)
+    plain = evtrain("learn", "run.yaml", "--force", cwd=tmp_path)
+    assert (after.returncode, before.returncode, plain.returncode) == (0, 0, 0), after.stderr
+    debug_line = " DEBUG [evtrain"
+    assert debug_line in after.stderr and debug_line in before.stderr
+    assert debug_line not in plain.stderr
+
+
+def test_version_prints_evtrains_version(tmp_path: Path) -> None:
+    from evtrain._version import __version__
+
+    result = evtrain("--version", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, f"evtrain {__version__}\n")
+
+
+def test_an_unavailable_mps_device_is_one_line_exit_2(tmp_path: Path) -> None:
+    import torch
+
+    if torch.backends.mps.is_available():
+        return  # this machine has MPS: nothing to refuse
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    result = evtrain("learn", "run.yaml", "--torch-device", "mps", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "evtrain: error: torch_settings.device: 'mps': MPS (Apple's Metal GPUs) is not available "
+        f"to this torch ({torch.__version__}) on this machine; use --torch-device cpu, or leave "
+        "the device unset\n",
+    )
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_negative_seed_other_than_minus_one_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    result = evtrain("learn", "run.yaml", "--seed", "-5", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "evtrain: error: env_settings.seed: expected a seed of 0 or more, or -1 to draw one "
+        "(logged), got -5\n",
+    )
+    drawn = evtrain("learn", "run.yaml", "--seed", "-1", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert "[INFO] env_settings.seed is -1: using seed " in drawn.stderr
+
+
+def test_plugins_before_the_config_leave_the_config_positional(tmp_path: Path) -> None:
+    (tmp_path / "plugs").mkdir()
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    result = evtrain("learn", "--plugins", "plugs", "run.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = yaml.safe_load((tmp_path / "results/run/configuration.yaml").read_text())
+    assert written["plugins"]["paths"] == ["plugs"]
+    alone = evtrain("learn", "--plugins", "plugs", cwd=tmp_path)
+    assert alone.returncode == 2
+    assert alone.stderr.endswith(
+        "evtrain learn: error: the following arguments are required: config\n"
+    )
+
+
+def test_more_environments_than_max_steps_are_refused(tmp_path: Path) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    result = evtrain("learn", "run.yaml", "--num-envs", "100000", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "evtrain: error: env_settings.num_envs: 100,000 environments take 100,000 steps at each "
+        "step, more than behaviors.CartPole.max_steps (256); use --num-envs 256 or fewer, or "
+        "raise max_steps\n",
+    )
+    assert not (tmp_path / "results").exists()
+
+
+def test_resume_past_max_steps_says_so_and_keeps_the_latest_options(tmp_path: Path) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    assert evtrain("learn", "run.yaml", cwd=tmp_path).returncode == 0
+    again = evtrain("learn", "run.yaml", "--resume", "--num-envs", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (
+        "[WARNING] CartPole: run run already reached max_steps 256 (at step 256); raise "
+        "behaviors.CartPole.max_steps to continue"
+    ) in again.stderr.splitlines()
+    written = yaml.safe_load((tmp_path / "results/run/configuration.yaml").read_text())
+    assert written["env_settings"]["num_envs"] == 2
+    assert written["checkpoint_settings"]["resume"] is True

@@ -110,6 +110,17 @@ def _check_behaviors(options: RunOptions) -> None:
         trainer_type(settings.trainer_type)  # validated already; fail before touching disk
         if not name:
             raise ConfigError(["behaviors: a behavior name must not be empty"])
+        num_envs = options.env_settings.num_envs
+        if num_envs > settings.max_steps:
+            # Each step of the vector env is num_envs steps: the run would overshoot
+            # max_steps by a rollout of them (100,000 envs made 800,000 steps of 2,048).
+            raise ConfigError(
+                [
+                    f"env_settings.num_envs: {num_envs:,} environments take {num_envs:,} steps "
+                    f"at each step, more than behaviors.{name}.max_steps ({settings.max_steps:,}"
+                    f"); use --num-envs {settings.max_steps} or fewer, or raise max_steps"
+                ]
+            )
 
 
 class _Run:
@@ -206,6 +217,16 @@ class _Run:
         for name, trainer in self.trainers.items():
             for warning in schedule_warnings(name, trainer, inference=cs.inference):
                 logger.warning(warning)
+            if cs.resume and not cs.inference and trainer.step >= trainer.settings.max_steps:
+                logger.warning(
+                    "%s: run %s already reached max_steps %d (at step %d); raise "
+                    "behaviors.%s.max_steps to continue",
+                    name,
+                    cs.run_id,
+                    trainer.settings.max_steps,
+                    trainer.step,
+                    name,
+                )
 
     def _steps(self, stop_requested: Callable[[], bool]) -> RunStatus:
         """Train (or, ``--inference``, run the policies) until every behavior reaches

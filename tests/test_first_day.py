@@ -327,3 +327,88 @@ def test_resume_past_max_steps_says_so_and_keeps_the_latest_options(tmp_path: Pa
     written = yaml.safe_load((tmp_path / "results/run/configuration.yaml").read_text())
     assert written["env_settings"]["num_envs"] == 2
     assert written["checkpoint_settings"]["resume"] is True
+
+
+# -- 5. --inference ---------------------------------------------------------------------------
+
+
+def test_inference_without_a_trained_model_says_how_to_give_one(tmp_path: Path) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    result = evtrain("learn", "run.yaml", "--inference", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "evtrain: error: --inference runs a trained model, and run 'run' has none for CartPole "
+        f"(no checkpoint in {tmp_path}/results/run): train the run first (--inference, with or "
+        "without --resume, then runs its latest checkpoint), or run another run's model with "
+        "--initialize-from RUN_ID (initialize_from in checkpoint_settings)\n",
+    )
+    assert not (tmp_path / "results").exists()
+
+
+def scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return [(s.step, s.value) for s in accumulator.Scalars(tag)]
+
+
+def test_inference_summaries_stay_off_the_training_curve(tmp_path: Path) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    assert evtrain("learn", "run.yaml", cwd=tmp_path).returncode == 0
+    behavior = tmp_path / "results/run/CartPole"
+    trained = scalars(behavior, "Environment/Cumulative Reward")
+    assert [step for step, _ in trained] == [128, 256]
+    result = evtrain("learn", "run.yaml", "--inference", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "[INFO] CartPole/inference. Step: 256. Time Elapsed:" in result.stderr
+    assert scalars(behavior, "Environment/Cumulative Reward") == trained
+    inferred = scalars(behavior / "inference", "Environment/Cumulative Reward")
+    assert [step for step, _ in inferred] == [128, 256]
+
+
+LOGGING_ENV = """
+import json
+import gymnasium as gym
+
+class Logged(gym.Wrapper):
+    def __init__(self, env, log):
+        super().__init__(env)
+        self.log = log
+
+    def reset(self, **kwargs):
+        self.obs, info = self.env.reset(**kwargs)
+        return self.obs, info
+
+    def step(self, action):
+        with open(self.log, "a") as file:
+            file.write(json.dumps([self.obs.tolist(), int(action)]) + "\\n")
+        self.obs, *rest = self.env.step(action)
+        return (self.obs, *rest)
+
+def make_env(log=None):
+    env = gym.make("CartPole-v1")
+    return env if log is None else Logged(env, log)
+"""
+
+
+def test_inference_takes_the_exported_policys_most_likely_action(tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    from evtrain.export import onnx_policy
+
+    (tmp_path / "logged_env.py").write_text(LOGGING_ENV)
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results", env_id="logged_env:make_env"))
+    assert evtrain("learn", "run.yaml", cwd=tmp_path).returncode == 0
+    log = tmp_path / "steps.jsonl"
+    options = tiny(tmp_path / "results", env_id="logged_env:make_env", env_kwargs={"log": str(log)})
+    write(tmp_path / "logged.yaml", options)
+    result = evtrain("learn", "logged.yaml", "--inference", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) == 256
+    policy = onnx_policy(tmp_path / "results/run/CartPole.onnx", threads=1)
+    expected = policy(np.array([obs for obs, _ in rows], dtype=np.float32))
+    assert [action for _, action in rows] == np.asarray(expected).reshape(-1).tolist()

@@ -195,9 +195,9 @@ def warn_without_effect(behaviors: dict[str, Any]) -> None:
         where = f"behaviors.{name}"
         if network.deterministic:
             logger.warning(
-                "%s.network_settings.deterministic: true has no effect in evtrain: the "
-                "exported ONNX policy always takes the most likely action; training and "
-                "--inference sample actions",
+                "%s.network_settings.deterministic: true has no effect in evtrain: training "
+                "samples actions; the exported ONNX policy and --inference always take the "
+                "most likely action",
                 where,
             )
         if network.goal_conditioning_type != "hyper":

@@ -28,7 +28,7 @@ from evtrain.events.stats import CUMULATIVE_REWARD
 from evtrain.ranks import get_rank
 from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
 from evtrain.run.curriculum import Curriculum
-from evtrain.run.inference import run_inference
+from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
 from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
@@ -94,6 +94,7 @@ def learn(
 def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:
     _check_behaviors(options)
     options.torch_settings.check_device()
+    check_trained_model(options)
     world = World.current()
     # A folder this call creates may be discarded again (see _Run.run).
     fresh = get_rank() == 0 and not options.checkpoint_settings.write_path.exists()
@@ -428,4 +429,4 @@ class _RewardTracker:
     def __call__(self, event: StatsEvent) -> None:
         summary = event.values.get(CUMULATIVE_REWARD)
         if summary is not None and summary.num:
-            self.mean[event.category] = summary.mean
+            self.mean[event.category.removesuffix(INFERENCE_SUFFIX)] = summary.mean

@@ -412,3 +412,41 @@ def test_inference_takes_the_exported_policys_most_likely_action(tmp_path: Path)
     policy = onnx_policy(tmp_path / "results/run/CartPole.onnx", threads=1)
     expected = policy(np.array([obs for obs, _ in rows], dtype=np.float32))
     assert [action for _, action in rows] == np.asarray(expected).reshape(-1).tolist()
+
+
+# -- 6. demonstrations named .demo ------------------------------------------------------------
+
+
+def test_a_recorded_file_named_dot_demo_is_read_back_and_unitys_are_still_named(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    assert evtrain("learn", "run.yaml", cwd=tmp_path).returncode == 0
+    recorded = evtrain(
+        "record", "run.yaml", "--episodes", "2", "--output", "expert.demo", cwd=tmp_path
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    assert (tmp_path / "expert.demo").read_bytes()[:4] == b"PK\x03\x04"
+    cloning = tiny(tmp_path / "results", run_id="cloned")
+    cloning["behaviors"]["CartPole"]["behavioral_cloning"] = {"demo_path": "expert.demo"}
+    write(tmp_path / "cloning.yaml", cloning)
+    result = evtrain("learn", "cloning.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "results/cloned/CartPole.onnx").is_file()
+    # a folder holding it reads it too
+    (tmp_path / "demos").mkdir()
+    (tmp_path / "expert.demo").rename(tmp_path / "demos/expert.demo")
+    cloning["behaviors"]["CartPole"]["behavioral_cloning"] = {"demo_path": "demos"}
+    write(tmp_path / "cloning.yaml", cloning)
+    assert evtrain("learn", "cloning.yaml", "--force", cwd=tmp_path).returncode == 0
+    # Unity's own .demo (protobuf, not a zip archive) is still named as such
+    (tmp_path / "unity.demo").write_bytes(b"\x0a\x13Unity demonstration")
+    cloning["behaviors"]["CartPole"]["behavioral_cloning"] = {"demo_path": "unity.demo"}
+    write(tmp_path / "cloning.yaml", cloning)
+    unity = evtrain("learn", "cloning.yaml", "--force", cwd=tmp_path)
+    assert (unity.returncode, unity.stderr.splitlines()[-1] + "\n") == (
+        2,
+        "evtrain: error: behaviors.CartPole.behavioral_cloning.demo_path: unity.demo is an "
+        "ML-Agents .demo file, recorded by Unity; evtrain reads its own demonstrations (.npz): "
+        "record them with evtrain record CONFIG --run-id ID --episodes N --output FILE\n",
+    )

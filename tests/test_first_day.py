@@ -450,3 +450,46 @@ def test_a_recorded_file_named_dot_demo_is_read_back_and_unitys_are_still_named(
         "ML-Agents .demo file, recorded by Unity; evtrain reads its own demonstrations (.npz): "
         "record them with evtrain record CONFIG --run-id ID --episodes N --output FILE\n",
     )
+
+
+# -- 7. one bus, several runs -----------------------------------------------------------------
+
+
+WATCHING_PLUGIN = """
+from evtrain import signals
+
+SEEN = []
+
+def connect(options, bus):
+    run_id = options.checkpoint_settings.run_id
+    bus.connect(
+        signals.run_started,
+        lambda event: SEEN.append((run_id, event.run_id)),
+        name=f"watch-{run_id}",
+    )
+
+EVTRAIN_PLUGINS = {"evtrain.subscriber": {"watch": connect}}
+"""
+
+
+def test_a_reused_bus_drops_what_each_runs_plugins_connected(tmp_path: Path) -> None:
+    import threading
+
+    from evtrain import Bus
+    from evtrain.run.learn import learn
+
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "watching_plugin_first_day.py").write_text(WATCHING_PLUGIN)
+    threads = set(threading.enumerate())
+    with Bus() as bus:
+        before = bus.subscriptions
+        for run_id in ("one", "two"):
+            options = tiny(tmp_path / "results", run_id=run_id)
+            options["plugins"] = {"paths": [str(plugins)]}
+            learn(options, bus)
+            assert bus.subscriptions == before
+        seen = sys.modules.pop("watching_plugin_first_day").SEEN
+        assert seen == [("one", "one"), ("two", "two")]
+    # the run's subscriber threads ended with the runs
+    assert not [t for t in set(threading.enumerate()) - threads if t.is_alive()]

@@ -81,7 +81,8 @@ def learn(
 
     Subscribers already connected to ``bus`` see the same events as the plugins; a bus
     passed in is flushed, not closed, at the end (its owner closes it), and what the run
-    connected to it (the plugins' writers) is disconnected and closed.
+    connected to it (the plugins' writers, and what subscriber plugins connected) is
+    disconnected and closed.
 
     Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the
     process group first, unless the caller has done so already.

@@ -270,8 +270,8 @@ def test_an_unavailable_mps_device_is_one_line_exit_2(tmp_path: Path) -> None:
     assert (result.returncode, result.stderr) == (
         2,
         "evtrain: error: torch_settings.device: 'mps': MPS (Apple's Metal GPUs) is not available "
-        f"to this torch ({torch.__version__}) on this machine; use --torch-device cpu, or leave "
-        "the device unset\n",
+        f"to this torch ({torch.__version__}) on this machine; use --torch-device cpu "
+        "(torch_settings.device), or leave the device unset\n",
     )
     assert not (tmp_path / "results").exists()
 
@@ -309,8 +309,8 @@ def test_more_environments_than_max_steps_are_refused(tmp_path: Path) -> None:
     assert (result.returncode, result.stderr) == (
         2,
         "evtrain: error: env_settings.num_envs: 100,000 environments take 100,000 steps at each "
-        "step, more than behaviors.CartPole.max_steps (256); use --num-envs 256 or fewer, or "
-        "raise max_steps\n",
+        "step, more than behaviors.CartPole.max_steps (256); use --num-envs "
+        "(env_settings.num_envs) 256 or fewer, or raise max_steps\n",
     )
     assert not (tmp_path / "results").exists()
 
@@ -340,7 +340,7 @@ def test_inference_without_a_trained_model_says_how_to_give_one(tmp_path: Path) 
         "evtrain: error: --inference runs a trained model, and run 'run' has none for CartPole "
         f"(no checkpoint in {tmp_path}/results/run): train the run first (--inference, with or "
         "without --resume, then runs its latest checkpoint), or run another run's model with "
-        "--initialize-from RUN_ID (initialize_from in checkpoint_settings)\n",
+        "--initialize-from RUN_ID (checkpoint_settings.initialize_from)\n",
     )
     assert not (tmp_path / "results").exists()
 
@@ -493,3 +493,107 @@ def test_a_reused_bus_drops_what_each_runs_plugins_connected(tmp_path: Path) -> 
         assert seen == [("one", "one"), ("two", "two")]
     # the run's subscriber threads ended with the runs
     assert not [t for t in set(threading.enumerate()) - threads if t.is_alive()]
+
+
+# -- 8. learn() from Python -------------------------------------------------------------------
+
+
+LEARN_FROM_PYTHON = """
+import logging
+import sys
+
+from evtrain import learn
+
+if sys.argv[1] == "configured":
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+learn("run.yaml")
+print("evtrain handlers after:", logging.getLogger("evtrain").handlers)
+"""
+
+
+def step_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "CartPole. Step: " in line]
+
+
+def test_learn_from_python_logs_progress_once_whether_or_not_logging_is_configured(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
+    (tmp_path / "script.py").write_text(LEARN_FROM_PYTHON)
+    plain = subprocess.run(
+        [isolated_python(), "script.py", "plain"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert [line.split(". Time")[0] for line in step_lines(plain.stderr)] == [
+        "[INFO] CartPole. Step: 128",
+        "[INFO] CartPole. Step: 256",
+    ]
+    assert plain.stdout == "evtrain handlers after: []\n"
+    write(tmp_path / "run.yaml", tiny(tmp_path / "results", run_id="configured"))
+    configured = subprocess.run(
+        [isolated_python(), "script.py", "configured"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert configured.returncode == 0, configured.stderr
+    assert [line.split(". Time")[0] for line in step_lines(configured.stderr)] == [
+        "evtrain: CartPole. Step: 128",
+        "evtrain: CartPole. Step: 256",
+    ]
+
+
+def test_errors_raised_to_python_name_the_option_beside_the_flag(tmp_path: Path) -> None:
+    import pytest
+
+    from evtrain.errors import RunFolderError
+    from evtrain.run.learn import learn
+
+    (tmp_path / "results/run/CartPole").mkdir(parents=True)
+    options = tiny(tmp_path / "results")
+    options["checkpoint_settings"]["resume"] = True
+    with pytest.raises(RunFolderError) as info:
+        learn(options)
+    assert str(info.value) == (
+        f"cannot resume behavior 'CartPole': {tmp_path}/results/run/CartPole/checkpoint.pt does "
+        "not exist (the run never reached a checkpoint). Start it again with --force "
+        "(checkpoint_settings.force)."
+    )
+
+
+# -- 9. the progress bar ----------------------------------------------------------------------
+
+
+def recorded_display(behaviors: dict[str, int]) -> tuple[Any, Any]:
+    """A progress display drawing into a string, refreshed only when asked (no timer)."""
+    import io
+
+    from rich.console import Console
+
+    from evtrain.run.progress import ProgressDisplay
+
+    out = io.StringIO()
+    display = ProgressDisplay(behaviors, console=Console(file=out, force_terminal=True, width=100))
+    display.progress.live.auto_refresh = False
+    return display, out
+
+
+def test_the_bar_under_a_log_line_is_the_current_one() -> None:
+    import logging
+
+    display, out = recorded_display({"CartPole": 1000})
+    with display:
+        display("CartPole", 100, 1000)
+        display.progress.refresh()
+        display("CartPole", 500, 1000)
+        logging.getLogger("evtrain").warning("a log line")
+        after = out.getvalue().split("a log line", 1)[1]
+    assert "500/1000" in after
+    assert "100/1000" not in after
+
+
+def test_the_bar_follows_a_run_past_max_steps() -> None:
+    display, out = recorded_display({"CartPole": 100})
+    with display:
+        display("CartPole", 64, 100)
+        display("CartPole", 128, 100)
+    (task,) = display.progress.tasks
+    assert (task.completed, task.total) == (128, 128)
+    assert "128/128" in out.getvalue()

@@ -176,8 +176,8 @@ class TorchSettings:
             raise ConfigError(
                 [
                     f"{where}: MPS (Apple's Metal GPUs) is not available to this torch "
-                    f"({torch.__version__}) on this machine; use --torch-device cpu, or leave "
-                    "the device unset"
+                    f"({torch.__version__}) on this machine; use --torch-device cpu "
+                    "(torch_settings.device), or leave the device unset"
                 ]
             )
         if device.type != "cuda":
@@ -187,8 +187,8 @@ class TorchSettings:
             raise ConfigError(
                 [
                     f"{where}: no CUDA device is available to this torch ({torch.__version__}); "
-                    "use --torch-device cpu, or leave the device unset to use CUDA only when "
-                    "it is available"
+                    "use --torch-device cpu (torch_settings.device), or leave the device unset "
+                    "to use CUDA only when it is available"
                 ]
             )
         if device.index is not None and device.index >= count:

@@ -167,7 +167,8 @@ def _initial_state(
         if state is None:
             raise RunFolderError(
                 f"cannot resume behavior {name!r}: {manager.checkpoint_path} does not exist "
-                "(the run never reached a checkpoint). Start it again with --force."
+                "(the run never reached a checkpoint). Start it again with --force "
+                "(checkpoint_settings.force)."
             )
         return state
     if source is None:

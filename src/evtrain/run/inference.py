@@ -57,7 +57,7 @@ def check_trained_model(options: RunOptions) -> None:
                 f"{', '.join(missing)} (no checkpoint in {cs.write_path}): train the run "
                 "first (--inference, with or without --resume, then runs its latest "
                 "checkpoint), or run another run's model with --initialize-from RUN_ID "
-                "(initialize_from in checkpoint_settings)"
+                "(checkpoint_settings.initialize_from)"
             ]
         )
 

@@ -32,6 +32,7 @@ from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inf
 from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
+from evtrain.run.progress import console_logging
 from evtrain.run.run_folder import prepare_run_folder, write_configuration
 from evtrain.run.saver import BackgroundSaver, snapshot
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
@@ -88,7 +89,7 @@ def learn(
     process group first, unless the caller has done so already.
     """
     options, types = load_options(config)
-    with use_trainer_types(types), initialized(options):
+    with console_logging(), use_trainer_types(types), initialized(options):
         return _learn(options, bus, progress)
 
 
@@ -120,7 +121,8 @@ def _check_behaviors(options: RunOptions) -> None:
                 [
                     f"env_settings.num_envs: {num_envs:,} environments take {num_envs:,} steps "
                     f"at each step, more than behaviors.{name}.max_steps ({settings.max_steps:,}"
-                    f"); use --num-envs {settings.max_steps} or fewer, or raise max_steps"
+                    f"); use --num-envs (env_settings.num_envs) {settings.max_steps} or fewer, "
+                    "or raise max_steps"
                 ]
             )
 

@@ -89,9 +89,7 @@ def attach_plugins(options: RunOptions, bus: Bus) -> list[SubscriptionHandle]:
     # caller's bus, reused by a later run, does not keep feeding this run's subscribers.
     before = {id(sub) for sub in bus.subscriptions}
     register_subscriber_plugins(options, bus)
-    handles += [
-        SubscriptionHandle(bus, sub) for sub in bus.subscriptions if id(sub) not in before
-    ]
+    handles += [SubscriptionHandle(bus, sub) for sub in bus.subscriptions if id(sub) not in before]
     return handles
 
 

@@ -230,6 +230,19 @@ def test_an_ml_agents_0_16_trainer_config_is_upgraded_with_a_note(tmp_path: Path
     assert behavior["hyperparameters"]["beta"] == 5.0e-3
 
 
+def test_an_old_config_of_an_unknown_trainer_names_the_key() -> None:
+    import pytest
+
+    from evtrain import ConfigError, RunOptions
+
+    with pytest.raises(ConfigError) as info:
+        RunOptions.from_dict({"default": {"trainer": "offline_bc"}, "B": {"max_steps": 10}})
+    assert info.value.problems == (
+        "behaviors.B.trainer_type: expected a registered trainer type, got 'offline_bc'; "
+        "available: ppo (evtrain), sac (evtrain)",
+    )
+
+
 def test_the_old_configs_sections_are_run_options_fields() -> None:
     import attrs
 

@@ -356,8 +356,12 @@ def upgrade_old_trainer_config(data: dict[str, Any]) -> dict[str, Any]:
         if name == "default" or name in sections or not isinstance(part, dict):
             continue
         old = {**default, **part}
-        hyperparameters = attrs.fields_dict(trainer_type(str(old.get("trainer", "ppo"))).settings)
-        behavior: dict[str, Any] = {"trainer_type": old.get("trainer", "ppo")}
+        kind = old.get("trainer", "ppo")
+        try:
+            hyperparameters = attrs.fields_dict(trainer_type(str(kind)).settings)
+        except ValueError:  # an unknown type (offline_bc): structuring names it, as usual
+            hyperparameters = {}
+        behavior: dict[str, Any] = {"trainer_type": kind}
         behavior["hyperparameters"] = {k: v for k, v in old.items() if k in hyperparameters}
         network = {k: old[k] for k in _OLD_NETWORK_KEYS if k in old}
         if old.get("use_recurrent"):

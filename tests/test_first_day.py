@@ -494,7 +494,6 @@ def test_a_reused_bus_drops_what_each_runs_plugins_connected(tmp_path: Path) -> 
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "watching_plugin_first_day.py").write_text(WATCHING_PLUGIN)
-    threads = set(threading.enumerate())
     with Bus() as bus:
         before = bus.subscriptions
         for run_id in ("one", "two"):
@@ -504,8 +503,13 @@ def test_a_reused_bus_drops_what_each_runs_plugins_connected(tmp_path: Path) -> 
             assert bus.subscriptions == before
         seen = sys.modules.pop("watching_plugin_first_day").SEEN
         assert seen == [("one", "one"), ("two", "two")]
-    # the run's subscriber threads ended with the runs
-    assert not [t for t in set(threading.enumerate()) - threads if t.is_alive()]
+        # the plugins' subscriber threads end too, while the bus lives on
+        watchers = [
+            t for t in threading.enumerate() if t.name.startswith("evtrain-subscriber[watch")
+        ]
+        for thread in watchers:
+            thread.join(timeout=60)
+        assert [t.name for t in watchers if t.is_alive()] == []
 
 
 # -- 8. learn() from Python -------------------------------------------------------------------

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
     learn = commands.add_parser("learn", help="train the behaviors of a YAML config")
     learn.set_defaults(learn_parser=learn)
-    # Optional here so that "--plugins DIR config.yaml" works: see _config_after_plugins.
+    # Optional here so that "--plugins DIR config.yaml" works: see _parse.
     learn.add_argument(
         "config", nargs="?", help="YAML file in ML-Agents' shape (see docs/configuration.md)"
     )

@@ -88,9 +88,10 @@ def learn(
     Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the
     process group first, unless the caller has done so already.
     """
-    options, types = load_options(config)
-    with console_logging(), use_trainer_types(types), initialized(options):
-        return _learn(options, bus, progress)
+    with console_logging():  # the notes of reading the config too
+        options, types = load_options(config)
+        with use_trainer_types(types), initialized(options):
+            return _learn(options, bus, progress)
 
 
 def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:

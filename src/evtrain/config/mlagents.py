@@ -348,7 +348,7 @@ def upgrade_old_trainer_config(data: dict[str, Any]) -> dict[str, Any]:
     from evtrain.trainers.registry import trainer_type
     from evtrain.trainers.settings import TrainerSettings
 
-    default = data.get("default") or {}
+    default = data["default"] if isinstance(data.get("default"), dict) else {}
     sections = set(_RUN_SECTIONS)
     behaviors: dict[str, Any] = {}
     dropped: list[str] = []

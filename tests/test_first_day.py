@@ -342,6 +342,17 @@ def test_resume_past_max_steps_says_so_and_keeps_the_latest_options(tmp_path: Pa
     assert written["checkpoint_settings"]["resume"] is True
 
 
+def test_tab_indentation_gets_the_use_spaces_hint(tmp_path: Path) -> None:
+    (tmp_path / "tabs.yaml").write_text("behaviors:\n\tCartPole:\n\t\tmax_steps: 10\n")
+    result = evtrain("learn", "tabs.yaml", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "evtrain: error: tabs.yaml: not valid YAML: while scanning for the next token\n"
+        "found character '\\t' that cannot start any token\n"
+        '  in "tabs.yaml", line 2, column 1; YAML indents with spaces, not tabs\n',
+    )
+
+
 # -- 5. --inference ---------------------------------------------------------------------------
 
 

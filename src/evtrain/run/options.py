@@ -31,7 +31,9 @@ def read_config(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such config file"]) from None
     except yaml.YAMLError as error:
-        raise ConfigError([f"{path}: not valid YAML: {error}"]) from None
+        # PyYAML says "found character '\t' that cannot start any token": say what to do.
+        tabs = "; YAML indents with spaces, not tabs" if "'\\t'" in str(error) else ""
+        raise ConfigError([f"{path}: not valid YAML: {error}{tabs}"]) from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError([f"{path}: cannot read the config file: {error}"]) from None
     if data is None:

@@ -60,7 +60,9 @@ def write(path: Path, data: dict[str, Any]) -> Path:
 ENV_MODULE = """
 import gymnasium as gym
 
-def make_env(**kwargs):
+def make_env(tag=None, **kwargs):
+    if tag != "from env_kwargs":  # env_kwargs reach the factory as keyword arguments
+        raise ValueError(f"tag: {tag!r}")
     return gym.make("CartPole-v1", **kwargs)
 
 def not_an_env():
@@ -73,7 +75,10 @@ def not_an_env():
 
 def test_console_script_imports_the_env_module_from_the_working_folder(tmp_path: Path) -> None:
     (tmp_path / "mymodule.py").write_text(ENV_MODULE)
-    write(tmp_path / "run.yaml", tiny(tmp_path / "results", env_id="mymodule:make_env"))
+    options = tiny(
+        tmp_path / "results", env_id="mymodule:make_env", env_kwargs={"tag": "from env_kwargs"}
+    )
+    write(tmp_path / "run.yaml", options)
     result = evtrain("learn", "run.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == (
@@ -89,6 +94,16 @@ def test_the_custom_env_example_runs_from_the_repository_root(tmp_path: Path) ->
     assert result.stdout.splitlines()[0] == (
         f"Corridor: 2,048 steps, policy exported to {tmp_path}/corridor/Corridor.onnx"
     )
+    # the environment class itself is a callable env_id too
+    options = yaml.safe_load((ROOT / "examples/custom_env/corridor.yaml").read_text())
+    options["env_settings"].update(env_id="examples.custom_env.corridor:Corridor", env_kwargs={})
+    options["behaviors"]["Corridor"]["max_steps"] = 256
+    config = write(tmp_path / "class.yaml", options)
+    result = evtrain(
+        "learn", str(config), "--results-dir", str(tmp_path), "--run-id", "class", cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "class/Corridor.onnx").is_file()
 
 
 def test_masked_cartpole_example_runs_as_its_comment_says(tmp_path: Path) -> None:

@@ -640,3 +640,19 @@ def test_the_bar_follows_a_run_past_max_steps() -> None:
     (task,) = display.progress.tasks
     assert (task.completed, task.total) == (128, 128)
     assert "128/128" in out.getvalue()
+
+
+def test_the_bar_shows_the_reward_of_an_inference_run() -> None:
+    from evtrain import StatsEvent, StatsSummary
+
+    display, _ = recorded_display({"CartPole": 100})
+    summary = StatsSummary(full_dist=[21.5])
+    display.on_stats(
+        StatsEvent(
+            category="CartPole/inference",
+            step=64,
+            values={"Environment/Cumulative Reward": summary},
+        )
+    )
+    (task,) = display.progress.tasks
+    assert task.fields["reward"] == "21.500"

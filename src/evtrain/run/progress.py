@@ -16,6 +16,7 @@ from evtrain.bus import Bus
 from evtrain.events import signals
 from evtrain.events.payloads import StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD
+from evtrain.run.inference import INFERENCE_SUFFIX
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
 """The CLI's log line (``evtrain.cli``), also :func:`console_logging`'s."""
@@ -97,7 +98,8 @@ class ProgressDisplay:
         bus.connect(signals.stats, self.on_stats, name="evtrain.run.progress")
 
     def on_stats(self, event: StatsEvent) -> None:
-        task = self._tasks.get(event.category)
+        # --inference reports under <behavior>/inference: the same bar
+        task = self._tasks.get(event.category.removesuffix(INFERENCE_SUFFIX))
         summary = event.values.get(CUMULATIVE_REWARD)
         if task is not None and summary is not None and summary.num:
             self.progress.update(task, reward=f"{summary.mean:.3f}")

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+import torch
 import yaml
 
 from tests.helpers import ROOT, isolated_python
@@ -246,8 +248,6 @@ def test_an_ml_agents_0_16_trainer_config_is_upgraded_with_a_note(tmp_path: Path
 
 
 def test_an_old_config_of_an_unknown_trainer_names_the_key() -> None:
-    import pytest
-
     from evtrain import ConfigError, RunOptions
 
     with pytest.raises(ConfigError) as info:
@@ -288,11 +288,8 @@ def test_version_prints_evtrains_version(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout) == (0, f"evtrain {__version__}\n")
 
 
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a torch without MPS")
 def test_an_unavailable_mps_device_is_one_line_exit_2(tmp_path: Path) -> None:
-    import torch
-
-    if torch.backends.mps.is_available():
-        return  # this machine has MPS: nothing to refuse
     write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
     result = evtrain("learn", "run.yaml", "--torch-device", "mps", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (
@@ -584,8 +581,6 @@ def test_learn_from_python_logs_progress_once_whether_or_not_logging_is_configur
 
 
 def test_errors_raised_to_python_name_the_option_beside_the_flag(tmp_path: Path) -> None:
-    import pytest
-
     from evtrain.errors import RunFolderError
     from evtrain.run.learn import learn
 

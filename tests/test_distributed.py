@@ -237,8 +237,11 @@ def test_inference_on_two_ranks_counts_global_steps_and_saves_nothing(
     for rank in (0, 1):
         assert not [e for e in run.events(rank) if e["signal"] in ("save", "export")]
     after = sorted(p.name for p in (run.run / "Agent").iterdir())
-    assert [n for n in after if "tfevents" not in n] == [n for n in before if "tfevents" not in n]
-    assert len([n for n in after if "tfevents" in n]) == 2  # training's, and rank 0's now
+    # inference summaries are a category of their own, Agent/inference (docs/configuration.md)
+    kept = sorted([*(n for n in before if "tfevents" not in n), "inference"])
+    assert [n for n in after if "tfevents" not in n] == kept
+    assert len([n for n in after if "tfevents" in n]) == 1  # training's
+    assert len(list((run.run / "Agent" / "inference").glob("*tfevents*"))) == 1  # rank 0's
 
 
 def test_the_multi_node_form_with_two_agents(tmp_path: Path) -> None:

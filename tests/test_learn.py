@@ -542,8 +542,8 @@ def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -
         (
             "cuda",
             "torch_settings.device: 'cuda': no CUDA device is available to this torch "
-            f"({torch.__version__}); use --torch-device cpu, or leave the device unset to use "
-            "CUDA only when it is available",
+            f"({torch.__version__}); use --torch-device cpu (torch_settings.device), or leave "
+            "the device unset to use CUDA only when it is available",
         ),
         (
             "gpu0",

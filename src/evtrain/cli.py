@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Train RL agents from YAML; every training event goes through a typed bus.",
     )
     parser.add_argument("--debug", action="store_true", help="verbose logs")
+    parser.add_argument("--version", action="version", version=f"evtrain {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     listing = commands.add_parser("plugins", help="list every plugin found, and whether it loads")
@@ -46,7 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     learn = commands.add_parser("learn", help="train the behaviors of a YAML config")
-    learn.add_argument("config", help="YAML file in ML-Agents' shape (see docs/configuration.md)")
+    learn.set_defaults(learn_parser=learn)
+    # Optional here so that "--plugins DIR config.yaml" works: see _parse.
+    learn.add_argument(
+        "config", nargs="?", help="YAML file in ML-Agents' shape (see docs/configuration.md)"
+    )
     overrides = learn.add_argument_group("overrides (applied only when given)")
     overrides.add_argument("--run-id", help="checkpoint_settings.run_id")
     overrides.add_argument("--results-dir", help="checkpoint_settings.results_dir")
@@ -56,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     overrides.add_argument(
         "--inference", action="store_true", default=None, help="run the policy, do not train"
     )
-    overrides.add_argument("--seed", type=int, help="env_settings.seed")
+    overrides.add_argument(
+        "--seed", type=int, help="env_settings.seed: 0 or more, or -1 to draw one (logged)"
+    )
     overrides.add_argument("--num-envs", type=int, help="env_settings.num_envs")
     overrides.add_argument("--torch-device", help="torch_settings.device (cpu, cuda, cuda:1)")
     overrides.add_argument(
@@ -111,7 +118,32 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-id", default="demo", help="run folder name (default: demo)")
     demo.add_argument("--results-dir", default="results", help="parent folder (default: results)")
     demo.add_argument("--steps", type=int, default=50_000, help="synthetic steps (default 50000)")
+    for command in (learn, rec, sync, demo):
+        # Also after the command (evtrain learn --debug ...); SUPPRESS: when absent here, the
+        # value given before the command stands.
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="verbose logs"
+        )
     return parser
+
+
+def _version() -> str:
+    from evtrain._version import __version__
+
+    return __version__
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    learn_parser = vars(args).pop("learn_parser", None)
+    if args.command == "learn" and args.config is None:
+        # learn --plugins DIR config.yaml: --plugins takes one or more paths, so argparse
+        # gives it the config too; the last of its paths is the config then.
+        if args.plugins is None or len(args.plugins) < 2:
+            learn_parser.error("the following arguments are required: config")
+        args.config = args.plugins.pop()
+    return args
 
 
 def list_plugins(groups: Sequence[str], paths: Sequence[str] = ()) -> int:
@@ -336,7 +368,7 @@ def entry() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     # Only evtrain's own loggers speak at INFO: libraries (the ONNX exporter, say) keep the
     # root's WARNING, so the console shows training, not their progress chatter.
     logging.basicConfig(

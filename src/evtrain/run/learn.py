@@ -28,10 +28,11 @@ from evtrain.ranks import get_rank
 from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
 from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.curriculum import Curriculum
-from evtrain.run.inference import run_inference
+from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
 from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
+from evtrain.run.progress import console_logging
 from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
 from evtrain.run.saver import BackgroundSaver, snapshot
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
@@ -81,20 +82,23 @@ def learn(
 
     Subscribers already connected to ``bus`` see the same events as the plugins; a bus
     passed in is flushed, not closed, at the end (its owner closes it), and what the run
-    connected to it (the plugins' writers) is disconnected and closed.
+    connected to it (the plugins' writers, and what subscriber plugins connected) is
+    disconnected and closed.
 
     Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the
     process group first, unless the caller has done so already.
     """
-    options, types = load_options(config)
-    # The configurations its checkpoints were saved with, before the run rewrites its own.
-    with use_trainer_types(types), initialized(options), saved_configurations(options):
-        return _learn(options, bus, progress)
+    with console_logging():  # the notes of reading the config too
+        options, types = load_options(config)
+        # The configurations its checkpoints were saved with, before the run rewrites its own.
+        with use_trainer_types(types), initialized(options), saved_configurations(options):
+            return _learn(options, bus, progress)
 
 
 def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:
     _check_behaviors(options)
     options.torch_settings.check_device()
+    check_trained_model(options)
     world = World.current()
     # Locked for the whole run; a run that fails before its first step removes what it wrote
     # in a folder that held nothing before, so the same command can be given again.
@@ -112,6 +116,18 @@ def _check_behaviors(options: RunOptions) -> None:
         trainer_type(settings.trainer_type)  # validated already; fail before touching disk
         if not name:
             raise ConfigError(["behaviors: a behavior name must not be empty"])
+        num_envs = options.env_settings.num_envs
+        if num_envs > settings.max_steps:
+            # Each step of the vector env is num_envs steps: the run would overshoot
+            # max_steps by a rollout of them (100,000 envs made 800,000 steps of 2,048).
+            raise ConfigError(
+                [
+                    f"env_settings.num_envs: {num_envs:,} environments take {num_envs:,} steps "
+                    f"at each step, more than behaviors.{name}.max_steps ({settings.max_steps:,}"
+                    f"); use --num-envs (env_settings.num_envs) {settings.max_steps} or fewer, "
+                    "or raise max_steps"
+                ]
+            )
 
 
 class _Run:
@@ -201,6 +217,16 @@ class _Run:
         for name, trainer in self.trainers.items():
             for warning in schedule_warnings(name, trainer, inference=cs.inference):
                 logger.warning(warning)
+            if cs.resume and not cs.inference and trainer.step >= trainer.settings.max_steps:
+                logger.warning(
+                    "%s: run %s already reached max_steps %d (at step %d); raise "
+                    "behaviors.%s.max_steps to continue",
+                    name,
+                    cs.run_id,
+                    trainer.settings.max_steps,
+                    trainer.step,
+                    name,
+                )
 
     def _steps(self, stop_requested: Callable[[], bool]) -> RunStatus:
         """Train (or, ``--inference``, run the policies) until every behavior reaches
@@ -421,4 +447,4 @@ class _RewardTracker:
     def __call__(self, event: StatsEvent) -> None:
         summary = event.values.get(CUMULATIVE_REWARD)
         if summary is not None and summary.num:
-            self.mean[event.category] = summary.mean
+            self.mean[event.category.removesuffix(INFERENCE_SUFFIX)] = summary.mean

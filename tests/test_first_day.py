@@ -573,15 +573,14 @@ def test_errors_raised_to_python_name_the_option_beside_the_flag(tmp_path: Path)
     from evtrain.errors import RunFolderError
     from evtrain.run.learn import learn
 
-    (tmp_path / "results/run/CartPole").mkdir(parents=True)
     options = tiny(tmp_path / "results")
-    options["checkpoint_settings"]["resume"] = True
+    learn(options)  # a run of that id exists now
     with pytest.raises(RunFolderError) as info:
         learn(options)
     assert str(info.value) == (
-        f"cannot resume behavior 'CartPole': {tmp_path}/results/run/CartPole/checkpoint.pt does "
-        "not exist (the run never reached a checkpoint). Start it again with --force "
-        "(checkpoint_settings.force)."
+        f"run 'run' already exists in {tmp_path}/results/run. Use --resume "
+        "(checkpoint_settings.resume) to continue it, --force (checkpoint_settings.force) to "
+        "overwrite it, or choose another --run-id (checkpoint_settings.run_id)."
     )
 
 

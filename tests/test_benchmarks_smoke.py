@@ -181,3 +181,135 @@ def test_vector_end_to_end(tmp_path: Path) -> None:
     ]
     assert sorted(report["summary"]) == ["async", "async_vs_sync", "sync"]
     assert report["summary"]["sync"]["floor_steps_per_s"] == 10_000
+
+
+@pytest.mark.slow
+def test_curiosity_end_to_end(tmp_path: Path) -> None:
+    # 16 MountainCars of 200-step episodes: 4,096 steps end one episode each
+    args = ["--steps", "4096", "--seeds", "0", "--signals", "extrinsic", "rnd"]
+    done = _run("bench_curiosity.py", *args, out=tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "signal     seed first goal  success  mean ret      s"
+    assert [line.split()[:3] for line in lines[1:3]] == [
+        ["extrinsic", "0", "None"],
+        ["rnd", "0", "None"],
+    ]
+    report = _report(tmp_path, "curiosity.json")
+    assert sorted(report) == ["args", "runs"]
+    assert [(r["signal"], r["steps"], r["episodes"]) for r in report["runs"]] == [
+        ("extrinsic", 4096, 16),
+        ("rnd", 4096, 16),
+    ]
+    assert sorted(report["runs"][0]) == [
+        "episodes",
+        "mean_return_last_100",
+        "seconds",
+        "seed",
+        "signal",
+        "steps",
+        "steps_to_first_goal",
+        "success_last_100",
+    ]
+
+
+@pytest.mark.slow
+def test_memory_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "512", "--seeds", "0", "--envs", "2", "--policies", "feedforward"]
+    done = _run("bench_memory.py", *args, out=tmp_path)
+    assert (
+        done.stdout.splitlines()[0] == "policy       seed  last-100  best-20  steps to 195      s"
+    )
+    report = _report(tmp_path, "memory.json")
+    assert sorted(report) == ["args", "median_last_100", "runs"]
+    (run,) = report["runs"]
+    assert sorted(run) == [
+        "best_mean_20",
+        "episodes",
+        "mean_return_last_100",
+        "policy",
+        "seconds",
+        "seed",
+        "steps",
+        "steps_to_mean_20_of_195",
+    ]
+    assert (run["policy"], run["steps"]) == ("feedforward", 512)
+    assert list(report["median_last_100"]) == ["feedforward"]
+
+
+@pytest.mark.slow
+def test_pixels_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "512", "--seeds", "0", "--size", "20", "--kinds", "vector", "simple"]
+    done = _run("bench_pixels.py", *args, out=tmp_path)
+    assert done.stdout.splitlines()[0].split() == [
+        *["kind", "seed", "steps/s", "s", "mean", "return", "of", "the", "last", "20", "at"]
+    ]
+    report = _report(tmp_path, "pixels.json")
+    assert sorted(report) == ["args", "runs"]
+    assert [(r["kind"], r["size"], r["steps"]) for r in report["runs"]] == [
+        ("vector", 20, 512),
+        ("simple", 20, 512),
+    ]
+    assert [list(r["mean_return_last_20"]) for r in report["runs"]] == [["512"], ["512"]]
+
+
+@pytest.mark.slow
+def test_threaded_end_to_end(tmp_path: Path) -> None:
+    args = ["--cases", "ppo-cartpole", "--steps", "512", "--segment", "0.2"]
+    done = _run("bench_threaded.py", *args, out=tmp_path)
+    assert done.stdout.splitlines()[0].split() == [
+        *["case", "threaded", "seed", "steps", "seconds", "cpu", "s", "steps/s"],
+        *["update", "s", "waited", "s", "final", "return"],
+    ]
+    report = _report(tmp_path, "threaded.json")
+    assert sorted(report) == ["cpus", "runs", "segment", "summary"]
+    assert [(r["case"], r["threaded"], r["steps"]) for r in report["runs"]] == [
+        ("ppo-cartpole", False, 512),
+        ("ppo-cartpole", True, 512),
+    ]
+    assert sorted(report["summary"]["ppo-cartpole"]) == [
+        "speedup",
+        "speedups",
+        "threaded_final_return",
+        "threaded_steps_per_s",
+        "unthreaded_final_return",
+        "unthreaded_steps_per_s",
+    ]
+
+
+@pytest.mark.slow
+def test_startup_end_to_end(tmp_path: Path) -> None:
+    done = _run("bench_startup.py", "--repeats", "1", out=tmp_path)
+    assert (
+        "| case (median of 1) | first env step s | whole process s | loaded then |" in done.stdout
+    )
+    report = _report(tmp_path, "startup.json")
+    assert sorted(report) == ["args", "runs", "summary"]
+    assert list(report["summary"]) == [
+        "python",
+        "import torch",
+        "torch + gymnasium",
+        "evtrain learn",
+    ]
+    assert sorted(report["summary"]["evtrain learn"]) == [
+        "loaded_at_first_step",
+        "median_first_step_s",
+        "median_wall_s",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "worker"),
+    [
+        ("bench_sac.py", ["evtrain", "300", "0"]),
+        ("bench_sac_discrete.py", ["sac", "1200", "0"]),
+        ("bench_sac_discrete.py", ["ppo", "1024", "0"]),
+    ],
+)
+def test_sac_workers(script: str, worker: list[str], tmp_path: Path) -> None:
+    # The whole scripts also run Stable-Baselines3 and fixed-size floors: their workers only.
+    done = _run(script, "--worker", *worker, out=tmp_path)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["steps"] == int(worker[1])
+    assert result["seed"] == 0
+    assert isinstance(result["final_mean_return"], float)

@@ -313,3 +313,66 @@ def test_sac_workers(script: str, worker: list[str], tmp_path: Path) -> None:
     assert result["steps"] == int(worker[1])
     assert result["seed"] == 0
     assert isinstance(result["final_mean_return"], float)
+
+
+@pytest.mark.slow
+def test_distributed_end_to_end(tmp_path: Path) -> None:
+    done = _run("bench_distributed.py", "--steps", "512", "--repeats", "1", out=tmp_path)
+    assert " ".join(done.stdout.split("\n\n")[-1].splitlines()[0].split()) == (
+        "setup steps/s (median) speed-up efficiency wall s"
+    )
+    report = _report(tmp_path, "bench_distributed-*.json")
+    assert sorted(report) == ["args", "runs", "summary"]
+    setups = ["1 rank", "2 ranks, per-rank", "2 ranks, same-batch"]
+    assert list(report["runs"]) == setups
+    assert [[r["steps"] for r in runs] for runs in report["runs"].values()] == [[512]] * 3
+    assert sorted(report["summary"]["1 rank"]) == ["efficiency", "speedup", "steps_per_s", "wall"]
+
+
+@pytest.mark.slow
+def test_trackers_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "512", "--repeats", "1", "--variants", "none", "evtrain"]
+    _run("bench_trackers.py", *args, out=tmp_path)
+    report = _report(tmp_path, "trackers.json")
+    assert sorted(report) == ["median_steps_per_s", "runs"]
+    none, evtrain = report["runs"]["none"][0], report["runs"]["evtrain"][0]
+    assert (none["variant"], none["steps"], none["mlflow_run_id"]) == ("none", 512, None)
+    assert (evtrain["variant"], evtrain["steps"]) == ("evtrain", 512)
+    assert evtrain["missing_points"] == evtrain["duplicated_points"] == 0
+
+
+@pytest.mark.slow
+def test_imitation_end_to_end(tmp_path: Path) -> None:
+    import yaml
+
+    config = yaml.safe_load((ROOT / "examples" / "configs" / "cartpole_ppo.yaml").read_text())
+    config["behaviors"]["CartPole"]["max_steps"] = 512
+    (tmp_path / "expert.yaml").write_text(yaml.safe_dump(config))
+    demo = tmp_path / "demo.npz"
+    evtrain = ["-m", "evtrain"]
+    where = ["expert.yaml", "--run-id", "expert", "--results-dir", str(tmp_path / "results")]
+    for command in (
+        [*evtrain, "learn", *where],
+        [*evtrain, "record", *where, "--episodes", "2", "--output", str(demo)],
+    ):
+        made = subprocess.run(
+            [sys.executable, *command], cwd=tmp_path, env=_env(tmp_path), capture_output=True
+        )
+        assert made.returncode == 0, made.stderr[-3000:]
+    args = ["--demo", str(demo), "--steps", "512", "--seeds", "0", "--variants", "ppo", "gail_bc"]
+    done = _run("bench_imitation.py", *args, out=tmp_path)
+    assert done.stdout.splitlines()[:2] == [
+        f"(given) {demo}",
+        "variant  seed steps to 475 episodes      s",
+    ]
+    report = _report(tmp_path, "imitation.json")
+    assert sorted(report) == ["args", "expert", "runs", "settings", "summary"]
+    assert [(r["variant"], r["steps"], r["steps_to_475"]) for r in report["runs"]] == [
+        ("ppo", 512, None),
+        ("gail_bc", 512, None),
+    ]
+    assert report["summary"]["ppo"] == {
+        "median_steps_to_475": None,
+        "seeds_reaching_475": 0,
+        "seeds": 1,
+    }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -376,3 +377,34 @@ def test_imitation_end_to_end(tmp_path: Path) -> None:
         "seeds_reaching_475": 0,
         "seeds": 1,
     }
+
+
+@pytest.mark.slow
+def test_ppo_whole_process_evtrain_half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SB3 half needs Stable-Baselines3 (the `bench` extra): evtrain's half on its own.
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    for name, value in _env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    whole_process = runpy.run_path(str(BENCHMARKS / "bench_ppo.py"))["whole_process"]
+    run = whole_process("evtrain", 512, 0, tmp_path)
+    assert sorted(run) == [
+        "episodes",
+        "final_mean_20",
+        "library",
+        "model",
+        "rollout_s",
+        "seconds",
+        "seed",
+        "steps",
+        "steps_per_s",
+        "steps_to_475",
+        "update_s",
+    ]
+    assert (run["library"], run["steps"], run["steps_to_475"], run["model"]) == (
+        "evtrain",
+        512,
+        None,
+        True,
+    )
+    episodes = json.loads((tmp_path / "returns-evtrain-0.json").read_text())
+    assert run["episodes"] == len(episodes) > 0

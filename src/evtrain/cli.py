@@ -7,6 +7,7 @@ import gc
 import logging
 import shlex
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -14,10 +15,32 @@ import yaml
 
 from evtrain import plugins
 from evtrain.config.options import RunOptions
-from evtrain.errors import ConfigError, DistributedError, PluginError, RunFolderError
+from evtrain.errors import (
+    ConfigError,
+    DistributedError,
+    NonFiniteError,
+    PluginError,
+    RunFolderError,
+)
+from evtrain.run.interrupt import Aborted
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
 DEBUG_LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s %(filename)s:%(lineno)d] %(message)s"
+
+
+LEARN_EPILOG = """\
+signals: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current
+update finishes, then the final save and export, then the drain of the writers; during the
+final save it lets the save finish. A second signal aborts at once and says which files of the
+interrupted save are on disk (each complete).
+
+exit codes:
+  0    the run ended with its final save complete (at max_steps, or stopped by a signal)
+  1    the run failed (e.g. a non-finite reward or loss; another rank died)
+  2    usage or configuration error; nothing was trained
+  130  aborted by a second signal: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the signal's number)
+
+see docs/run-folder.md, "Exit codes and signals"."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         "--plugins", nargs="+", metavar="PATH", default=[], help="also list modules under PATH"
     )
 
-    learn = commands.add_parser("learn", help="train the behaviors of a YAML config")
+    learn = commands.add_parser(
+        "learn",
+        help="train the behaviors of a YAML config",
+        epilog=LEARN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     learn.add_argument("config", help="YAML file in ML-Agents' shape (see docs/configuration.md)")
     overrides = learn.add_argument_group("overrides (applied only when given)")
     overrides.add_argument("--run-id", help="checkpoint_settings.run_id")
@@ -349,9 +377,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except DistributedError:
         return 1  # logged where it happened (see evtrain.distributed.World)
-    except KeyboardInterrupt:
+    except NonFiniteError as error:
+        if args.debug:
+            traceback.print_exc()
+        print(f"evtrain: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as interrupt:
         print("evtrain: aborted", file=sys.stderr)
-        return 130
+        return interrupt.exit_code if isinstance(interrupt, Aborted) else 130
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces choices
 
 

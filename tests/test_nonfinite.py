@@ -155,17 +155,29 @@ def scalars(logdir: Path, tag: str) -> list[tuple[int, float]]:
     return [(s.step, s.value) for s in accumulator.Scalars(tag)]
 
 
-@pytest.mark.parametrize(("config", "end"), [(ppo(), 512), (sac(), 400)], ids=["ppo", "sac"])
+@pytest.mark.parametrize(
+    ("config", "end", "first", "skipped"),
+    [
+        (ppo(), 512, "reward at step 296", 1.0),
+        (ppo(value=3e38), 512, "loss at step 384", 4.0),  # the update's 4 gradient steps
+        (sac(), 400, "reward at step 298", 1.0),
+    ],
+    ids=["ppo-reward", "ppo-loss", "sac-reward"],
+)
 def test_on_nonfinite_skip_skips_the_update_counts_it_and_trains_on(
-    tmp_path: Path, config: dict[str, Any], end: int
+    tmp_path: Path, config: dict[str, Any], end: int, first: str, skipped: float
 ) -> None:
     [name] = config["behaviors"]
     config["behaviors"][name]["on_nonfinite"] = "skip"
     result = learn(tmp_path, config)
     assert result.returncode == 0, result.stderr
     assert "nan" not in result.stderr.lower().replace("non-finite", "")
+    assert (
+        f"[WARNING] behavior {name}: non-finite {first}; skipping it (on_nonfinite: skip), "
+        f"counted in {SKIPPED_STAT}" in result.stderr.splitlines()
+    )
     run = tmp_path / "results" / "run"
-    assert scalars(run / name, SKIPPED_STAT) == [(end, 1.0)]
+    assert scalars(run / name, SKIPPED_STAT) == [(end, skipped)]
     assert all(np.isfinite(v) for _, v in scalars(run / name, "Losses/Policy Loss"))
     assert max(assert_every_file_finite(run, name)) == end
     session = ort.InferenceSession(str(run / f"{name}.onnx"), providers=["CPUExecutionProvider"])

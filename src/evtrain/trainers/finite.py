@@ -23,7 +23,14 @@ from evtrain.bus.reporter import StatsReporter
 from evtrain.errors import NonFiniteError
 from evtrain.events.stats import StatsAggregationMethod
 
-__all__ = ["SKIPPED_STAT", "FiniteGuard", "finite_rows", "nonfinite_tensors", "zeroed"]
+__all__ = [
+    "SKIPPED_STAT",
+    "FiniteGuard",
+    "finite_mean",
+    "finite_rows",
+    "nonfinite_tensors",
+    "zeroed",
+]
 
 logger = logging.getLogger("evtrain")
 
@@ -59,6 +66,14 @@ def zeroed(value: Any, ok: np.ndarray[Any, Any]) -> Any:
     array = np.array(value, copy=True)
     array[~ok] = 0
     return array
+
+
+def finite_mean(values: list[torch.Tensor]) -> float | None:
+    """The mean of the finite ones of ``values`` (scalars; ``None`` if none is): a stat that
+    leaves out the gradient steps skipped as non-finite."""
+    stacked = torch.stack(values)
+    finite = stacked[torch.isfinite(stacked)]
+    return float(finite.mean()) if len(finite) else None
 
 
 def nonfinite_tensors(value: Any, where: str = "") -> list[str]:

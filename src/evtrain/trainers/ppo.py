@@ -43,7 +43,7 @@ from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.behavioral_cloning import actor_critic_output
 from evtrain.trainers.envs import final_observations
-from evtrain.trainers.finite import zeroed
+from evtrain.trainers.finite import finite_mean, zeroed
 from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.intrinsic import load_experts, make_behavioral_cloning, make_reward_signals
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
@@ -497,9 +497,11 @@ class PPOTrainer(Trainer):
                         signal_losses.setdefault(key, []).append(loss)
 
         report = self.reporter.add_stat
-        # nanmean: the losses of gradient steps skipped as non-finite (on_nonfinite: skip)
-        report("Losses/Policy Loss", float(torch.stack(pg_losses).nanmean()))
-        report("Losses/Value Loss", float(torch.stack(v_losses).nanmean()))
+        # Without the gradient steps skipped as non-finite (on_nonfinite: skip), if any.
+        for key, losses in (("Losses/Policy Loss", pg_losses), ("Losses/Value Loss", v_losses)):
+            mean = finite_mean(losses)
+            if mean is not None:
+                report(key, mean)
         report("Policy/Entropy", float(torch.stack(entropies).mean()))
         for key, losses in signal_losses.items():
             report(key, float(torch.stack(losses).mean()))

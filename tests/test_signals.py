@@ -176,7 +176,7 @@ def test_sigterm_during_the_drain_lets_the_writers_finish_and_exits_zero(
     code, _, err = run.finish()
     assert code == 0, err
     assert (
-        "[WARNING] SIGTERM received while the run closes: every file is saved; finishing the "
+        "[WARNING] SIGTERM received while the run closes: finishing the saves under way and the "
         "drain of the writers (at most bus.drain_timeout). Send it again to abort at once."
         in err.splitlines()
     )

@@ -108,8 +108,8 @@ _FIRST = {
     "training": "%s received: finishing the current update, then saving and exporting. "
     "Send it again to abort at once.",
     "saving": "%s received during the final save: finishing it. Send it again to abort at once.",
-    "closing": "%s received while the run closes: every file is saved; finishing the drain of "
-    "the writers (at most bus.drain_timeout). Send it again to abort at once.",
+    "closing": "%s received while the run closes: finishing the saves under way and the drain "
+    "of the writers (at most bus.drain_timeout). Send it again to abort at once.",
 }
 
 

@@ -183,6 +183,57 @@ def test_sigterm_during_the_drain_lets_the_writers_finish_and_exits_zero(
     assert_final_save_complete(run.run, 512)
 
 
+def test_a_second_signal_during_the_drain_aborts_at_once(
+    tmp_path: Path, learn: Callable[..., Learn]
+) -> None:
+    run = learn(512, EVTRAIN_TEST_DRAIN_GATE=str(tmp_path))
+    run.wait_for_file(tmp_path / "draining")  # a subscriber holds run_finished
+    run.proc.send_signal(signal.SIGTERM)
+    run.wait_for_line("SIGTERM received while the run closes")
+    run.proc.send_signal(signal.SIGTERM)
+    # The process ends although the subscriber never lets go (its gate stays closed).
+    code, _, err = run.finish()
+    assert code == 143, err
+    lines = err.splitlines()
+    assert lines[-4:-2] == [
+        "[WARNING] SIGTERM received again: aborting as soon as the file being written is complete.",
+        "[WARNING] Aborted: the final save of CartPole was complete. Every file on disk is "
+        "complete.",
+    ]
+    # What the subscriber never got is reported (a writer still closing may be named too).
+    assert lines[-2].startswith(
+        "[WARNING] Bus closed with events undelivered {'drain_gate': 1}; subscribers not "
+        "finished: ["
+    )
+    assert "'drain_gate'" in lines[-2] and lines[-1] == "evtrain: aborted"
+    assert_final_save_complete(run.run, 512)
+
+
+def test_learn_help_lists_the_exit_codes() -> None:
+    result = subprocess.run(
+        [isolated_python(), "-m", "evtrain", "learn", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert result.stdout.split("\nsignals:", 1)[1] == (
+        " the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current\n"
+        "update finishes, then the final save and export, then the drain of the writers; during "
+        "the\nfinal save it lets the save finish. A second signal aborts at once and says which "
+        "files of the\ninterrupted save are on disk (each complete).\n\n"
+        "exit codes:\n"
+        "  0    the run ended with its final save complete (at max_steps, or stopped by a "
+        "signal)\n"
+        "  1    the run failed (e.g. a non-finite reward or loss; another rank died)\n"
+        "  2    usage or configuration error; nothing was trained\n"
+        "  130  aborted by a second signal: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the "
+        "signal's number)\n\n"
+        'see docs/run-folder.md, "Exit codes and signals".\n'
+    )
+
+
 def test_a_signal_ends_the_wait_for_subscribers_before_the_final_save(
     tmp_path: Path, learn: Callable[..., Learn]
 ) -> None:
@@ -237,13 +288,18 @@ def test_a_second_signal_during_the_final_save_aborts_and_names_what_was_written
     run.wait_for_line(f"{name} received during the final save")
     run.proc.send_signal(getattr(signal, name))
     run.wait_for_line(f"{name} received again")
+    # A third signal does not cut short the file being written.
+    run.proc.send_signal(getattr(signal, name))
+    run.wait_for_line(f"{name} received: already aborting")
     # The export being traced completes; the save stops before its next file.
     (tmp_path / "release").touch()
     returncode, _, err = run.finish()
     assert returncode == code, err
     lines = err.splitlines()
-    assert lines[-3:] == [
+    assert lines[-4:] == [
         f"[WARNING] {name} received again: aborting as soon as the file being written is complete.",
+        f"[WARNING] {name} received: already aborting, as soon as the file being written is "
+        "complete.",
         "[WARNING] Aborted: the final save of CartPole at step 512 wrote CartPole/CartPole-512.pt"
         ", CartPole/checkpoint.pt, CartPole/CartPole-512.onnx before it was interrupted. Every "
         "file on disk is complete.",

@@ -29,7 +29,7 @@ from torch import nn
 
 from evtrain.atomic import StrPath, atomic_copy, remove_stale_temps
 from evtrain.bus import Bus
-from evtrain.errors import BusClosedError, NonFiniteError
+from evtrain.errors import BusClosedError
 from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.events.signals import EventSignal
@@ -37,7 +37,7 @@ from evtrain.export import Example, PolicyExporter
 from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
 from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
-from evtrain.trainers.finite import nonfinite_tensors
+from evtrain.trainers.finite import refuse_nonfinite_weights
 
 __all__ = ["CheckpointManager", "SaveCancelled", "load_checkpoint", "save_checkpoint"]
 
@@ -229,7 +229,7 @@ class CheckpointManager:
         reward: float | None,
     ) -> list[SaveEvent | ExportEvent]:
         reward = finite_or_none(reward)
-        _refuse_nonfinite(self.behavior, step, state, policy)
+        refuse_nonfinite_weights(self.behavior, step, state, policy)
         name = f"{self.behavior}-{step}"
         pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
         events: list[SaveEvent | ExportEvent] = []
@@ -411,19 +411,3 @@ class CheckpointManager:
             self._checkpoints = tracked
             self.status.update(self.behavior, checkpoints=tracked)
 
-
-def _refuse_nonfinite(
-    behavior: str, step: int, state: dict[str, Any], policy: nn.Module | None
-) -> None:
-    """:raises NonFiniteError: a weight of ``state`` or ``policy`` is NaN or infinite; nothing
-    is written, so the last checkpoint on disk stays the last good one."""
-    bad = nonfinite_tensors(state) + ([] if policy is None else nonfinite_tensors(policy))
-    if bad:
-        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        raise NonFiniteError(
-            "weights",
-            behavior,
-            step,
-            f"found in {', '.join(bad[:3])}{more}; this checkpoint and its export were not "
-            "written, the last one on disk is kept",
-        )

@@ -183,6 +183,7 @@ class _Run:
             except KeyboardInterrupt:
                 if not self.aborted:  # the second signal came during the drain
                     self._abort()
+                    self._close_bus_now()
                 raise
             finally:
                 if discard:
@@ -260,6 +261,16 @@ class _Run:
         self.status = RunStatus.INTERRUPTED
         self.saver.abort(self._cancel_saves)
         logger.warning(_abort_message(self.managers, self.finished))
+
+    def _close_bus_now(self) -> None:
+        """After an abort of the drain: close the run's bus, giving the subscribers a second
+        at most (else the interpreter's exit would wait for it); what was not delivered is
+        reported."""
+        if self.own_bus:
+            try:
+                self.bus.close(timeout=1.0)
+            except Exception:  # the run is aborting: report, do not mask the abort
+                logger.warning("Closing the bus after the abort failed", exc_info=True)
 
     def _save_final(self, stop: StopRequest) -> None:
         # The last period's reward goes into the final checkpoint record; a subscriber that

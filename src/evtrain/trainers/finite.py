@@ -29,6 +29,7 @@ __all__ = [
     "finite_mean",
     "finite_rows",
     "nonfinite_tensors",
+    "refuse_nonfinite_weights",
     "zeroed",
 ]
 
@@ -95,6 +96,24 @@ def nonfinite_tensors(value: Any, where: str = "") -> list[str]:
     if isinstance(value, list | tuple):
         return [p for i, item in enumerate(value) for p in nonfinite_tensors(item, f"{where}[{i}]")]
     return [where] if isinstance(value, torch.Tensor) and _nonfinite(value) else []
+
+
+def refuse_nonfinite_weights(behavior: str, step: int, *values: Any) -> None:
+    """Before a checkpoint or an export of ``behavior`` at ``step`` is written.
+
+    :param values: state dicts or modules (:func:`nonfinite_tensors`).
+    :raises NonFiniteError: a weight is NaN or infinite; the message names the first three.
+    """
+    bad = [path for value in values for path in nonfinite_tensors(value)]
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise NonFiniteError(
+            "weights",
+            behavior,
+            step,
+            f"found in {', '.join(bad[:3])}{more}; this checkpoint and its export were not "
+            "written, the last one on disk is kept",
+        )
 
 
 def _nonfinite(tensor: torch.Tensor) -> bool:

@@ -23,7 +23,7 @@ from evtrain.trainers.finite import SKIPPED_STAT, nonfinite_tensors
 from tests.helpers import ROOT, isolated_python
 
 FIX = (
-    "expected finite numbers; the update is not applied and the run stops. Check the "
+    "expected finite numbers; the run stops, and nothing trained from it is saved. Check the "
     "environment and the hyperparameters, or set behaviors.{name}.on_nonfinite: skip to skip "
     "such updates"
 )

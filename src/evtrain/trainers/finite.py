@@ -4,7 +4,9 @@ A trainer checks each vector step's rewards and observations (:meth:`FiniteGuard
 each gradient step's loss and total gradient norm (:meth:`FiniteGuard.update`) — one
 ``isfinite`` over a few numbers each, the gradient's norm being what clipping computes anyway.
 With ``on_nonfinite: stop`` (the default) the first non-finite number raises
-:class:`~evtrain.errors.NonFiniteError` naming the quantity, the behavior and the step; with
+:class:`~evtrain.errors.NonFiniteError` naming the quantity, the behavior and the step (a loss
+or gradient at the end of the update, :meth:`FiniteGuard.check_updates`, so that training
+pays no device sync per gradient step); with
 ``skip`` the update it would have entered is skipped and counted in the stat
 :data:`SKIPPED_STAT`.  The runner refuses to write a checkpoint or an export whose weights are
 not finite either way (:func:`nonfinite_tensors`).
@@ -133,6 +135,7 @@ class FiniteGuard:
         self.reporter = reporter
         self.skipped = 0
         """Updates and environment steps skipped so far."""
+        self._pending: torch.Tensor | None = None
 
     def step(self, step: int, rewards: Any, observations: Any) -> np.ndarray[Any, Any]:
         """Check a vector step; returns per environment whether its transition is finite.
@@ -151,15 +154,34 @@ class FiniteGuard:
 
     def update(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
         """Whether a gradient step may be applied: its loss and its gradient's total norm are
-        finite (one device sync).
+        finite.
 
-        :raises NonFiniteError: one is not, under ``stop``.
+        Under ``skip`` that costs a device sync per gradient step.  Under ``stop`` the answer
+        is always yes: the flags are kept on the device and :meth:`check_updates` raises once
+        per update, so training pays no sync per gradient step (what a non-finite step wrote
+        into the weights is never saved: the run stops, and saves refuse such weights).
+
+        Under ``skip``, a non-finite step is counted (:meth:`found`) and ``False`` returned.
         """
         finite = torch.isfinite(torch.stack([loss.detach().sum(), grad_norm.detach()]))
+        if self.policy != "skip":
+            self._pending = finite if self._pending is None else self._pending & finite
+            return True
         if bool(finite.all()):
             return True
         self.found("loss" if not bool(finite[0]) else "gradient", step)
         return False
+
+    def check_updates(self, step: int) -> None:
+        """After an update's gradient steps, under ``stop``: one device sync.
+
+        :raises NonFiniteError: a loss or gradient of them was not finite.
+        """
+        if self._pending is None:
+            return
+        finite, self._pending = self._pending.cpu(), None
+        if not bool(finite.all()):
+            self.found("loss" if not bool(finite[0]) else "gradient", step)
 
     def found(self, quantity: str, step: int) -> None:
         """A non-finite ``quantity`` at ``step``: raise, or count the skip.
@@ -171,8 +193,8 @@ class FiniteGuard:
                 quantity,
                 self.behavior,
                 step,
-                f"the update is not applied and the run stops. Check the environment and the "
-                f"hyperparameters, or set behaviors.{self.behavior}.on_nonfinite: skip to "
+                f"the run stops, and nothing trained from it is saved. Check the environment "
+                f"and the hyperparameters, or set behaviors.{self.behavior}.on_nonfinite: skip to "
                 "skip such updates",
             )
         if not self.skipped:

@@ -223,8 +223,9 @@ class PPOTrainer(Trainer):
         with hierarchical_timer("rollout"):
             next_value = self._collect_rollout()
         self._sync_step()  # distributed: the schedules follow the global step
-        skip, self._skip_update = self.world.any(self._skip_update), False
-        if skip:  # a non-finite reward or observation (on_nonfinite: skip): no update
+        # A non-finite reward or observation (on_nonfinite: skip; the ranks agree): no update.
+        skip, self._skip_update = self._skip_update, False
+        if self.finite.policy == "skip" and self.world.any(skip):
             self._end_period()
             return
         # Scheduled values are taken at update time, from the step count that includes the
@@ -495,6 +496,7 @@ class PPOTrainer(Trainer):
                 for signal in self.signals.values():
                     for key, loss in signal.update(mb[0], mb[1], mb[5], self.world).items():
                         signal_losses.setdefault(key, []).append(loss)
+        self.finite.check_updates(self.step)  # on_nonfinite: stop (one sync per update)
 
         report = self.reporter.add_stat
         # Without the gradient steps skipped as non-finite (on_nonfinite: skip), if any.

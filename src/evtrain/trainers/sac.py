@@ -396,6 +396,7 @@ class SACTrainer(Trainer):
         for _ in range(count):
             update()
             self._lr_sum += lr
+        self.finite.check_updates(step)  # on_nonfinite: stop (one sync per environment step)
         if self.extras:
             with hierarchical_timer("reward_signals"):
                 self.extras.update(step, self.replay, self.rng)

@@ -16,10 +16,11 @@ import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from evtrain import Bus, StatsReporter
 from evtrain.errors import NonFiniteError
 from evtrain.export import PolicyExporter
 from evtrain.run.checkpoint import CheckpointManager, load_checkpoint
-from evtrain.trainers.finite import SKIPPED_STAT, nonfinite_tensors
+from evtrain.trainers.finite import SKIPPED_STAT, FiniteGuard, nonfinite_tensors
 from tests.helpers import ROOT, isolated_python
 
 FIX = (
@@ -204,3 +205,19 @@ def test_no_checkpoint_or_export_with_non_finite_weights_is_written(tmp_path: Pa
     with pytest.raises(ValueError, match=r"^the policy's weight, bias hold NaN or infinity"):
         PolicyExporter().export(policy, np.zeros((1, 3), dtype=np.float32), tmp_path / "p.onnx")
     assert not (tmp_path / "p.onnx").exists()
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_is_named_as_the_gradient(bus: Bus) -> None:
+    nan = torch.tensor(float("nan"))
+    stop = FiniteGuard("B", "stop", StatsReporter(bus, "B"))
+    assert stop.update(5, torch.tensor([1.0, 2.0]), torch.tensor(0.5))
+    assert stop.update(5, torch.tensor([1.0, 2.0]), nan)  # checked once per update
+    with pytest.raises(NonFiniteError, match=r"^behavior B: non-finite gradient \(NaN or infin"):
+        stop.check_updates(6)
+    stop.check_updates(7)  # each update is checked once
+    reporter = StatsReporter(bus, "B")
+    skip = FiniteGuard("B", "skip", reporter)
+    assert not skip.update(5, torch.tensor(1.0), nan)
+    assert not skip.update(5, torch.tensor(float("inf")), torch.tensor(1.0))
+    assert skip.update(5, torch.tensor(1.0), torch.tensor(1.0))
+    assert reporter.get_stats_summaries(SKIPPED_STAT).aggregated_value == 2.0

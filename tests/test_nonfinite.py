@@ -67,6 +67,7 @@ def sac(**env_kwargs: Any) -> dict[str, Any]:
                     "batch_size": 32,
                     "buffer_size": 2000,
                     "buffer_init_steps": 100,
+                    "save_replay_buffer": True,
                 },
                 "network_settings": {"hidden_units": 16, "num_layers": 1},
                 "max_steps": 400,
@@ -181,6 +182,11 @@ def test_on_nonfinite_skip_skips_the_update_counts_it_and_trains_on(
     assert scalars(run / name, SKIPPED_STAT) == [(end, skipped)]
     assert all(np.isfinite(v) for _, v in scalars(run / name, "Losses/Policy Loss"))
     assert max(assert_every_file_finite(run, name)) == end
+    if name == "Pendulum":  # the replay buffer holds every transition but the skipped ones
+        replay = load_checkpoint(run / name / "checkpoint.pt")["replay_buffer"]
+        # the poisoned one, and the same environment's next, from the zeroed observation
+        assert replay["size"] == end - 2
+        assert all(torch.isfinite(t).all() for t in replay.values() if torch.is_tensor(t))
     session = ort.InferenceSession(str(run / f"{name}.onnx"), providers=["CPUExecutionProvider"])
     size = 4 if name == "CartPole" else 3
     actions = session.run(None, {"obs": np.zeros((2, size), dtype=np.float32)})[0]

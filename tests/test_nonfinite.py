@@ -182,6 +182,9 @@ def test_on_nonfinite_skip_skips_the_update_counts_it_and_trains_on(
     assert scalars(run / name, SKIPPED_STAT) == [(end, skipped)]
     assert all(np.isfinite(v) for _, v in scalars(run / name, "Losses/Policy Loss"))
     assert max(assert_every_file_finite(run, name)) == end
+    if name == "CartPole":  # 4 rollouts x 2 epochs x 2 minibatches, one update skipped
+        optimizer = load_checkpoint(run / name / "checkpoint.pt")["optimizer"]
+        assert int(optimizer["state"][0]["step"]) == 12
     if name == "Pendulum":  # the replay buffer holds every transition but the skipped ones
         replay = load_checkpoint(run / name / "checkpoint.pt")["replay_buffer"]
         # the poisoned one, and the same environment's next, from the zeroed observation

@@ -410,4 +410,3 @@ class CheckpointManager:
         if tracked != self._checkpoints:
             self._checkpoints = tracked
             self.status.update(self.behavior, checkpoints=tracked)
-

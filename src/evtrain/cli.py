@@ -7,6 +7,7 @@ import gc
 import logging
 import shlex
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -21,12 +22,29 @@ from evtrain.errors import (
     ConfigError,
     DistributedError,
     JournalFormatError,
+    NonFiniteError,
     PluginError,
     RunFolderError,
 )
+from evtrain.run.interrupt import Aborted
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
 DEBUG_LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s %(filename)s:%(lineno)d] %(message)s"
+
+
+LEARN_EPILOG = """\
+signals: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current
+update finishes, then the final save and export, then the drain of the writers; during the
+final save it lets the save finish. A second signal aborts at once and says which files of the
+interrupted save are on disk (each complete).
+
+exit codes:
+  0    the run ended with its final save complete (at max_steps, or stopped by a signal)
+  1    the run failed (e.g. a non-finite reward or loss; another rank died)
+  2    usage or configuration error; nothing was trained
+  130  aborted by a second signal: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the signal's number)
+
+see docs/run-folder.md, "Exit codes and signals"."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         "--plugins", nargs="+", metavar="PATH", default=[], help="also list modules under PATH"
     )
 
-    learn = commands.add_parser("learn", help="train the behaviors of a YAML config")
+    learn = commands.add_parser(
+        "learn",
+        help="train the behaviors of a YAML config",
+        epilog=LEARN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     learn.set_defaults(learn_parser=learn)
     # Optional here so that "--plugins DIR config.yaml" works: see _parse.
     learn.add_argument(
@@ -421,9 +444,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    except KeyboardInterrupt:
+    except NonFiniteError as error:
+        if args.debug:
+            traceback.print_exc()
+        print(f"evtrain: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as interrupt:
         print("evtrain: aborted", file=sys.stderr)
-        return 130
+        return interrupt.exit_code if isinstance(interrupt, Aborted) else 130
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces choices
 
 

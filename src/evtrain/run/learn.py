@@ -29,7 +29,7 @@ from evtrain.run.build import build_behavior, configure_torch, rank_seed, traini
 from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.curriculum import Curriculum
 from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
-from evtrain.run.interrupt import stop_on_signals
+from evtrain.run.interrupt import StopRequest, stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
 from evtrain.run.progress import console_logging
@@ -164,6 +164,8 @@ class _Run:
         self.next_checkpoint: dict[str, int] = {}
         self.saver = BackgroundSaver()
         """Writes the checkpoints and exports, off the training thread."""
+        self.aborted = False
+        """A second signal aborted the run."""
 
     def run(self, folder: RunFolder) -> LearnResult:
         """Start, train (or infer), save; every exit emits ``run_finished`` and drains the bus.
@@ -172,21 +174,29 @@ class _Run:
             nothing that would make the fixed rerun need ``--force``).
         """
         cs = self.options.checkpoint_settings
-        try:
-            self._start()
-            with stop_on_signals() as stop, hierarchical_timer("train"):
-                self.status = self._steps(lambda: stop.requested is not None)
-            if not cs.inference:
-                self._save_final()
-        except KeyboardInterrupt:
-            self.status = RunStatus.INTERRUPTED
-            # The file being written is completed; saves not yet started are dropped.
-            self.saver.abort(self._cancel_saves)
-            logger.warning(_abort_message(self.managers, self.finished))
-            raise
-        finally:
-            folder.stepped = any(t.step for t in self.trainers.values())
-            self._close()
+        # The handlers stay from before the first step to the end of the drain: a signal
+        # during the final save or the drain is a request like any other (see interrupt.py).
+        with stop_on_signals() as stop:
+            try:
+                try:
+                    self._start()
+                    with hierarchical_timer("train"):
+                        self.status = self._steps(lambda: stop.requested is not None)
+                    if not cs.inference:
+                        stop.phase = "saving"
+                        self._save_final(stop)
+                except KeyboardInterrupt:
+                    self._abort()
+                    raise
+                finally:
+                    folder.stepped = any(t.step for t in self.trainers.values())
+                    stop.phase = "closing"
+                    self._close()
+            except KeyboardInterrupt:
+                if not self.aborted:  # the second signal came during the drain
+                    self._abort()
+                    self._close_bus_now()
+                raise
         return LearnResult(
             run_id=cs.run_id,
             status=self.status,
@@ -263,10 +273,30 @@ class _Run:
         interval = trainer.settings.checkpoint_every
         self.next_checkpoint[name] = _next_multiple(trainer.step, interval)
 
-    def _save_final(self) -> None:
+    def _abort(self) -> None:
+        """A second signal: the file being written is completed, saves not yet started are
+        dropped, and the log says what the interrupted save wrote."""
+        self.aborted = True
+        self.status = RunStatus.INTERRUPTED
+        self.saver.abort(self._cancel_saves)
+        logger.warning(_abort_message(self.managers, self.finished))
+
+    def _close_bus_now(self) -> None:
+        """After an abort of the drain: close the run's bus, giving the subscribers a second
+        at most (else the interpreter's exit would wait for it); what was not delivered is
+        reported."""
+        if self.own_bus:
+            try:
+                self.bus.close(timeout=1.0)
+            except Exception:  # the run is aborting: report, do not mask the abort
+                logger.warning("Closing the bus after the abort failed", exc_info=True)
+
+    def _save_final(self, stop: StopRequest) -> None:
         # The last period's reward goes into the final checkpoint record; a subscriber that
-        # hangs may delay the final save by the drain timeout, never more.
-        self._flush(Deadline(self.options.bus.drain_timeout), "before the final save", True)
+        # hangs may delay the final save by the drain timeout, never more, and a signal ends
+        # that wait (the events still reach the subscribers in the drain).
+        with stop.skippable("for subscribers before the final save"):
+            self._flush(Deadline(self.options.bus.drain_timeout), "before the final save", True)
         for name in self.trainers:
             self._save(name, final=True)
         self.saver.wait()
@@ -288,6 +318,8 @@ class _Run:
             example = _example_obs(trainer.envs.single_observation_space, trainer.next_obs)
         step, reward = trainer.step, self.rewards.mean.get(name)
         save = manager.save_final if final else manager.save
+        if final:  # a moment to wait for (tests signal during the final save)
+            logger.info("Final save of %s at step %d: checkpoint and export", name, step)
         progress = self.progress
 
         def job() -> None:

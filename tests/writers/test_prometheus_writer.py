@@ -10,12 +10,13 @@ import signal
 import subprocess
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from evtrain import Bus, RunFinished, RunStarted, RunStatus, signals
-from tests.helpers import isolated_python, stats_event
+from tests.helpers import ROOT, isolated_python, stats_event
 from tests.test_learn import config
 
 pytest.importorskip("prometheus_client")
@@ -203,3 +204,49 @@ def test_a_cli_run_logs_its_port_and_lingers_until_ctrl_c(tmp_path: Path) -> Non
     assert err == ""  # no traceback, nothing else after the lingering line
     with pytest.raises(OSError):
         page(port)
+
+
+@needs_promtool
+def test_the_alert_rule_fires_after_ten_minutes_without_a_summary(tmp_path: Path) -> None:
+    """The rule docs/trackers.md gives, run by ``promtool test rules`` on series whose last
+    summary arrived at unix time 0: silent at 9 minutes, firing at 11, silent once finished."""
+    doc = (ROOT / "docs" / "trackers.md").read_text()
+    (rules,) = [b for b in re.findall(r"```yaml\n(.*?)```", doc, re.DOTALL) if "alert:" in b]
+    (tmp_path / "rules.yml").write_text(rules)
+    stuck = 'evtrain_last_step_timestamp_seconds{behavior="CartPole", instance="a", job="j"}'
+    firing = {
+        "exp_labels": {"severity": "warning", "behavior": "CartPole", "instance": "a", "job": "j"},
+        "exp_annotations": {"summary": "CartPole: no summary for 10 minutes"},
+    }
+    cases: dict[str, tuple[list[dict[str, str]], list[list[dict[str, Any]]]]] = {
+        "stuck": ([{"series": stuck, "values": "0x15"}], [[], [firing]]),
+        "finished": (
+            [
+                {"series": stuck, "values": "0x15"},
+                {
+                    "series": 'evtrain_run_finished{status="completed", instance="a", job="j"}',
+                    "values": "1x15",
+                },
+            ],
+            [[], []],
+        ),
+    }
+    tests = [
+        {
+            "name": name,
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                {"eval_time": when, "alertname": "EvtrainTrainerStuck", "exp_alerts": alerts}
+                for when, alerts in zip(("9m", "11m"), expected, strict=True)
+            ],
+        }
+        for name, (series, expected) in cases.items()
+    ]
+    unit = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "unit.yml").write_text(yaml.safe_dump(unit))
+    checked = promtool("check", "rules", str(tmp_path / "rules.yml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", str(tmp_path / "unit.yml"))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout

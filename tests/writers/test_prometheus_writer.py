@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from evtrain import Bus, RunFinished, RunStarted, RunStatus, signals
+from evtrain import Bus, ConfigError, RunFinished, RunOptions, RunStarted, RunStatus, signals
 from tests.helpers import ROOT, isolated_python, stats_event
 from tests.test_learn import config
 
@@ -23,7 +23,11 @@ pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from evtrain_writers.prometheus_writer import PrometheusOptions, PrometheusWriter
+from evtrain_writers.prometheus_writer import (
+    PrometheusOptions,
+    PrometheusWriter,
+    get_prometheus_writers,
+)
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
@@ -250,3 +254,20 @@ def test_the_alert_rule_fires_after_ten_minutes_without_a_summary(tmp_path: Path
     tested = promtool("test", "rules", str(tmp_path / "unit.yml"))
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"port": 70000}, "port: expected a TCP port 0..65535 (0: any free port), got 70000"),
+        (
+            {"linger": -1},
+            "linger: expected a number of seconds of at least 0 (0: stop with the run), got -1.0",
+        ),
+    ],
+)
+def test_bad_options_name_the_key(options: dict[str, Any], problem: str) -> None:
+    run = RunOptions.from_dict({"writers": {"prometheus": options}})
+    with pytest.raises(ConfigError) as info:
+        get_prometheus_writers(run)
+    assert info.value.problems == (f"writers.prometheus.{problem}",)

@@ -87,12 +87,17 @@ def _wait_for_lingering() -> None:
 
 def _port(_: Any, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value <= 65535:
-        raise ValueError(f"expected a TCP port 0..65535 (0: any free port), got {value!r}")
+        raise ValueError(
+            f"expected a TCP port 0..65535 (0: any free port), got {value!r}", attribute
+        )
 
 
 def _seconds(_: Any, attribute: attrs.Attribute[float], value: float) -> None:
     if not value >= 0:  # NaN too
-        raise ValueError(f"expected seconds >= 0 (0: stop at the end of the run), got {value!r}")
+        raise ValueError(
+            f"expected a number of seconds of at least 0 (0: stop with the run), got {value!r}",
+            attribute,
+        )
 
 
 @attrs.define(kw_only=True)

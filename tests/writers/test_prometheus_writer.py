@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -143,24 +144,30 @@ def test_the_page_during_a_run_passes_promtool_check_metrics(tmp_path: Path) -> 
 
 def test_the_final_values_linger_after_close_then_stop() -> None:
     writer = PrometheusWriter(PrometheusOptions(port=0, linger=600))
-    with Bus() as bus:
-        bus.add_writer(writer, name="prometheus")
-        bus.emit(signals.run_finished, RunFinished(run_id="r", status=RunStatus.FAILED))
-    port = writer.port
-    assert port is not None and writer.lingering is not None and writer.lingering.is_alive()
-    assert scrape(port)["evtrain_run_finished", (("status", "failed"),)] == 1.0
-    writer.stop()  # what the process's exit or the end of the linger does
+    try:
+        with Bus() as bus:
+            bus.add_writer(writer, name="prometheus")
+            bus.emit(signals.run_finished, RunFinished(run_id="r", status=RunStatus.FAILED))
+        port = writer.port
+        assert port is not None and writer.lingering is not None
+        assert writer.lingering.is_alive()
+        assert scrape(port)["evtrain_run_finished", (("status", "failed"),)] == 1.0
+    finally:
+        writer.stop()  # what the end of the linger, or the process's exit, does
     assert not writer.lingering.is_alive()
     with pytest.raises(OSError):
         scrape(port)
 
     short = PrometheusWriter(PrometheusOptions(port=0, linger=0.2))
-    with Bus() as bus:
-        bus.add_writer(short, name="prometheus")
-    port = short.port
-    assert port is not None and short.lingering is not None
-    short.lingering.join(timeout=60)  # it stops by itself
-    assert not short.lingering.is_alive() and short.port is None
+    try:
+        with Bus() as bus:
+            bus.add_writer(short, name="prometheus")
+        port = short.port
+        assert port is not None and short.lingering is not None
+        short.lingering.join(timeout=60)  # it stops by itself
+        assert not short.lingering.is_alive() and short.port is None
+    finally:
+        short.stop()
     with pytest.raises(OSError):
         scrape(port)
 
@@ -179,6 +186,8 @@ def test_a_cli_run_logs_its_port_and_lingers_until_ctrl_c(tmp_path: Path) -> Non
         stderr=subprocess.PIPE,
         text=True,
     )
+    watchdog = threading.Timer(300, proc.kill)  # a hung run fails the test, not the suite
+    watchdog.start()
     try:
         assert proc.stderr is not None
         seen = []
@@ -203,6 +212,7 @@ def test_a_cli_run_logs_its_port_and_lingers_until_ctrl_c(tmp_path: Path) -> Non
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
+        watchdog.cancel()
         proc.kill()
     assert proc.returncode == 0, err
     assert err == ""  # no traceback, nothing else after the lingering line

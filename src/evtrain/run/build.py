@@ -118,7 +118,6 @@ def build_behavior(
         options build (:func:`evtrain.run.checkpoint_fit.misfit`).
     """
     from evtrain.run.checkpoint import CheckpointManager
-    from evtrain.run.envs import make_envs
 
     cs = options.checkpoint_settings
     manager = CheckpointManager(
@@ -131,15 +130,7 @@ def build_behavior(
         resume=cs.resume,
     )
     state = _initial_state(options, name, manager)
-    # --inference reports apart from training: never onto the training curve's earlier steps.
-    category = inference_category(name) if cs.inference else name
-    if curriculum is None:
-        envs = make_envs(options.env_settings)
-        reporter = StatsReporter(bus, category)
-    else:
-        envs = make_envs(options.env_settings, curriculum.wrapper())
-        curriculum.attach(envs, options.env_settings.env_id)
-        reporter = curriculum.reporter(bus, category, settings.max_steps)
+    envs, reporter = _envs_and_reporter(options, name, settings, bus, curriculum)
     trainer_cls = trainer_type(settings.trainer_type).load()
     try:
         trainer = trainer_cls(name, settings, envs, reporter, seed=seed, device=_device(options))
@@ -159,6 +150,22 @@ def build_behavior(
     if state is not None:
         logger.info("%s starts at step %d", name, trainer.step)
     return trainer, manager
+
+
+def _envs_and_reporter(
+    options: RunOptions, name: str, settings: Any, bus: Bus, curriculum: Curriculum | None
+) -> tuple[Any, StatsReporter]:
+    """Behavior ``name``'s environments and the reporter its trainer reports through: the
+    curriculum's, which hears the summaries, when the run has ``environment_parameters``."""
+    from evtrain.run.envs import make_envs
+
+    # --inference reports apart from training: never onto the training curve's earlier steps.
+    category = inference_category(name) if options.checkpoint_settings.inference else name
+    if curriculum is None:
+        return make_envs(options.env_settings), StatsReporter(bus, category)
+    envs = make_envs(options.env_settings, curriculum.wrapper())
+    curriculum.attach(envs, options.env_settings.env_id)
+    return envs, curriculum.reporter(bus, category, settings.max_steps)
 
 
 def _initial_state(

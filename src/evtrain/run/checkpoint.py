@@ -13,13 +13,15 @@ Every file is written by :func:`~evtrain.atomic.atomic_write` (a trainer state b
 ``kill -9`` at any moment sees the old complete file or the new complete one, never a torn
 one.  ``save`` and ``export`` are emitted only once their file is in place.  Only one rank
 writes (``is_writer``); the runner decides which.
+
+The manager writes; the list of tracked checkpoints and their rotation are
+:class:`~evtrain.run.checkpoint_list.CheckpointList`'s, and how far a save has got (for a
+second Ctrl-C's message, and to cancel one) :class:`~evtrain.run.save_progress.SaveProgress`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import threading
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +37,8 @@ from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.events.signals import EventSignal
 from evtrain.export import Example, PolicyExporter
 from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
+from evtrain.run.checkpoint_list import CheckpointList
+from evtrain.run.save_progress import SaveCancelled, SaveProgress
 from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.finite import refuse_nonfinite_weights
@@ -44,19 +48,6 @@ __all__ = ["CheckpointManager", "SaveCancelled", "load_checkpoint", "save_checkp
 logger = logging.getLogger("evtrain.run.checkpoint")
 
 P = TypeVar("P")
-
-
-class SaveCancelled(Exception):
-    """A save stopped before its next file by :meth:`CheckpointManager.cancel`."""
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """Which file ``path`` is (an atomic write replaces it with another), ``None``: none."""
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return None
-    return (info.st_ino, info.st_mtime_ns)
 
 
 class CheckpointManager:
@@ -107,17 +98,17 @@ class CheckpointManager:
         self.bus = bus
         self.is_writer = is_writer
         """Whether this process writes (one rank does)."""
-        self.in_progress: tuple[str, int] | None = None
-        """``("checkpoint" | "final save", step)`` while :meth:`save` or :meth:`save_final`
-        runs; left set when an exception (a second Ctrl-C) interrupted it."""
-        self.written: list[Path] = []
-        """The files the latest save has written so far, in order (each complete)."""
-        self._pending: tuple[Path, tuple[int, int] | None] | None = None
-        self._cancelled = threading.Event()
+        self.progress = SaveProgress()
+        """How far the latest save has got (see :attr:`in_progress`, :attr:`written`)."""
         self._exporter = PolicyExporter()  # traces the policy once, then puts new weights in
-        # Paths are rebased onto this folder: the run folder may have moved, or the run been
-        # resumed from another working directory, since they were recorded.
-        self._checkpoints = [self._rebased(c) for c in self.status.checkpoints(behavior)]
+        self._list = CheckpointList(
+            self.folder,
+            behavior,
+            self.status,
+            keep_checkpoints=keep_checkpoints,
+            keep=self.checkpoint_path,
+            progress=self.progress,
+        )
         if is_writer:
             self.folder.mkdir(parents=True, exist_ok=True)
             # Nothing writes here yet: what looks like a temporary file is a killed write's.
@@ -125,7 +116,7 @@ class CheckpointManager:
             remove_stale_temps(self.run_folder, self.final_model_path.name)
             remove_stale_temps(self.status.path.parent, self.status.path.name)
             if resume:
-                self._reconcile()
+                self._list.reconcile()
 
     @property
     def checkpoint_path(self) -> Path:
@@ -140,7 +131,18 @@ class CheckpointManager:
     @property
     def checkpoints(self) -> tuple[ModelCheckpoint, ...]:
         """The tracked checkpoints, oldest first."""
-        return tuple(self._checkpoints)
+        return self._list.checkpoints
+
+    @property
+    def in_progress(self) -> tuple[str, int] | None:
+        """``("checkpoint" | "final save", step)`` while :meth:`save` or :meth:`save_final`
+        runs; left set when an exception (a second Ctrl-C) interrupted it."""
+        return self.progress.in_progress
+
+    @property
+    def written(self) -> list[Path]:
+        """The files the latest save has written so far, in order (each complete)."""
+        return self.progress.written
 
     def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
         """The state in ``checkpoint.pt``, or ``None`` if there is none (on any rank)."""
@@ -182,43 +184,21 @@ class CheckpointManager:
             return []
         if policy is not None and example_obs is None:
             raise ValueError("save() needs example_obs to export the policy")
-        self._begin("checkpoint", step)
+        self.progress.begin("checkpoint", step)
         events = self._save(step, state, policy, example_obs, reward)
-        self.in_progress = None
+        self.progress.end()
         return events
-
-    def _begin(self, kind: str, step: int) -> None:
-        self.in_progress = (kind, step)
-        self.written = []
-        self._pending = None
 
     def cancel(self) -> None:
         """Stop a save running on another thread before its next file (a second Ctrl-C):
         it raises :class:`SaveCancelled` there, leaving :attr:`in_progress` set and
         :attr:`written` as far as it got.  Every later save is cancelled too."""
-        self._cancelled.set()
-
-    def _writing(self, path: Path) -> None:
-        """``path`` is about to be replaced: note which file is there now.
-
-        :raises SaveCancelled: :meth:`cancel` was called.
-        """
-        if self._cancelled.is_set():
-            raise SaveCancelled(f"the save stopped before {path.name}")
-        self._pending = (path, _identity(path))
-
-    def _wrote(self, path: Path) -> None:
-        self.written = [p for p in self.written if p != path] + [path]
-        self._pending = None
+        self.progress.cancel()
 
     def files_written(self) -> list[Path]:
         """:attr:`written`, plus the file an interruption caught between its rename and its
         record (a second Ctrl-C can land there), if it was replaced."""
-        if self._pending is not None:
-            path, before = self._pending
-            if _identity(path) not in (None, before):
-                return [p for p in self.written if p != path] + [path]
-        return list(self.written)
+        return self.progress.files_written()
 
     def _save(
         self,
@@ -230,28 +210,27 @@ class CheckpointManager:
     ) -> list[SaveEvent | ExportEvent]:
         reward = finite_or_none(reward)
         refuse_nonfinite_weights(self.behavior, step, state, policy)
-        name = f"{self.behavior}-{step}"
-        pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
+        pt, onnx = self._list.names(step)
         events: list[SaveEvent | ExportEvent] = []
 
-        self._writing(pt)
+        self.progress.writing(pt)
         with hierarchical_timer("checkpoint"):
             save_checkpoint(pt, state)
-        self._wrote(pt)
+        self.progress.wrote(pt)
         events.append(
             self._emit(
                 signals.save, SaveEvent(category=self.behavior, step=step, path=pt, reward=reward)
             )
         )
-        self._writing(self.checkpoint_path)
+        self.progress.writing(self.checkpoint_path)
         atomic_copy(pt, self.checkpoint_path)
-        self._wrote(self.checkpoint_path)
+        self.progress.wrote(self.checkpoint_path)
         if (
             policy is not None
             and example_obs is not None
             and self._export(policy, example_obs, onnx, step)
         ):
-            self._wrote(onnx)
+            self.progress.wrote(onnx)
             events.append(
                 self._emit(
                     signals.export, ExportEvent(category=self.behavior, step=step, path=onnx)
@@ -260,7 +239,7 @@ class CheckpointManager:
 
         # An .onnx of this step from an earlier save stays part of the checkpoint if present.
         model = onnx if onnx.exists() else pt
-        self._record(
+        self._list.record(
             ModelCheckpoint(
                 steps=step,
                 file_path=str(model),
@@ -288,14 +267,14 @@ class CheckpointManager:
             return []
         if policy is not None and example_obs is None:
             raise ValueError("save_final() needs example_obs to export the policy")
-        self._begin("final save", step)
+        self.progress.begin("final save", step)
         events = self._save(step, state, policy, example_obs, reward)
-        latest = self._checkpoints[-1]
+        latest = self._list.checkpoints[-1]
         final = latest
         exported = any(isinstance(e, ExportEvent) for e in events)
         if exported:
             try:
-                self._writing(self.final_model_path)
+                self.progress.writing(self.final_model_path)
                 atomic_copy(Path(latest.file_path), self.final_model_path)
             except OSError:
                 logger.exception(
@@ -304,7 +283,7 @@ class CheckpointManager:
                     self.final_model_path,
                 )
             else:
-                self._wrote(self.final_model_path)
+                self.progress.wrote(self.final_model_path)
                 final = attrs.evolve(latest, file_path=str(self.final_model_path))
                 events.append(
                     self._emit(
@@ -318,10 +297,10 @@ class CheckpointManager:
                 self.behavior,
                 latest.file_path,
             )
-        self._writing(self.status.path)
+        self.progress.writing(self.status.path)
         self.status.update(self.behavior, final=final)
-        self._wrote(self.status.path)
-        self.in_progress = None
+        self.progress.wrote(self.status.path)
+        self.progress.end()
         return events
 
     # -- internals -------------------------------------------------------------------------------
@@ -335,7 +314,7 @@ class CheckpointManager:
         return payload
 
     def _export(self, policy: nn.Module, example_obs: Example, path: Path, step: int) -> bool:
-        self._writing(path)
+        self.progress.writing(path)
         try:
             with hierarchical_timer("export"):
                 self._exporter.export(policy, example_obs, path)
@@ -353,63 +332,3 @@ class CheckpointManager:
             )
             return False
         return True
-
-    def _record(self, checkpoint: ModelCheckpoint) -> None:
-        """Track ``checkpoint`` (durable by now), then delete the oldest beyond the limit.
-
-        The status is written before deleting, and again after: a kill in between leaves
-        entries whose files are gone (harmless), never files nobody tracks.
-        """
-        # A re-saved step's files were overwritten in place: forget the entry, keep the files.
-        self._checkpoints = [c for c in self._checkpoints if c.steps != checkpoint.steps]
-        self._checkpoints.append(checkpoint)
-        self._writing(self.status.path)
-        self.status.update(self.behavior, checkpoints=self._checkpoints)
-        self._wrote(self.status.path)
-        if not 0 < self.keep_checkpoints < len(self._checkpoints):
-            return
-        excess = len(self._checkpoints) - self.keep_checkpoints
-        dropped, self._checkpoints = self._checkpoints[:excess], self._checkpoints[excess:]
-        kept = {p for c in self._checkpoints for p in c.files}
-        for old in dropped:
-            for file in old.files:
-                if file in kept or file == self.checkpoint_path:
-                    continue
-                try:
-                    file.unlink(missing_ok=True)
-                except OSError:  # e.g. open in a subscriber on Windows; rotation goes on
-                    logger.warning("Could not delete old checkpoint file %s", file, exc_info=True)
-        self.status.update(self.behavior, checkpoints=self._checkpoints)
-
-    def _rebased(self, checkpoint: ModelCheckpoint) -> ModelCheckpoint:
-        return attrs.evolve(
-            checkpoint,
-            file_path=str(self.folder / Path(checkpoint.file_path).name),
-            auxillary_file_paths=tuple(
-                str(self.folder / Path(p).name) for p in checkpoint.auxillary_file_paths
-            ),
-        )
-
-    def _reconcile(self) -> None:
-        tracked = [c for c in self._checkpoints if any(f.exists() for f in c.files)]
-        steps = {c.steps for c in tracked}
-        pattern = re.compile(rf"^{re.escape(self.behavior)}-(\d+)\.(pt|onnx)$")
-        found: dict[int, dict[str, Path]] = {}
-        for file in self.folder.iterdir():
-            match = pattern.match(file.name)
-            if match and int(match[1]) not in steps:
-                found.setdefault(int(match[1]), {})[match[2]] = file
-        for step in sorted(found):
-            files = found[step]
-            model = files.get("onnx") or files["pt"]
-            tracked.append(
-                ModelCheckpoint(
-                    steps=step,
-                    file_path=str(model),
-                    creation_time=model.stat().st_mtime,
-                    auxillary_file_paths=tuple(str(f) for f in files.values() if f != model),
-                )
-            )
-        if tracked != self._checkpoints:
-            self._checkpoints = tracked
-            self.status.update(self.behavior, checkpoints=tracked)

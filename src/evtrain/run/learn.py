@@ -3,24 +3,26 @@
 The runner owns the run's lifecycle — folder, plugins, environments, trainers, checkpoints,
 signals, shutdown — and the trainers own the algorithms.  Every exit path (completion,
 Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
+
+Here: the run's lifecycle, from the folder to ``run_finished``.  When and what it saves is
+:class:`~evtrain.run.save_schedule.SaveSchedule`'s; its flushes and its drain,
+:class:`~evtrain.run.run_bus.RunBus`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from evtrain.bus import Bus
-from evtrain.bus.closing import Deadline
-from evtrain.bus.subscription import SubscriptionHandle
 from evtrain.config.options import RunOptions
-from evtrain.errors import BusClosedError, BusTimeoutError, ConfigError, RunFolderError
+from evtrain.errors import ConfigError, RunFolderError
 from evtrain.events import signals
 from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD
@@ -29,12 +31,14 @@ from evtrain.run.build import build_behavior, configure_torch, rank_seed, traini
 from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.curriculum import Curriculum
 from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
-from evtrain.run.interrupt import StopRequest, stop_on_signals
+from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
 from evtrain.run.progress import console_logging
+from evtrain.run.run_bus import RunBus
 from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
-from evtrain.run.saver import BackgroundSaver, snapshot
+from evtrain.run.save_schedule import SaveSchedule
+from evtrain.run.save_schedule import SavingProgress as SavingProgress
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
 from evtrain.trainers.registry import trainer_type, use_trainer_types
@@ -45,16 +49,6 @@ if TYPE_CHECKING:
     from evtrain.trainers.base import Trainer
 
 logger = logging.getLogger("evtrain")
-
-
-@runtime_checkable
-class SavingProgress(Protocol):
-    """A progress hook that also shows when a behavior saves and exports, which holds the
-    runner for a while (:class:`evtrain.run.progress.ProgressDisplay` is one)."""
-
-    def __call__(self, behavior: str, step: int, max_steps: int) -> None: ...
-
-    def saving(self, behavior: str) -> AbstractContextManager[None]: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -148,22 +142,16 @@ class _Run:
     ) -> None:
         self.options = options
         self.bus = bus
-        self.own_bus = own_bus
+        self.run_bus = RunBus(bus, own=own_bus, drain_timeout=options.bus.drain_timeout)
         self.world = world
         self.progress = progress
         self.status = RunStatus.FAILED
         self.rewards = _RewardTracker()
         self.trainers: dict[str, Trainer] = {}
         self.managers: dict[str, CheckpointManager] = {}
-        self.models: dict[str, Path] = {}
-        """The final exported policy per behavior."""
-        self.handles: list[SubscriptionHandle] = []
-        """What the run connected to the bus."""
-        self.finished: list[str] = []
-        """Behaviors whose final save is done."""
-        self.next_checkpoint: dict[str, int] = {}
-        self.saver = BackgroundSaver()
-        """Writes the checkpoints and exports, off the training thread."""
+        self.saves = SaveSchedule(
+            self.trainers, self.managers, self.rewards.mean, self.run_bus, progress
+        )
         self.aborted = False
         """A second signal aborted the run."""
 
@@ -184,7 +172,7 @@ class _Run:
                         self.status = self._steps(lambda: stop.requested is not None)
                     if not cs.inference:
                         stop.phase = "saving"
-                        self._save_final(stop)
+                        self.saves.save_final(stop)
                 except KeyboardInterrupt:
                     self._abort()
                     raise
@@ -195,7 +183,7 @@ class _Run:
             except KeyboardInterrupt:
                 if not self.aborted:  # the second signal came during the drain
                     self._abort()
-                    self._close_bus_now()
+                    self.run_bus.close_now()
                 raise
         return LearnResult(
             run_id=cs.run_id,
@@ -203,18 +191,19 @@ class _Run:
             steps={name: t.step for name, t in self.trainers.items()},
             mean_reward={name: self.rewards.mean.get(name) for name in self.trainers},
             write_path=cs.write_path,
-            models=self.models,
+            models=self.saves.models,
         )
 
     def _start(self) -> None:
         """Plugins, ``run_started``, then one trainer per behavior (built, loaded, in sync)."""
         options, cs, bus = self.options, self.options.checkpoint_settings, self.bus
-        self.handles.extend(attach_plugins(options, bus))
+        self.run_bus.handles.extend(attach_plugins(options, bus))
         started = RunStarted(
             run_id=cs.run_id, options=options.as_dict(), world_size=self.world.size, rank=get_rank()
         )
         bus.emit(signals.run_started, started)
-        self.handles.append(bus.connect(signals.stats, self.rewards, name="evtrain.learn.rewards"))
+        rewards = bus.connect(signals.stats, self.rewards, name="evtrain.learn.rewards")
+        self.run_bus.handles.append(rewards)
         configure_torch(options)
         seed = rank_seed(options, self.world)
         status_file = training_status(options)
@@ -249,98 +238,30 @@ class _Run:
                 self.trainers, stop_requested=stop_requested, world=world, progress=progress
             )
         else:
-            self.next_checkpoint = {
-                name: _next_multiple(t.step, t.settings.checkpoint_every)
-                for name, t in self.trainers.items()
-            }
+            self.saves.start()
             status = take_turns(
                 self.trainers,
                 lambda trainer: trainer.advance(),
                 stop_requested=stop_requested,
                 world=world,
                 progress=progress,
-                after=self._checkpoint_if_due,
+                after=self.saves.checkpoint_if_due,
             )
         for trainer in self.trainers.values():
             trainer.write_final_summary()
         return status
-
-    def _checkpoint_if_due(self, name: str, trainer: Trainer) -> None:
-        # At max_steps the final save writes this checkpoint.
-        if trainer.step < self.next_checkpoint[name] or trainer.should_stop:
-            return
-        self._save(name, final=False)
-        interval = trainer.settings.checkpoint_every
-        self.next_checkpoint[name] = _next_multiple(trainer.step, interval)
 
     def _abort(self) -> None:
         """A second signal: the file being written is completed, saves not yet started are
         dropped, and the log says what the interrupted save wrote."""
         self.aborted = True
         self.status = RunStatus.INTERRUPTED
-        self.saver.abort(self._cancel_saves)
-        logger.warning(_abort_message(self.managers, self.finished))
-
-    def _close_bus_now(self) -> None:
-        """After an abort of the drain: close the run's bus, giving the subscribers a second
-        at most (else the interpreter's exit would wait for it); what was not delivered is
-        reported."""
-        if self.own_bus:
-            try:
-                self.bus.close(timeout=1.0)
-            except Exception:  # the run is aborting: report, do not mask the abort
-                logger.warning("Closing the bus after the abort failed", exc_info=True)
-
-    def _save_final(self, stop: StopRequest) -> None:
-        # The last period's reward goes into the final checkpoint record; a subscriber that
-        # hangs may delay the final save by the drain timeout, never more, and a signal ends
-        # that wait (the events still reach the subscribers in the drain).
-        with stop.skippable("for subscribers before the final save"):
-            self._flush(Deadline(self.options.bus.drain_timeout), "before the final save", True)
-        for name in self.trainers:
-            self._save(name, final=True)
-        self.saver.wait()
-        for name, manager in self.managers.items():
-            self.finished.append(name)
-            if manager.is_writer and manager.final_model_path.exists():
-                self.models[name] = manager.final_model_path
-
-    def _save(self, name: str, *, final: bool) -> None:
-        """Hand a snapshot of ``name``'s state and policy to the background saver (the
-        training thread goes on while it writes, exports and emits ``save``/``export``)."""
-        trainer, manager = self.trainers[name], self.managers[name]
-        if not manager.is_writer:
-            return
-        trainer.wait_for_update()  # threaded: the files hold every update of the steps so far
-        with hierarchical_timer("snapshot"):
-            state = snapshot(trainer.state_dict())
-            policy = snapshot(trainer.policy_module())
-            example = _example_obs(trainer.envs.single_observation_space, trainer.next_obs)
-        step, reward = trainer.step, self.rewards.mean.get(name)
-        save = manager.save_final if final else manager.save
-        if final:  # a moment to wait for (tests signal during the final save)
-            logger.info("Final save of %s at step %d: checkpoint and export", name, step)
-        progress = self.progress
-
-        def job() -> None:
-            # A checkpoint implies its statistics: what was emitted so far is written and
-            # synced by every local writer (journaled for a spool one) before the checkpoint
-            # is; a writer that hangs holds it back by the drain timeout, never more.
-            self._flush(Deadline(self.options.bus.drain_timeout), f"before saving {name}", True)
-            shown = progress.saving(name) if isinstance(progress, SavingProgress) else nullcontext()
-            with shown, hierarchical_timer("save_model"):
-                save(step, state, policy, example_obs=example, reward=reward)
-
-        self.saver.submit(f"{'final save' if final else 'checkpoint'} of {name} at {step}", job)
-
-    def _cancel_saves(self) -> None:
-        for manager in self.managers.values():
-            manager.cancel()
+        self.saves.abort()
 
     def _close(self) -> None:
         """Finish the saves, close the environments, emit ``run_finished``, drain the bus."""
         started = time.monotonic()
-        self.saver.close()  # save and export are emitted before run_finished
+        self.saves.close()  # save and export are emitted before run_finished
         for trainer in self.trainers.values():
             trainer.close()  # threaded: the update still running, if any, ends first
             trainer.envs.close()
@@ -348,92 +269,8 @@ class _Run:
         finished = RunFinished(
             run_id=self.options.checkpoint_settings.run_id, status=self.status, steps=steps
         )
-        deadline = Deadline(self.options.bus.drain_timeout)
-        try:
-            self.bus.emit(signals.run_finished, finished)
-        except BusClosedError:
-            # Only a caller's bus can be closed under a run: its owner has what was delivered.
-            logger.warning("The bus was closed before the run ended: run_finished not emitted")
-        finally:
-            self._drain(deadline)
+        self.run_bus.finish(finished)
         logger.debug("Drained the bus in %.3f s", time.monotonic() - started)
-
-    def _drain(self, deadline: Deadline) -> None:
-        """Deliver what was emitted, waiting at most ``bus.drain_timeout`` whatever a
-        subscriber does; who was still behind is logged (and in the close report)."""
-        if self.own_bus:
-            report = self.bus.close(timeout=deadline.left())
-            if not report.clean:
-                logger.warning(
-                    "Subscribers still behind when the run ended (bus.drain_timeout %.0f s): "
-                    "undelivered %s, not closed %s",
-                    self.options.bus.drain_timeout,
-                    report.undelivered,
-                    list(report.timed_out),
-                )
-            return
-        # The caller's bus outlives this run: detach (drain, then close) what the run
-        # connected, so a second run on the same bus does not write into this run's files.
-        try:
-            for handle in self.handles:
-                handle.disconnect(timeout=deadline.left())
-        except BusTimeoutError as error:
-            logger.warning("A writer of this run did not close in time: %s", error)
-        self._flush(deadline, "when the run ended")
-
-    def _flush(self, deadline: Deadline, when: str, journaled: bool = False) -> None:
-        """Flush within ``deadline``; ``journaled``: a tracker that is down counts as done
-        once what it missed is in its journal."""
-        if self.bus.closed:
-            return
-        try:
-            self.bus.flush(timeout=deadline.left(), journaled=journaled)
-        except BusTimeoutError as error:
-            logger.warning(
-                "Subscribers still behind %s after bus.drain_timeout (%.0f s): %s. The run "
-                "goes on without waiting for them.",
-                when,
-                self.options.bus.drain_timeout,
-                ", ".join(error.pending) or "none",
-            )
-
-
-def _example_obs(space: Any, next_obs: Any) -> Any:
-    """A float32 copy of the first observation, as a batch of one, to export with: one per
-    input of the policy (the ``Box``, or each key of a ``Dict``), by input name."""
-    import numpy as np
-
-    from evtrain.trainers.observations import policy_inputs
-
-    inputs = policy_inputs(space, next_obs)
-    return {name: np.array(x[:1], dtype=np.float32, copy=True) for name, x in inputs.items()}
-
-
-def _next_multiple(step: int, interval: int) -> int:
-    return (step // interval + 1) * interval
-
-
-def _abort_message(managers: Mapping[str, CheckpointManager], saved: Collection[str]) -> str:
-    """What a second Ctrl-C left on disk: the files of the save it interrupted, if any, by
-    name (a periodic checkpoint, or a final save that had begun)."""
-    parts = []
-    for name, manager in managers.items():
-        if manager.in_progress is not None:
-            kind, step = manager.in_progress
-            files = ", ".join(
-                str(p.relative_to(manager.run_folder)) for p in manager.files_written()
-            )
-            parts.append(
-                f"the {kind} of {name} at step {step} wrote {files or 'no file'} before it "
-                "was interrupted"
-            )
-        elif name in saved:
-            parts.append(f"the final save of {name} was complete")
-        else:
-            parts.append(f"no final save of {name}")
-    if all(part.startswith("no final save") for part in parts):
-        return "Aborted: no final save. The last checkpoint on disk is complete."
-    return f"Aborted: {'; '.join(parts)}. Every file on disk is complete."
 
 
 def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> RunFolder:

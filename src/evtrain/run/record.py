@@ -14,13 +14,16 @@ import logging
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
 
 from evtrain.config.options import RunOptions
 from evtrain.errors import ConfigError, RunFolderError
+
+if TYPE_CHECKING:
+    from evtrain.export import OnnxPolicy
 
 logger = logging.getLogger("evtrain")
 
@@ -65,30 +68,13 @@ def record(
         raise ConfigError([f"--episodes: expected a positive number of episodes, got {episodes}"])
     name = _behavior(options, behavior)
     policy_path = _policy(options, name)
-    output = Path(output).expanduser()
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(
-            [f"--output: cannot create the folder {output.parent} ({error.strerror or error})"]
-        ) from None
+    output = _output_folder_made(Path(output).expanduser())
     act = onnx_policy(policy_path)
     env_settings = attrs.evolve(options.env_settings, num_envs=1, vectorization="sync")
     seed = env_settings.seed if env_settings.seed >= 0 else random.SystemRandom().randrange(2**31)
     envs = make_envs(env_settings)
-    rows: dict[str, list[Any]] = {k: [] for k in ("obs", "actions", "rewards", "term", "trunc")}
     try:
-        obs, _ = envs.reset(seed=seed)
-        finished = 0
-        while finished < episodes:
-            action = act(np.asarray(obs, dtype=np.float32))
-            next_obs, reward, terminated, truncated, _ = envs.step(action)
-            step = (obs[0], action[0], reward[0], terminated[0], truncated[0])
-            for key, value in zip(rows, step, strict=True):
-                rows[key].append(value)
-            finished += int(terminated[0] or truncated[0])
-            act.reset(terminated | truncated)  # a recurrent policy's next episode: no memory
-            obs = next_obs  # SAME_STEP autoreset: a finished episode's successor starts here
+        rows = _episodes(act, envs, seed, episodes)
         demo = make_demonstrations(
             observations=np.stack(rows["obs"]),
             actions=np.stack(rows["actions"]),
@@ -116,6 +102,38 @@ def record(
         steps=len(demo),
         returns=demo.episode_returns,
     )
+
+
+def _output_folder_made(output: Path) -> Path:
+    """``output``, once its folder exists.
+
+    :raises ConfigError: the folder cannot be created.
+    """
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            [f"--output: cannot create the folder {output.parent} ({error.strerror or error})"]
+        ) from None
+    return output
+
+
+def _episodes(act: OnnxPolicy, envs: Any, seed: int, episodes: int) -> dict[str, list[Any]]:
+    """``episodes`` whole episodes of ``act`` in ``envs`` (one environment), step by step:
+    observations, actions, rewards, terminated and truncated flags."""
+    rows: dict[str, list[Any]] = {k: [] for k in ("obs", "actions", "rewards", "term", "trunc")}
+    obs, _ = envs.reset(seed=seed)
+    finished = 0
+    while finished < episodes:
+        action = act(np.asarray(obs, dtype=np.float32))
+        next_obs, reward, terminated, truncated, _ = envs.step(action)
+        step = (obs[0], action[0], reward[0], terminated[0], truncated[0])
+        for key, value in zip(rows, step, strict=True):
+            rows[key].append(value)
+        finished += int(terminated[0] or truncated[0])
+        act.reset(terminated | truncated)  # a recurrent policy's next episode: no memory
+        obs = next_obs  # SAME_STEP autoreset: a finished episode's successor starts here
+    return rows
 
 
 def _behavior(options: RunOptions, behavior: str | None) -> str:

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ import yaml
 from evtrain import Bus, StatsEvent
 from evtrain.bus import SubscriberSettings
 from evtrain.events.signals import stats
-from tests.helpers import isolated_python, stats_event
+from tests.helpers import ROOT, isolated_python, stats_event
 from tests.isolated_subscribers import Leaker, Recorder, Spinner, steps
 
 WAIT_S = 60.0
@@ -99,8 +100,50 @@ def test_a_leaking_child_is_restarted_past_its_memory_limit_and_loses_nothing(
     assert len(list(tmp_path.glob("pid.*"))) == len(messages) + 1
 
 
-def module_level(event: StatsEvent) -> None:
-    """Importable by name: a child may run it."""
+TRAINER = """
+import sys, time
+from pathlib import Path
+from evtrain import Bus
+from evtrain.events.signals import stats
+from tests.helpers import stats_event
+from tests.isolated_subscribers import Recorder
+
+if __name__ == "__main__":
+    bus = Bus()
+    bus.connect(stats, Recorder(Path(sys.argv[1])), isolation="process", name="recorder")
+    bus.emit(stats, stats_event(0))
+    bus.flush()
+    print("flushed", flush=True)
+    time.sleep(600)
+"""
+
+
+def ended(pid: int) -> bool:
+    """No such process, or a zombie (nobody may reap an orphan in a container)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def test_the_child_of_a_trainer_killed_outright_ends_too(tmp_path: Path) -> None:
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    with subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env
+    ) as trainer:
+        assert trainer.stdout is not None
+        assert trainer.stdout.readline() == "flushed\n"
+        child = int((tmp_path / "pid").read_text())
+        os.kill(trainer.pid, signal.SIGKILL)
+        trainer.wait(WAIT_S)
+    wait_for(lambda: ended(child), "the orphaned child to end")
+    assert steps(tmp_path) == [0]
 
 
 def test_connect_refuses_a_subscriber_a_child_cannot_import() -> None:

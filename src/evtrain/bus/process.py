@@ -35,6 +35,8 @@ import logging
 import multiprocessing
 import os
 import pickle
+import queue
+import signal
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -53,6 +55,8 @@ LEAK_EXIT = 86
 """The child's exit code when it left because it grew past ``max_rss_bytes``."""
 POLL_S = 0.05
 """How often a waiting parent looks at its child's health."""
+PARENT_CHECK_S = 1.0
+"""How often an idle child looks whether its parent still lives."""
 
 
 @attrs.frozen(kw_only=True)
@@ -121,11 +125,21 @@ def _hook(subscriber: Any, kind: str) -> None:
 
 
 def child_main(data: bytes, events: Queue[Any], acks: Connection, max_rss: int | None) -> None:
-    """The child: rebuild the subscriber, then handle and acknowledge messages in order."""
+    """The child: rebuild the subscriber, then handle and acknowledge messages in order.
+
+    Ctrl-C reaches the whole process group: the trainer decides when its child ends, so the
+    child ignores it.  A trainer killed outright cannot tell it: it ends when its parent has."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
     subscriber = pickle.loads(data)
     acks.send((READY, os.getpid()))
     while True:
-        kind, seq, payload = events.get()
+        try:
+            kind, seq, payload = events.get(timeout=PARENT_CHECK_S)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return
+            continue
         error = None
         try:
             if kind == EVENT:

@@ -174,9 +174,12 @@ class ProcessSubscriber:
         """Children started after the first one."""
         self.pid = 0
         """The running child's pid, once it reported ready."""
-        self._start()
+        self._started = False
+        """A child is started with the first event: none for a subscriber never called, nor
+        for one whose ``connect`` failed after this was made."""
 
     def _start(self) -> None:
+        self._started = True
         context = self._context
         self._events: Queue[Any] = context.Queue()
         self._acks, writer = context.Pipe(duplex=False)
@@ -194,6 +197,8 @@ class ProcessSubscriber:
             self._events.put((kind, seq, payload))
 
     def _send(self, kind: str, payload: Any = None) -> None:
+        if not self._started:
+            self._start()
         if not self._window:  # an idle child's silence was no hang: time it from now
             self._progress = time.monotonic()
         self._seq += 1
@@ -206,11 +211,15 @@ class ProcessSubscriber:
 
     def flush(self) -> None:
         """The child flushed everything sent before (restarts included)."""
+        if not self._started:
+            return
         self._send(FLUSH)
         self._wait(0)
 
     def close(self) -> None:
         """Flush, close the subscriber in the child, and let the child end."""
+        if not self._started:
+            return
         self._send(CLOSE)
         try:
             self._wait(0)

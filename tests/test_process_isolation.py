@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from evtrain import Bus, StatsEvent
-from evtrain.bus import SubscriberSettings
+from evtrain.bus import SubscriberSettings, journal_backlog
 from evtrain.events.signals import stats
 from tests.helpers import ROOT, isolated_python, stats_event
 from tests.isolated_subscribers import Leaker, Recorder, Spinner, steps
@@ -52,6 +52,30 @@ def test_a_child_killed_mid_stream_is_restarted_and_every_event_is_handled(
     assert set(steps(tmp_path)) == set(range(1000))
     assert bus.metrics()["recorder"].delivered == 1000
     assert len(list(tmp_path.glob("pid.*"))) == 2
+    assert any(f"process {pid} exited with code -9" in m for m in restarts(caplog))
+
+
+def test_a_spool_subscriber_in_a_killed_child_loses_nothing_and_its_journal_empties(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    bus = Bus(journal_dir=tmp_path / "journal")
+    bus.connect(stats, Recorder(out), isolation="process", overflow="spool", name="tracker")
+    for step in range(300):
+        bus.emit(stats, stats_event(step))
+    wait_for(lambda: len(steps(out)) >= 50, "50 events handled")
+    pid = int((out / "pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    for step in range(300, 600):
+        bus.emit(stats, stats_event(step))
+    report = bus.close()
+    recorded = steps(out)
+    assert set(recorded) == set(range(600))
+    # A spool subscriber's window is one event: at most that one is handled twice.
+    assert len(recorded) - 600 in (0, 1)
+    assert journal_backlog(tmp_path / "journal", "tracker") == 0
+    assert report.clean
     assert any(f"process {pid} exited with code -9" in m for m in restarts(caplog))
 
 

@@ -59,3 +59,12 @@ def steps(folder: Path) -> list[int]:
     """Every step recorded, by every child, in order of recording."""
     path = folder / "steps"
     return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+class Raiser(Recorder):
+    """Raises on step 3, records every other step."""
+
+    def __call__(self, event: StatsEvent) -> None:
+        if event.step == 3:
+            raise ValueError("step 3 is refused")
+        self.record(event)

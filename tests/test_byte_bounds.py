@@ -50,6 +50,14 @@ def test_an_inbox_full_in_bytes_applies_its_overflow_policy(
     assert (inbox.offered, inbox.dropped, inbox.high_water) == (10, 7, 3)
 
 
+def test_an_empty_inbox_takes_one_event_larger_than_its_bound() -> None:
+    inbox = Inbox(1000, Overflow.DROP_NEWEST, capacity_bytes=SIZE // 2)
+    for step in range(3):
+        inbox.put(float(step), big(step))
+    assert [payload.step for _, payload in inbox.take()] == [0]
+    assert inbox.dropped == 2
+
+
 def test_a_block_inbox_full_in_bytes_waits_then_drops_the_event() -> None:
     inbox = Inbox(1000, Overflow.BLOCK, block_timeout=0.1, capacity_bytes=ROOM)
     waited: list[int] = []

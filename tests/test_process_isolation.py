@@ -18,9 +18,10 @@ import yaml
 
 from evtrain import Bus, StatsEvent
 from evtrain.bus import SubscriberSettings, journal_backlog
+from evtrain.errors import SubscriberProcessError
 from evtrain.events.signals import stats
 from tests.helpers import ROOT, isolated_python, stats_event
-from tests.isolated_subscribers import Leaker, Recorder, Spinner, steps
+from tests.isolated_subscribers import Leaker, Raiser, Recorder, Spinner, steps
 
 WAIT_S = 60.0
 
@@ -128,6 +129,7 @@ TRAINER = """
 import sys, time
 from pathlib import Path
 from evtrain import Bus
+from evtrain.errors import SubscriberProcessError
 from evtrain.events.signals import stats
 from tests.helpers import stats_event
 from tests.isolated_subscribers import Recorder
@@ -168,6 +170,25 @@ def test_the_child_of_a_trainer_killed_outright_ends_too(tmp_path: Path) -> None
         trainer.wait(WAIT_S)
     wait_for(lambda: ended(child), "the orphaned child to end")
     assert steps(tmp_path) == [0]
+
+
+def test_an_exception_in_the_child_reaches_the_failure_policy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = Bus(on_error="log")
+    bus.connect(stats, Raiser(tmp_path), isolation="process", name="raiser")
+    for step in range(10):
+        bus.emit(stats, stats_event(step))
+    bus.close()
+    assert steps(tmp_path) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    metrics = bus.metrics()["raiser"]
+    assert (metrics.delivered, metrics.failed) == (10, 1)
+    errors = [r.exc_info[1] for r in caplog.records if r.exc_info and r.exc_info[1]]
+    assert [str(e) for e in errors] == [
+        "subscriber 'raiser' raised in its child process: ValueError: step 3 is refused (its "
+        "traceback is the child's; run it with isolation='thread' to debug it in-process)"
+    ]
+    assert isinstance(errors[0], SubscriberProcessError)
 
 
 def test_connect_refuses_a_subscriber_a_child_cannot_import() -> None:

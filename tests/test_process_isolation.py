@@ -83,7 +83,7 @@ def test_a_spool_subscriber_in_a_killed_child_loses_nothing_and_its_journal_empt
 def test_a_child_spinning_with_the_gil_held_leaves_emit_free_and_is_restarted_when_hung(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bus = Bus(subscribers={"spinner": SubscriberSettings(hang_timeout=8.0)})
+    bus = Bus(subscribers={"spinner": SubscriberSettings(hang_timeout=8.0)}, stall_timeout=2.0)
     bus.connect(stats, Spinner(tmp_path), isolation="process", name="spinner")
     bus.emit(stats, stats_event(0))
     wait_for((tmp_path / "spun").exists, "the child to start spinning")
@@ -102,6 +102,8 @@ def test_a_child_spinning_with_the_gil_held_leaves_emit_free_and_is_restarted_wh
     assert restarts(caplog) == []  # all of them while the child spun
     bus.close()
     assert sorted(steps(tmp_path)) == list(range(1001))
+    # The worker's wait on the hung child was one call: one stall for the watchdog.
+    assert bus.metrics()["spinner"].stalls == 1
     spun = int((tmp_path / "spun").read_text())
     assert restarts(caplog) == [
         f"Subscriber 'spinner''s process {spun} made no progress in 8 s; restarting it and "

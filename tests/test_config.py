@@ -61,8 +61,9 @@ def odd_memory(size: int) -> dict[str, Any]:
         (
             {"bus": {"subscribers": {"tb": {"zzz": 1}}}},
             [
-                "bus.subscribers.tb.zzz: unknown key (valid keys: capacity, overflow, "
-                "stall_timeout, journal_max_bytes)"
+                "bus.subscribers.tb.zzz: unknown key (valid keys: capacity, capacity_bytes, "
+                "overflow, stall_timeout, block_timeout, journal_max_bytes, isolation, "
+                "hang_timeout, max_rss_bytes)"
             ],
         ),
         (

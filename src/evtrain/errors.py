@@ -14,6 +14,7 @@
     ├── CheckpointError(ValueError)       a checkpoint cannot be loaded, or does not fit the run
     ├── DistributedError(RuntimeError)    a collective failed: another rank stopped
     ├── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
+    ├── SubscriberProcessError(RuntimeError)  a process-isolated subscriber raised in its child
     └── NonFiniteError(ArithmeticError)   a NaN or infinity in a behavior's numbers or weights
 
 Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
@@ -104,6 +105,22 @@ class SubscriberError(EvtrainError, RuntimeError):
         """Name of the signal it was handling."""
         super().__init__(
             f"subscriber {subscriber!r} raised {type(error).__name__} handling {signal!r}: {error}"
+        )
+
+
+class SubscriberProcessError(EvtrainError, RuntimeError):
+    """A subscriber running in a child process (``isolation="process"``) raised there; the
+    bus's failure policy applies to this in the parent.  The child's exception cannot travel
+    (it may not pickle): ``error`` is its type and message."""
+
+    def __init__(self, subscriber: str, error: str) -> None:
+        self.subscriber = subscriber
+        """Name of the subscriber that raised."""
+        self.error = error
+        """``"ExceptionType: message"`` as raised in the child."""
+        super().__init__(
+            f"subscriber {subscriber!r} raised in its child process: {error} (its traceback "
+            "is the child's; run it with isolation='thread' to debug it in-process)"
         )
 
 

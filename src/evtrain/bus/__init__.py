@@ -10,7 +10,7 @@ from __future__ import annotations
 from evtrain.bus.bus import Bus
 from evtrain.bus.closing import CloseReport
 from evtrain.bus.delivery import FailurePolicy
-from evtrain.bus.inbox import Overflow, SubscriberSettings
+from evtrain.bus.inbox import Isolation, Overflow, SubscriberSettings
 from evtrain.bus.journal import journal_backlog, journal_path
 from evtrain.bus.routes import ANY
 from evtrain.bus.writers import StatsWriter
@@ -20,6 +20,7 @@ __all__ = [
     "Bus",
     "CloseReport",
     "FailurePolicy",
+    "Isolation",
     "Overflow",
     "StatsWriter",
     "SubscriberSettings",

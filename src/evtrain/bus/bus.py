@@ -23,8 +23,9 @@ from evtrain.bus.closing import CloseReport, Deadline, drain, drain_at_exit, pas
 from evtrain.bus.delivery import FailureContext, FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
-from evtrain.bus.inbox import Inbox, Overflow, SubscriberSettings, default_key
+from evtrain.bus.inbox import Inbox, Isolation, Overflow, SubscriberSettings, default_key
 from evtrain.bus.journals import JournalPlaces
+from evtrain.bus.process import isolate, limits
 from evtrain.bus.routes import ANY, Routes
 from evtrain.bus.spool import AnyInbox, SpoolInbox
 from evtrain.bus.stalls import watch_full_inbox
@@ -182,6 +183,8 @@ class Bus:
         stall_timeout: float | None = None,
         journal_dir: str | os.PathLike[str] | None = None,
         block_timeout: float | None = None,
+        capacity_bytes: int | None = None,
+        isolation: Isolation | str | None = None,
     ) -> SubscriptionHandle:
         """Deliver events of ``signal`` (one or several) to ``subscriber``.
 
@@ -190,7 +193,9 @@ class Bus:
         loop.  It is held strongly, so a lambda keeps working.  ``sender`` restricts delivery to
         one behavior; ``ranks`` connects it only on those ranks (elsewhere the handle is inert
         and emit pays nothing); ``capacity``/``overflow``/``stall_timeout``/``block_timeout``
-        override the bus defaults; ``key`` groups events for ``overflow="latest"``.  A ``spool``
+        override the bus defaults; ``capacity_bytes`` bounds the inbox in bytes too;
+        ``isolation="process"`` runs it in a child process (:mod:`evtrain.bus.process`);
+        ``key`` groups events for ``overflow="latest"``.  A ``spool``
         subscriber opens its journal here (under ``journal_dir``, default the bus's) and, if an
         earlier bus left events in it undelivered, receives those first.
 
@@ -215,6 +220,8 @@ class Bus:
             overflow=None if overflow is None else Overflow(overflow),
             stall_timeout=stall_timeout,
             block_timeout=block_timeout,
+            capacity_bytes=capacity_bytes,
+            isolation=None if isolation is None else Isolation(isolation),
         )
         return self._subscribe(
             signals, subscriber, sender, ranks, settings, label, key, hooks, journal_dir
@@ -271,6 +278,10 @@ class Bus:
         stall_timeout = override.stall_timeout or given.stall_timeout or self.stall_timeout
         block_timeout = override.block_timeout or given.block_timeout or self.block_timeout
         max_bytes = override.journal_max_bytes or self.journal_max_bytes
+        capacity_bytes = override.capacity_bytes or given.capacity_bytes
+        if (override.isolation or given.isolation) is Isolation.PROCESS:
+            spool = overflow is Overflow.SPOOL
+            subscriber, hooks = isolate(subscriber, label, limits(override), ack_each=spool)
         with self._lock:
             if not self._open:
                 raise BusClosedError("cannot connect: the bus is closing or closed")
@@ -282,9 +293,9 @@ class Bus:
             inbox: AnyInbox
             if overflow is Overflow.SPOOL:
                 journal = self._journals.open(unique, max_bytes, journal_dir)
-                inbox = SpoolInbox(capacity, journal)
+                inbox = SpoolInbox(capacity, journal, capacity_bytes)
             else:
-                inbox = Inbox(capacity, overflow, key, block_timeout)
+                inbox = Inbox(capacity, overflow, key, block_timeout, capacity_bytes)
             self._names.add(unique)
             sub = Subscription(
                 name=unique,

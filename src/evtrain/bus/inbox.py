@@ -41,12 +41,53 @@ class Overflow(enum.Enum):
     :mod:`evtrain.bus.spool`).  The default of writers to remote trackers."""
 
 
+class Isolation(enum.Enum):
+    """Where a subscriber runs."""
+
+    THREAD = "thread"
+    """In the trainer's process: its worker thread, or the dispatcher's loop (the default)."""
+    PROCESS = "process"
+    """In a child process fed through a bounded window (:mod:`evtrain.bus.process`)."""
+
+
+EVENT_BYTES = 256
+"""What :func:`event_size` counts for any event: the object, its fields, the queue slot."""
+SUMMARY_BYTES = 160
+"""What it counts per stat key of a ``StatsEvent``: the key, its summary, the dict slot."""
+
+
+def event_size(payload: Any) -> int:
+    """A cheap estimate of the bytes ``payload`` holds, for ``capacity_bytes``.
+
+    Not ``sys.getsizeof`` of the whole graph (that walk would cost more than the emit): a
+    ``StatsEvent`` counts :data:`SUMMARY_BYTES` per key plus 8 per recorded value; any other
+    payload :data:`EVENT_BYTES` plus the ``nbytes`` of its array fields (numpy, torch) and the
+    length of its ``bytes``/``str`` fields.
+    """
+    if type(payload) is StatsEvent:
+        values = payload.values
+        return EVENT_BYTES + sum(SUMMARY_BYTES + 8 * len(s.full_dist) for s in values.values())
+    size = EVENT_BYTES
+    fields = getattr(type(payload), "__attrs_attrs__", ())
+    for field in fields:
+        value = getattr(payload, field.name, None)
+        nbytes = getattr(value, "nbytes", None)
+        if isinstance(nbytes, int):
+            size += nbytes
+        elif isinstance(value, bytes | str):
+            size += len(value)
+    return size
+
+
 @attrs.define(kw_only=True)
 class SubscriberSettings:
     """Inbox overrides for one subscriber, keyed by its name on the bus (``bus.subscribers``
     in a run's options)."""
 
     capacity: int | None = attrs.field(default=None)
+    capacity_bytes: int | None = None
+    """Most bytes of queued events (by :func:`event_size`); a fuller inbox applies
+    ``overflow`` as a full one does.  ``None``: bounded by ``capacity`` only."""
     overflow: Overflow | None = None
     stall_timeout: float | None = None
     """Seconds one call may run before it is a stall (``subscriber_stalled``)."""
@@ -55,6 +96,12 @@ class SubscriberSettings:
     it, and emits ``subscriber_stalled``."""
     journal_max_bytes: int | None = None
     """Spool: the most bytes its journal keeps; beyond, the oldest events are dropped."""
+    isolation: Isolation | None = None
+    """``process``: the subscriber runs in a child process (:mod:`evtrain.bus.process`)."""
+    hang_timeout: float | None = None
+    """``process``: seconds without progress, while events wait, before its child restarts."""
+    max_rss_bytes: int | None = None
+    """``process``: resident bytes past which its child restarts."""
 
 
 class Marker:
@@ -126,6 +173,7 @@ class Inbox:
     """
 
     __slots__ = (
+        "_bytes",
         "_high_water",
         "_items",
         "_key",
@@ -137,6 +185,7 @@ class Inbox:
         "abandoned",
         "block_timeout",
         "capacity",
+        "capacity_bytes",
         "dropped",
         "offered",
         "on_block_timeout",
@@ -152,13 +201,21 @@ class Inbox:
         overflow: Overflow,
         key: Callable[[Any], Hashable] = default_key,
         block_timeout: float = 10.0,
+        capacity_bytes: int | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if capacity_bytes is not None and capacity_bytes < 1:
+            raise ValueError(f"capacity_bytes must be at least 1, got {capacity_bytes}")
         if overflow is Overflow.SPOOL:
             raise ValueError("a spool subscriber's inbox is an evtrain.bus.spool.SpoolInbox")
         self.capacity = capacity
         """Most queued events; a full inbox applies ``overflow``."""
+        self.capacity_bytes = capacity_bytes
+        """Most bytes of queued events (:func:`event_size`); ``None``: unbounded in bytes.
+        One event bigger than that is still taken by an empty inbox, or it could never pass."""
+        self._bytes = 0
+        """Estimated bytes queued now (0 while ``capacity_bytes`` is ``None``)."""
         self.overflow = overflow
         """Policy applied when full."""
         self.block_timeout = block_timeout
@@ -210,28 +267,45 @@ class Inbox:
         keeps no mark."""
         return max(self._high_water, len(self._items) - self._markers)
 
+    def _full(self, size: int) -> bool:
+        """With the lock held: no room for one more event of ``size`` bytes."""
+        if len(self._items) >= self._room:
+            return True
+        limit = self.capacity_bytes
+        return limit is not None and self._bytes > 0 and self._bytes + size > limit
+
     def _put_fifo(self, t: float, payload: Any, may_block: bool = True) -> None:
+        size = 0 if self.capacity_bytes is None else event_size(payload)
         with self._lock:
             self.offered += 1
-            if len(self._items) >= self._room and not self._make_room(may_block, payload):
+            if (
+                len(self._items) >= self._room or (size and self._full(size))
+            ) and not self._make_room(may_block, payload, size):
                 return
             self._items.append((t, payload))  # type: ignore[union-attr]
+            self._bytes += size
         if self.sleeping:
             self._wake()
 
     def _put_latest(self, t: float, payload: Any, key: Hashable | None = None) -> None:
         if key is None:
             key = self._key(payload)
+        sized = self.capacity_bytes is not None
         with self._lock:
             self.offered += 1
             items = self._items
             assert isinstance(items, dict)
             if key in items:  # replacing needs no room
                 self.dropped += 1
-                payload = _merge_latest(items.pop(key)[1], payload)
-            elif len(items) >= self._room and not self._make_room(False):
+                old = items.pop(key)[1]
+                payload = _merge_latest(old, payload)
+                if sized:
+                    self._bytes -= event_size(old)
+            size = event_size(payload) if sized else 0
+            if self._full(size) and not self._make_room(False, None, size):
                 return
             items[key] = (t, payload)
+            self._bytes += size
         if self.sleeping:
             self._wake()
 
@@ -244,7 +318,7 @@ class Inbox:
         else:
             self._put_fifo(t, payload, may_block=False)
 
-    def _make_room(self, may_block: bool, payload: Any = None) -> bool:
+    def _make_room(self, may_block: bool, payload: Any = None, size: int = 0) -> bool:
         """Apply the overflow policy with the lock held; ``False`` drops the new event."""
         if self.abandoned:
             self.dropped += 1
@@ -256,23 +330,25 @@ class Inbox:
             owner = _consumer.inbox
             if not may_block or owner is self or owner is EVERY_INBOX:
                 return True
-            if self._stalled or not self._wait_for_room(payload):
+            if self._stalled or not self._wait_for_room(payload, size):
                 self.dropped += 1
                 return False
             return True
         if overflow is Overflow.DROP_NEWEST:
             self.dropped += 1
             return False
-        self._evict_oldest()  # DROP_OLDEST, and LATEST for a new key
+        # DROP_OLDEST, and LATEST for a new key: as many as the bytes need
+        while self._evict_oldest() and self._full(size):
+            pass
         return True
 
-    def _wait_for_room(self, payload: Any) -> bool:
+    def _wait_for_room(self, payload: Any, size: int = 0) -> bool:
         """``block``, with the lock held: wait up to ``block_timeout`` for the consumer to make
         room; ``False`` when it did not (the inbox is then stalled, and the bus told)."""
         started = time.monotonic()
         deadline = started + self.block_timeout
         try:
-            while len(self._items) >= self._room:
+            while self._full(size):
                 left = deadline - time.monotonic()
                 if self.abandoned or left <= 0:
                     break
@@ -298,16 +374,19 @@ class Inbox:
             self._lock.acquire()
         return False
 
-    def _evict_oldest(self) -> None:
-        """Drop the oldest queued event.  A marker is no event: it stays, or a flush would wait
-        for it forever."""
+    def _evict_oldest(self) -> bool:
+        """Drop the oldest queued event; ``False`` when there is none.  A marker is no event:
+        it stays, or a flush would wait for it forever."""
         items = self._items
         queued = items.items() if isinstance(items, dict) else enumerate(items)
-        for where, (t, _) in queued:
+        for where, (t, payload) in queued:
             if t is not None:
                 del items[where]  # type: ignore[arg-type]
                 self.dropped += 1
-                return
+                if self.capacity_bytes is not None:
+                    self._bytes -= event_size(payload)
+                return True
+        return False
 
     def _wake(self) -> None:
         self.sleeping = False
@@ -334,6 +413,7 @@ class Inbox:
         self._high_water = max(self._high_water, len(items) - self._markers)
         self._items = self._new_container()
         self._markers = 0
+        self._bytes = 0
         self._stalled = False
         self._not_full.notify_all()
         return list(items.values()) if isinstance(items, dict) else list(items)

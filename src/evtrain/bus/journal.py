@@ -21,8 +21,10 @@ crash cut short — is recognised and ignored, as is everything after it in its 
 reach the OS after every batch (``kill -9`` loses at most the batch being written, a few tens
 of milliseconds) and the disk every ``fsync_s`` (a power cut loses at most that), when the
 ``ack`` is persisted too and segments holding only acknowledged records are deleted.  Beyond
-``max_bytes`` the oldest segments are deleted, acknowledged or not, with one warning: the
-consumer counts what it then misses as dropped.
+``max_bytes`` the oldest segments are deleted, acknowledged or not, with one warning, each time
+a segment is started: the folder never holds more than ``max_bytes`` plus the segment being
+written (``max_bytes // 8``, and the one record that crosses it).  The consumer counts what it
+then misses as dropped, at the latest when it closes.
 
 A journal may come from elsewhere (a copied run folder, a crafted file), so reading one never
 runs code: a segment that does not start with MAGIC — another version, evtrain's old pickle
@@ -280,6 +282,9 @@ class Journal:
             if file is None or self._caught_up or self._segments[-1].size >= self._segment_bytes:
                 file = self._rotate(seq)
                 self._caught_up = False
+                # Per segment, not per batch: a burst between two batches would otherwise
+                # overshoot max_bytes by the whole burst.
+                self._bound()
             head = bytearray(HEADER.pack(len(data), 0, seq, t))
             struct.pack_into("<I", head, 4, zlib.crc32(data, zlib.crc32(head[CRC_FROM:])))
             file.write(head)

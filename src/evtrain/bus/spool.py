@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from evtrain.bus.inbox import Inbox, Marker, Overflow
+from evtrain.bus.inbox import Inbox, Marker, Overflow, event_size
 from evtrain.bus.journal import Entry, Journal, logger
 from evtrain.bus.records import decode
 
@@ -72,11 +72,13 @@ class SpoolInbox:
         "_spilled",
         "_stalled",
         "_window",
+        "_window_bytes",
         "_window_lo",
         "_writer",
         "abandoned",
         "acked",
         "capacity",
+        "capacity_bytes",
         "dropped",
         "journal",
         "left",
@@ -86,11 +88,15 @@ class SpoolInbox:
         "waker",
     )
 
-    def __init__(self, capacity: int, journal: Journal) -> None:
+    def __init__(self, capacity: int, journal: Journal, capacity_bytes: int | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         """Most events held in memory; the journal holds the rest."""
+        self.capacity_bytes = capacity_bytes
+        """Most bytes (:func:`~evtrain.bus.inbox.event_size`) held in memory; ``None``: no
+        bound but ``capacity``."""
+        self._window_bytes = 0
         self.overflow = Overflow.SPOOL
         self.journal = journal
         self._lock = threading.Lock()
@@ -130,6 +136,8 @@ class SpoolInbox:
     def put(self, t: float, payload: Any) -> None:
         """Journal ``payload`` (ahead, on the writer thread) and keep it in the window if the
         window takes events; never waits."""
+        limit = self.capacity_bytes
+        size = 0 if limit is None else event_size(payload)
         with self._lock:
             if self.abandoned:
                 self.dropped += 1
@@ -139,8 +147,12 @@ class SpoolInbox:
             entry = (seq, t, payload)
             self._pending.append(entry)
             if not self._spilled:
-                if len(self._window) < self.capacity:
-                    self._window.append(entry)
+                window = self._window
+                if len(window) < self.capacity and (
+                    limit is None or not window or self._window_bytes + size <= limit
+                ):
+                    window.append(entry)
+                    self._window_bytes += size
                 else:
                     self._spilled = True
         if self.sleeping:
@@ -226,6 +238,7 @@ class SpoolInbox:
                     out.append(entry)
                 cursor = self._window_lo = cursor + len(self._window)
                 self._window = deque()
+                self._window_bytes = 0
             while self._markers and self._markers[0][0] <= cursor:
                 out.append(self._markers.popleft()[1])
             self._cursor = cursor
@@ -326,6 +339,9 @@ class SpoolInbox:
             self._markers.clear()
             self._window.clear()
             last = self._next_seq - 1
+            # Deleted past journal_max_bytes and never replayed (a replay counts its gaps and
+            # acknowledges past them): lost, and counted now.
+            self.dropped += max(0, min(self.journal.floor - 1, last) - self.acked)
         self._closed.set()
         for marker in markers:
             marker.arrive(self)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from evtrain.errors import ConfigError
 from evtrain.run.loop import ProgressHook, take_turns
+from evtrain.run.run_folder import is_run_folder
 
 if TYPE_CHECKING:
     from evtrain.config.options import RunOptions
@@ -45,6 +46,9 @@ def check_trained_model(options: RunOptions) -> None:
     cs = options.checkpoint_settings
     if not cs.inference or cs.initialize_from:
         return
+    path = cs.write_path
+    if path.is_dir() and any(path.iterdir()) and not is_run_folder(path):
+        return  # not a run at all: the run folder's own check says so, and what to do
     missing = [
         name
         for name, settings in options.behaviors.items()

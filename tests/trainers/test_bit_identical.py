@@ -230,4 +230,5 @@ def write_fixtures() -> None:  # pragma: no cover - run by hand to record a new 
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(write_fixtures())
+    write_fixtures()
+    sys.exit(0)

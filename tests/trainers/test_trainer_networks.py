@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from evtrain.trainers import NetworkSettings
-from evtrain.trainers.networks import (
+from evtrain.trainers.networks.mlp import (
     MLP,
     ObservationNormalizer,
     clip_grad_norm_,

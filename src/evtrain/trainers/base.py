@@ -41,8 +41,8 @@ from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, Stat
 from evtrain.export import memory_size_of
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.finite import FiniteGuard
-from evtrain.trainers.memory import StatefulPolicy
-from evtrain.trainers.networks import ObservationNormalizer
+from evtrain.trainers.networks.memory import StatefulPolicy
+from evtrain.trainers.networks.mlp import ObservationNormalizer
 from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
 from evtrain.trainers.threaded import ThreadedUpdates

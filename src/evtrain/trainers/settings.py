@@ -23,7 +23,7 @@ Activation = Literal["tanh", "relu", "elu", "silu"]
 """Hidden-layer nonlinearity of the policy and value networks."""
 
 VisEncodeType = Literal["simple", "nature_cnn", "resnet", "match3", "fully_connected"]
-"""ML-Agents' image encoders (:mod:`evtrain.trainers.encoders`)."""
+"""ML-Agents' image encoders (:mod:`evtrain.trainers.networks.encoders`)."""
 
 _schedule = v.in_(("linear", "constant"))
 _positive_int = [v.instance_of(int), v.gt(0)]
@@ -180,7 +180,7 @@ class NetworkSettings:
     says."""
     memory: MemorySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     """An LSTM after the hidden layers of the policy and of the critic (see
-    :mod:`evtrain.trainers.memory`); ``None``: feed-forward networks."""
+    :mod:`evtrain.trainers.networks.memory`); ``None``: feed-forward networks."""
 
 
 @attrs.define(kw_only=True)

@@ -1,12 +1,12 @@
 """Intrinsic reward signals: curiosity (ICM) and random network distillation (GAIL, built on
-the same base, is in :mod:`evtrain.trainers.gail`).
+the same base, is in :mod:`evtrain.trainers.signals.gail`).
 
 Each signal is a model with its own Adam, as in ML-Agents' reward providers:
 :meth:`RewardSignal.evaluate` gives the reward of a rollout's transitions (``strength`` applied),
 :meth:`RewardSignal.update` takes one gradient step on a minibatch and returns the losses under
 ML-Agents' stat names.  PPO evaluates a rollout once it is collected and trains the signals on
 the same minibatches as the policy; SAC evaluates them on its replay minibatches
-(:mod:`evtrain.trainers.sac_signals`).  Both signals ignore episode ends (ML-Agents'
+(:mod:`evtrain.trainers.sac.signals`).  Both signals ignore episode ends (ML-Agents'
 ``_ignore_done``, :attr:`RewardSignal.episodic` false): a terminated episode is worth the
 signal's value of its final observation, not 0, since novelty does not stop at a goal.
 
@@ -30,7 +30,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.networks import flatten_parameters, hidden_layers, layer_init, zero_grad_
+from evtrain.trainers.networks.mlp import flatten_parameters, hidden_layers, layer_init, zero_grad_
 from evtrain.trainers.optim import make_adam
 from evtrain.trainers.settings import (
     CuriositySettings,

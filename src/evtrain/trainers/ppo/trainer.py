@@ -12,16 +12,16 @@ the update thread while the next rollout is collected, acting with a copy of the
 before that update; the next rollout's values, advantages and update wait for it.
 
 With intrinsic reward signals (``reward_signals.gail``, ``curiosity``, ``rnd``; see
-:mod:`evtrain.trainers.intrinsic`) the critic has one value head per signal, as in ML-Agents:
+:mod:`evtrain.trainers.signals.build`) the critic has one value head per signal, as in ML-Agents:
 each signal's rewards get GAE with its own ``gamma`` and value head, the advantage is their
 sum, and the signals' models train on the update's minibatches.  With ``behavioral_cloning``
 the policy also learns the demonstrations' actions after each update
-(:mod:`evtrain.trainers.behavioral_cloning`).  Without them the update is the extrinsic-only
+(:mod:`evtrain.trainers.signals.behavioral_cloning`).  Without them the update is the extrinsic-only
 one, step for step.
 
 With ``network_settings.memory`` the policy and the critic are recurrent
-(:class:`~evtrain.trainers.recurrent_policies.RecurrentActorCritic`): the rollout carries
-their memories and the update trains on sequences (:mod:`evtrain.trainers.ppo_memory`).
+(:class:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic`): the rollout carries
+their memories and the update trains on sequences (:mod:`evtrain.trainers.ppo.memory`).
 Without it, nothing here changes.
 """
 
@@ -41,19 +41,23 @@ from torch import nn
 
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
-from evtrain.trainers.behavioral_cloning import actor_critic_output
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import finite_mean, zeroed
-from evtrain.trainers.gae import compute_gae
-from evtrain.trainers.intrinsic import load_experts, make_behavioral_cloning, make_reward_signals
-from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
+from evtrain.trainers.loops.gae import compute_gae
+from evtrain.trainers.networks.mlp import clip_grad_norm_, flatten_parameters, zero_grad_
+from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
+from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.observations import behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
-from evtrain.trainers.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
-from evtrain.trainers.ppo_gradients import ppo_gradients, supports
-from evtrain.trainers.ppo_memory import RecurrentRollout
-from evtrain.trainers.recurrent_policies import RecurrentActorCritic, RecurrentPolicy
+from evtrain.trainers.ppo.gradients import ppo_gradients, supports
+from evtrain.trainers.ppo.memory import RecurrentRollout
 from evtrain.trainers.settings import PPOSettings
+from evtrain.trainers.signals.behavioral_cloning import actor_critic_output
+from evtrain.trainers.signals.build import (
+    load_experts,
+    make_behavioral_cloning,
+    make_reward_signals,
+)
 from evtrain.trainers.threaded import ActingCopy
 
 EPSILON_FLOOR = 0.1
@@ -93,7 +97,10 @@ def _normalized(advantages: torch.Tensor) -> torch.Tensor:
 
 
 class PPOTrainer(Trainer):
-    """PPO for ``Discrete`` and ``Box`` action spaces (see :mod:`evtrain.trainers.policies`)."""
+    """PPO for ``Discrete`` and ``Box`` action spaces.
+
+    Its networks are in :mod:`evtrain.trainers.networks.policies`.
+    """
 
     settings_type = PPOSettings
     _skip_update = False
@@ -539,7 +546,7 @@ class PPOTrainer(Trainer):
         """One epoch's minibatches of ``b``, shuffled, advantages normalised per minibatch.
 
         With memory, whole sequences: as many minibatches as they fill (see
-        :mod:`evtrain.trainers.ppo_memory`), whatever ``num_minibatches`` says.
+        :mod:`evtrain.trainers.ppo.memory`), whatever ``num_minibatches`` says.
         """
         if self.memory is not None:
             for mb in self.memory.minibatches(b, self.generator, self.world):
@@ -562,7 +569,7 @@ class PPOTrainer(Trainer):
         """One optimizer step on minibatch ``mb``; returns ``pg_loss``, ``v_loss`` and the mean
         entropy (``None`` unless ``with_entropy``), detached.
 
-        The gradients come from :mod:`~evtrain.trainers.ppo_gradients` where it supports the
+        The gradients come from :mod:`~evtrain.trainers.ppo.gradients` where it supports the
         agent (the same numbers, without autograd's per-operation cost), else from autograd.
         """
         flat_params = self.flat_params

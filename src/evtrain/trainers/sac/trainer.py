@@ -1,6 +1,6 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications") for ``Box``
 actions on a Gymnasium vector environment; ``Discrete`` and ``MultiDiscrete`` actions with the
-categorical policy and per-action critics of :mod:`evtrain.trainers.sac_discrete`.
+categorical policy and per-action critics of :mod:`evtrain.trainers.sac.discrete`.
 
 Twin Q networks with Polyak-averaged targets (clipped double-Q), a tanh-squashed Gaussian
 policy rescaled to the action bounds, and automatic tuning of the entropy coefficient
@@ -8,7 +8,7 @@ policy rescaled to the action bounds, and automatic tuning of the entropy coeffi
 :meth:`SACTrainer.advance` steps every environment once, stores the transitions, and makes
 one gradient step per ``steps_per_update`` environment steps once ``buffer_init_steps``
 random-action steps have been collected.  Intrinsic reward signals (gail, curiosity, rnd) and
-behavioral cloning: :mod:`evtrain.trainers.sac_signals`.
+behavioral cloning: :mod:`evtrain.trainers.sac.signals`.
 
 With ``threaded: true`` (:mod:`evtrain.trainers.threaded`) the gradient steps due after one
 environment step run on the update thread while the environments take the next step, acting
@@ -17,7 +17,7 @@ that step are stored once they are done.  As many gradient steps are taken as un
 the same environment steps: only the acting actor lags, by one batch of gradient steps.
 
 With ``network_settings.memory`` the policy and the critics are recurrent and learn from
-sequences of a replay buffer of sequences (:mod:`evtrain.trainers.sac_memory`).
+sequences of a replay buffer of sequences (:mod:`evtrain.trainers.sac.memory`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import zeroed
-from evtrain.trainers.memory import RecurrentMLP
-from evtrain.trainers.networks import (
+from evtrain.trainers.loops.replay import ReplayBuffer
+from evtrain.trainers.networks.memory import RecurrentMLP
+from evtrain.trainers.networks.mlp import (
     MLP,
     ObservationNormalizer,
     clip_grad_norm_,
@@ -48,8 +49,7 @@ from evtrain.trainers.networks import (
 )
 from evtrain.trainers.observations import ObservationFlattener, behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
-from evtrain.trainers.replay import ReplayBuffer
-from evtrain.trainers.sac_discrete import (
+from evtrain.trainers.sac.discrete import (
     DISCRETE_UPDATE_STATS,
     Branches,
     CategoricalActor,
@@ -60,16 +60,16 @@ from evtrain.trainers.sac_discrete import (
     sequence_actor_loss,
     sequence_critic_losses,
 )
-from evtrain.trainers.sac_memory import (
+from evtrain.trainers.sac.memory import (
     CarriedMemories,
     RecurrentSACPolicy,
     RecurrentTwinQ,
     SequenceReplayBuffer,
 )
-from evtrain.trainers.sac_signals import SACSignals
+from evtrain.trainers.sac.signals import SACSignals
+from evtrain.trainers.sac.twin_q import TwinQ, from_two_networks, relayout_flat
 from evtrain.trainers.settings import NetworkSettings, SACSettings
 from evtrain.trainers.threaded import ActingCopy
-from evtrain.trainers.twin_q import TwinQ, from_two_networks, relayout_flat
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 """Range of the policy's log standard deviation (cleanrl's bounds)."""
@@ -225,7 +225,7 @@ class SACTrainer(Trainer):
             self.qf = TwinQ(
                 obs_dim, critic_in, network, generator, self.layout, num_actions=num_actions
             )
-        else:  # an LSTM in the policy and in each critic (see evtrain.trainers.sac_memory)
+        else:  # an LSTM in the policy and in each critic (see evtrain.trainers.sac.memory)
             self.actor = RecurrentMLP(
                 obs_dim, policy_out, network, memory, out_gain=0.01, generator=generator
             )
@@ -536,7 +536,7 @@ class SACTrainer(Trainer):
 
     def _update_discrete(self, actor: CategoricalActor) -> None:
         """:meth:`_update` for discrete actions: the same steps, with the expectations over
-        every action of :mod:`evtrain.trainers.sac_discrete`."""
+        every action of :mod:`evtrain.trainers.sac.discrete`."""
         qf, qf_target, replay = self._feed_forward()
         mb_obs, mb_actions, mb_rewards, mb_next_obs, mb_terminated = (
             t.to(self.device) for t in replay.sample(self.hp.batch_size, self.rng)
@@ -576,7 +576,7 @@ class SACTrainer(Trainer):
             return qf, qf_target, replay
         raise RuntimeError("the feed-forward update needs the feed-forward networks")
 
-    # -- with network_settings.memory (see evtrain.trainers.sac_memory) ------------------------
+    # -- with network_settings.memory (see evtrain.trainers.sac.memory) ------------------------
 
     def _recurrent(self) -> tuple[RecurrentMLP, RecurrentTwinQ, RecurrentTwinQ, CarriedMemories]:
         actor, qf, qf_target, memory = self.actor, self.qf, self.qf_target, self.memory

@@ -229,14 +229,11 @@ LIMITS = {"module": 400, "class": 300, "function": 60}
 
 OVER_LIMITS: set[str] = {
     "module evtrain.trainers.sac.trainer",  # 772
-    "module evtrain.trainers.ppo.trainer",  # 676
     "class evtrain.trainers.sac.trainer.SACTrainer",  # 600
-    "class evtrain.trainers.ppo.trainer.PPOTrainer",  # 578
     "module evtrain.trainers.base",  # 416
     "module evtrain.trainers.settings",  # 402
     "class evtrain.trainers.base.Trainer",  # 349
     "function evtrain.trainers.sac.trainer.SACTrainer._setup",  # 125
-    "function evtrain.trainers.ppo.trainer.PPOTrainer._setup",  # 95
     "function evtrain.trainers.sac.trainer.SACTrainer.advance",  # 80
     "function evtrain.trainers.base.Trainer.__init__",  # 63
 }

@@ -2,8 +2,8 @@
 
 :mod:`~evtrain.trainers.ppo.trainer` wires the on-policy loop to PPO's networks and signals;
 :mod:`~evtrain.trainers.ppo.update` is the paper's loss and one gradient step, top to bottom;
-:mod:`~evtrain.trainers.ppo.gradients` writes the gradients out by hand for small networks;
-:mod:`~evtrain.trainers.ppo.memory` holds the rollout of a recurrent policy.
+:mod:`~evtrain.trainers.ppo.gradients` writes the gradients out by hand for small networks.
+Rollouts, GAE and minibatches are the on-policy loop's (:mod:`evtrain.trainers.loops`).
 ``evtrain.trainers.ppo.PPOTrainer`` is the documented path of the trainer.
 """
 

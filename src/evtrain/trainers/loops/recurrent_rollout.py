@@ -1,6 +1,6 @@
 """What PPO does differently with ``network_settings.memory`` (ML-Agents' recurrent PPO).
 
-:class:`RecurrentRollout` is the PPO trainer's companion for a
+:class:`RecurrentRollout` is the on-policy loop's companion (PPO's) for a
 :class:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic`:
 
 * **Rollout.**  The policy and the critic step together, each carrying each environment's

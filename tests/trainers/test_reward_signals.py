@@ -18,7 +18,8 @@ from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings, PPOTrainer, make_vector_env
 from evtrain.trainers.settings import CuriositySettings, RewardSignals, RNDSettings
-from evtrain.trainers.signals.reward_signal import CuriositySignal, RNDSignal
+from evtrain.trainers.signals.curiosity import CuriositySignal
+from evtrain.trainers.signals.rnd import RNDSignal
 from evtrain.world import World
 from tests.trainers.helpers import Recording, make_envs, small_ppo
 

@@ -23,8 +23,10 @@ from evtrain.trainers.settings import (
     TrainerSettings,
 )
 from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, PolicyOutput
+from evtrain.trainers.signals.curiosity import CuriositySignal
 from evtrain.trainers.signals.gail import GAILSignal
-from evtrain.trainers.signals.reward_signal import CuriositySignal, RewardSignal, RNDSignal
+from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.signals.rnd import RNDSignal
 from evtrain.world import World
 
 

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from evtrain.errors import ConfigError, SpaceMismatchError
 from evtrain.trainers import NetworkSettings
 from evtrain.trainers.loops.replay import ReplayBuffer
-from evtrain.trainers.networks.mlp import ObservationNormalizer
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import (
     ObservationPart,
     VectorNormalizer,

@@ -44,7 +44,7 @@ from evtrain.trainers.bookkeeping import Bookkeeping
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.finite import FiniteGuard
 from evtrain.trainers.networks.memory import StatefulPolicy
-from evtrain.trainers.networks.mlp import ObservationNormalizer
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
 from evtrain.world import World

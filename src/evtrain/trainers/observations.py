@@ -38,7 +38,7 @@ from torch import nn
 
 from evtrain.errors import ConfigError, SpaceMismatchError
 from evtrain.trainers.networks.encoders import MIN_RESOLUTION, build_encoder, too_small
-from evtrain.trainers.networks.mlp import ObservationNormalizer
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.settings import NetworkSettings, VisEncodeType
 
 BOX_INPUT = "obs"

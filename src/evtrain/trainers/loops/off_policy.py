@@ -33,7 +33,7 @@ from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import zeroed
-from evtrain.trainers.networks.mlp import ObservationNormalizer
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import ObservationLayout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, FlatAdam
 from evtrain.trainers.threaded import ActingCopy

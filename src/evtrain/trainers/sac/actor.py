@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.trainers.networks.mlp import MLP, ObservationNormalizer
+from evtrain.trainers.networks.mlp import MLP
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import ObservationFlattener
 from evtrain.trainers.settings import NetworkSettings
 

@@ -37,7 +37,8 @@ from torch import nn
 
 from evtrain.errors import SpaceMismatchError
 from evtrain.trainers.networks.memory import RecurrentMLP
-from evtrain.trainers.networks.mlp import MLP, ObservationNormalizer
+from evtrain.trainers.networks.mlp import MLP
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import ObservationFlattener
 from evtrain.trainers.sac.memory import RecurrentTwinQ
 from evtrain.trainers.sac.twin_q import TwinQ

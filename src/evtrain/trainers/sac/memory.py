@@ -28,12 +28,8 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.trainers.networks.memory import LSTMMemory, RecurrentMLP, forget
-from evtrain.trainers.networks.mlp import (
-    ACTIVATIONS,
-    ObservationNormalizer,
-    hidden_layers,
-    layer_init,
-)
+from evtrain.trainers.networks.mlp import ACTIVATIONS, hidden_layers, layer_init
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import ObservationFlattener, ObservationLayout
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
 

@@ -261,3 +261,30 @@ def test_trainers_modules_classes_and_functions_keep_to_the_size_limits() -> Non
         print(f"largest {kind}: {largest[1]} ({largest[2]} lines, limit {LIMITS[kind]})")
     over = {f"{kind} {name}" for kind, name, lines in measured if lines > LIMITS[kind]}
     assert over == OVER_LIMITS
+
+
+def test_the_documented_trainer_paths_still_import() -> None:
+    """The paths of before the folders, named in docs/ and by plugins, reach the same objects."""
+    from evtrain.trainers import PPOTrainer, SACTrainer, Trainer, compute_gae
+    from evtrain.trainers.base import Trainer as BaseTrainer
+    from evtrain.trainers.loops.gae import compute_gae as loop_gae
+    from evtrain.trainers.network_settings import MemorySettings, NetworkSettings
+    from evtrain.trainers.networks import ObservationNormalizer, flatten_parameters
+    from evtrain.trainers.networks.mlp import flatten_parameters as mlp_flatten
+    from evtrain.trainers.networks.normalizer import ObservationNormalizer as Normalizer
+    from evtrain.trainers.ppo import PPOTrainer as DocumentedPPO
+    from evtrain.trainers.ppo import clipped_surrogate_loss
+    from evtrain.trainers.ppo.update import clipped_surrogate_loss as update_loss
+    from evtrain.trainers.registry import TRAINER_TYPES
+    from evtrain.trainers.sac import SACTrainer as DocumentedSAC
+    from evtrain.trainers.settings import MemorySettings as SettingsMemory
+    from evtrain.trainers.settings import NetworkSettings as SettingsNetwork
+
+    assert PPOTrainer is DocumentedPPO is TRAINER_TYPES["ppo"].load()
+    assert SACTrainer is DocumentedSAC is TRAINER_TYPES["sac"].load()
+    assert TRAINER_TYPES["ppo"].trainer == "evtrain.trainers.ppo:PPOTrainer"
+    assert TRAINER_TYPES["sac"].trainer == "evtrain.trainers.sac:SACTrainer"
+    assert Trainer is BaseTrainer and compute_gae is loop_gae
+    assert clipped_surrogate_loss is update_loss
+    assert (NetworkSettings, MemorySettings) == (SettingsNetwork, SettingsMemory)
+    assert (ObservationNormalizer, flatten_parameters) == (Normalizer, mlp_flatten)

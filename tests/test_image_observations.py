@@ -29,7 +29,7 @@ from evtrain.trainers import (
     Trainer,
     make_vector_env,
 )
-from evtrain.trainers.encoders import MIN_RESOLUTION, VisEncodeType
+from evtrain.trainers.networks.encoders import MIN_RESOLUTION, VisEncodeType
 from evtrain.trainers.observations import VectorNormalizer
 from tests.helpers import ROOT, clean_env, python
 from tests.pixel_envs import pixel_cartpole, pixel_vector_cartpole

@@ -15,7 +15,7 @@ from evtrain.cli import _parser, options_from_cli
 from evtrain.distributed import TorchInitializer, World
 from evtrain.plugins import INITIALIZER, Plugin, discover, from_entry_point
 from evtrain.run.wiring import active_initializer, initialized, load_initializer
-from evtrain.trainers.networks import ObservationNormalizer
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from tests import plugin_fixtures
 from tests.helpers import free_port
 from tests.plugin_fixtures import FixtureInitializer

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from evtrain.errors import ConfigError
-from evtrain.trainers.encoders import MIN_RESOLUTION, VisEncodeType, build_encoder
+from evtrain.trainers.networks.encoders import MIN_RESOLUTION, VisEncodeType, build_encoder
 
 KINDS: list[VisEncodeType] = ["simple", "nature_cnn", "resnet", "match3", "fully_connected"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evtrain.trainers.gae import compute_gae
+from evtrain.trainers.loops.gae import compute_gae
 
 GAMMA, LAMBD = 0.9, 0.8
 

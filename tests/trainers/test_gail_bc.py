@@ -10,16 +10,16 @@ import pytest
 import torch
 
 from evtrain.trainers import NetworkSettings, SACTrainer, make_vector_env
-from evtrain.trainers.behavioral_cloning import BehavioralCloning, actor_critic_output
-from evtrain.trainers.gail import EPSILON, GAILSignal
-from evtrain.trainers.networks import flatten_parameters
-from evtrain.trainers.policies import ActorCritic
+from evtrain.trainers.networks.mlp import flatten_parameters
+from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.settings import (
     BehavioralCloningSettings,
     GAILSettings,
     RewardSignals,
     RNDSettings,
 )
+from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, actor_critic_output
+from evtrain.trainers.signals.gail import EPSILON, GAILSignal
 from evtrain.world import World
 from tests.trainers.helpers import Recording, small_sac
 from tests.trainers.test_demonstrations import cartpole_demo

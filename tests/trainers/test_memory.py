@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from evtrain.trainers.memory import (
+from evtrain.trainers.networks.memory import (
     FORGET_BIAS,
     LSTMMemory,
     RecurrentMLP,

@@ -10,7 +10,8 @@ from gymnasium import spaces
 
 from evtrain.errors import ConfigError, SpaceMismatchError
 from evtrain.trainers import NetworkSettings
-from evtrain.trainers.networks import ObservationNormalizer
+from evtrain.trainers.loops.replay import ReplayBuffer
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import (
     ObservationPart,
     VectorNormalizer,
@@ -18,7 +19,6 @@ from evtrain.trainers.observations import (
     observation_layout,
     policy_inputs,
 )
-from evtrain.trainers.replay import ReplayBuffer
 
 IMAGE = spaces.Box(0, 255, (24, 20, 3), np.uint8)
 DICT = spaces.Dict(

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from evtrain.trainers.networks import flatten_parameters, zero_grad_
+from evtrain.trainers.networks.mlp import flatten_parameters, zero_grad_
 from evtrain.trainers.optim import FlatAdam
 
 

@@ -12,9 +12,9 @@ import torch
 
 from evtrain import Bus
 from evtrain.trainers import NetworkSettings, PPOTrainer
-from evtrain.trainers.networks import flatten_parameters, zero_grad_
-from evtrain.trainers.policies import ActorCritic
-from evtrain.trainers.ppo_gradients import ppo_gradients, supports
+from evtrain.trainers.networks.mlp import flatten_parameters, zero_grad_
+from evtrain.trainers.networks.policies import ActorCritic
+from evtrain.trainers.ppo.gradients import ppo_gradients, supports
 from tests.trainers.helpers import Recording, make_envs, small_ppo, zoo_cartpole
 
 DISCRETE = gym.spaces.Discrete(3)

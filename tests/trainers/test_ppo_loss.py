@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from evtrain.trainers import NetworkSettings, clipped_surrogate_loss
-from evtrain.trainers.policies import ActorCritic
+from evtrain.trainers.networks.policies import ActorCritic
 
 
 def test_clipped_surrogate_loss_by_hand() -> None:

@@ -11,10 +11,10 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from evtrain.trainers import NetworkSettings, PPOSettings, RewardSignals
-from evtrain.trainers.memory import StatefulPolicy, sequence_layout
+from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
+from evtrain.trainers.networks.memory import StatefulPolicy, sequence_layout
+from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.ppo import PPOTrainer
-from evtrain.trainers.ppo_memory import RecurrentRollout
-from evtrain.trainers.recurrent_policies import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.settings import CuriositySettings, MemorySettings, RNDSettings
 from tests.memory_envs import masked_cartpole
 from tests.trainers.helpers import CountingEnv, Recording, small_ppo

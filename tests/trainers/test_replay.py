@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from evtrain.trainers.replay import ReplayBuffer
+from evtrain.trainers.loops.replay import ReplayBuffer
 
 
 def filled(capacity: int, n: int) -> ReplayBuffer:

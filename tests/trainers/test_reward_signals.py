@@ -17,8 +17,9 @@ from evtrain.export import onnx_policy
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings, PPOTrainer, make_vector_env
-from evtrain.trainers.reward_signals import CuriositySignal, RNDSignal
 from evtrain.trainers.settings import CuriositySettings, RewardSignals, RNDSettings
+from evtrain.trainers.signals.curiosity import CuriositySignal
+from evtrain.trainers.signals.rnd import RNDSignal
 from evtrain.world import World
 from tests.trainers.helpers import Recording, make_envs, small_ppo
 

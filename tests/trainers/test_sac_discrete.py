@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from evtrain.errors import SpaceMismatchError
 from evtrain.trainers import NetworkSettings, RewardSignals, SACSettings, SACTrainer
-from evtrain.trainers.sac_discrete import (
+from evtrain.trainers.sac.discrete import (
     Branches,
     CategoricalActor,
     entropies,
@@ -24,8 +24,8 @@ from evtrain.trainers.sac_discrete import (
     soft_value,
     taken_q,
 )
+from evtrain.trainers.sac.twin_q import TwinQ
 from evtrain.trainers.settings import CuriositySettings
-from evtrain.trainers.twin_q import TwinQ
 from tests.action_envs import branched_cartpole
 from tests.trainers.helpers import Recording, small_sac
 

@@ -12,9 +12,9 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from evtrain.trainers import MemorySettings, NetworkSettings, RewardSignals, SACSettings
-from evtrain.trainers.memory import RecurrentMLP
+from evtrain.trainers.networks.memory import RecurrentMLP
 from evtrain.trainers.sac import UPDATE_STATS, SACTrainer
-from evtrain.trainers.sac_memory import RecurrentSACPolicy, RecurrentTwinQ, SequenceReplayBuffer
+from evtrain.trainers.sac.memory import RecurrentSACPolicy, RecurrentTwinQ, SequenceReplayBuffer
 from evtrain.trainers.settings import CuriositySettings
 from tests.trainers.helpers import Recording, small_sac
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from evtrain.trainers import PPOSettings, SACSettings
-from evtrain.trainers.policies import ActorCritic
+from evtrain.trainers.networks.policies import ActorCritic
+from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.ppo import PPOTrainer
-from evtrain.trainers.recurrent_policies import RecurrentActorCritic
 from evtrain.trainers.sac import SACTrainer
 from evtrain.trainers.threaded import UpdateThread
 from tests.trainers.helpers import Recording, make_envs, small_ppo, small_sac

@@ -9,13 +9,8 @@ import torch
 from torch import nn
 
 from evtrain.trainers import NetworkSettings
-from evtrain.trainers.networks import (
-    MLP,
-    ObservationNormalizer,
-    clip_grad_norm_,
-    flatten_parameters,
-    zero_grad_,
-)
+from evtrain.trainers.networks.mlp import MLP, clip_grad_norm_, flatten_parameters, zero_grad_
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 
 
 def mlp() -> MLP:

@@ -19,7 +19,7 @@ from evtrain.trainers import (
     Trainer,
     make_vector_env,
 )
-from evtrain.trainers.policies import DeterministicPolicy
+from evtrain.trainers.networks.policies import DeterministicPolicy
 from tests.trainers.helpers import Recording, small_ppo, small_sac
 
 

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from evtrain.trainers import NetworkSettings, SACTrainer, make_vector_env
-from evtrain.trainers.networks import MLP, flatten_parameters
-from evtrain.trainers.twin_q import TwinQ
+from evtrain.trainers.networks.mlp import MLP, flatten_parameters
+from evtrain.trainers.sac.twin_q import TwinQ
 from tests.trainers.helpers import Recording, small_sac
 
 NETWORK = NetworkSettings(hidden_units=8, num_layers=2, activation="relu")

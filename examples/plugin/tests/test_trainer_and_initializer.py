@@ -1,16 +1,21 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+import torch
+from evtrain_example_plugin.a2c import A2CSettings, A2CTrainer
 from evtrain_example_plugin.reward_clip import RewardClipPPO, RewardClipSettings, trainer_types
 from evtrain_example_plugin.slurm import SlurmInitializer, slurm_initializer
 
-from evtrain import Bus, ConfigError, RunOptions, StatsReporter
+from evtrain import Bus, ConfigError, RunOptions, StatsEvent, StatsReporter, signals
 from evtrain.trainers.envs import make_vector_env
-from evtrain.trainers.settings import TrainerSettings
+from evtrain.trainers.loops.on_policy import OnPolicyTrainer
+from evtrain.trainers.settings import NetworkSettings, TrainerSettings
 
 
 def test_registration_returns_the_trainer_type_by_name() -> None:
-    assert trainer_types() == {"ppo_reward_clip": RewardClipPPO}
+    assert trainer_types() == {"ppo_reward_clip": RewardClipPPO, "a2c": A2CTrainer}
     assert RewardClipPPO.settings_type is RewardClipSettings
 
 
@@ -54,3 +59,42 @@ def test_slurm_initializer_outside_slurm_says_what_is_missing(
         "MASTER_ADDR; start the run with srun, and export MASTER_ADDR and MASTER_PORT in the "
         "job script"
     )
+
+
+def a2c(bus: Bus, envs: Any) -> A2CTrainer:
+    settings = TrainerSettings(
+        trainer_type="a2c",
+        hyperparameters=A2CSettings(buffer_size=16),
+        network_settings=NetworkSettings(hidden_units=16, num_layers=1),
+        max_steps=160,
+        summary_freq=80,
+    )
+    return A2CTrainer("CartPole", settings, envs, StatsReporter(bus, "CartPole"), seed=0)
+
+
+def test_a2c_is_the_on_policy_loop_and_one_gradient_step_per_rollout() -> None:
+    stats: list[StatsEvent] = []
+    envs = [make_vector_env("CartPole-v1", 2) for _ in range(2)]
+    try:
+        with Bus() as bus:
+            bus.connect(signals.stats, stats.append)
+            trainer = a2c(bus, envs[0])
+            before = {k: p.detach().clone() for k, p in trainer.agent.named_parameters()}
+            for _ in range(5):  # 5 rollouts of 8 steps in each of 2 environments
+                trainer.advance()
+            resumed = a2c(bus, envs[1])
+            resumed.load_state_dict(trainer.state_dict())
+            bus.flush()
+    finally:
+        for env in envs:
+            env.close()
+    assert isinstance(trainer, OnPolicyTrainer)
+    assert trainer.step == resumed.step == 80
+    assert trainer.b_obs.shape == (8, 2, 4)  # the loop's rollout
+    moved = {k for k, p in trainer.agent.named_parameters() if not torch.equal(p, before[k])}
+    assert moved == set(before) - {"log_std"}  # (a Discrete policy has no standard deviation)
+    assert [event.step for event in stats] == [80]
+    assert {"Losses/Policy Loss", "Losses/Value Loss", "Policy/Entropy"} <= set(stats[0].values)
+    saved, loaded = trainer.state_dict(), resumed.state_dict()
+    for key in ("agent", "optimizer"):
+        assert repr(saved[key]) == repr(loaded[key])

@@ -23,7 +23,7 @@ from evtrain.trainers.settings import (
 _LAZY = {
     "Trainer": "evtrain.trainers.base",
     "make_vector_env": "evtrain.trainers.envs",
-    "compute_gae": "evtrain.trainers.gae",
+    "compute_gae": "evtrain.trainers.loops.gae",
     "PPOTrainer": "evtrain.trainers.ppo",
     "clipped_surrogate_loss": "evtrain.trainers.ppo",
     "SACTrainer": "evtrain.trainers.sac",

@@ -15,7 +15,10 @@ rank from rank 0's networks.  An algorithm averages its gradients with
 ``self.world.average_(grad)`` before each optimizer step, and merges observation normalisers
 with ``merge_ranks`` — PPO and SAC do; a subclass of either inherits it.
 
-``threaded: true`` (:class:`evtrain.trainers.threaded.ThreadedUpdates`, which ``Trainer``
+Steps, episodes and summaries: :class:`evtrain.trainers.bookkeeping.Bookkeeping`, which
+``Trainer`` derives from.
+
+``threaded: true`` (:class:`evtrain.trainers.threaded.ThreadedUpdates`, which ``Bookkeeping``
 derives from): an algorithm hands its update to ``_run_update``, which runs it on the
 behavior's update thread and returns, and acts with copies of its networks that
 ``_caught_up`` refreshes.  Whatever reads the trained state waits for the update first
@@ -26,29 +29,25 @@ behavior's update thread and returns, and acts with copies of its networks that
 from __future__ import annotations
 
 import abc
-from collections import deque
 from typing import Any
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 import torch
 from gymnasium.vector import VectorEnv
 from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
-from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
+from evtrain.events.stats import StatsPropertyType
 from evtrain.export import memory_size_of
+from evtrain.trainers.bookkeeping import Bookkeeping
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.finite import FiniteGuard
-from evtrain.trainers.memory import StatefulPolicy
-from evtrain.trainers.networks import ObservationNormalizer
+from evtrain.trainers.networks.memory import StatefulPolicy
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
-from evtrain.trainers.threaded import ThreadedUpdates
 from evtrain.world import World
-
-HISTOGRAM = StatsAggregationMethod.HISTOGRAM
 
 
 def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> float:
@@ -60,7 +59,7 @@ def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> flo
     return initial + (floor - initial) * progress
 
 
-class Trainer(ThreadedUpdates, abc.ABC):
+class Trainer(Bookkeeping, abc.ABC):
     """Trains one behavior on a Gymnasium vector environment and reports on the bus.
 
     :param behavior_name: the stats category (e.g. ``"CartPole"``).
@@ -104,14 +103,6 @@ class Trainer(ThreadedUpdates, abc.ABC):
         self.num_envs: int = envs.num_envs
         self.world = World.current()
         """This job's ranks; one in a one-process run."""
-        self.step: int = 0
-        """Environment steps so far, summed over the sub-environments (of every rank: a
-        distributed run makes it global at the end of every :meth:`advance`)."""
-        self.local_step: int = 0
-        """Environment steps this process took since it started."""
-        self._synced = (0, 0)
-        """(step, local_step) at the last all-reduce of the step count."""
-        self._step_dirty = False
         self.init_generator = torch.Generator().manual_seed(seed)
         """Draws the initial weights (networks are built on the CPU, then moved)."""
         self.generator = torch.Generator(self.device).manual_seed(seed)
@@ -120,17 +111,10 @@ class Trainer(ThreadedUpdates, abc.ABC):
         """Every random draw made in numpy (replay sampling, warm-up actions)."""
         self._init_updates(behavior_name, settings.threaded)
         self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
-        self._last_summary = 0
-        """The step the last summary was labelled with (a ``summary_freq`` multiple, or the
-        last step of a run, see :meth:`write_final_summary`)."""
-        self._summarised_at = 0
-        """:attr:`step` when the last summary was written: nothing is pending while equal."""
+        self._init_bookkeeping()
         self._policy: nn.Module | StatefulPolicy | None = None
         """The deterministic policy :meth:`run_policy` acts with (a recurrent one with each
         environment's memory); ``None`` while training."""
-        self._episode_reward = np.zeros(self.num_envs, dtype=np.float64)
-        self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
-        self._recent_rewards: deque[float] = deque(maxlen=100)
         obs, _ = envs.reset(seed=seed)
         # Typed Any: an array, or a Dict observation space's dictionary of arrays.
         self.next_obs: Any = _batch(obs)
@@ -202,20 +186,6 @@ class Trainer(ThreadedUpdates, abc.ABC):
         self.next_obs = _batch(next_obs)
         self._end_period()
 
-    def write_final_summary(self) -> None:
-        """End of training (``max_steps`` reached or a stop requested): report the period still
-        open as one last ``stats`` event labelled with :attr:`step`, so that every run writes
-        at least one summary.  Nothing when the last :meth:`advance` wrote one (``max_steps``
-        a multiple of ``summary_freq``) or no step was taken.  A collective in a distributed
-        run, like every summary: all ranks call it.  With ``threaded``, it waits for the
-        update in flight first: the summary holds it.
-        """
-        self.wait_for_update()
-        if self.step == self._summarised_at:
-            return
-        self.reporter.set_stat("Step", float(self.step))
-        self._write_summary(self.step)
-
     @abc.abstractmethod
     def policy_module(self) -> torch.nn.Module:
         """A module mapping a float32 batch of raw observations to deterministic actions,
@@ -223,14 +193,6 @@ class Trainer(ThreadedUpdates, abc.ABC):
 
         It shares parameters with the trainer; ``copy.deepcopy`` it for a frozen snapshot.
         """
-
-    @property
-    def last_mean_reward(self) -> float | None:
-        """Mean cumulative reward of the last (up to) 100 finished episodes; ``None`` before the
-        first.  What the runner records with a checkpoint."""
-        if not self._recent_rewards:
-            return None
-        return float(np.mean(self._recent_rewards))
 
     def synchronize(self) -> None:
         """Start every rank from rank 0's networks and normaliser statistics (a collective;
@@ -347,68 +309,6 @@ class Trainer(ThreadedUpdates, abc.ABC):
         """Restore only the networks and normaliser from :meth:`state_dict`'s output."""
 
     # -- shared bookkeeping --------------------------------------------------------------------
-
-    def _record_step(
-        self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
-    ) -> None:
-        """Count one vector step's transitions and report the episodes it finished."""
-        self._step_dirty = True
-        if self.autoreset.next_step:
-            self._episode_reward += np.where(valid, rewards, 0.0)
-            self._episode_length += valid
-            transitions = int(valid.sum())
-            finished = dones & valid
-        else:  # every step is a transition: skip the masking (this runs every step)
-            self._episode_reward += rewards
-            self._episode_length += 1
-            transitions = self.num_envs
-            finished = dones
-        self.step += transitions
-        self.local_step += transitions
-        if finished.any():
-            for i in np.flatnonzero(finished):
-                reward = float(self._episode_reward[i])
-                self._recent_rewards.append(reward)
-                self.reporter.add_stat(CUMULATIVE_REWARD, reward, HISTOGRAM)
-                self.reporter.add_stat("Environment/Episode Length", float(self._episode_length[i]))
-            self._episode_reward[finished] = 0.0
-            self._episode_length[finished] = 0
-
-    def _sync_step(self) -> None:
-        """Distributed: make :attr:`step` global, adding every rank's transitions since the last
-        call (one all-reduce; nothing when no step was recorded since, on every rank alike)."""
-        if self.world.size == 1 or not self._step_dirty:
-            return
-        step, local_step = self._synced
-        total = self.world.sum([self.local_step - local_step])[0]
-        self.step = step + int(total)
-        self._synced = (self.step, self.local_step)
-        self._step_dirty = False
-
-    def _end_period(self) -> None:
-        """Report ``Step``, and the summary once ``step`` has crossed a ``summary_freq`` multiple.
-
-        Called at the end of every :meth:`advance`, after the update, so the summary includes
-        the losses of the update that just happened.  An update that crosses several multiples
-        writes one summary, labelled with the last of them: its values cannot be split between
-        the boundaries.  In a distributed run the step becomes global first, and rank 0's
-        summary holds every rank's values.
-        """
-        self._sync_step()
-        self.reporter.set_stat("Step", float(self.step))
-        freq = self.settings.summary_freq
-        boundary = self.step // freq * freq
-        if boundary > self._last_summary:
-            # threaded: a summary holds every update of its period, as it does unthreaded
-            self.wait_for_update()
-            self._write_summary(boundary)
-
-    def _write_summary(self, label: int) -> None:
-        self.reporter.add_stat("Is Training", 0.0 if self._policy is not None else 1.0)
-        merge = self.world.merge_stats if self.world.size > 1 else None
-        self.reporter.write_stats(label, merge=merge)
-        self._last_summary = label
-        self._summarised_at = self.step
 
 
 def _batch(obs: Any) -> Any:

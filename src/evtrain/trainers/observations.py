@@ -15,7 +15,7 @@ each part sits in the row: the vectors first (in the ``Dict``'s key order), then
 images, then the ``uint8`` images, which SAC's replay buffer keeps as bytes.  In front of each
 network an :class:`ObservationEncoder` splits the row again, as ML-Agents' ``NetworkBody``
 does: vectors pass on, each image goes through its own ``vis_encode_type`` encoder
-(:mod:`evtrain.trainers.encoders`, ``hidden_units`` features), and the features are
+(:mod:`evtrain.trainers.networks.encoders`, ``hidden_units`` features), and the features are
 concatenated before the hidden layers.  The observation normaliser standardises the vector
 columns only (ML-Agents normalises vector observations only).
 
@@ -37,8 +37,8 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import ConfigError, SpaceMismatchError
-from evtrain.trainers.encoders import MIN_RESOLUTION, build_encoder, too_small
-from evtrain.trainers.networks import ObservationNormalizer
+from evtrain.trainers.networks.encoders import MIN_RESOLUTION, build_encoder, too_small
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.settings import NetworkSettings, VisEncodeType
 
 BOX_INPUT = "obs"

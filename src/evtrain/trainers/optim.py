@@ -15,7 +15,7 @@ LEARNING_RATE_FLOOR = 1.0e-10
 
 
 class FlatAdam:
-    """Adam on one parameter tensor (a :func:`~evtrain.trainers.networks.flatten_parameters`
+    """Adam on one parameter tensor (a :func:`~evtrain.trainers.networks.mlp.flatten_parameters`
     buffer, or a scalar such as SAC's log alpha), without ``torch.optim``.
 
     The update is ``torch.optim.Adam(fused=True)``'s: on the CPU and CUDA it calls the same

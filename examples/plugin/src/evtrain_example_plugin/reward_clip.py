@@ -12,6 +12,9 @@ built-in PPO; the plugin adds one hyperparameter and one line.  What it shows:
   before reading the config's behaviors;
 * subclassing a built-in trainer keeps everything evtrain's trainers do, data-parallel
   training under ``torchrun`` included;
+* :meth:`_advantages` is a step of the on-policy loop PPO runs on
+  (:class:`~evtrain.trainers.loops.on_policy.OnPolicyTrainer`): a plugin changes one step of
+  the loop by overriding it (:mod:`evtrain_example_plugin.a2c` writes a whole algorithm on it);
 * a plugin's own phases appear in ``run_logs/timers.json`` through
   :func:`evtrain.timers.hierarchical_timer` (here ``reward_clip``, under ``advance``).
 """
@@ -57,5 +60,8 @@ class RewardClipPPO(PPOTrainer):
 
 
 def trainer_types() -> dict[str, type[Trainer]]:
-    """Registration function of the ``evtrain.trainer`` entry point ``reward_clip``."""
-    return {"ppo_reward_clip": RewardClipPPO}
+    """Registration function of the ``evtrain.trainer`` entry point ``reward_clip``: this
+    module's trainer, and A2C on the on-policy loop (:mod:`evtrain_example_plugin.a2c`)."""
+    from evtrain_example_plugin.a2c import A2CTrainer
+
+    return {"ppo_reward_clip": RewardClipPPO, "a2c": A2CTrainer}

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evtrain.export import memory_size_of
-from evtrain.trainers.networks import ACTIVATIONS, hidden_layers, layer_init
+from evtrain.trainers.networks.mlp import ACTIVATIONS, hidden_layers, layer_init
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
 
 FORGET_BIAS = 1.0
@@ -82,7 +82,7 @@ class LSTMMemory(nn.Module):
 
 
 class RecurrentMLP(nn.Module):
-    """:class:`~evtrain.trainers.networks.MLP`'s hidden layers, an :class:`LSTMMemory`, and
+    """:class:`~evtrain.trainers.networks.mlp.MLP`'s hidden layers, an :class:`LSTMMemory`, and
     a linear output layer on the LSTM's output.
 
     The weights are drawn in that order from ``generator``; the hidden and output layers are

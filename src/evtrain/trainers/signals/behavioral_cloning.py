@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from evtrain.trainers.base import linear_decay
-from evtrain.trainers.networks import zero_grad_
+from evtrain.trainers.networks.mlp import zero_grad_
+from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
-from evtrain.trainers.policies import ActorCritic
 from evtrain.trainers.settings import BehavioralCloningSettings
 from evtrain.world import World
 

@@ -2,7 +2,7 @@
 of sequences with the memories they started from.
 
 **Critics.**  Each of the two critics runs the observations through its hidden layers and an
-LSTM of its own (:class:`~evtrain.trainers.memory.LSTMMemory`); the action joins after the
+LSTM of its own (:class:`~evtrain.trainers.networks.memory.LSTMMemory`); the action joins after the
 LSTM, through one more hidden layer, so the memory depends on the observations alone: the
 critics can step along during the rollout, and ``Q(s', a')`` for the target takes the memory
 the sequence had at ``s'`` whatever ``a'`` the policy proposes.
@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.trainers.memory import LSTMMemory, RecurrentMLP, forget
-from evtrain.trainers.networks import ACTIVATIONS, ObservationNormalizer, hidden_layers, layer_init
+from evtrain.trainers.networks.memory import LSTMMemory, RecurrentMLP, forget
+from evtrain.trainers.networks.mlp import ACTIVATIONS, hidden_layers, layer_init
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import ObservationFlattener, ObservationLayout
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
 
@@ -98,7 +99,7 @@ class RecurrentTwinQ(nn.Module):
     """Two recurrent ``Q(s, a)`` estimates, each with its own memory: the critics' memory is
     both side by side, ``[B, 2 * memory_size]``.
 
-    :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac_discrete`): the
+    :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac.discrete`): the
         critics take no action (``action_dim`` 0) and output the value of each of
         ``num_actions`` actions, read with :meth:`action_values`.
     """
@@ -314,7 +315,7 @@ class SequenceReplayBuffer:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``batch_size`` single transitions drawn uniformly with replacement from the stored
         sequences (padding never): ``(obs, actions, rewards, next_obs, terminated)``, as
-        :meth:`~evtrain.trainers.replay.ReplayBuffer.sample` gives them (for the models of the
+        :meth:`~evtrain.trainers.loops.replay.ReplayBuffer.sample` gives them (for the models of the
         reward signals, which look at one transition at a time)."""
         if self.transitions == 0:
             raise ValueError("cannot sample from an empty replay buffer")

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.trainers.networks import layer_init
-from evtrain.trainers.reward_signals import RewardSignal, SiLUBody
+from evtrain.trainers.networks.mlp import layer_init
 from evtrain.trainers.settings import GAILSettings, signal_hidden_layers
+from evtrain.trainers.signals.reward_signal import RewardSignal, SiLUBody
 
 GRADIENT_PENALTY_WEIGHT = 10.0
 """Weight of the gradient penalty in the discriminator's loss (ML-Agents')."""

@@ -1,9 +1,9 @@
 """PPO's actor-critic with ``network_settings.memory``: an LSTM in the policy and one in the
-critic (see :mod:`evtrain.trainers.memory`).
+critic (see :mod:`evtrain.trainers.networks.memory`).
 
 As ML-Agents' separate critic, the critic has a memory of its own, of the same
 ``memory_size``: the two networks share nothing but the observations.  The distributions over
-actions are :class:`~evtrain.trainers.policies.ActorCritic`'s.
+actions are :class:`~evtrain.trainers.networks.policies.ActorCritic`'s.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.trainers.memory import RecurrentMLP
+from evtrain.trainers.networks.memory import RecurrentMLP
+from evtrain.trainers.networks.policies import policy_outputs, sample_action, score_actions
 from evtrain.trainers.observations import observation_layout
-from evtrain.trainers.policies import policy_outputs, sample_action, score_actions
 from evtrain.trainers.settings import NetworkSettings
 
 
@@ -96,8 +96,8 @@ class RecurrentActorCritic(nn.Module):
         :param mask: ``[S, L]`` which positions hold steps; the results are those steps'
             alone, in row-major order of ``mask``.
         :param action: the actions taken at those steps.
-        :param entropy: as :meth:`~evtrain.trainers.policies.ActorCritic.evaluate`.
-        :param entropy_grad: as :meth:`~evtrain.trainers.policies.ActorCritic.evaluate`.
+        :param entropy: as :meth:`~evtrain.trainers.networks.policies.ActorCritic.evaluate`.
+        :param entropy_grad: as :meth:`~evtrain.trainers.networks.policies.ActorCritic.evaluate`.
         """
         out = self.actor.sequences(x, actor_memory)[mask]
         value = self.critic.sequences(x, critic_memory)[mask].squeeze(-1)
@@ -117,7 +117,7 @@ class RecurrentActorCritic(nn.Module):
 
 class RecurrentPolicy(nn.Module):
     """Export view of a :class:`RecurrentActorCritic`: raw observations (one tensor per input,
-    as :class:`~evtrain.trainers.policies.DeterministicPolicy` takes them) and the memory in,
+    as :class:`~.policies.DeterministicPolicy` takes them) and the memory in,
     the action to take and the next memory out.
 
     ``Box`` actions are clipped to the action bounds, as during training.

@@ -1,7 +1,7 @@
 """What PPO does differently with ``network_settings.memory`` (ML-Agents' recurrent PPO).
 
-:class:`RecurrentRollout` is the PPO trainer's companion for a
-:class:`~evtrain.trainers.recurrent_policies.RecurrentActorCritic`:
+:class:`RecurrentRollout` is the on-policy loop's companion (PPO's) for a
+:class:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic`:
 
 * **Rollout.**  The policy and the critic step together, each carrying each environment's
   memory from step to step; both memories are recorded at every step, and zeroed where an
@@ -10,7 +10,7 @@
   with the memory after its last step, so GAE sees the values the rollout had.  The
   memories carry over from one rollout to the next, as the environments do.
 * **Update.**  The rollout is laid out in sequences of ``sequence_length``
-  (:func:`~evtrain.trainers.memory.sequence_layout`: trajectories split at episode ends and
+  (:func:`~evtrain.trainers.networks.memory.sequence_layout`: trajectories split at episode ends and
   ``time_horizon`` cuts, the last sequence of each padded at its end).  Each epoch shuffles
   the sequences and takes minibatches of ``batch_size / sequence_length`` of them (at
   least one), as ML-Agents does; a remainder too small for a minibatch sits that epoch out.
@@ -29,8 +29,8 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from evtrain.trainers.memory import forget, padded, sequence_layout
-from evtrain.trainers.recurrent_policies import RecurrentActorCritic
+from evtrain.trainers.networks.memory import forget, padded, sequence_layout
+from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.world import World
 
 Batch = tuple[torch.Tensor, ...]
@@ -184,7 +184,7 @@ class RecurrentRollout:
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """``(log_prob, entropy, value)`` of the minibatch :meth:`minibatches` yielded last,
         under the current networks (see
-        :meth:`~evtrain.trainers.recurrent_policies.RecurrentActorCritic.evaluate`)."""
+        :meth:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic.evaluate`)."""
         mb = self._minibatch
         if mb is None:
             raise RuntimeError("evaluate() evaluates a minibatch of minibatches(): none yet")

@@ -13,7 +13,7 @@ tests compare them with ``torch.equal``), so training gives the same numbers eit
 elsewhere they agree to float rounding.
 
 :func:`supports` says which agents it applies to (tanh or relu MLPs as
-:class:`~evtrain.trainers.policies.ActorCritic` builds them); the trainer falls back to
+:class:`~evtrain.trainers.networks.policies.ActorCritic` builds them); the trainer falls back to
 autograd for anything else.
 """
 
@@ -26,8 +26,8 @@ from typing import cast
 import torch
 from torch import nn
 
-from evtrain.trainers.networks import MLP
-from evtrain.trainers.policies import ActorCritic
+from evtrain.trainers.networks.mlp import MLP
+from evtrain.trainers.networks.policies import ActorCritic
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _ACTIVATIONS: dict[Callable[[torch.Tensor], torch.Tensor], str] = {

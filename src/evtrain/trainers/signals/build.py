@@ -1,8 +1,8 @@
 """What a trainer builds from its ``reward_signals`` and ``behavioral_cloning`` settings: the
-intrinsic reward signals (:mod:`~evtrain.trainers.reward_signals`,
-:mod:`~evtrain.trainers.gail`), the demonstrations they learn from
+intrinsic reward signals (:mod:`~evtrain.trainers.signals.reward_signal`,
+:mod:`~evtrain.trainers.signals.gail`), the demonstrations they learn from
 (:mod:`~evtrain.trainers.demonstrations`), and the cloning
-(:mod:`~evtrain.trainers.behavioral_cloning`).
+(:mod:`~evtrain.trainers.signals.behavioral_cloning`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,18 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from evtrain.trainers.behavioral_cloning import BehavioralCloning, PolicyOutput
 from evtrain.trainers.demonstrations import Demonstrations, load_demonstrations
-from evtrain.trainers.gail import GAILSignal
-from evtrain.trainers.reward_signals import CuriositySignal, RewardSignal, RNDSignal
 from evtrain.trainers.settings import (
     CuriositySettings,
     GAILSettings,
     RewardSignals,
     TrainerSettings,
 )
+from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, PolicyOutput
+from evtrain.trainers.signals.curiosity import CuriositySignal
+from evtrain.trainers.signals.gail import GAILSignal
+from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.signals.rnd import RNDSignal
 from evtrain.world import World
 
 

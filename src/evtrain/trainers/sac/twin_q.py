@@ -1,7 +1,7 @@
 """SAC's twin critics, computed as one module: ``Q_1(s, a)`` and ``Q_2(s, a)`` together.
 
 Also reads the state of the two-network layout that came before (``q1.*`` and ``q2.*``, two
-:class:`~evtrain.trainers.networks.MLP`), so older checkpoints still load.
+:class:`~evtrain.trainers.networks.mlp.MLP`), so older checkpoints still load.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from evtrain.trainers.networks import ACTIVATIONS
+from evtrain.trainers.networks.mlp import ACTIVATIONS
 from evtrain.trainers.observations import ObservationEncoder, ObservationLayout
 from evtrain.trainers.settings import NetworkSettings
 
@@ -43,7 +43,7 @@ class TwinQ(nn.Module):
     (:mod:`evtrain.trainers.observations`), as ML-Agents' two Q networks do, and ``obs_dim``
     is the width of their output.
 
-    :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac_discrete`): the
+    :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac.discrete`): the
         critics take no action (``action_dim`` 0) and output one value per action,
         ``Q(s, .)``, read with :meth:`action_values`; 0 (``Box``): one output, ``Q(s, a)``.
     """

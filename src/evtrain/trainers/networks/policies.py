@@ -20,7 +20,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.networks import MLP
+from evtrain.trainers.networks.mlp import MLP
 from evtrain.trainers.observations import observation_layout
 from evtrain.trainers.settings import NetworkSettings
 

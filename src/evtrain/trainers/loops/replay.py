@@ -13,7 +13,7 @@ _ARRAYS = ("obs", "actions", "rewards", "next_obs", "terminated")
 
 class Transitions(Protocol):
     """What samples single transitions: a :class:`ReplayBuffer`, or the replay of sequences
-    of a recurrent SAC (:class:`~evtrain.trainers.sac_memory.SequenceReplayBuffer`)."""
+    of a recurrent SAC (:class:`~evtrain.trainers.sac.memory.SequenceReplayBuffer`)."""
 
     def __len__(self) -> int: ...
 

@@ -36,11 +36,15 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
-from evtrain.trainers.behavioral_cloning import BehavioralCloning, PolicyOutput
-from evtrain.trainers.intrinsic import load_experts, make_behavioral_cloning, make_reward_signals
-from evtrain.trainers.replay import Transitions
-from evtrain.trainers.reward_signals import RewardSignal
+from evtrain.trainers.loops.replay import Transitions
 from evtrain.trainers.settings import SACSettings, TrainerSettings
+from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, PolicyOutput
+from evtrain.trainers.signals.build import (
+    load_experts,
+    make_behavioral_cloning,
+    make_reward_signals,
+)
+from evtrain.trainers.signals.reward_signal import RewardSignal
 from evtrain.world import World
 
 

@@ -36,12 +36,13 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.memory import RecurrentMLP
-from evtrain.trainers.networks import MLP, ObservationNormalizer
+from evtrain.trainers.networks.memory import RecurrentMLP
+from evtrain.trainers.networks.mlp import MLP
+from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import ObservationFlattener
-from evtrain.trainers.sac_memory import RecurrentTwinQ
+from evtrain.trainers.sac.memory import RecurrentTwinQ
+from evtrain.trainers.sac.twin_q import TwinQ
 from evtrain.trainers.settings import NetworkSettings
-from evtrain.trainers.twin_q import TwinQ
 
 DISCRETE_TARGET_ENTROPY_SCALE = 0.2
 """ML-Agents' ``discrete_target_entropy_scale``: a branch's entropy target is this times the

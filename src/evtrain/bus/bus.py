@@ -76,8 +76,11 @@ class Bus:
         folder, removed at close when empty (lossless in-process, not across a crash).
     :param journal_max_bytes: most bytes one journal keeps; beyond, its oldest events drop.
     :param journal_fsync_s: seconds between a journal's fsyncs (and persisted acks).
-    :param retry_backoff_s: a spool subscriber's first wait before retrying an event that
-        raised; it doubles up to ``retry_backoff_max_s``.
+    :param retry_backoff_s: how often a spool subscriber whose sink is down is probed (its
+        ``probe`` hook) or, without one, its event retried: a fixed interval, so a sink that
+        comes back is noticed within it (:mod:`evtrain.bus.spool_delivery`).
+    :param retry_backoff_max_s: an upper bound on that interval (the smaller of the two is
+        used); the interval no longer grows.
     """
 
     def __init__(
@@ -146,8 +149,7 @@ class Bus:
             report=self.emit_internal,
             raise_later=self.raise_later,
             report_stall=self.emit_internal,
-            retry_backoff_s=retry_backoff_s,
-            retry_backoff_max_s=max(retry_backoff_s, retry_backoff_max_s),
+            retry_backoff_s=min(retry_backoff_s, retry_backoff_max_s),
         )
         self._dispatcher = Dispatcher(self._on_fatal, failures)
         self._open = True
@@ -207,7 +209,7 @@ class Bus:
             check_signature(subscriber, label)
         hooks = {
             hook: fn
-            for hook in ("flush", "close")
+            for hook in ("flush", "close", "probe")
             if callable(fn := getattr(subscriber, hook, None))
         }
         settings = SubscriberSettings(
@@ -244,6 +246,9 @@ class Bus:
         options.setdefault("name", subscriber_name(writer))
         if writer.overflow is not None:
             options.setdefault("overflow", writer.overflow)
+        stall_timeout = getattr(writer, "stall_timeout", None)
+        if stall_timeout is not None:  # below its request timeout: a hang shows as a stall
+            options.setdefault("stall_timeout", min(stall_timeout, self.stall_timeout))
         handle = self.connect(WRITER_SIGNALS, adapter, **options)
         if handle.active:
             writer.on_connect(self)

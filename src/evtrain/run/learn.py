@@ -8,6 +8,7 @@ Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -305,13 +306,27 @@ class _Run:
         subscriber does; who was still behind is logged (and in the close report)."""
         if self.own_bus:
             report = self.bus.close(timeout=deadline.left())
-            if not report.clean:
+            behind = [*report.undelivered, *report.timed_out]
+            if behind:
                 logger.warning(
                     "Subscribers still behind when the run ended (bus.drain_timeout %.0f s): "
-                    "undelivered %s, not closed %s",
+                    "%s",
                     self.options.bus.drain_timeout,
-                    report.undelivered,
-                    list(report.timed_out),
+                    report.describe(),
+                )
+            kept = sum(report.journaled.values())
+            if kept:
+                settings = self.options.checkpoint_settings
+                where = ""
+                if settings.results_dir != "results":
+                    where = f" --results-dir {shlex.quote(settings.results_dir)}"
+                logger.warning(
+                    "%d events wait in the journal of %s; deliver them once the tracker "
+                    "answers with: evtrain sync %s%s",
+                    kept,
+                    ", ".join(name for name, n in report.journaled.items() if n),
+                    shlex.quote(settings.run_id),
+                    where,
                 )
             return
         # The caller's bus outlives this run: detach (drain, then close) what the run

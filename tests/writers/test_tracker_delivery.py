@@ -1,0 +1,210 @@
+"""Tracker delivery against a real ``mlflow server`` on 127.0.0.1: recovery while the run goes
+on, misconfiguration at start, a server down for the whole run, a rejected key dead-lettered.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evtrain import Bus, StatsEvent, StatsSummary, learn, signals
+from evtrain.events.stats import StatsAggregationMethod
+from tests.test_learn import config, run_config
+from tests.test_sync import sync
+from tests.writers.mlflow_server import MlflowServer
+
+pytest.importorskip("mlflow")
+
+from mlflow import MlflowClient
+
+from evtrain_writers.mlflow_writer import MlflowOptions, MlflowWriter
+
+WRITER = "evtrain_writers.mlflow_writer.MlflowWriter"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """One server for the module (each start costs seconds)."""
+    folder = tmp_path_factory.mktemp("mlflow-server")
+    tracker = MlflowServer(folder)
+    tracker.start()
+    yield tracker
+    tracker.stop()
+
+
+def tracked(tmp_path: Path, uri: str, experiment: str, **behavior: Any) -> dict[str, Any]:
+    options = config(tmp_path, summary_freq=128, **behavior)
+    options["writers"] = {
+        "mlflow": {"tracking_uri": uri, "experiment": experiment, "request_timeout": 1.0}
+    }
+    options["bus"] = {"retry_backoff_s": 0.2, "drain_timeout": 600}
+    return options
+
+
+def only_run(uri: str, experiment: str) -> Any:
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    (run,) = client.search_runs([found.experiment_id])
+    return run
+
+
+def points(uri: str, run_id: str) -> Counter[tuple[str, int, int]]:
+    """``(key, step, timestamp ms)`` of every stored point, counted."""
+    client = MlflowClient(uri)
+    return Counter(
+        (key, m.step, m.timestamp)
+        for key in client.get_run(run_id).data.metrics
+        for m in client.get_metric_history(run_id, key)
+    )
+
+
+def test_a_malformed_tracking_uri_stops_the_run_before_its_first_step(tmp_path: Path) -> None:
+    options = tracked(tmp_path, "htp:/x", "bad")
+    result = run_config(tmp_path, options)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(
+        "evtrain: error: writers.mlflow.tracking_uri: 'htp:/x' is not a URI MLflow can use ("
+    )
+    assert not (tmp_path / "results" / "run" / "CartPole").exists()  # no step was taken
+
+
+def test_a_key_mlflow_rejects_is_dead_lettered_and_every_other_point_lands(
+    server: MlflowServer, tmp_path: Path
+) -> None:
+    run_logs = tmp_path / "run_logs"
+    writer = MlflowWriter(
+        MlflowOptions(tracking_uri=server.uri, experiment="dead-letter"),
+        run_id="dl",
+        run_logs=run_logs,
+    )
+    long_key = "k" * 300
+    sent = []
+    with Bus(journal_dir=run_logs / "journal") as bus:
+        bus.add_writer(writer)
+        for step in range(1, 6):
+            keys = ["reward", long_key] if step == 3 else ["reward"]
+            values = {
+                key: StatsSummary(
+                    full_dist=[float(step)], aggregation_method=StatsAggregationMethod.AVERAGE
+                )
+                for key in keys
+            }
+            event = StatsEvent(category="B", step=step, values=values)
+            sent.append(event)
+            bus.emit(signals.stats, event)
+        bus.flush(timeout=60)
+        metrics = bus.metrics()[WRITER]
+        report = bus.close(timeout=60)
+    assert (metrics.dead_lettered, metrics.journaled, metrics.dropped) == (1, 0, 0)
+    assert report.dead_lettered == {WRITER: 1}
+    run = only_run(server.uri, "dead-letter")
+    assert points(server.uri, run.info.run_id) == Counter(
+        ("B/reward", e.step, int(e.time * 1000)) for e in sent
+    )
+    (record,) = [
+        json.loads(line)
+        for line in (run_logs / "dead_letter" / f"{WRITER}.jsonl").read_text().splitlines()
+    ]
+    assert (record["signal"], record["keys"], record["event"]["step"]) == (
+        "stats",
+        [f"B/{long_key}"],
+        3,
+    )
+    assert record["reason"] == f"metric key 'B/{long_key}' is longer than MLflow's 250"
+
+
+def test_a_server_killed_and_restarted_mid_run_misses_nothing_at_exit_without_sync(
+    server: MlflowServer, tmp_path: Path
+) -> None:
+    max_steps = 4096
+    options = tracked(tmp_path, server.uri, "restart", max_steps=max_steps)
+    sent: list[StatsEvent] = []
+    back = threading.Event()
+    killed = threading.Event()
+
+    def outage(bus: Bus) -> None:
+        server.kill()
+        killed.set()
+        deadline = time.monotonic() + 60
+        while bus.metrics()[WRITER].failed == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the writer felt it; training goes on meanwhile
+        server.start()
+        back.set()
+
+    with Bus() as bus:
+
+        def watch(event: StatsEvent) -> None:
+            sent.append(event)
+            if event.step >= max_steps // 4 and not killed.is_set():
+                killed.set()
+                threading.Thread(target=outage, args=(bus,), daemon=True).start()
+            if event.step >= max_steps * 3 // 4:
+                # The server is back before training ends (a restart takes a while here).
+                back.wait(120)
+
+        bus.connect(signals.stats, watch, name="sent", overflow="block", block_timeout=300)
+        result = learn(options, bus)
+        metrics = bus.metrics()[WRITER]
+    assert sum(result.steps.values()) == max_steps
+    assert back.is_set()
+    assert metrics.failed > 0 and metrics.journaled == 0 and metrics.dropped == 0
+    run = only_run(server.uri, "restart")
+    assert run.info.status == "FINISHED"
+    stored = points(server.uri, run.info.run_id)
+    expected = Counter(
+        (f"{e.category}/{key}", e.step, int(e.time * 1000)) for e in sent for key in e.values
+    )
+    assert {k: stored[k] for k in expected} == dict.fromkeys(expected, 1)  # once, own time
+    assert sum(stored.values()) == sum(expected.values()) + sum(
+        n for (key, _, _), n in stored.items() if not key.startswith("CartPole/")
+    )
+
+
+def test_a_server_down_for_the_whole_run_is_given_up_at_exit_and_sync_delivers_with_event_times(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "mlflow-server"
+    folder.mkdir()
+    down = MlflowServer(folder)  # not started: nothing listens on its port
+    options = tracked(tmp_path, down.uri, "down", max_steps=1024)
+    # drain_timeout is 600 s: the run returns (within run_config's 120 s) only if it gives up.
+    result = run_config(tmp_path, options)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr
+    assert "training continues" not in result.stderr
+    assert lines[-1].endswith(
+        f"wait in the journal of {WRITER}; deliver them once the tracker answers with: "
+        f"evtrain sync run --results-dir {tmp_path / 'results'}"
+    )
+    assert sum(f"Subscriber {WRITER!r} is down since" in line for line in lines) == 1
+    assert "(its sink is down)" in result.stderr
+    started = time.time()
+    down.start()
+    try:
+        synced = sync("run", "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+        assert synced.returncode == 0, synced.stderr
+        assert "training continues" not in synced.stderr
+        run = only_run(down.uri, "down")
+        assert run.info.status == "FINISHED"
+        stored = points(down.uri, run.info.run_id)
+    finally:
+        down.stop()
+    reward = sorted(
+        (step, at) for (key, step, at) in stored if key == "CartPole/Environment/Cumulative Reward"
+    )
+    assert [step for step, _ in reward] == list(range(128, 1025, 128))
+    # Each point carries the time it was summarised: before the server existed.
+    assert all(at < started * 1000 for _, at in reward)
+    assert [at for _, at in reward] == sorted(at for _, at in reward)
+    assert all(n == 1 for n in stored.values())

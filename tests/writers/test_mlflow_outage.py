@@ -171,6 +171,7 @@ def test_kill_9_with_the_server_down_then_sync_and_resume_log_every_step_once(
     ]
     assert journal_backlog(journal, WRITER) == 0
     run = only_run(server.uri)
+    assert run.info.status == "KILLED"  # the run was killed: sync ends its MLflow run so
     after_sync = steps_logged(server.uri, run.info.run_id)[REWARD]
     last = max(after_sync)
     assert after_sync == Counter(range(128, last + 1, 128))  # every step up to the kill, once

@@ -439,7 +439,9 @@ class MlflowWriter(StatsWriter):
             return
         run = self._call(self.client.get_run, self.run_id)
         if run.info.status == "RUNNING":
-            self._call(self.client.set_terminated, self.run_id, "KILLED")
+            # update_run, not set_terminated: that one prints the run's URL to stdout (sync's
+            # report), and a killed run has no known end time anyway.
+            self._call(self.client.update_run, self.run_id, status="KILLED")
 
 
 def get_mlflow_writers(run_options: RunOptions) -> list[StatsWriter]:

@@ -147,8 +147,9 @@ def drain(
 
 
 GIVE_UP_S = 2.0
-"""A spool subscriber whose sink is down (failing, or one call stalled) and that acknowledged
-nothing for this long during a close is given up: its events stay in its journal."""
+"""A spool subscriber whose sink is down (failing, its probes too; a call that is merely slow
+is not) and that acknowledged nothing for this long during a close is given up: its events
+stay in its journal."""
 POLL_S = 0.1
 
 
@@ -178,13 +179,15 @@ def _pass_close_marker(subs: Sequence[Subscription], deadline: Deadline) -> set[
             acked, since = progress[id(sub)]
             if inbox.acked != acked:
                 progress[id(sub)] = (inbox.acked, now)
-            elif inbox.down and now - since >= GIVE_UP_S:
+            elif inbox.failing and now - since >= GIVE_UP_S:
                 down.add(id(sub))
         if behind and len(down) == len(behind):
             return down
         if not noticed and now - start >= NOTICE_AFTER_S:
             noticed = True
-            waiting = [s for s in behind if not (isinstance(s.inbox, SpoolInbox) and s.inbox.down)]
+            waiting = [
+                s for s in behind if not (isinstance(s.inbox, SpoolInbox) and s.inbox.failing)
+            ]
             if waiting:
                 left = deadline.left()
                 logger.warning(

@@ -316,9 +316,9 @@ class SpoolInbox:
             self._writer.when_written(seq - 1, functools.partial(marker.arrive, self))
 
     @property
-    def down(self) -> bool:
-        """The sink fails (or one call outlived its ``stall_timeout``): nothing is delivered."""
-        return self._failing or self._stalled
+    def failing(self) -> bool:
+        """The sink fails (its probes too): it is down, not merely slow."""
+        return self._failing
 
     def wait_closed(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` unless the bus gives up on this inbox; ``True`` if it did."""

@@ -206,3 +206,26 @@ def test_a_server_down_for_the_whole_run_is_given_up_at_exit_and_sync_delivers_w
     assert all(at < started * 1000 for _, at in reward)
     assert [at for _, at in reward] == sorted(at for _, at in reward)
     assert all(n == 1 for n in stored.values())
+
+
+def test_wandb_rows_carry_the_events_own_time(tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    from evtrain import RunFinished, RunStatus
+    from evtrain_writers.wandb_writer import WandbOptions, WandbWriter
+    from tests.writers.test_wandb_writer import history
+
+    writer = WandbWriter(
+        WandbOptions(mode="offline", project="tests"),
+        run_id="w",
+        run_folder=tmp_path,
+        run_logs=tmp_path / "run_logs",
+    )
+    summarised = {step: 1_700_000_000.0 + step for step in (1, 2, 3)}  # long before delivery
+    with Bus(journal_dir=tmp_path / "run_logs" / "journal") as bus:
+        bus.add_writer(writer)
+        for step, at in summarised.items():
+            values = {"r": StatsSummary(full_dist=[float(step)])}
+            bus.emit(signals.stats, StatsEvent(category="B", step=step, values=values, time=at))
+        bus.emit(signals.run_finished, RunFinished(run_id="w", status=RunStatus.COMPLETED))
+    rows = history(tmp_path)
+    assert [(int(r["_step"]), float(r["_timestamp"])) for r in rows] == list(summarised.items())

@@ -17,7 +17,6 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,13 +25,12 @@ from typing import Any
 
 import yaml
 
-CONFIG = Path(__file__).parent.parent / "examples" / "configs" / "cartpole_ppo.yaml"
-OUT = Path(__file__).parent / "out"
+from common import CONFIGS, add_run_args, log_to_file, make_parser, run_child, write_json
+
+CONFIG = CONFIGS / "cartpole_ppo.yaml"
 
 
 def child(variant: str, steps: int, out: Path) -> None:
-    import logging
-
     from evtrain import Bus, signals
     from evtrain.run.learn import learn
 
@@ -42,10 +40,7 @@ def child(variant: str, steps: int, out: Path) -> None:
     behavior["checkpoint_interval"] = steps * 10  # one final save in both variants
     with tempfile.TemporaryDirectory() as tmp:
         options["checkpoint_settings"] = {"run_id": "bench", "results_dir": tmp}
-        log = logging.getLogger("evtrain")
-        log.addHandler(logging.FileHandler(Path(tmp) / "console.log"))
-        log.setLevel(logging.INFO)
-        log.propagate = False
+        log_to_file(Path(tmp) / "console.log")
         if variant == "none":
             options["plugins"] = {"disabled": ["evtrain.stats_writer:default"]}
         with Bus() as bus:
@@ -79,9 +74,8 @@ def child(variant: str, steps: int, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=100_000, repeats=3)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -91,29 +85,16 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {"none": [], "defaults+slow": []}
     for repeat in range(args.repeats):
         for variant in runs:
-            with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-                print(f"repeat {repeat + 1}: {variant}...", file=sys.stderr, flush=True)
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--variant",
-                        variant,
-                        "--steps",
-                        str(args.steps),
-                        "--out",
-                        tmp.name,
-                    ],
-                    check=True,
-                )
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                record = json.loads(Path(tmp.name).read_text())
-                # CPU of the whole child process (start-up included): every thread's work
-                record["cpu_s"] = (after.ru_utime - before.ru_utime) + (
-                    after.ru_stime - before.ru_stime
-                )
-                runs[variant].append(record)
+            print(f"repeat {repeat + 1}: {variant}...", file=sys.stderr, flush=True)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            command = [sys.executable, __file__, "--variant", variant, "--steps", str(args.steps)]
+            record = run_child(command)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            # CPU of the whole child process (start-up included): every thread's work
+            record["cpu_s"] = (after.ru_utime - before.ru_utime) + (
+                after.ru_stime - before.ru_stime
+            )
+            runs[variant].append(record)
 
     def median_of(key: str) -> dict[str, float]:
         return {v: statistics.median(r[key] for r in rs) for v, rs in runs.items()}
@@ -157,22 +138,17 @@ def main() -> None:
         f"defaults+slow {other_cpu['defaults+slow']:.3f} (+{extra_other:.3f} s = "
         f"{extra_other / medians['none'] * 100.0:+.1f} % of the no-subscriber wall time)"
     )
-    OUT.mkdir(exist_ok=True)
-    (OUT / "bus_overhead.json").write_text(
-        json.dumps(
-            {
-                "runs": runs,
-                "median_s": medians,
-                "overhead_pct": overhead,
-                "paired_ratio_median": paired,
-                "fastest_s": fastest,
-                "median_cpu_s": cpu,
-                "median_main_thread_cpu_s": main_cpu,
-                "median_other_threads_cpu_s": other_cpu,
-            },
-            indent=2,
-        )
-    )
+    report = {
+        "runs": runs,
+        "median_s": medians,
+        "overhead_pct": overhead,
+        "paired_ratio_median": paired,
+        "fastest_s": fastest,
+        "median_cpu_s": cpu,
+        "median_main_thread_cpu_s": main_cpu,
+        "median_other_threads_cpu_s": other_cpu,
+    }
+    write_json("bus_overhead.json", report)
 
 
 if __name__ == "__main__":

@@ -16,23 +16,38 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-OUT = HERE / "out"
+from common import (
+    Column,
+    ReturnTracker,
+    add_run_args,
+    header,
+    make_parser,
+    one_torch_thread,
+    reward_reporter,
+    row,
+    run_worker,
+    train,
+    write_json,
+)
+
 LAST = 100
 SIGNALS = ("extrinsic", "curiosity", "rnd")
+COLUMNS = (
+    Column("signal", 10, align="<"),
+    Column("seed", 4, "d"),
+    Column("first goal", 10),
+    Column("success", 8, ".2f"),
+    Column("mean ret", 9, ".1f"),
+    Column("s", 6, ".1f"),
+)
 
 
 def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
-    from evtrain import Bus, StatsAggregationMethod, StatsReporter
+    one_torch_thread()
+    from evtrain import Bus
     from evtrain.trainers import (
         NetworkSettings,
         PPOSettings,
@@ -63,27 +78,14 @@ def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
         summary_freq=50_000,
     )
     trainer: PPOTrainer | None = None
-    returns: list[tuple[int, float]] = []
-
-    class TrackingReporter(StatsReporter):
-        def add_stat(
-            self,
-            key: str,
-            value: float,
-            aggregation: StatsAggregationMethod = StatsAggregationMethod.AVERAGE,
-        ) -> None:
-            if key == "Environment/Cumulative Reward":
-                returns.append((trainer.step if trainer else 0, value))
-            super().add_stat(key, value, aggregation)
-
+    tracker = ReturnTracker(LAST, step=lambda: trainer.step if trainer else 0)
     envs = make_vector_env("MountainCar-v0", 16)
     with Bus() as bus:
-        trainer = PPOTrainer("MountainCar", settings, envs, TrackingReporter(bus, "M"), seed=seed)
-        start = time.perf_counter()
-        while not trainer.should_stop:
-            trainer.advance()
-        elapsed = time.perf_counter() - start
+        reporter = reward_reporter(bus, "M", tracker.add)
+        trainer = PPOTrainer("MountainCar", settings, envs, reporter, seed=seed)
+        elapsed, _ = train(trainer)
     envs.close()
+    returns = list(zip(tracker.steps, tracker.returns, strict=True))
     first = next((step for step, r in returns if r > -200.0), None)
     last = [r for _, r in returns[-LAST:]]
     return {
@@ -99,9 +101,8 @@ def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150_000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=150_000, seeds=[0, 1, 2])
     parser.add_argument("--strength", type=float, default=1.0, help="curiosity/RND strength")
     parser.add_argument("--signals", nargs="+", choices=SIGNALS, default=list(SIGNALS))
     parser.add_argument("--worker", choices=SIGNALS, help=argparse.SUPPRESS)
@@ -111,24 +112,16 @@ def main() -> None:
         return
 
     runs = []
-    header = ("signal", "seed", "first goal", "success", "mean ret", "s")
-    print("{:10s} {:>4s} {:>10s} {:>8s} {:>9s} {:>6s}".format(*header))
+    print(header(COLUMNS, " "))
     for seed in args.seeds:
         for signal in args.signals:
             cmd = [sys.executable, __file__, "--worker", signal, "--steps", str(args.steps)]
             cmd += ["--seeds", str(seed), "--strength", str(args.strength)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            r = run_worker(cmd)
             runs.append(r)
-            print(
-                f"{signal:10s} {seed:4d} {r['steps_to_first_goal']!s:>10s} "
-                f"{r['success_last_100']:8.2f} {r['mean_return_last_100']:9.1f} "
-                f"{r['seconds']:6.1f}",
-                flush=True,
-            )
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "curiosity.json"
-    path.write_text(json.dumps({"args": vars(args), "runs": runs}, indent=2))
+            values = (signal, seed, str(r["steps_to_first_goal"]), r["success_last_100"])
+            print(row(COLUMNS, (*values, r["mean_return_last_100"], r["seconds"]), " "), flush=True)
+    path = write_json("curiosity.json", {"args": vars(args), "runs": runs})
     print(f"wrote {path}")
 
 

@@ -24,22 +24,26 @@ number of exchanges between the ranks.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = Path(__file__).parent / "out"
-CONFIG = ROOT / "examples" / "configs" / "cartpole_ppo.yaml"
+from common import (
+    CONFIGS,
+    add_run_args,
+    bench_env,
+    learn_process,
+    make_parser,
+    median_of,
+    stamped,
+    write_json,
+)
+
+CONFIG = CONFIGS / "cartpole_ppo.yaml"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 TIMING_PLUGIN = """
@@ -98,21 +102,9 @@ def run(
     (folder / "plugins").mkdir(parents=True, exist_ok=True)
     (folder / "plugins" / "bench_timing.py").write_text(TIMING_PLUGIN)
     (folder / "timing").mkdir(exist_ok=True)
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "BENCH_TIMING_OUT": str(folder / "timing"), "OMP_NUM_THREADS": "1"}
+    env = bench_env(BENCH_TIMING_OUT=str(folder / "timing"), OMP_NUM_THREADS="1")
     launch = [str(TORCHRUN), "--standalone", "--nproc-per-node", str(ranks), "-m", "evtrain"]
-    started = time.monotonic()
-    result = subprocess.run(
-        [*launch, "learn", str(path), "--force"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    wall = time.monotonic() - started
-    if result.returncode != 0:
-        raise RuntimeError(f"torchrun failed:\n{result.stderr[-3000:]}")
+    wall = learn_process(config, folder, "bench", launcher=launch, env=env).seconds
     marks = json.loads((folder / "timing" / "rank0.json").read_text())
     seconds = marks["last_stats"] - marks["started"]
     return {
@@ -124,9 +116,8 @@ def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=100_000, repeats=3)
     parser.add_argument("--hidden-units", type=int, help="network width (config: 64)")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SETUPS}
@@ -136,12 +127,12 @@ def main() -> None:
                 folder = Path(scratch) / f"{repeat}-{ranks}-{len(changes)}"
                 runs[name].append(run(folder, ranks, changes, args.steps, args.hidden_units))
                 print(f"repeat {repeat}: {name}: {runs[name][-1]}", flush=True)
-    base = statistics.median(r["steps_per_s"] for r in runs["1 rank"])
+    base = median_of(runs["1 rank"], "steps_per_s")
     summary = {}
     print(f"\n{'setup':<22}{'steps/s (median)':>18}{'speed-up':>10}{'efficiency':>12}{'wall s':>9}")
     for name, (ranks, _) in SETUPS.items():
-        rate = statistics.median(r["steps_per_s"] for r in runs[name])
-        wall = statistics.median(r["wall"] for r in runs[name])
+        rate = median_of(runs[name], "steps_per_s")
+        wall = median_of(runs[name], "wall")
         speedup = rate / base
         summary[name] = {
             "steps_per_s": rate,
@@ -150,9 +141,8 @@ def main() -> None:
             "wall": wall,
         }
         print(f"{name:<22}{rate:>18,.0f}{speedup:>9.2f}x{speedup / ranks:>11.0%}{wall:>9.1f}")
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"bench_distributed-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary}, indent=2))
+    report = {"args": vars(args), "runs": runs, "summary": summary}
+    path = write_json(stamped("bench_distributed"), report)
     print(f"wrote {path}")
 
 

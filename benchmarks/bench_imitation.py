@@ -18,21 +18,40 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-ROOT = HERE.parent
-OUT = HERE / "out"
-EXPERT_CONFIG = ROOT / "examples" / "configs" / "cartpole_ppo.yaml"
+from common import (
+    CONFIGS,
+    ROOT,
+    Column,
+    ReturnTracker,
+    add_run_args,
+    header,
+    make_parser,
+    median_with_misses,
+    one_torch_thread,
+    reward_reporter,
+    row,
+    run_worker,
+    train,
+    write_json,
+)
+
+EXPERT_CONFIG = CONFIGS / "cartpole_ppo.yaml"
 TARGET = 475.0
 WINDOW = 20
 EPISODES = 10
+COLUMNS = (
+    Column("variant", 8, align="<"),
+    Column("seed", 4, "d"),
+    Column("steps to 475", 12),
+    Column("episodes", 8, "d"),
+    Column("s", 6, ".1f"),
+)
 
 GAIL = {"strength": 0.1, "gamma": 0.99, "learning_rate": 3.0e-4}
 BC = {"strength": 0.5, "steps": 20_000}
@@ -47,10 +66,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def run(variant: str, demo: str, steps: int, seed: int) -> dict[str, Any]:
     """One training run in this process; stops once the mean of 20 reaches 475."""
-    import torch
-
-    torch.set_num_threads(1)
-    from evtrain import Bus, StatsAggregationMethod, StatsReporter
+    one_torch_thread()
+    from evtrain import Bus
     from evtrain.trainers import NetworkSettings, PPOSettings, PPOTrainer, make_vector_env
     from evtrain.trainers.settings import (
         BehavioralCloningSettings,
@@ -85,39 +102,21 @@ def run(variant: str, demo: str, steps: int, seed: int) -> dict[str, Any]:
         time_horizon=32,
         summary_freq=5000,
     )
-    returns: list[float] = []
-    hit: list[int] = []
     trainer: PPOTrainer | None = None
-
-    class TrackingReporter(StatsReporter):
-        def add_stat(
-            self,
-            key: str,
-            value: float,
-            aggregation: StatsAggregationMethod = StatsAggregationMethod.AVERAGE,
-        ) -> None:
-            if key == "Environment/Cumulative Reward":
-                returns.append(value)
-                last = returns[-WINDOW:]
-                if not hit and len(last) == WINDOW and sum(last) / WINDOW >= TARGET:
-                    hit.append(trainer.step if trainer else 0)
-            super().add_stat(key, value, aggregation)
-
+    tracker = ReturnTracker(WINDOW, TARGET, lambda: trainer.step if trainer else 0)
     envs = make_vector_env("CartPole-v1", 8)
     with Bus() as bus:
-        trainer = PPOTrainer("CartPole", settings, envs, TrackingReporter(bus, "C"), seed=seed)
-        start = time.perf_counter()
-        while trainer.step < steps and not hit:
-            trainer.advance()
-        elapsed = time.perf_counter() - start
+        reporter = reward_reporter(bus, "C", tracker.add)
+        trainer = PPOTrainer("CartPole", settings, envs, reporter, seed=seed)
+        elapsed, _ = train(trainer, until=lambda: trainer.step >= steps or tracker.hit is not None)
     envs.close()
     return {
         "variant": variant,
         "seed": seed,
         "steps": trainer.step,
         "seconds": round(elapsed, 1),
-        "episodes": len(returns),
-        "steps_to_475": hit[0] if hit else None,
+        "episodes": len(tracker.returns),
+        "steps_to_475": tracker.hit,
     }
 
 
@@ -152,18 +151,15 @@ def summarize(runs: list[dict[str, Any]], variant: str) -> dict[str, Any]:
     reached = [h for h in hits if h is not None]
     return {
         # A seed that never reached 475 counts as infinitely slow for the median.
-        "median_steps_to_475": statistics.median(h if h is not None else float("inf") for h in hits)
-        if reached
-        else None,
+        "median_steps_to_475": median_with_misses(hits) if reached else None,
         "seeds_reaching_475": len(reached),
         "seeds": len(hits),
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100_000, help="budget per run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=100_000, seeds=[0, 1, 2, 3, 4], steps_help="budget per run")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["ppo", "gail_bc"])
     parser.add_argument("--demo", help="use this demonstration file instead of recording one")
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -179,19 +175,15 @@ def main() -> None:
             demo, recorded = record_expert(Path(scratch))
         print(recorded, flush=True)
         runs = []
-        print(f"{'variant':8s} {'seed':>4s} {'steps to 475':>12s} {'episodes':>8s} {'s':>6s}")
+        print(header(COLUMNS, " "))
         for seed in args.seeds:
             for variant in args.variants:
                 cmd = [sys.executable, __file__, "--worker", variant, "--demo", str(demo)]
                 cmd += ["--steps", str(args.steps), "--seeds", str(seed)]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                r = json.loads(out.strip().splitlines()[-1])
+                r = run_worker(cmd)
                 runs.append(r)
-                print(
-                    f"{variant:8s} {seed:4d} {r['steps_to_475']!s:>12s} {r['episodes']:8d} "
-                    f"{r['seconds']:6.1f}",
-                    flush=True,
-                )
+                values = (variant, seed, str(r["steps_to_475"]), r["episodes"], r["seconds"])
+                print(row(COLUMNS, values, " "), flush=True)
     summary = {v: summarize(runs, v) for v in args.variants}
     print()
     print("| variant | median steps to 475 | seeds reaching 475 |")
@@ -200,21 +192,15 @@ def main() -> None:
         print(
             f"| {variant} | {s['median_steps_to_475']} | {s['seeds_reaching_475']}/{s['seeds']} |"
         )
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "imitation.json"
     settings = {v: VARIANTS[v] for v in args.variants}
-    path.write_text(
-        json.dumps(
-            {
-                "args": vars(args),
-                "expert": recorded,
-                "settings": settings,
-                "runs": runs,
-                "summary": summary,
-            },
-            indent=2,
-        )
-    )
+    report = {
+        "args": vars(args),
+        "expert": recorded,
+        "settings": settings,
+        "runs": runs,
+        "summary": summary,
+    }
+    path = write_json("imitation.json", report)
     print(f"wrote {path}")
 
 

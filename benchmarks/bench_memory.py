@@ -17,30 +17,47 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-ROOT = HERE.parent
-OUT = HERE / "out"
+from common import (
+    ROOT,
+    Column,
+    ReturnTracker,
+    add_run_args,
+    header,
+    make_parser,
+    median_of,
+    one_torch_thread,
+    reward_reporter,
+    row,
+    run_worker,
+    train,
+    write_json,
+)
+
 POLICIES = ("lstm", "feedforward")
 SOLVED = 195.0
 """Mean of 20 episodes counted as balancing (CartPole-v0's threshold; v1's episodes go to 500)."""
+COLUMNS = (
+    Column("policy", 12, align="<"),
+    Column("seed", 4, "d"),
+    Column("last-100", 9, ".1f"),
+    Column("best-20", 8, ".1f"),
+    Column("steps to 195", 13),
+    Column("s", 6, ".1f"),
+)
 
 
 def run(policy: str, steps: int, seed: int, num_envs: int) -> dict[str, Any]:
     import gymnasium as gym
-    import torch
     from gymnasium.vector import AutoresetMode
 
-    torch.set_num_threads(1)
+    one_torch_thread()
     sys.path.insert(0, str(ROOT))
     from tests.memory_envs import masked_cartpole
 
-    from evtrain import Bus, StatsAggregationMethod, StatsReporter
+    from evtrain import Bus
     from evtrain.trainers import (
         MemorySettings,
         NetworkSettings,
@@ -71,33 +88,20 @@ def run(policy: str, steps: int, seed: int, num_envs: int) -> dict[str, Any]:
         summary_freq=50_000,
     )
     trainer: PPOTrainer | None = None
-    returns: list[tuple[int, float]] = []
-
-    class TrackingReporter(StatsReporter):
-        def add_stat(
-            self,
-            key: str,
-            value: float,
-            aggregation: StatsAggregationMethod = StatsAggregationMethod.AVERAGE,
-        ) -> None:
-            if key == "Environment/Cumulative Reward":
-                returns.append((trainer.step if trainer else 0, value))
-            super().add_stat(key, value, aggregation)
-
+    tracker = ReturnTracker(20, step=lambda: trainer.step if trainer else 0)
     envs = gym.vector.SyncVectorEnv(
         [masked_cartpole] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
     )
     with Bus() as bus:
-        reporter = TrackingReporter(bus, "MaskedCartPole")
+        reporter = reward_reporter(bus, "MaskedCartPole", tracker.add)
         trainer = PPOTrainer("MaskedCartPole", settings, envs, reporter, seed=seed)
-        start = time.perf_counter()
-        while not trainer.should_stop:
-            trainer.advance()
-        elapsed = time.perf_counter() - start
+        elapsed, _ = train(trainer)
     envs.close()
-    values = [r for _, r in returns]
+    values = tracker.returns
     windows = [statistics.fmean(values[i - 20 : i]) for i in range(20, len(values) + 1)]
-    solved_at = next((returns[i + 19][0] for i, mean in enumerate(windows) if mean >= SOLVED), None)
+    solved_at = next(
+        (tracker.steps[i + 19] for i, mean in enumerate(windows) if mean >= SOLVED), None
+    )
     return {
         "policy": policy,
         "seed": seed,
@@ -111,9 +115,8 @@ def run(policy: str, steps: int, seed: int, num_envs: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150_000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=150_000, seeds=[0, 1, 2])
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     parser.add_argument("--worker", choices=POLICIES, help=argparse.SUPPRESS)
@@ -123,32 +126,22 @@ def main() -> None:
         return
 
     runs = []
-    header = ("policy", "seed", "last-100", "best-20", "steps to 195", "s")
-    print("{:12s} {:>4s} {:>9s} {:>8s} {:>13s} {:>6s}".format(*header))
+    print(header(COLUMNS, " "))
     for seed in args.seeds:
         for policy in args.policies:
             cmd = [sys.executable, __file__, "--worker", policy, "--steps", str(args.steps)]
             cmd += ["--seeds", str(seed), "--envs", str(args.envs)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            r = run_worker(cmd)
             runs.append(r)
-            print(
-                f"{policy:12s} {seed:4d} {r['mean_return_last_100']:9.1f} "
-                f"{r['best_mean_20']:8.1f} {r['steps_to_mean_20_of_195']!s:>13s} "
-                f"{r['seconds']:6.1f}",
-                flush=True,
-            )
+            values = (policy, seed, r["mean_return_last_100"], r["best_mean_20"])
+            solved = str(r["steps_to_mean_20_of_195"])
+            print(row(COLUMNS, (*values, solved, r["seconds"]), " "), flush=True)
     summary = {
-        policy: statistics.median(r["mean_return_last_100"] for r in runs if r["policy"] == policy)
-        for policy in args.policies
+        policy: median_of(runs, "mean_return_last_100", policy=policy) for policy in args.policies
     }
     for policy, median in summary.items():
         print(f"median last-100 return, {policy}: {median:.1f}")
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "memory.json"
-    path.write_text(
-        json.dumps({"args": vars(args), "runs": runs, "median_last_100": summary}, indent=2)
-    )
+    path = write_json("memory.json", {"args": vars(args), "runs": runs, "median_last_100": summary})
     print(f"wrote {path}")
 
 

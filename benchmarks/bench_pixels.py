@@ -19,27 +19,31 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-OUT = HERE / "out"
+from common import (
+    ROOT,
+    add_run_args,
+    make_parser,
+    one_torch_thread,
+    reward_reporter,
+    run_worker,
+    train,
+    write_json,
+)
+
 KINDS = ("vector", "simple", "nature_cnn", "resnet", "match3", "fully_connected")
 LAST = 20
 
 
 def run(kind: str, steps: int, seed: int, size: int) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
-    sys.path.insert(0, str(HERE.parent))  # the tests package: the pixel environment
+    one_torch_thread()
+    sys.path.insert(0, str(ROOT))  # the tests package: the pixel environment
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
     from tests.pixel_envs import pixel_cartpole
 
-    from evtrain import Bus, StatsAggregationMethod, StatsReporter
+    from evtrain import Bus
     from evtrain.trainers import (
         NetworkSettings,
         PPOSettings,
@@ -76,30 +80,19 @@ def run(kind: str, steps: int, seed: int, size: int) -> dict[str, Any]:
         time_horizon=32,
         summary_freq=10_000,
     )
-    trainer: PPOTrainer | None = None
     returns: list[float] = []
     marks: dict[int, float | None] = {m: None for m in (10_000, 25_000, 50_000, 100_000, steps)}
 
-    class TrackingReporter(StatsReporter):
-        def add_stat(
-            self,
-            key: str,
-            value: float,
-            aggregation: StatsAggregationMethod = StatsAggregationMethod.AVERAGE,
-        ) -> None:
-            if key == "Environment/Cumulative Reward":
-                returns.append(value)
-            super().add_stat(key, value, aggregation)
-
     with Bus() as bus:
-        trainer = PPOTrainer("CartPole", settings, envs, TrackingReporter(bus, "C"), seed=seed)
-        start = time.perf_counter()
-        while not trainer.should_stop:
-            trainer.advance()
-            for mark, value in marks.items():
-                if value is None and trainer.step >= mark and returns:
-                    marks[mark] = round(statistics.fmean(returns[-LAST:]), 1)
-        elapsed = time.perf_counter() - start
+        reporter = reward_reporter(bus, "C", returns.append)
+        trainer = PPOTrainer("CartPole", settings, envs, reporter, seed=seed)
+
+        def mark() -> None:
+            for step, value in marks.items():
+                if value is None and trainer.step >= step and returns:
+                    marks[step] = round(statistics.fmean(returns[-LAST:]), 1)
+
+        elapsed, _ = train(trainer, after_advance=mark)
     envs.close()
     return {
         "kind": kind,
@@ -113,9 +106,8 @@ def run(kind: str, steps: int, seed: int, size: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=50_000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=50_000, seeds=[0])
     parser.add_argument("--size", type=int, default=40, help="image side in pixels")
     parser.add_argument(
         "--kinds",
@@ -135,17 +127,14 @@ def main() -> None:
         for kind in args.kinds:
             cmd = [sys.executable, __file__, "--worker", kind, "--steps", str(args.steps)]
             cmd += ["--seeds", str(seed), "--size", str(args.size)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            r = run_worker(cmd)
             runs.append(r)
             curve = ", ".join(f"{m}: {v}" for m, v in r["mean_return_last_20"].items())
             print(
                 f"{kind:16s} {seed:4d} {r['steps_per_s']:8d} {r['seconds']:7.1f}  {curve}",
                 flush=True,
             )
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "pixels.json"
-    path.write_text(json.dumps({"args": vars(args), "runs": runs}, indent=2))
+    path = write_json("pixels.json", {"args": vars(args), "runs": runs})
     print(f"wrote {path}")
 
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,33 +34,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-OUT = HERE / "out"
-EXAMPLE = HERE.parent / "examples" / "configs" / "cartpole_ppo.yaml"
+from common import (
+    CONFIGS,
+    ReturnTracker,
+    add_run_args,
+    bench_env,
+    learn_process,
+    make_parser,
+    median_of,
+    median_with_misses,
+    one_torch_thread,
+    reward_reporter,
+    run_worker,
+    stamped,
+    timed_run,
+    train,
+    write_json,
+)
+
+EXAMPLE = CONFIGS / "cartpole_ppo.yaml"
 TARGET = 475.0
 WINDOW = 20
 
 
-class ReturnTracker:
-    """Records episode returns with the env step they finished at; finds the first 475."""
-
-    def __init__(self, step: Callable[[], int]) -> None:
-        self.step = step
-        self.returns: list[float] = []
-        self.hit: int | None = None
-
-    def add(self, value: float) -> None:
-        self.returns.append(value)
-        last = self.returns[-WINDOW:]
-        if self.hit is None and len(last) == WINDOW and sum(last) / WINDOW >= TARGET:
-            self.hit = self.step()
-
-
 def run_evtrain(steps: int, seed: int, summary_freq: int) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
-    from evtrain import Bus, StatsAggregationMethod, StatsReporter, signals
+    one_torch_thread()
+    from evtrain import Bus, signals
     from evtrain.trainers import (
         NetworkSettings,
         PPOSettings,
@@ -92,45 +89,27 @@ def run_evtrain(steps: int, seed: int, summary_freq: int) -> dict[str, Any]:
         summary_freq=summary_freq,
     )
     trainer: PPOTrainer | None = None
-    tracker = ReturnTracker(lambda: trainer.step if trainer else 0)
-
-    class TrackingReporter(StatsReporter):
-        def add_stat(
-            self,
-            key: str,
-            value: float,
-            aggregation: StatsAggregationMethod = StatsAggregationMethod.AVERAGE,
-        ) -> None:
-            if key == "Environment/Cumulative Reward":
-                tracker.add(value)
-            super().add_stat(key, value, aggregation)
-
+    tracker = ReturnTracker(WINDOW, TARGET, lambda: trainer.step if trainer else 0)
     envs = make_vector_env("CartPole-v1", 8)
     events: list[Any] = []
     with Bus() as bus:
         bus.connect(signals.stats, events.append)  # a subscriber, so events are really built
-        trainer = PPOTrainer(
-            "CartPole", settings, envs, TrackingReporter(bus, "CartPole"), seed=seed
-        )
-        start, cpu_start = time.perf_counter(), time.process_time()
-        while not trainer.should_stop:
-            trainer.advance()
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        reporter = reward_reporter(bus, "CartPole", tracker.add)
+        trainer = PPOTrainer("CartPole", settings, envs, reporter, seed=seed)
+        elapsed, cpu = train(trainer)
         bus.flush()
     envs.close()
     return _result("evtrain", seed, trainer.step, elapsed, cpu, tracker, stats_events=len(events))
 
 
 def run_sb3(steps: int, seed: int) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
+    one_torch_thread()
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
     model: Any = None
-    tracker = ReturnTracker(lambda: int(model.num_timesteps) if model else 0)
+    tracker = ReturnTracker(WINDOW, TARGET, lambda: int(model.num_timesteps) if model else 0)
 
     class Track(BaseCallback):
         def _on_step(self) -> bool:
@@ -173,7 +152,6 @@ def _result(
     tracker: ReturnTracker,
     **extra: Any,
 ) -> dict[str, Any]:
-    last = tracker.returns[-WINDOW:]
     return {
         "library": library,
         "seed": seed,
@@ -184,41 +162,26 @@ def _result(
         "steps_per_cpu_s": round(steps / cpu, 1),
         "steps_to_475": tracker.hit,
         "episodes": len(tracker.returns),
-        "final_mean_20": round(sum(last) / len(last), 1) if last else None,
+        "final_mean_20": tracker.last_mean(1),
         **extra,
     }
 
 
 def spawn(library: str, steps: int, seed: int, summary_freq: int) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--worker",
-        library,
-        "--steps",
-        str(steps),
-        "--seeds",
-        str(seed),
-        "--summary-freq",
-        str(summary_freq),
-    ]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    cmd = [sys.executable, __file__, "--worker", library, "--steps", str(steps)]
+    cmd += ["--seeds", str(seed), "--summary-freq", str(summary_freq)]
+    result: dict[str, Any] = run_worker(cmd)
+    return result
 
 
 def summarize(runs: list[dict[str, Any]], library: str) -> dict[str, Any]:
-    mine = [r for r in runs if r["library"] == library]
-    hits = [r["steps_to_475"] for r in mine]
-    reached = sorted(h for h in hits if h is not None)
+    hits = [r["steps_to_475"] for r in runs if r["library"] == library]
+    reached = [h for h in hits if h is not None]
     return {
-        "median_steps_per_s": statistics.median(r["steps_per_s"] for r in mine),
-        "median_steps_per_cpu_s": statistics.median(r["steps_per_cpu_s"] for r in mine),
+        "median_steps_per_s": median_of(runs, "steps_per_s", library=library),
+        "median_steps_per_cpu_s": median_of(runs, "steps_per_cpu_s", library=library),
         # A seed that never reached 475 counts as infinitely slow for the median.
-        "median_steps_to_475": (
-            statistics.median(h if h is not None else float("inf") for h in hits)
-            if reached
-            else None
-        ),
+        "median_steps_to_475": median_with_misses(hits) if reached else None,
         "seeds_reaching_475": len(reached),
     }
 
@@ -266,34 +229,11 @@ ENV_ONLY_SCRIPT = textwrap.dedent(
 )
 
 
-def _timed(cmd: list[str], cwd: Path, returns: Path) -> float:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    env["EVTRAIN_BENCH_RETURNS"] = str(returns)
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
-    return time.perf_counter() - start
-
-
-def _steps_to_target(returns: Path) -> tuple[int | None, float | None, int]:
-    """The env step at which the mean of the last 20 returns first reached 475, the final
-    mean of 20, and the number of episodes, from a ``returns_cartpole`` log."""
-    episodes = json.loads(returns.read_text())
-    values: list[float] = []
-    hit = None
-    for step, _, value in episodes:
-        values.append(value)
-        last = values[-WINDOW:]
-        if hit is None and len(last) == WINDOW and sum(last) / WINDOW >= TARGET:
-            hit = step
-    last = values[-WINDOW:]
-    return hit, (round(sum(last) / len(last), 1) if last else None), len(values)
-
-
 def whole_process(library: str, steps: int, seed: int, folder: Path) -> dict[str, Any]:
     import yaml
 
     returns = folder / f"returns-{library}-{seed}.json"
+    env = bench_env(EVTRAIN_BENCH_RETURNS=str(returns))
     extra: dict[str, Any] = {}
     if library == "evtrain":
         config = yaml.safe_load(EXAMPLE.read_text())
@@ -301,31 +241,29 @@ def whole_process(library: str, steps: int, seed: int, folder: Path) -> dict[str
         config["env_settings"].update(
             env_id="bench_envs:returns_cartpole", env_kwargs={"num_envs": 8}, seed=seed
         )
-        (folder / "config.yaml").write_text(yaml.safe_dump(config))
-        evtrain = str(Path(sys.executable).with_name("evtrain"))
-        run_id = f"seed{seed}"
-        cmd = [evtrain, "learn", "config.yaml", "--run-id", run_id, "--force"]
-        seconds = _timed(cmd, folder, returns)
-        timers = json.loads((folder / "results" / run_id / "run_logs" / "timers.json").read_text())
-        advance = timers["children"]["train"]["children"]["advance"]["children"]
+        run = learn_process(config, folder, f"seed{seed}", env=env)
+        seconds = run.seconds
+        advance = run.timers()["children"]["train"]["children"]["advance"]["children"]
         extra = {
             "update_s": round(advance["update"]["total"], 3),
             "rollout_s": round(advance["rollout"]["total"], 3),
-            "model": (folder / "results" / run_id / "CartPole.onnx").exists(),
+            "model": (run.run_folder / "CartPole.onnx").exists(),
         }
     else:
         cmd = [sys.executable, "-c", SB3_SCRIPT, str(steps), str(seed), str(folder / "sb3")]
-        seconds = _timed(cmd, folder, returns)
-    hit, final, episodes = _steps_to_target(returns)
+        seconds = timed_run(cmd, folder, env)
+    # The env step at which the mean of the last 20 returns first reached 475, from the
+    # ``returns_cartpole`` log.
+    tracker = ReturnTracker.from_episodes(json.loads(returns.read_text()), WINDOW, TARGET)
     return {
         "library": library,
         "seed": seed,
         "steps": steps,
         "seconds": round(seconds, 3),
         "steps_per_s": round(steps / seconds, 1),
-        "steps_to_475": hit,
-        "final_mean_20": final,
-        "episodes": episodes,
+        "steps_to_475": tracker.hit,
+        "final_mean_20": tracker.last_mean(1),
+        "episodes": len(tracker.returns),
         **extra,
     }
 
@@ -352,19 +290,12 @@ def main_whole_process(args: argparse.Namespace) -> None:
                 runs.append(run)
                 print(json.dumps(run), flush=True)
     floor = floors(args.steps)
-    medians = {
-        lib: statistics.median(r["seconds"] for r in runs if r["library"] == lib)
-        for lib in ("evtrain", "sb3")
-    }
+    medians = {lib: median_of(runs, "seconds", library=lib) for lib in ("evtrain", "sb3")}
     hits = {
-        lib: statistics.median(
-            r["steps_to_475"] if r["steps_to_475"] is not None else float("inf")
-            for r in runs
-            if r["library"] == lib
-        )
+        lib: median_with_misses(r["steps_to_475"] for r in runs if r["library"] == lib)
         for lib in ("evtrain", "sb3")
     }
-    update = statistics.median(r["update_s"] for r in runs if r["library"] == "evtrain")
+    update = median_of(runs, "update_s", library="evtrain")
     summary = {
         "median_seconds": medians,
         "speedup": round(medians["sb3"] / medians["evtrain"], 2),
@@ -381,16 +312,15 @@ def main_whole_process(args: argparse.Namespace) -> None:
         f"floors: import torch {floor['import_torch_s']:.2f} s; the env alone "
         f"{floor['env_only_s']:.2f} s; evtrain's update alone {update:.2f} s (median)"
     )
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"bench_ppo-whole-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary}, indent=2))
+    path = write_json(
+        stamped("bench_ppo-whole"), {"args": vars(args), "runs": runs, "summary": summary}
+    )
     print(f"wrote {path}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=100_000, seeds=[0, 1, 2])
     parser.add_argument("--summary-freq", type=int, default=10_000)
     parser.add_argument("--sb3", action="store_true", help="also run Stable-Baselines3")
     parser.add_argument(
@@ -431,9 +361,7 @@ def main() -> None:
         )
     for key, value in summary.items():
         print(f"{key}: {value}")
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"bench_ppo-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary}, indent=2))
+    path = write_json(stamped("bench_ppo"), {"args": vars(args), "runs": runs, "summary": summary})
     print(f"wrote {path}")
 
 

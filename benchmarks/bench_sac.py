@@ -21,15 +21,32 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).parent / "out"
+from common import (
+    Column,
+    add_run_args,
+    episode_returns,
+    header,
+    learn_here,
+    make_parser,
+    median_of,
+    one_torch_thread,
+    row,
+    spawn,
+    write_json,
+)
+
 LAST = 10
+COLUMNS = (
+    Column("library", 10, align="<"),
+    Column("seed", 6),
+    Column("steps", 8),
+    Column("seconds", 9, ".1f"),
+    Column("steps/s", 9, ".1f"),
+    Column("final mean return", 19, ".1f"),
+)
 
 
 EVTRAIN_HYPERPARAMETERS = {
@@ -47,41 +64,24 @@ FILL = 1000
 
 
 def run_evtrain(steps: int, seed: int) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
-    from evtrain import Bus, signals
-    from evtrain.run.learn import learn
-
+    one_torch_thread()
     returns: list[float] = []
-
-    def track(event: Any) -> None:
-        summary = event.values.get("Environment/Cumulative Reward")
-        if summary is not None:
-            returns.extend(summary.full_dist)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        options = {
-            "behaviors": {
-                "Pendulum": {
-                    "trainer_type": "sac",
-                    "hyperparameters": EVTRAIN_HYPERPARAMETERS,
-                    "network_settings": EVTRAIN_NETWORK,
-                    "reward_signals": {"extrinsic": {"gamma": 0.99}},
-                    "max_steps": steps,
-                    "summary_freq": 1000,
-                    "checkpoint_interval": steps * 10,
-                }
-            },
-            "env_settings": {"env_id": "Pendulum-v1", "num_envs": 1, "seed": seed},
-            "checkpoint_settings": {"run_id": "bench", "results_dir": tmp},
-            "plugins": {"disabled": ["evtrain.stats_writer:default"]},
-        }
-        with Bus() as bus:
-            bus.connect(signals.stats, track)
-            start = time.perf_counter()
-            result = learn(options, bus)
-            elapsed = time.perf_counter() - start
+    options = {
+        "behaviors": {
+            "Pendulum": {
+                "trainer_type": "sac",
+                "hyperparameters": EVTRAIN_HYPERPARAMETERS,
+                "network_settings": EVTRAIN_NETWORK,
+                "reward_signals": {"extrinsic": {"gamma": 0.99}},
+                "max_steps": steps,
+                "summary_freq": 1000,
+                "checkpoint_interval": steps * 10,
+            }
+        },
+        "env_settings": {"env_id": "Pendulum-v1", "num_envs": 1, "seed": seed},
+        "plugins": {"disabled": ["evtrain.stats_writer:default"]},
+    }
+    result, elapsed = learn_here(options, lambda event: returns.extend(episode_returns(event)))
     return {
         "library": "evtrain",
         "seed": seed,
@@ -92,9 +92,7 @@ def run_evtrain(steps: int, seed: int) -> dict[str, Any]:
 
 
 def sb3_model(seed: int) -> Any:
-    import torch
-
-    torch.set_num_threads(1)
+    one_torch_thread()
     import gymnasium as gym
     from stable_baselines3 import SAC
     from stable_baselines3.common.monitor import Monitor
@@ -157,9 +155,7 @@ def floor_env(steps: int) -> dict[str, Any]:
 
 def floor_evtrain_update(updates: int) -> dict[str, Any]:
     """Seconds per evtrain SAC update (batch 256) once training has filled the buffer."""
-    import torch
-
-    torch.set_num_threads(1)
+    one_torch_thread()
     from evtrain import Bus, StatsReporter
     from evtrain.run.build import keep_freed_memory
     from evtrain.trainers import (
@@ -223,19 +219,9 @@ WORKERS: dict[str, Any] = {
 }
 
 
-def worker(name: str, *args: int) -> dict[str, Any]:
-    """Run ``WORKERS[name](*args)`` in a fresh process; its result."""
-    print(f"{name} {' '.join(map(str, args))}...", file=sys.stderr, flush=True)
-    command = [sys.executable, __file__, "--worker", name, *map(str, args)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=20_000, seeds=[0])
     parser.add_argument("--updates", type=int, default=2000, help="updates per update floor")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("args", type=int, nargs="*", help=argparse.SUPPRESS)
@@ -244,35 +230,29 @@ def main() -> None:
         print(json.dumps(WORKERS[args.worker](*args.args)))
         return
     floors = [
-        worker("floor-env", args.steps),
-        worker("floor-evtrain", args.updates),
-        worker("floor-sb3", args.updates),
+        spawn(__file__, "floor-env", args.steps),
+        spawn(__file__, "floor-evtrain", args.updates),
+        spawn(__file__, "floor-sb3", args.updates),
     ]
     rows = [
-        worker(library, args.steps, seed) for seed in args.seeds for library in ("evtrain", "sb3")
+        spawn(__file__, library, args.steps, seed)
+        for seed in args.seeds
+        for library in ("evtrain", "sb3")
     ]
     for r in rows:
         r["steps_per_s"] = r["steps"] / r["seconds"]
-    print(
-        f"{'library':<10}{'seed':>6}{'steps':>8}{'seconds':>9}{'steps/s':>9}"
-        f"{'final mean return':>19}"
-    )
+    keys = ("library", "seed", "steps", "seconds", "steps_per_s", "final_mean_return")
+    print(header(COLUMNS))
     for r in rows:
-        print(
-            f"{r['library']:<10}{r['seed']:>6}{r['steps']:>8}{r['seconds']:>9.1f}"
-            f"{r['steps_per_s']:>9.1f}{r['final_mean_return']:>19.1f}"
-        )
+        print(row(COLUMNS, [r[key] for key in keys]))
     summary = {}
     for library in ("evtrain", "sb3"):
-        mine = [r for r in rows if r["library"] == library]
-        summary[library] = {
-            "steps_per_s": statistics.median(r["steps_per_s"] for r in mine),
-            "final_mean_return": statistics.median(r["final_mean_return"] for r in mine),
+        mine = summary[library] = {
+            "steps_per_s": median_of(rows, "steps_per_s", library=library),
+            "final_mean_return": median_of(rows, "final_mean_return", library=library),
         }
-        print(
-            f"{library:<10}{'median':>6}{'':>8}{'':>9}{summary[library]['steps_per_s']:>9.1f}"
-            f"{summary[library]['final_mean_return']:>19.1f}"
-        )
+        medians = (mine["steps_per_s"], mine["final_mean_return"])
+        print(row(COLUMNS, (library, "median", "", "", *medians)))
     ratios = [
         e["steps_per_s"] / s["steps_per_s"] for e, s in zip(rows[::2], rows[1::2], strict=True)
     ]
@@ -289,9 +269,8 @@ def main() -> None:
         )
     env, update = floors[0]["seconds_per"], floors[1]["seconds_per"]
     print(f"  evtrain env step + update: {1 / (env + update):.0f} steps/s at most")
-    OUT.mkdir(exist_ok=True)
     report = {"runs": rows, "ratios": ratios, "summary": summary, "floors": floors}
-    (OUT / "sac.json").write_text(json.dumps(report, indent=2))
+    write_json("sac.json", report)
 
 
 if __name__ == "__main__":

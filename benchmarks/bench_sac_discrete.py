@@ -18,22 +18,41 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-OUT = Path(__file__).parent / "out"
-EXAMPLE = Path(__file__).parent.parent / "examples" / "configs" / "cartpole_sac.yaml"
+from common import (
+    CONFIGS,
+    Column,
+    add_run_args,
+    episode_returns,
+    header,
+    learn_here,
+    make_parser,
+    median_of,
+    one_torch_thread,
+    row,
+    spawn,
+    write_json,
+)
+
+EXAMPLE = CONFIGS / "cartpole_sac.yaml"
 LAST = 10
 THRESHOLD = 475.0
 SUMMARY = 1000
 FILL = 2000
 """Environment steps of training before the update floor is timed (the buffer they fill)."""
+COLUMNS = (
+    Column("trainer", 9, align="<"),
+    Column("seed", 6),
+    Column("steps", 8),
+    Column("seconds", 9, ".1f"),
+    Column("steps/s", 9, ".1f"),
+    Column("final mean return", 19, ".1f"),
+    Column("steps to 475", 14),
+)
 
 PPO_ZOO = {
     "trainer_type": "ppo",
@@ -63,43 +82,30 @@ def sac_settings() -> dict[str, Any]:
 
 
 def run(trainer: str, steps: int, seed: int) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
-    from evtrain import Bus, signals
-    from evtrain.run.learn import learn
-
+    one_torch_thread()
     returns: list[float] = []
     reached: list[int] = []
 
     def track(event: Any) -> None:
-        summary = event.values.get("Environment/Cumulative Reward")
-        if summary is not None:
-            returns.extend(summary.full_dist)
+        returns.extend(episode_returns(event))
         if not reached and len(returns) >= LAST and statistics.mean(returns[-LAST:]) >= THRESHOLD:
             reached.append(event.step)
 
     settings = sac_settings() if trainer == "sac" else dict(PPO_ZOO)
     num_envs = 1 if trainer == "sac" else 8
-    with tempfile.TemporaryDirectory() as tmp:
-        options = {
-            "behaviors": {
-                "CartPole": {
-                    **settings,
-                    "max_steps": steps,
-                    "summary_freq": SUMMARY,
-                    "checkpoint_interval": steps * 10,
-                }
-            },
-            "env_settings": {"env_id": "CartPole-v1", "num_envs": num_envs, "seed": seed},
-            "checkpoint_settings": {"run_id": "bench", "results_dir": tmp},
-            "plugins": {"disabled": ["evtrain.stats_writer:default"]},
-        }
-        with Bus() as bus:
-            bus.connect(signals.stats, track)
-            start = time.perf_counter()
-            result = learn(options, bus)
-            elapsed = time.perf_counter() - start
+    options = {
+        "behaviors": {
+            "CartPole": {
+                **settings,
+                "max_steps": steps,
+                "summary_freq": SUMMARY,
+                "checkpoint_interval": steps * 10,
+            }
+        },
+        "env_settings": {"env_id": "CartPole-v1", "num_envs": num_envs, "seed": seed},
+        "plugins": {"disabled": ["evtrain.stats_writer:default"]},
+    }
+    result, elapsed = learn_here(options, track)
     return {
         "trainer": trainer,
         "seed": seed,
@@ -128,9 +134,7 @@ def floor_env(steps: int) -> dict[str, Any]:
 
 def floor_update(updates: int) -> dict[str, Any]:
     """Seconds per discrete SAC update once training has filled the buffer."""
-    import torch
-
-    torch.set_num_threads(1)
+    one_torch_thread()
     from evtrain import Bus, RunOptions, StatsReporter
     from evtrain.trainers import SACTrainer, make_vector_env
 
@@ -159,23 +163,13 @@ WORKERS: dict[str, Any] = {
 }
 
 
-def worker(name: str, *args: int) -> dict[str, Any]:
-    """Run ``WORKERS[name](*args)`` in a fresh process; its result."""
-    print(f"{name} {' '.join(map(str, args))}...", file=sys.stderr, flush=True)
-    command = [sys.executable, __file__, "--worker", name, *map(str, args)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def reached(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=80_000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=80_000, seeds=[0])
     parser.add_argument("--updates", type=int, default=1000, help="updates of the update floor")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("args", type=int, nargs="*", help=argparse.SUPPRESS)
@@ -183,33 +177,28 @@ def main() -> None:
     if args.worker:
         print(json.dumps(WORKERS[args.worker](*args.args)))
         return
-    floors = [worker("floor-env", 20_000), worker("floor-update", args.updates)]
-    rows = [worker(trainer, args.steps, seed) for seed in args.seeds for trainer in ("sac", "ppo")]
+    floors = [spawn(__file__, "floor-env", 20_000), spawn(__file__, "floor-update", args.updates)]
+    rows = [
+        spawn(__file__, trainer, args.steps, seed)
+        for seed in args.seeds
+        for trainer in ("sac", "ppo")
+    ]
     for r in rows:
         r["steps_per_s"] = r["steps"] / r["seconds"]
-    print(
-        f"{'trainer':<9}{'seed':>6}{'steps':>8}{'seconds':>9}{'steps/s':>9}"
-        f"{'final mean return':>19}{'steps to 475':>14}"
-    )
+    keys = ("trainer", "seed", "steps", "seconds", "steps_per_s", "final_mean_return")
+    print(header(COLUMNS))
     for r in rows:
-        print(
-            f"{r['trainer']:<9}{r['seed']:>6}{r['steps']:>8}{r['seconds']:>9.1f}"
-            f"{r['steps_per_s']:>9.1f}{r['final_mean_return']:>19.1f}"
-            f"{reached(r['steps_to_475']):>14}"
-        )
+        print(row(COLUMNS, [*(r[key] for key in keys), reached(r["steps_to_475"])]))
     summary = {}
     for trainer in ("sac", "ppo"):
         mine = [r for r in rows if r["trainer"] == trainer]
-        summary[trainer] = {
-            "steps_per_s": statistics.median(r["steps_per_s"] for r in mine),
-            "final_mean_return": statistics.median(r["final_mean_return"] for r in mine),
+        s = summary[trainer] = {
+            "steps_per_s": median_of(mine, "steps_per_s"),
+            "final_mean_return": median_of(mine, "final_mean_return"),
             "reached_475": sum(r["steps_to_475"] is not None for r in mine),
         }
-        print(
-            f"{trainer:<9}{'median':>6}{'':>8}{'':>9}{summary[trainer]['steps_per_s']:>9.1f}"
-            f"{summary[trainer]['final_mean_return']:>19.1f}"
-            f"{summary[trainer]['reached_475']:>8}/{len(mine)} seeds"
-        )
+        medians = (trainer, "median", "", "", s["steps_per_s"], s["final_mean_return"])
+        print(row(COLUMNS[:-1], medians) + f"{s['reached_475']:>8}/{len(mine)} seeds")
     print("floors (one process each, 1 torch thread):")
     for f in floors:
         print(
@@ -217,9 +206,8 @@ def main() -> None:
         )
     env, update = floors[0]["seconds_per"], floors[1]["seconds_per"]
     print(f"  env step + update: {1 / (env + update):.0f} steps/s at most")
-    OUT.mkdir(exist_ok=True)
     report = {"runs": rows, "summary": summary, "floors": floors}
-    (OUT / "sac_discrete.json").write_text(json.dumps(report, indent=2))
+    write_json("sac_discrete.json", report)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,7 @@ Writes ``benchmarks/out/startup.json``::
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-OUT = HERE / "out"
+from common import add_run_args, bench_env, evtrain_command, make_parser, median_of, write_json
+
 STEPS = 2048
 
 CONFIG = {
@@ -106,9 +103,7 @@ SB3 = textwrap.dedent(
 def run_case(name: str, cmd: list[str], folder: Path) -> dict[str, Any]:
     first = folder / "first_step.json"
     first.unlink(missing_ok=True)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    env["EVTRAIN_BENCH_FIRST_STEP"] = str(first)
+    env = bench_env(EVTRAIN_BENCH_FIRST_STEP=str(first))
     start = time.time()
     subprocess.run(cmd, cwd=folder, env=env, check=True, capture_output=True)
     wall = time.time() - start
@@ -122,7 +117,7 @@ def run_case(name: str, cmd: list[str], folder: Path) -> dict[str, Any]:
 
 def cases(folder: Path, sb3: bool) -> list[tuple[str, list[str]]]:
     python = sys.executable
-    evtrain = str(Path(python).with_name("evtrain"))
+    (evtrain,) = evtrain_command()
     (folder / "config.yaml").write_text(json.dumps(CONFIG))  # JSON is YAML
     found: list[tuple[str, list[str]]] = [
         ("python", [python, "-c", "pass"]),
@@ -136,8 +131,8 @@ def cases(folder: Path, sb3: bool) -> list[tuple[str, list[str]]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = make_parser(__doc__)
+    add_run_args(parser, repeats=5)
     parser.add_argument("--sb3", action="store_true", help="also run Stable-Baselines3")
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
@@ -153,9 +148,9 @@ def main() -> None:
     summary: dict[str, dict[str, Any]] = {}
     for name, _ in todo:
         mine = [r for r in runs if r["case"] == name]
-        entry: dict[str, Any] = {"median_wall_s": statistics.median(r["wall_s"] for r in mine)}
+        entry: dict[str, Any] = {"median_wall_s": median_of(mine, "wall_s")}
         if "first_step_s" in mine[0]:
-            entry["median_first_step_s"] = statistics.median(r["first_step_s"] for r in mine)
+            entry["median_first_step_s"] = median_of(mine, "first_step_s")
             entry["loaded_at_first_step"] = mine[0]["loaded_at_first_step"]
         summary[name] = entry
     print()
@@ -168,9 +163,7 @@ def main() -> None:
             f"| {name} | {'-' if first is None else f'{first:.2f}'} | "
             f"{entry['median_wall_s']:.2f} | {loaded} |"
         )
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "startup.json"
-    path.write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary}, indent=2))
+    path = write_json("startup.json", {"args": vars(args), "runs": runs, "summary": summary})
     print(f"wrote {path}")
 
 

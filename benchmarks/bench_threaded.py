@@ -35,16 +35,39 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-OUT = HERE / "out"
+from common import (
+    Column,
+    add_run_args,
+    bench_env,
+    episode_returns,
+    header,
+    make_parser,
+    median_of,
+    one_torch_thread,
+    row,
+    run_worker,
+    timer_total,
+    write_json,
+)
+
 BOTH = (False, True)
 """Unthreaded, then threaded: the order of the turns."""
+COLUMNS = (
+    Column("case", 16, align="<"),
+    Column("threaded", 9),
+    Column("seed", 5),
+    Column("steps", 8),
+    Column("seconds", 9, ".1f"),
+    Column("cpu s", 7, ".1f"),
+    Column("steps/s", 9, ".0f"),
+    Column("update s", 10, ".1f"),
+    Column("waited s", 10, ".1f"),
+    Column("final return", 14),
+)
 
 CASES: dict[str, dict[str, Any]] = {
     "ppo-cartpole": {
@@ -131,24 +154,11 @@ def behavior(case: str, steps: int, threaded: bool) -> dict[str, Any]:
     }
 
 
-def seconds_in(tree: dict[str, Any], name: str) -> float:
-    """The total of every timer called ``name`` in a ``timers.json`` tree."""
-    total = 0.0
-    for child_name, child in tree.get("children", {}).items():
-        if child_name == name:
-            total += float(child["total"])
-        total += seconds_in(child, name)
-    return total
-
-
 def run(case: str, seed: int, steps: int, segment: float) -> list[dict[str, Any]]:
     """Both trainers of ``case`` in this process, taking turns of ``segment`` seconds."""
-    import torch
-
-    torch.set_num_threads(1)
+    one_torch_thread()
     from evtrain import Bus, RunOptions, StatsReporter, signals
     from evtrain.config.options import EnvironmentSettings
-    from evtrain.events.stats import CUMULATIVE_REWARD
     from evtrain.run.envs import make_envs
     from evtrain.timers import reset_timers, timer_tree
     from evtrain.trainers import PPOTrainer, SACTrainer
@@ -161,9 +171,7 @@ def run(case: str, seed: int, steps: int, segment: float) -> list[dict[str, Any]
 
     def tracker(threaded: bool) -> Any:
         def track(event: Any) -> None:
-            summary = event.values.get(CUMULATIVE_REWARD)
-            if summary is not None:
-                returns[threaded].extend(summary.full_dist)
+            returns[threaded].extend(episode_returns(event))
 
         return track
 
@@ -214,8 +222,8 @@ def run(case: str, seed: int, steps: int, segment: float) -> list[dict[str, Any]
             "cpu_seconds": cpu[threaded],
             "steps_per_s": trainer.step / seconds[threaded],
             # the unthreaded "update" timer also holds the threaded trainer's hand-overs (µs)
-            "update_seconds": seconds_in(tree, "update_thread" if threaded else "update"),
-            "wait_seconds": seconds_in(tree, "wait_for_update") if threaded else 0.0,
+            "update_seconds": timer_total(tree, "update_thread" if threaded else "update"),
+            "wait_seconds": timer_total(tree, "wait_for_update") if threaded else 0.0,
             "episodes": len(returns[threaded]),
             "final_return": (
                 statistics.fmean(returns[threaded][-spec["last"] :]) if returns[threaded] else None
@@ -229,15 +237,7 @@ def spawn(case: str, seed: int, steps: int, segment: float) -> list[dict[str, An
     """:func:`run` in a fresh process (``bench_envs`` importable, also by async workers)."""
     print(f"{case} seed={seed} ({steps} steps)...", file=sys.stderr, flush=True)
     command = [sys.executable, __file__, "--worker", case, str(seed), str(steps), str(segment)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.exit(f"{case} seed={seed} failed:\n{done.stderr}")
-    rows: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    rows: list[dict[str, Any]] = run_worker(command, env=bench_env(OMP_NUM_THREADS="1"))
     a, b = rows
     print(
         f"  {a['steps_per_s']:.0f} -> {b['steps_per_s']:.0f} steps/s "
@@ -249,9 +249,9 @@ def spawn(case: str, seed: int, steps: int, segment: float) -> list[dict[str, An
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    add_run_args(parser, seeds=[0])
     parser.add_argument("--steps", type=int, help="max_steps of every case (default: per case)")
     parser.add_argument(
         "--scale", type=float, default=1.0, help="multiplies each case's default max_steps"
@@ -271,22 +271,17 @@ def main() -> None:
             case, seed, args.steps or round(CASES[case]["steps"] * args.scale), args.segment
         )
     ]
-    print(
-        f"{'case':<16}{'threaded':>9}{'seed':>5}{'steps':>8}{'seconds':>9}{'cpu s':>7}"
-        f"{'steps/s':>9}{'update s':>10}{'waited s':>10}{'final return':>14}"
-    )
+    print(header(COLUMNS))
+    keys = ("seed", "steps", "seconds", "cpu_seconds", "steps_per_s")
     for r in rows:
         final = "-" if r["final_return"] is None else f"{r['final_return']:.1f}"
-        print(
-            f"{r['case']:<16}{r['threaded']!s:>9}{r['seed']:>5}{r['steps']:>8}"
-            f"{r['seconds']:>9.1f}{r['cpu_seconds']:>7.1f}{r['steps_per_s']:>9.0f}"
-            f"{r['update_seconds']:>10.1f}{r['wait_seconds']:>10.1f}{final:>14}"
-        )
+        values = (r["case"], str(r["threaded"]), *(r[key] for key in keys))
+        print(row(COLUMNS, (*values, r["update_seconds"], r["wait_seconds"], final)))
     summary: dict[str, Any] = {}
     print("medians over seeds: steps/s unthreaded -> threaded, speed-up (per seed), final return")
     for case in args.cases:
         mine = {t: [r for r in rows if r["case"] == case and r["threaded"] is t] for t in BOTH}
-        speed = {t: statistics.median(r["steps_per_s"] for r in mine[t]) for t in BOTH}
+        speed = {t: median_of(mine[t], "steps_per_s") for t in BOTH}
         finals = {
             t: [r["final_return"] for r in mine[t] if r["final_return"] is not None] for t in BOTH
         }
@@ -312,9 +307,8 @@ def main() -> None:
             f"  {case:<16}{speed[False]:>7.0f} -> {speed[True]:>6.0f}  {s['speedup']:.2f}x "
             f"({per_seed})  {returns}"
         )
-    OUT.mkdir(exist_ok=True)
     report = {"runs": rows, "summary": summary, "cpus": os.cpu_count(), "segment": args.segment}
-    (OUT / "threaded.json").write_text(json.dumps(report, indent=2))
+    write_json("threaded.json", report)
 
 
 if __name__ == "__main__":

@@ -42,15 +42,14 @@ from typing import Any
 
 import yaml
 
-CONFIG = Path(__file__).parent.parent / "examples" / "configs" / "cartpole_ppo.yaml"
-OUT = Path(__file__).parent / "out"
+from common import CONFIGS, add_run_args, log_to_file, make_parser, run_child, write_json
+
+CONFIG = CONFIGS / "cartpole_ppo.yaml"
 VARIANTS = ("none", "evtrain", "sync", "evtrain-hung")
 EXPERIMENT = "bench-trackers"
 
 
 def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> None:
-    import logging
-
     from evtrain import Bus, StatsEvent, signals
     from evtrain.run.learn import learn
 
@@ -90,10 +89,7 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
 
     with tempfile.TemporaryDirectory() as tmp:
         options["checkpoint_settings"] = {"run_id": "bench", "results_dir": tmp}
-        log = logging.getLogger("evtrain")
-        log.addHandler(logging.FileHandler(Path(tmp) / "console.log"))
-        log.setLevel(logging.INFO)
-        log.propagate = False
+        log_to_file(Path(tmp) / "console.log")
         stopped: list[float] = []
         with TimedBus() as bus:
             bus.connect(signals.stats, sent.append, name="bench.sent")
@@ -224,9 +220,8 @@ def mlflow_server(folder: Path) -> Iterator[tuple[str, int]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=100_000, repeats=3)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--uri", help=argparse.SUPPRESS)
@@ -240,13 +235,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder, mlflow_server(Path(folder)) as (uri, pid):
         for repeat in range(args.repeats):
             for variant in runs:
-                with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-                    print(f"repeat {repeat + 1}: {variant}...", file=sys.stderr, flush=True)
-                    command = [sys.executable, __file__, "--variant", variant]
-                    command += ["--steps", str(args.steps), "--uri", uri]
-                    command += ["--server-pid", str(pid), "--out", tmp.name]
-                    subprocess.run(command, check=True)
-                    runs[variant].append(json.loads(Path(tmp.name).read_text()))
+                print(f"repeat {repeat + 1}: {variant}...", file=sys.stderr, flush=True)
+                command = [sys.executable, __file__, "--variant", variant]
+                command += ["--steps", str(args.steps), "--uri", uri, "--server-pid", str(pid)]
+                runs[variant].append(run_child(command))
     report(runs)
 
 
@@ -282,10 +274,7 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
     for r in runs.get("evtrain-hung", []):
         if r["outage_s"] is not None:
             print(f"evtrain-hung: server stopped for {r['outage_s']:.1f} s of the run")
-    OUT.mkdir(exist_ok=True)
-    (OUT / "trackers.json").write_text(
-        json.dumps({"runs": runs, "median_steps_per_s": rate}, indent=2)
-    )
+    write_json("trackers.json", {"runs": runs, "median_steps_per_s": rate})
 
 
 if __name__ == "__main__":

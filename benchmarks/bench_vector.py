@@ -14,22 +14,17 @@ rollout's share.  The limit beside each: the environments' own CPU time per env 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-HERE = Path(__file__).parent
-OUT = HERE / "out"
-EXAMPLE = HERE.parent / "examples" / "configs" / "cartpole_ppo.yaml"
+from common import CONFIGS, add_run_args, learn_process, make_parser, median_of, write_json
+
+EXAMPLE = CONFIGS / "cartpole_ppo.yaml"
 
 
 def run(mode: str, steps: int, num_envs: int, delay_ms: float, folder: Path) -> dict[str, Any]:
@@ -45,21 +40,8 @@ def run(mode: str, steps: int, num_envs: int, delay_ms: float, folder: Path) -> 
         num_envs=num_envs,
         vectorization=mode,
     )
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    evtrain = str(Path(sys.executable).with_name("evtrain"))
-    start = time.perf_counter()
-    subprocess.run(
-        [evtrain, "learn", "config.yaml", "--run-id", mode, "--force"],
-        cwd=folder,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    wall = time.perf_counter() - start
-    timers = json.loads((folder / "results" / mode / "run_logs" / "timers.json").read_text())
-    train = timers["children"]["train"]
+    run = learn_process(config, folder, mode)
+    train = run.timers()["children"]["train"]
     rollout = train["children"]["advance"]["children"]["rollout"]["total"]
     return {
         "mode": mode,
@@ -68,16 +50,16 @@ def run(mode: str, steps: int, num_envs: int, delay_ms: float, folder: Path) -> 
         "delay_ms": delay_ms,
         "steps_per_s": round(steps / train["total"], 1),
         "rollout_share": round(rollout / train["total"], 3),
-        "wall_s": round(wall, 2),
+        "wall_s": round(run.seconds, 2),
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20_000)
+    parser = make_parser(__doc__)
+    add_run_args(parser, steps=20_000)
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--delay-ms", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=2)
+    add_run_args(parser, repeats=2)
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     runs = []
@@ -99,18 +81,15 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|")
     for mode in ("sync", "async"):
-        mine = [r for r in runs if r["mode"] == mode]
-        median = statistics.median(r["steps_per_s"] for r in mine)
-        share = statistics.median(r["rollout_share"] for r in mine)
+        median = median_of(runs, "steps_per_s", mode=mode)
+        share = median_of(runs, "rollout_share", mode=mode)
         summary[mode] = {"median_steps_per_s": median, "floor_steps_per_s": floors[mode]}
         print(f"| {mode} | {median:,.0f} | {floors[mode]:,.0f} | {share:.0%} |")
     summary["async_vs_sync"] = round(
         summary["async"]["median_steps_per_s"] / summary["sync"]["median_steps_per_s"], 2
     )
     print(f"async / sync: {summary['async_vs_sync']}x")
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "vector.json"
-    path.write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary}, indent=2))
+    path = write_json("vector.json", {"args": vars(args), "runs": runs, "summary": summary})
     print(f"wrote {path}")
 
 

@@ -30,11 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import platform
 import resource
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +39,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from common import log_to_file, machine, make_parser, out_dir, run_child, write_json
 
 KEYS = tuple(f"Group/Metric {i}" for i in range(10))
 PACED_EVENTS = 5_000
@@ -172,12 +171,8 @@ def run_evtrain(case: str, n: int, results: Path) -> dict[str, Any]:
 
     # The console writer logs one line per event: send it to a file, as a terminal would slow
     # the whole machine, not just the writer.
-    log_file = results / "console.log"
     results.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(log_file)
-    logging.getLogger("evtrain").addHandler(handler)
-    logging.getLogger("evtrain").setLevel(logging.INFO)
-    logging.getLogger("evtrain").propagate = False
+    log_to_file(results / "console.log")
     emit_stats = signals.stats
     out: dict[str, Any] = {"case": case, "events": n, "scalars": n * len(KEYS)}
 
@@ -283,13 +278,13 @@ def fmt(value: Any, spec: str = ",.1f") -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--events", type=int, default=100_000, help="events of 10 keys per case")
     parser.add_argument("--torch-events", type=int, default=20_000, help="events for torch")
     parser.add_argument("--quick", action="store_true", help="10x fewer events")
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES)
     parser.add_argument("--case", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "writers.json")
+    parser.add_argument("--out", type=Path, default=out_dir() / "writers.json")
     args = parser.parse_args()
     if args.case:
         child(args.case, args.events, args.out)
@@ -297,15 +292,11 @@ def main() -> None:
     if args.quick:
         args.events //= 10
         args.torch_events //= 10
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for case in args.cases:
         n = args.torch_events if case == "torch" else args.events
-        with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-            cmd = [sys.executable, __file__, "--case", case, "--events", str(n), "--out", tmp.name]
-            print(f"running {case} ({n:,} events)...", file=sys.stderr, flush=True)
-            subprocess.run(cmd, check=True)
-            rows.append(json.loads(Path(tmp.name).read_text()))
+        print(f"running {case} ({n:,} events)...", file=sys.stderr, flush=True)
+        rows.append(run_child([sys.executable, __file__, "--case", case, "--events", str(n)]))
     by_case = {r["case"]: r for r in rows}
     torch_rate = by_case.get("torch", {}).get("scalars_per_s")
     header = (
@@ -349,15 +340,8 @@ def main() -> None:
                     f"  {name} / {sub}: delivered {m['delivered']:,}, dropped {m['dropped']:,}, "
                     f"failed {m['failed']:,}, inbox high-water {m['high_water']:,}"
                 )
-    meta = {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "events": args.events,
-        "torch_events": args.torch_events,
-    }
-    args.out.write_text(json.dumps({"meta": meta, "cases": rows}, indent=2))
+    meta = {**machine(), "events": args.events, "torch_events": args.torch_events}
+    write_json(args.out.resolve(), {"meta": meta, "cases": rows})
     print(f"\nJSON: {args.out}")
 
 

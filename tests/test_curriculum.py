@@ -211,17 +211,16 @@ UNIFORM = "uniform"
                 "g": {
                     "curriculum": [
                         {"name": "a", "value": 1, "completion_criteria": progress(1.5)},
-                        {"Lesson1": {"value": 2}},  # a development version of ML-Agents
+                        # older ML-Agents samples' form, read as name: Lesson1
+                        # (tests/test_first_day.py); a lesson without a value still is not
+                        {"Lesson1": {"completion_criteria": progress(0.5)}},
                     ]
                 }
             },
             [
                 "environment_parameters.g.curriculum.0.completion_criteria.threshold: expected "
                 "a number between 0 and 1 for measure progress, got 1.5",
-                "environment_parameters.g.curriculum.1.name: required key is missing",
                 "environment_parameters.g.curriculum.1.value: required key is missing",
-                "environment_parameters.g.curriculum.1.Lesson1: unknown key (valid keys: name, "
-                "value, completion_criteria)",
             ],
         ),
         (

@@ -63,6 +63,7 @@ def launch(
     env_settings: dict[str, Any],
     *args: str,
     launcher: tuple[str, ...] = STANDALONE,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """Start ``torchrun --standalone --nproc-per-node 2 -m evtrain learn`` (or ``launcher``'s
     options) on a config in ``folder``, in a session of its own (as a terminal would run it)."""
@@ -79,8 +80,11 @@ def launch(
     env = {
         **os.environ,
         "EVTRAIN_PROBE_OUT": str(folder / "probe"),
-        "PYTHONPATH": str(PROBE),
+        # The probe first; then what the suite runs with (the evtrain under test, if it is
+        # not the installed one).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE), os.environ.get("PYTHONPATH")])),
         "OMP_NUM_THREADS": "1",
+        **(extra_env or {}),
     }
     command = [str(TORCHRUN), *launcher, "-m", "evtrain", "learn"]
     return subprocess.Popen(
@@ -237,8 +241,11 @@ def test_inference_on_two_ranks_counts_global_steps_and_saves_nothing(
     for rank in (0, 1):
         assert not [e for e in run.events(rank) if e["signal"] in ("save", "export")]
     after = sorted(p.name for p in (run.run / "Agent").iterdir())
-    assert [n for n in after if "tfevents" not in n] == [n for n in before if "tfevents" not in n]
-    assert len([n for n in after if "tfevents" in n]) == 2  # training's, and rank 0's now
+    # inference summaries are a category of their own, Agent/inference (docs/configuration.md)
+    kept = sorted([*(n for n in before if "tfevents" not in n), "inference"])
+    assert [n for n in after if "tfevents" not in n] == kept
+    assert len([n for n in after if "tfevents" in n]) == 1  # training's
+    assert len(list((run.run / "Agent" / "inference").glob("*tfevents*"))) == 1  # rank 0's
 
 
 def test_the_multi_node_form_with_two_agents(tmp_path: Path) -> None:
@@ -294,23 +301,54 @@ def test_sac_on_two_ranks(tmp_path: Path) -> None:
 
 
 def test_a_dying_rank_stops_the_others_with_a_clear_error(tmp_path: Path) -> None:
-    behavior = {**ppo(10**6), "trainer_type": "ppo", "checkpoint_interval": 256}
+    # The moment that once left a `.checkpoint.pt.*.tmp` behind, made certain: rank 0's save
+    # of step 256 is held in flight (its export waits at the probe's gate) while rank 1 dies
+    # (its 50th step: global step 400) and torchrun then sends rank 0 SIGTERM.  The save
+    # completes, every file whole, and rank 0 still exits with the error.
+    behavior = {**ppo(10**6), "trainer_type": "probe_ppo", "checkpoint_interval": 256}
     envs = {
         "env_id": "dist_probe:dying_cartpole",
-        "env_kwargs": {"die_at": 200, "dying_rank": 1},
+        "env_kwargs": {"die_at": 50, "dying_rank": 1},
         "num_envs": 4,
         "seed": 5,
     }
-    run = torchrun(tmp_path, behavior, envs, timeout=150)
-    stderr = run.result.stderr
-    assert run.result.returncode != 0
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # torchrun looks for dead workers every 3 s: rank 0 has long seen the failed collective
+    # and is closing (waiting for its save) when torchrun's SIGTERM comes.
+    process = launch(
+        tmp_path,
+        behavior,
+        envs,
+        launcher=(*STANDALONE, "--monitor-interval", "3"),
+        extra_env={"EVTRAIN_PROBE_EXPORT_GATE": str(gate)},
+    )
+    assert process.stderr is not None
+    lines = []
+    try:
+        for line in process.stderr:  # ends at torchrun's exit at the latest
+            lines.append(line)
+            if "SIGTERM received" in line:
+                break
+        # The save may still be on its way to the gate (the exporter's first imports).
+        deadline = time.monotonic() + 60
+        while not (gate / "exporting").exists():
+            assert time.monotonic() < deadline, "".join(lines)[-3000:]
+            time.sleep(0.01)
+        (gate / "release").touch()
+        _, rest = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    stderr = "".join(lines) + rest
+    assert process.returncode != 0
+    assert "[WARNING] SIGTERM received while the run closes" in stderr, stderr[-3000:]
     assert "[ERROR] rank 0: " in stderr, stderr[-3000:]
     assert "most likely because another rank stopped" in stderr
-    # rank 0 wrote checkpoints up to rank 1's death (200 steps x 4 envs x 2 ranks = 1600
-    # global steps), and the last one is whole
-    checkpoint = load_checkpoint(run.run / "Agent" / "checkpoint.pt")
-    assert 256 <= checkpoint["step"] <= 1600
-    assert not list((run.run / "Agent").glob(".*.tmp"))
+    run = tmp_path / "results" / "run"
+    checkpoint = load_checkpoint(run / "Agent" / "checkpoint.pt")
+    assert checkpoint["step"] == 256
+    assert (run / "Agent" / "Agent-256.onnx").exists()
+    assert not list((run / "Agent").glob(".*.tmp"))
     assert all(torch.isfinite(t).all() for t in checkpoint["agent"].values())
 
 

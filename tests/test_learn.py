@@ -168,8 +168,9 @@ def test_existing_run_needs_resume_or_force(tmp_path: Path) -> None:
     with pytest.raises(RunFolderError) as info:
         learn(config(tmp_path, max_steps=256))
     assert str(info.value) == (
-        f"run 'run' already exists in {tmp_path / 'results' / 'run'}. Use --resume to continue "
-        "it, --force to overwrite it, or choose another --run-id."
+        f"run 'run' already exists in {tmp_path / 'results' / 'run'}. Use --resume "
+        "(checkpoint_settings.resume) to continue it, --force (checkpoint_settings.force) to "
+        "overwrite it, or choose another --run-id (checkpoint_settings.run_id)."
     )
     missing = config(tmp_path, run_id="nope")
     missing["checkpoint_settings"]["resume"] = True
@@ -542,8 +543,8 @@ def test_cli_unwritable_results_dir_names_the_path_and_the_fix(tmp_path: Path) -
         (
             "cuda",
             "torch_settings.device: 'cuda': no CUDA device is available to this torch "
-            f"({torch.__version__}); use --torch-device cpu, or leave the device unset to use "
-            "CUDA only when it is available",
+            f"({torch.__version__}); use --torch-device cpu (torch_settings.device), or leave "
+            "the device unset to use CUDA only when it is available",
         ),
         (
             "gpu0",

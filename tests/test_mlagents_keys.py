@@ -141,9 +141,9 @@ def test_options_without_effect_are_accepted_with_one_warning_each(
         }
     }
     assert warnings_of(caplog, data) == [
-        "behaviors.P.network_settings.deterministic: true has no effect in evtrain: the "
-        "exported ONNX policy always takes the most likely action; training and --inference "
-        "sample actions",
+        "behaviors.P.network_settings.deterministic: true has no effect in evtrain: training "
+        "samples actions; the exported ONNX policy and --inference always take the most likely "
+        "action",
         "behaviors.P.network_settings.goal_conditioning_type: none has no effect in evtrain: "
         "Gymnasium environments have no goal observations",
         "behaviors.S.hyperparameters.reward_signal_steps_per_update: 10.0 has no effect "

@@ -7,6 +7,7 @@ import gc
 import logging
 import shlex
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -21,12 +22,29 @@ from evtrain.errors import (
     ConfigError,
     DistributedError,
     JournalFormatError,
+    NonFiniteError,
     PluginError,
     RunFolderError,
 )
+from evtrain.run.interrupt import Aborted
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
 DEBUG_LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s %(filename)s:%(lineno)d] %(message)s"
+
+
+LEARN_EPILOG = """\
+signals: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current
+update finishes, then the final save and export, then the drain of the writers; during the
+final save it lets the save finish. A second signal aborts at once and says which files of the
+interrupted save are on disk (each complete).
+
+exit codes:
+  0    the run ended with its final save complete (at max_steps, or stopped by a signal)
+  1    the run failed (e.g. a non-finite reward or loss; another rank died)
+  2    usage or configuration error; nothing was trained
+  130  aborted by a second signal: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the signal's number)
+
+see docs/run-folder.md, "Exit codes and signals"."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Train RL agents from YAML; every training event goes through a typed bus.",
     )
     parser.add_argument("--debug", action="store_true", help="verbose logs")
+    parser.add_argument("--version", action="version", version=f"evtrain {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     listing = commands.add_parser("plugins", help="list every plugin found, and whether it loads")
@@ -45,8 +64,17 @@ def _parser() -> argparse.ArgumentParser:
         "--plugins", nargs="+", metavar="PATH", default=[], help="also list modules under PATH"
     )
 
-    learn = commands.add_parser("learn", help="train the behaviors of a YAML config")
-    learn.add_argument("config", help="YAML file in ML-Agents' shape (see docs/configuration.md)")
+    learn = commands.add_parser(
+        "learn",
+        help="train the behaviors of a YAML config",
+        epilog=LEARN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    learn.set_defaults(learn_parser=learn)
+    # Optional here so that "--plugins DIR config.yaml" works: see _parse.
+    learn.add_argument(
+        "config", nargs="?", help="YAML file in ML-Agents' shape (see docs/configuration.md)"
+    )
     overrides = learn.add_argument_group("overrides (applied only when given)")
     overrides.add_argument("--run-id", help="checkpoint_settings.run_id")
     overrides.add_argument("--results-dir", help="checkpoint_settings.results_dir")
@@ -56,7 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     overrides.add_argument(
         "--inference", action="store_true", default=None, help="run the policy, do not train"
     )
-    overrides.add_argument("--seed", type=int, help="env_settings.seed")
+    overrides.add_argument(
+        "--seed", type=int, help="env_settings.seed: 0 or more, or -1 to draw one (logged)"
+    )
     overrides.add_argument("--num-envs", type=int, help="env_settings.num_envs")
     overrides.add_argument("--torch-device", help="torch_settings.device (cpu, cuda, cuda:1)")
     overrides.add_argument(
@@ -111,7 +141,32 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-id", default="demo", help="run folder name (default: demo)")
     demo.add_argument("--results-dir", default="results", help="parent folder (default: results)")
     demo.add_argument("--steps", type=int, default=50_000, help="synthetic steps (default 50000)")
+    for command in (learn, rec, sync, demo):
+        # Also after the command (evtrain learn --debug ...); SUPPRESS: when absent here, the
+        # value given before the command stands.
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="verbose logs"
+        )
     return parser
+
+
+def _version() -> str:
+    from evtrain._version import __version__
+
+    return __version__
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    learn_parser = vars(args).pop("learn_parser", None)
+    if args.command == "learn" and args.config is None:
+        # learn --plugins DIR config.yaml: --plugins takes one or more paths, so argparse
+        # gives it the config too; the last of its paths is the config then.
+        if args.plugins is None or len(args.plugins) < 2:
+            learn_parser.error("the following arguments are required: config")
+        args.config = args.plugins.pop()
+    return args
 
 
 def list_plugins(groups: Sequence[str], paths: Sequence[str] = ()) -> int:
@@ -336,7 +391,7 @@ def entry() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     # Only evtrain's own loggers speak at INFO: libraries (the ONNX exporter, say) keep the
     # root's WARNING, so the console shows training, not their progress chatter.
     logging.basicConfig(
@@ -389,9 +444,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    except KeyboardInterrupt:
+    except NonFiniteError as error:
+        if args.debug:
+            traceback.print_exc()
+        print(f"evtrain: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as interrupt:
         print("evtrain: aborted", file=sys.stderr)
-        return 130
+        return interrupt.exit_code if isinstance(interrupt, Aborted) else 130
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces choices
 
 

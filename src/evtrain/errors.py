@@ -13,7 +13,8 @@
     ├── JournalFormatError(ValueError)    a journal file is not one this evtrain wrote or reads
     ├── CheckpointError(ValueError)       a checkpoint cannot be loaded, or does not fit the run
     ├── DistributedError(RuntimeError)    a collective failed: another rank stopped
-    └── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
+    ├── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
+    └── NonFiniteError(ArithmeticError)   a NaN or infinity in a behavior's numbers or weights
 
 Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
 around config loading keeps working.  Messages say what was expected, what came, and the fix.
@@ -103,6 +104,25 @@ class SubscriberError(EvtrainError, RuntimeError):
         """Name of the signal it was handling."""
         super().__init__(
             f"subscriber {subscriber!r} raised {type(error).__name__} handling {signal!r}: {error}"
+        )
+
+
+class NonFiniteError(EvtrainError, ArithmeticError):
+    """A reward, observation, loss, gradient or weight of a behavior is NaN or infinite.
+
+    Raised where it is found, before the number reaches the weights (``on_nonfinite: stop``),
+    and by a checkpoint or export that would write non-finite weights.
+    """
+
+    def __init__(self, quantity: str, behavior: str, step: int, fix: str) -> None:
+        self.quantity = quantity
+        """What was not finite: ``reward``, ``observation``, ``loss``, ``gradient`` or
+        ``weights``."""
+        self.behavior = behavior
+        self.step = step
+        super().__init__(
+            f"behavior {behavior}: non-finite {quantity} (NaN or infinity) at step {step}, "
+            f"expected finite numbers; {fix}"
         )
 
 

@@ -313,6 +313,7 @@ class PolicyExporter:
         :raises: as :func:`export_onnx`.
         """
         path = Path(path)
+        _refuse_nonfinite(module)
         parts = (
             dict(example_obs)
             if isinstance(example_obs, Mapping)
@@ -433,6 +434,18 @@ class PolicyExporter:
             return None
         self.reused += 1
         return model
+
+
+def _refuse_nonfinite(module: nn.Module) -> None:
+    """:raises ValueError: a parameter or buffer of ``module`` is NaN or infinite (a policy
+    that acts on NaN is no policy; nothing is written)."""
+    named = [*module.named_parameters(), *module.named_buffers()]
+    bad = [n for n, t in named if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(
+            f"the policy's {', '.join(bad[:3])}{' and more' if len(bad) > 3 else ''} hold NaN "
+            "or infinity, expected finite weights; not exported"
+        )
 
 
 def _dynamic_shapes(module: nn.Module, count: int) -> tuple[Any, ...]:

@@ -6,6 +6,9 @@
   every network, normaliser and optimizer tensor (what must be equal on every rank);
 * subscriber ``probe_log``: appends what this rank's bus delivers (stats, save, export,
   run_finished) to ``$EVTRAIN_PROBE_OUT/events-rank<R>.jsonl``, with no rank filter;
+* with ``$EVTRAIN_PROBE_EXPORT_GATE`` set (a folder), the trainers' first export waits at a
+  gate: it creates ``exporting`` there and waits until ``release`` exists (120 s at most), so
+  that a test can hold a save in flight;
 * environment ``dist_probe:dying_cartpole``: CartPole whose process kills itself with SIGKILL
   on its ``die_at``-th step when it runs as rank ``dying_rank``;
 * environment ``dist_probe:counting_cartpole``: CartPole that adds the steps it took to
@@ -18,6 +21,8 @@ import hashlib
 import json
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +90,29 @@ class _Probe(Trainer):
             write_probe(self, self.episodes)
 
 
+class _Gated(torch.nn.Module):
+    """A policy whose forward on the saver's thread (tracing an export) waits at the gate."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        folder = os.environ["EVTRAIN_PROBE_EXPORT_GATE"]
+        if threading.current_thread().name == "evtrain-saver":
+            release = Path(folder) / "release"
+            if not release.exists():
+                (Path(folder) / "exporting").touch()
+                deadline = time.monotonic() + 120
+                while not release.exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        return self.policy(*inputs)
+
+
 class ProbePPO(_Probe, PPOTrainer):
-    pass
+    def policy_module(self) -> torch.nn.Module:
+        policy = super().policy_module()
+        return _Gated(policy) if os.environ.get("EVTRAIN_PROBE_EXPORT_GATE") else policy
 
 
 class ProbeSAC(_Probe, SACTrainer):

@@ -64,6 +64,7 @@ def test_ml_agents_defaults() -> None:
         "even_checkpoints": False,
         "init_path": None,
         "threaded": False,
+        "on_nonfinite": "stop",
     }
 
 

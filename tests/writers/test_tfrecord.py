@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import math
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,17 @@ def test_event_file_name_is_tensorboard_like() -> None:
     first, second = event_file_name(1700000000.9), event_file_name(1700000000.9)
     assert first.startswith("events.out.tfevents.1700000000.")
     assert first != second  # a per-process counter tells same-second files apart
+
+
+def test_a_new_event_file_sorts_after_every_file_in_its_folder(tmp_path: Path) -> None:
+    # TensorBoard reads files in name order; a resumed run's restart marker purges what was
+    # read before it, so a file that sorted first would purge the resumed run's own points.
+    names = [EventFileWriter(tmp_path).path.name for _ in range(12)]  # past n = 9 -> 10
+    later = tmp_path / f"events.out.tfevents.{int(time.time()) + 5:010d}.otherhost.1.000000"
+    later.touch()  # a file of another process whose clock or pid would sort it after ours
+    names.append(EventFileWriter(tmp_path).path.name)
+    assert names == sorted(names)
+    assert sorted(p.name for p in tmp_path.iterdir())[-1] == names[-1]
 
 
 def test_event_file_buffers_until_flush(tmp_path: Path) -> None:

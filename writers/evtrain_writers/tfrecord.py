@@ -155,14 +155,24 @@ class ScalarEventEncoder:
         return _TAGGED_DOUBLE(0x09, wall_time) + step_field + self._summary_key + summary
 
 
-def event_file_name(wall_time: float | None = None) -> str:
+def event_file_name(wall_time: float | None = None, directory: Path | None = None) -> str:
     """A name like TensorBoard's: ``events.out.tfevents.<time>.<host>.<pid>.<n>``.
 
-    ``n`` counts the files this process opened, so two writers started in the same second never
-    collide.  TensorBoard reads a folder's files in name order, i.e. by start time.
+    TensorBoard reads a folder's files in name order, and a resumed run's restart marker
+    (``SessionLog.START``) purges what the files read before it hold from its step on: so a
+    new file must sort after every file already in ``directory``.  ``<time>`` is therefore
+    at least one second past the newest file's there (a run killed and resumed within the
+    same second, from a process with a smaller pid), and ``n``, which counts the files this
+    process opened, is zero-padded (``…9`` would otherwise sort after ``…10``).
     """
     stamp = int(time.time() if wall_time is None else wall_time)
-    return f"{FILE_PREFIX}{stamp:010d}.{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
+    if directory is not None:
+        for existing in directory.glob(FILE_PREFIX + "*"):
+            stamp_text = existing.name[len(FILE_PREFIX) :].split(".", 1)[0]
+            if stamp_text.isdigit():
+                stamp = max(stamp, int(stamp_text) + 1)
+    pid = os.getpid()
+    return f"{FILE_PREFIX}{stamp:010d}.{socket.gethostname()}.{pid}.{next(_file_numbers):06d}"
 
 
 def _write_all(raw: IO[bytes], data: bytearray) -> None:
@@ -204,7 +214,7 @@ class EventFileWriter:
         now = time.time()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / event_file_name(now)
+        self.path = directory / event_file_name(now, directory)
         """The file being written."""
         # Unbuffered: our own buffer decides when bytes move, so there is no second copy.
         raw: IO[bytes] = open(self.path, "xb", buffering=0)  # noqa: SIM115 - closed by finalizer

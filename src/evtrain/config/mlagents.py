@@ -60,7 +60,7 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "TrainerSettings": (
         "behaviors.<name> / default_settings",
-        {"self_play": _UNITY, "framework": _DEPRECATED},
+        {"self_play": _UNITY, "framework": _DEPRECATED, "output_path": _DEPRECATED},
     ),
 }
 """Every ML-Agents option evtrain knows and does not implement (or translates), by the options
@@ -131,7 +131,10 @@ def translate_deprecated(data: Any) -> Any:
     """
     if not isinstance(data, dict):
         return data
-    data = _drop_framework(data)
+    upgraded = upgrade_old_trainer_config(data)
+    if upgraded is not data:
+        data = drop_unity_only(upgraded)
+    data = _name_lessons(_drop_framework(data))
     if not isinstance(data.get("checkpoint_settings"), dict):
         return data
     from evtrain.errors import ConfigError
@@ -156,16 +159,21 @@ def translate_deprecated(data: Any) -> Any:
     return {**data, "checkpoint_settings": section}
 
 
+_WHY_DROPPED = {
+    "framework": "deprecated by ML-Agents, which trains with PyTorch only (as evtrain does)",
+    "output_path": "written by older ML-Agents releases; evtrain writes a behavior's files "
+    "under checkpoint_settings.results_dir/run_id",
+}
+"""Deprecated behavior keys that are dropped, and why."""
+
+
 def _drop_framework(data: dict[str, Any]) -> dict[str, Any]:
     def dropped(part: Any, where: str) -> Any:
-        if not isinstance(part, dict) or "framework" not in part:
+        if not isinstance(part, dict) or not part.keys() & _WHY_DROPPED.keys():
             return part
-        logger.warning(
-            "%s.framework: deprecated by ML-Agents, which trains with PyTorch only (as evtrain "
-            "does): ignored",
-            where,
-        )
-        return {k: v for k, v in part.items() if k != "framework"}
+        for key in sorted(part.keys() & _WHY_DROPPED.keys()):
+            logger.warning("%s.%s: %s: ignored", where, key, _WHY_DROPPED[key])
+        return {k: v for k, v in part.items() if k not in _WHY_DROPPED}
 
     data = dict(data)
     if "default_settings" in data:
@@ -187,9 +195,9 @@ def warn_without_effect(behaviors: dict[str, Any]) -> None:
         where = f"behaviors.{name}"
         if network.deterministic:
             logger.warning(
-                "%s.network_settings.deterministic: true has no effect in evtrain: the "
-                "exported ONNX policy always takes the most likely action; training and "
-                "--inference sample actions",
+                "%s.network_settings.deterministic: true has no effect in evtrain: training "
+                "samples actions; the exported ONNX policy and --inference always take the "
+                "most likely action",
                 where,
             )
         if network.goal_conditioning_type != "hyper":
@@ -278,3 +286,102 @@ def _warn_sac_gammas(where: str, signals: Any) -> None:
                 signal.gamma,
                 gamma,
             )
+
+
+def _name_lessons(data: dict[str, Any]) -> dict[str, Any]:
+    """Curriculum lessons written ``- Lesson0: {value: ..., completion_criteria: ...}`` (the
+    lesson's name as its only key, as in samples of several ML-Agents releases) turned into
+    ML-Agents' current ``- name: Lesson0`` form, with a note each."""
+    parameters = data.get("environment_parameters")
+    if not isinstance(parameters, dict):
+        return data
+    renamed: dict[str, Any] = {}
+    for parameter, item in parameters.items():
+        lessons = item.get("curriculum") if isinstance(item, dict) else None
+        if isinstance(lessons, list):
+            item = {**item, "curriculum": [_named(parameter, i, x) for i, x in enumerate(lessons)]}
+        renamed[parameter] = item
+    return {**data, "environment_parameters": renamed}
+
+
+def _named(parameter: Any, index: int, lesson: Any) -> Any:
+    if not (isinstance(lesson, dict) and len(lesson) == 1):
+        return lesson
+    ((name, body),) = lesson.items()
+    if not isinstance(body, dict) or "name" in body or name in ("name", "value"):
+        return lesson
+    logger.info(
+        "environment_parameters.%s.curriculum.%d: lesson written as '%s: {...}' read as "
+        "'name: %s' (ML-Agents' current form)",
+        parameter,
+        index,
+        name,
+        name,
+    )
+    return {"name": name, **body}
+
+
+_RUN_SECTIONS = (
+    *("behaviors", "default_settings", "env_settings", "checkpoint_settings", "torch_settings"),
+    *("bus", "plugins", "environment_parameters", "writers", "debug", "engine_settings"),
+)
+"""The top-level keys that are no behavior in an old trainer config: RunOptions' fields (not
+imported: :mod:`evtrain.config.options` imports this module)."""
+_OLD_NETWORK_KEYS = ("hidden_units", "num_layers", "normalize", "vis_encode_type")
+_OLD_MEMORY_KEYS = ("sequence_length", "memory_size")
+
+
+def upgrade_old_trainer_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A trainer config of ML-Agents 0.16 and before (behavior names at the top, ``default``
+    merged under each, ``trainer: ppo``, hyperparameters and network keys side by side,
+    ``use_recurrent``) in today's shape, as ML-Agents' ``mlagents-upgrade-config`` converts it:
+    each key goes where a key of that name exists (the hyperparameters of the trainer type,
+    ``network_settings``, its ``memory`` when ``use_recurrent``, the behavior), and what has
+    no place is dropped; one note says what was converted and what was dropped.  ``data``
+    itself when it is no such file."""
+    if "behaviors" in data or not any(
+        isinstance(part, dict) and "trainer" in part for part in data.values()
+    ):
+        return data
+    import attrs
+
+    from evtrain.trainers.registry import trainer_type
+    from evtrain.trainers.settings import TrainerSettings
+
+    default = data["default"] if isinstance(data.get("default"), dict) else {}
+    sections = set(_RUN_SECTIONS)
+    behaviors: dict[str, Any] = {}
+    dropped: list[str] = []
+    for name, part in data.items():
+        if name == "default" or name in sections or not isinstance(part, dict):
+            continue
+        old = {**default, **part}
+        kind = old.get("trainer", "ppo")
+        try:
+            hyperparameters = attrs.fields_dict(trainer_type(str(kind)).settings)
+        except ValueError:  # an unknown type (offline_bc): structuring names it, as usual
+            hyperparameters = {}
+        behavior: dict[str, Any] = {"trainer_type": kind}
+        behavior["hyperparameters"] = {k: v for k, v in old.items() if k in hyperparameters}
+        network = {k: old[k] for k in _OLD_NETWORK_KEYS if k in old}
+        if old.get("use_recurrent"):
+            network["memory"] = {k: old[k] for k in _OLD_MEMORY_KEYS if k in old}
+        behavior["network_settings"] = network
+        behavior.update(
+            (k, v)
+            for k, v in old.items()
+            if k in attrs.fields_dict(TrainerSettings) and k not in behavior
+        )
+        used = {*behavior, *behavior["hyperparameters"], *network, "trainer", "use_recurrent"}
+        used |= set(_OLD_MEMORY_KEYS)
+        dropped += [f"{name}.{k}" for k in old if k not in used]
+        behaviors[str(name)] = behavior
+    logger.warning(
+        "ML-Agents 0.16 trainer config (behaviors %s at the top level%s) converted to today's "
+        "shape as mlagents-upgrade-config does%s",
+        ", ".join(behaviors),
+        ", default merged into each" if default else "",
+        f"; dropped, having no place: {', '.join(dropped)}" if dropped else "",
+    )
+    kept = {k: v for k, v in data.items() if k in sections}
+    return {**kept, "behaviors": behaviors}

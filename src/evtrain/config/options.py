@@ -25,6 +25,13 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
         raise ValueError(f"expected an integer of at least 1, got {value}", attribute)
 
 
+def _seed(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < -1:
+        raise ValueError(
+            f"expected a seed of 0 or more, or -1 to draw one (logged), got {value}", attribute
+        )
+
+
 def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
         raise ValueError(f"expected a number of seconds above 0, got {value}", attribute)
@@ -128,8 +135,9 @@ class EnvironmentSettings:
     """Sub-environments stepped together (per rank in a distributed run)."""
     vectorization: Literal["sync", "async"] = "sync"
     """``sync`` steps them in this process; ``async`` in one subprocess each."""
-    seed: int = -1
-    """Seeds environments, networks and sampling; -1 draws one (and logs it)."""
+    seed: int = attrs.field(default=-1, validator=_seed)
+    """Seeds environments, networks and sampling; -1 draws one (and logs it), as in ML-Agents;
+    other negative values are refused."""
 
 
 @attrs.define(kw_only=True)
@@ -165,6 +173,14 @@ class TorchSettings:
             raise ConfigError(
                 [f"{where} is not a torch device; use cpu, cuda or cuda:N (--torch-device)"]
             ) from None
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            raise ConfigError(
+                [
+                    f"{where}: MPS (Apple's Metal GPUs) is not available to this torch "
+                    f"({torch.__version__}) on this machine; use --torch-device cpu "
+                    "(torch_settings.device), or leave the device unset"
+                ]
+            )
         if device.type != "cuda":
             return
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -172,8 +188,8 @@ class TorchSettings:
             raise ConfigError(
                 [
                     f"{where}: no CUDA device is available to this torch ({torch.__version__}); "
-                    "use --torch-device cpu, or leave the device unset to use CUDA only when "
-                    "it is available"
+                    "use --torch-device cpu (torch_settings.device), or leave the device unset "
+                    "to use CUDA only when it is available"
                 ]
             )
         if device.index is not None and device.index >= count:

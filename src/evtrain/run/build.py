@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from evtrain.bus.reporter import StatsReporter
 from evtrain.errors import RunFolderError
 from evtrain.ranks import get_rank
+from evtrain.run.inference import inference_category
 from evtrain.run.wiring import active_initializer
 from evtrain.trainers.registry import trainer_type
 
@@ -130,13 +131,15 @@ def build_behavior(
         resume=cs.resume,
     )
     state = _initial_state(options, name, manager)
+    # --inference reports apart from training: never onto the training curve's earlier steps.
+    category = inference_category(name) if cs.inference else name
     if curriculum is None:
         envs = make_envs(options.env_settings)
-        reporter = StatsReporter(bus, name)
+        reporter = StatsReporter(bus, category)
     else:
         envs = make_envs(options.env_settings, curriculum.wrapper())
         curriculum.attach(envs, options.env_settings.env_id)
-        reporter = curriculum.reporter(bus, name, settings.max_steps)
+        reporter = curriculum.reporter(bus, category, settings.max_steps)
     trainer_cls = trainer_type(settings.trainer_type).load()
     try:
         trainer = trainer_cls(name, settings, envs, reporter, seed=seed, device=_device(options))
@@ -178,7 +181,8 @@ def _initial_state(
         if state is None:
             raise RunFolderError(
                 f"cannot resume behavior {name!r}: {manager.checkpoint_path} does not exist "
-                "(the run never reached a checkpoint). Start it again with --force."
+                "(the run never reached a checkpoint). Start it again with --force "
+                "(checkpoint_settings.force)."
             )
         return state
     if source is None:

@@ -37,6 +37,7 @@ from evtrain.export import Example, PolicyExporter
 from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
 from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
+from evtrain.trainers.finite import refuse_nonfinite_weights
 
 __all__ = ["CheckpointManager", "SaveCancelled", "load_checkpoint", "save_checkpoint"]
 
@@ -228,6 +229,7 @@ class CheckpointManager:
         reward: float | None,
     ) -> list[SaveEvent | ExportEvent]:
         reward = finite_or_none(reward)
+        refuse_nonfinite_weights(self.behavior, step, state, policy)
         name = f"{self.behavior}-{step}"
         pt, onnx = self.folder / f"{name}.pt", self.folder / f"{name}.onnx"
         events: list[SaveEvent | ExportEvent] = []

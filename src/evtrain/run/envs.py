@@ -4,13 +4,21 @@
 Gymnasium imports to register), or ``module:callable`` returning a ``gymnasium.Env``.  Unknown
 ids fail with the closest registered ids, and an environment whose package is missing names
 the pip install that provides it, before any training starts.
+
+The module of an id is looked up as ``python -m`` looks modules up: the current working folder
+is on the import path (after the installed packages), so ``evtrain learn`` finds
+``mymodule:make_env`` next to the config as ``python -m evtrain learn`` does
+(:func:`working_folder_importable`).  A factory must return a ``gymnasium.Env``; anything else
+is a :class:`~evtrain.errors.ConfigError` naming the factory and what it returned.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,12 +43,16 @@ def make_envs(settings: EnvironmentSettings, wrapper: Callable[[Any], Any] | Non
     from evtrain.trainers.envs import make_vector_env
 
     asynchronous = settings.vectorization == "async"
+    working_folder_importable()
     factory = _callable(settings.env_id)
     if factory is not None:
         kwargs = dict(settings.env_kwargs)
+        env_id = settings.env_id
 
         def make() -> Any:
             env = factory(**kwargs)
+            if not isinstance(env, gym.Env):
+                raise ConfigError([_not_an_env(env_id, env)])
             return env if wrapper is None else wrapper(env)
 
         fns = [make for _ in range(settings.num_envs)]
@@ -72,6 +84,26 @@ def make_envs(settings: EnvironmentSettings, wrapper: Callable[[Any], Any] | Non
         ) from None
     except TypeError as error:
         raise ConfigError([f"env_settings.env_kwargs: {error}"]) from None
+
+
+def working_folder_importable() -> None:
+    """Put the current working folder on ``sys.path`` (last) unless it is there already, as
+    ``python -m`` does (first there): the ``evtrain`` console script's own ``sys.path[0]`` is
+    its ``bin`` folder, where the user's environment module is not.  Last, so that a file of
+    the working folder never shadows an installed package."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+        sys.path.append(cwd)
+
+
+def _not_an_env(env_id: str, made: Any) -> str:
+    shown = repr(made)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return (
+        f"env_settings.env_id: {env_id!r} returned {shown} (a {type(made).__qualname__}), not "
+        "a gymnasium.Env; make it return an environment, e.g. gymnasium.make(...) or an "
+        "instance of a gymnasium.Env subclass (see docs/environments.md)"
+    )
 
 
 def _callable(env_id: str) -> Any:

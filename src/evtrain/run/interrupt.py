@@ -1,8 +1,20 @@
-"""Ctrl-C and SIGTERM during a run: the first asks the run to stop cleanly, the second aborts.
+"""SIGINT (Ctrl-C), SIGTERM and SIGHUP during a run: the first asks the run to stop cleanly,
+the second aborts.
 
-A clean stop finishes the current update, saves and exports, drains the bus and exits 0.  The
-second signal raises ``KeyboardInterrupt`` at once; checkpoints are written atomically, so
-whatever is on disk is complete.
+The handlers are in place from before the first step to the last byte the run writes (the
+final save and export, the drain of the bus).  A first signal during training finishes the
+current update, then saves, exports and drains; during the final save it lets the save finish,
+and it ends the wait for subscribers that precedes the save (:meth:`StopRequest.skippable`),
+which only serves the reward recorded with the checkpoint.  The second signal raises
+:class:`Aborted` at once; checkpoints are written atomically, so whatever is on disk is
+complete, and the runner says which files the interrupted save wrote.  Later signals, while the
+abort waits for the file being written, are only logged: cutting that wait short would leave a
+temporary file behind.
+
+Exit codes of ``evtrain learn`` (docs/run-folder.md, "Exit codes and signals"): 0 when the run
+ended with its final save complete, stopped by a signal or not; 1 when it failed; 2 for a usage
+or configuration error; ``128 + signal number`` after an abort (130 SIGINT, 143 SIGTERM, 129
+SIGHUP).
 """
 
 from __future__ import annotations
@@ -17,39 +29,103 @@ from typing import Any
 
 logger = logging.getLogger("evtrain")
 
+HANDLED: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+"""The signals a run handles (no SIGHUP on Windows)."""
+
+
+class Aborted(KeyboardInterrupt):
+    """The second signal of a run: it stops at once, without the rest of its final save.
+
+    A ``KeyboardInterrupt``, so that code catching a Ctrl-C catches it too.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        """The signal that aborted."""
+        name = signal.Signals(signum).name
+        super().__init__(f"second {name}: aborting without the rest of the final save")
+
+    @property
+    def exit_code(self) -> int:
+        """``128 + signum``, the shell's convention for a process ended by a signal."""
+        return 128 + self.signum
+
+
+class _WaitSkipped(BaseException):
+    """Raised by the first signal inside :meth:`StopRequest.skippable` (a ``BaseException``,
+    so that no ``except Exception`` on the way out of the wait swallows it)."""
+
 
 class StopRequest:
-    """Set by the first SIGINT/SIGTERM; the run loop polls :attr:`requested`."""
+    """Set by the first signal; the run loop polls :attr:`requested`."""
 
     def __init__(self) -> None:
         self.requested: str | None = None
         """Name of the signal that asked to stop, or ``None``."""
+        self.phase = "training"
+        """What the run is doing, for the message of the first signal: ``training``,
+        ``saving`` (the final save) or ``closing`` (the drain)."""
+        self.aborted = False
+        """Whether a second signal came."""
+        self._skippable = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if self.aborted:
+            logger.warning(
+                "%s received: already aborting, as soon as the file being written is complete.",
+                name,
+            )
+            return
         if self.requested is not None:
-            raise KeyboardInterrupt(f"second {name}: aborting without the final save")
+            self.aborted = True
+            logger.warning(
+                "%s received again: aborting as soon as the file being written is complete.", name
+            )
+            raise Aborted(signum)
         self.requested = name
-        logger.warning(
-            "%s received: finishing the current update, then saving and exporting. "
-            "Send it again to abort at once.",
-            name,
-        )
+        logger.warning(_FIRST[self.phase], name)
+        if self._skippable:
+            self._skippable = False
+            raise _WaitSkipped
+
+    @contextmanager
+    def skippable(self, what: str) -> Iterator[None]:
+        """A wait that the first signal ends: the block is left at once, and the run goes on
+        after it.  Nothing is skipped when the stop was requested before the block."""
+        self._skippable = self.requested is None
+        try:
+            yield
+        except _WaitSkipped:
+            logger.info("Not waiting %s: a stop was requested.", what)
+        finally:
+            self._skippable = False
+
+
+_FIRST = {
+    "training": "%s received: finishing the current update, then saving and exporting. "
+    "Send it again to abort at once.",
+    "saving": "%s received during the final save: finishing it. Send it again to abort at once.",
+    "closing": "%s received while the run closes: finishing the saves under way and the drain "
+    "of the writers (at most bus.drain_timeout). Send it again to abort at once.",
+}
 
 
 @contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
-    """Install the handlers for the duration of a run (main thread only; elsewhere the
-    request simply never fires)."""
+    """Install the handlers of :data:`HANDLED` for the duration of a run (main thread only;
+    elsewhere the request simply never fires)."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
     previous: dict[int, Any] = {}
-    for sig in (signal.SIGINT.value, signal.SIGTERM.value):
-        previous[sig] = signal.signal(sig, request._handle)
+    for sig in HANDLED:
+        previous[sig.value] = signal.signal(sig.value, request._handle)
     try:
         yield request
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -29,10 +29,11 @@ from evtrain.ranks import get_rank
 from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
 from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.curriculum import Curriculum
-from evtrain.run.inference import run_inference
-from evtrain.run.interrupt import stop_on_signals
+from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
+from evtrain.run.interrupt import StopRequest, stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
+from evtrain.run.progress import console_logging
 from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
 from evtrain.run.saver import BackgroundSaver, snapshot
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
@@ -82,20 +83,23 @@ def learn(
 
     Subscribers already connected to ``bus`` see the same events as the plugins; a bus
     passed in is flushed, not closed, at the end (its owner closes it), and what the run
-    connected to it (the plugins' writers) is disconnected and closed.
+    connected to it (the plugins' writers, and what subscriber plugins connected) is
+    disconnected and closed.
 
     Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the
     process group first, unless the caller has done so already.
     """
-    options, types = load_options(config)
-    # The configurations its checkpoints were saved with, before the run rewrites its own.
-    with use_trainer_types(types), initialized(options), saved_configurations(options):
-        return _learn(options, bus, progress)
+    with console_logging():  # the notes of reading the config too
+        options, types = load_options(config)
+        # The configurations its checkpoints were saved with, before the run rewrites its own.
+        with use_trainer_types(types), initialized(options), saved_configurations(options):
+            return _learn(options, bus, progress)
 
 
 def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:
     _check_behaviors(options)
     options.torch_settings.check_device()
+    check_trained_model(options)
     world = World.current()
     # Locked for the whole run; a run that fails before its first step removes what it wrote
     # in a folder that held nothing before, so the same command can be given again.
@@ -113,6 +117,18 @@ def _check_behaviors(options: RunOptions) -> None:
         trainer_type(settings.trainer_type)  # validated already; fail before touching disk
         if not name:
             raise ConfigError(["behaviors: a behavior name must not be empty"])
+        num_envs = options.env_settings.num_envs
+        if num_envs > settings.max_steps:
+            # Each step of the vector env is num_envs steps: the run would overshoot
+            # max_steps by a rollout of them (100,000 envs made 800,000 steps of 2,048).
+            raise ConfigError(
+                [
+                    f"env_settings.num_envs: {num_envs:,} environments take {num_envs:,} steps "
+                    f"at each step, more than behaviors.{name}.max_steps ({settings.max_steps:,}"
+                    f"); use --num-envs (env_settings.num_envs) {settings.max_steps} or fewer, "
+                    "or raise max_steps"
+                ]
+            )
 
 
 class _Run:
@@ -149,6 +165,8 @@ class _Run:
         self.next_checkpoint: dict[str, int] = {}
         self.saver = BackgroundSaver()
         """Writes the checkpoints and exports, off the training thread."""
+        self.aborted = False
+        """A second signal aborted the run."""
 
     def run(self, folder: RunFolder) -> LearnResult:
         """Start, train (or infer), save; every exit emits ``run_finished`` and drains the bus.
@@ -157,21 +175,29 @@ class _Run:
             nothing that would make the fixed rerun need ``--force``).
         """
         cs = self.options.checkpoint_settings
-        try:
-            self._start()
-            with stop_on_signals() as stop, hierarchical_timer("train"):
-                self.status = self._steps(lambda: stop.requested is not None)
-            if not cs.inference:
-                self._save_final()
-        except KeyboardInterrupt:
-            self.status = RunStatus.INTERRUPTED
-            # The file being written is completed; saves not yet started are dropped.
-            self.saver.abort(self._cancel_saves)
-            logger.warning(_abort_message(self.managers, self.finished))
-            raise
-        finally:
-            folder.stepped = any(t.step for t in self.trainers.values())
-            self._close()
+        # The handlers stay from before the first step to the end of the drain: a signal
+        # during the final save or the drain is a request like any other (see interrupt.py).
+        with stop_on_signals() as stop:
+            try:
+                try:
+                    self._start()
+                    with hierarchical_timer("train"):
+                        self.status = self._steps(lambda: stop.requested is not None)
+                    if not cs.inference:
+                        stop.phase = "saving"
+                        self._save_final(stop)
+                except KeyboardInterrupt:
+                    self._abort()
+                    raise
+                finally:
+                    folder.stepped = any(t.step for t in self.trainers.values())
+                    stop.phase = "closing"
+                    self._close()
+            except KeyboardInterrupt:
+                if not self.aborted:  # the second signal came during the drain
+                    self._abort()
+                    self._close_bus_now()
+                raise
         return LearnResult(
             run_id=cs.run_id,
             status=self.status,
@@ -202,6 +228,16 @@ class _Run:
         for name, trainer in self.trainers.items():
             for warning in schedule_warnings(name, trainer, inference=cs.inference):
                 logger.warning(warning)
+            if cs.resume and not cs.inference and trainer.step >= trainer.settings.max_steps:
+                logger.warning(
+                    "%s: run %s already reached max_steps %d (at step %d); raise "
+                    "behaviors.%s.max_steps to continue",
+                    name,
+                    cs.run_id,
+                    trainer.settings.max_steps,
+                    trainer.step,
+                    name,
+                )
 
     def _steps(self, stop_requested: Callable[[], bool]) -> RunStatus:
         """Train (or, ``--inference``, run the policies) until every behavior reaches
@@ -238,10 +274,30 @@ class _Run:
         interval = trainer.settings.checkpoint_every
         self.next_checkpoint[name] = _next_multiple(trainer.step, interval)
 
-    def _save_final(self) -> None:
+    def _abort(self) -> None:
+        """A second signal: the file being written is completed, saves not yet started are
+        dropped, and the log says what the interrupted save wrote."""
+        self.aborted = True
+        self.status = RunStatus.INTERRUPTED
+        self.saver.abort(self._cancel_saves)
+        logger.warning(_abort_message(self.managers, self.finished))
+
+    def _close_bus_now(self) -> None:
+        """After an abort of the drain: close the run's bus, giving the subscribers a second
+        at most (else the interpreter's exit would wait for it); what was not delivered is
+        reported."""
+        if self.own_bus:
+            try:
+                self.bus.close(timeout=1.0)
+            except Exception:  # the run is aborting: report, do not mask the abort
+                logger.warning("Closing the bus after the abort failed", exc_info=True)
+
+    def _save_final(self, stop: StopRequest) -> None:
         # The last period's reward goes into the final checkpoint record; a subscriber that
-        # hangs may delay the final save by the drain timeout, never more.
-        self._flush(Deadline(self.options.bus.drain_timeout), "before the final save", True)
+        # hangs may delay the final save by the drain timeout, never more, and a signal ends
+        # that wait (the events still reach the subscribers in the drain).
+        with stop.skippable("for subscribers before the final save"):
+            self._flush(Deadline(self.options.bus.drain_timeout), "before the final save", True)
         for name in self.trainers:
             self._save(name, final=True)
         self.saver.wait()
@@ -263,6 +319,8 @@ class _Run:
             example = _example_obs(trainer.envs.single_observation_space, trainer.next_obs)
         step, reward = trainer.step, self.rewards.mean.get(name)
         save = manager.save_final if final else manager.save
+        if final:  # a moment to wait for (tests signal during the final save)
+            logger.info("Final save of %s at step %d: checkpoint and export", name, step)
         progress = self.progress
 
         def job() -> None:
@@ -436,4 +494,4 @@ class _RewardTracker:
     def __call__(self, event: StatsEvent) -> None:
         summary = event.values.get(CUMULATIVE_REWARD)
         if summary is not None and summary.num:
-            self.mean[event.category] = summary.mean
+            self.mean[event.category.removesuffix(INFERENCE_SUFFIX)] = summary.mean

@@ -1,6 +1,8 @@
-"""The console progress bar of ``evtrain learn``: steps / max_steps, steps/s, last mean
-reward and ETA per behavior, drawn by rich below the log lines (they never tangle: log records
-go through the same rich console)."""
+"""The console of a run: the progress bar of ``evtrain learn`` (steps / max_steps, steps/s,
+last mean reward and ETA per behavior, drawn by rich below the log lines; they never tangle:
+log records go through the same rich console, and each one is followed by the bar as it is
+now), and :func:`console_logging`, which gives ``learn()`` called from Python the CLI's log
+lines when nobody configured logging."""
 
 from __future__ import annotations
 
@@ -14,12 +16,43 @@ from evtrain.bus import Bus
 from evtrain.events import signals
 from evtrain.events.payloads import StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD
+from evtrain.run.inference import INFERENCE_SUFFIX
+
+LOG_FORMAT = "[%(levelname)s] %(message)s"
+"""The CLI's log line (``evtrain.cli``), also :func:`console_logging`'s."""
+
+
+@contextmanager
+def console_logging() -> Iterator[None]:
+    """While the block runs, log evtrain's records to stderr at INFO as the CLI does, when
+    nothing would show them otherwise: neither the root logger nor ``evtrain``'s has a
+    handler (Python's last-resort handler shows warnings only).  When the caller configured
+    logging, nothing changes, so no line is printed twice; and the handler goes again at the
+    end, so logging configured later does not double lines either."""
+    package = logging.getLogger("evtrain")
+    if logging.getLogger().handlers or package.handlers:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    level = package.level
+    package.addHandler(handler)
+    if level == logging.NOTSET:
+        package.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(level)
 
 
 class ProgressDisplay:
-    """A rich progress bar fed by the runner (steps) and by a ``stats`` subscriber (reward)."""
+    """A rich progress bar fed by the runner (steps) and by a ``stats`` subscriber (reward).
 
-    def __init__(self, behaviors: dict[str, int]) -> None:
+    :param console: where to draw (stderr by default).
+    """
+
+    def __init__(self, behaviors: dict[str, int], console: Any = None) -> None:
         from rich.console import Console
         from rich.logging import RichHandler
         from rich.progress import (
@@ -30,7 +63,7 @@ class ProgressDisplay:
             TimeRemainingColumn,
         )
 
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True) if console is None else console
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -41,7 +74,16 @@ class ProgressDisplay:
             TextColumn("{task.fields[activity]}"),
             console=self.console,
         )
-        self.handler = RichHandler(
+        progress = self.progress
+
+        class _Handler(RichHandler):
+            def emit(self, record: logging.LogRecord) -> None:
+                # The live display redraws its last refreshed frame under each log line: made
+                # now, that frame shows the bar as it is, not as it was up to 0.1 s ago.
+                progress.refresh()
+                super().emit(record)
+
+        self.handler = _Handler(
             console=self.console, show_time=False, show_path=False, markup=False
         )
         self.handler.setFormatter(logging.Formatter("%(message)s"))
@@ -56,7 +98,8 @@ class ProgressDisplay:
         bus.connect(signals.stats, self.on_stats, name="evtrain.run.progress")
 
     def on_stats(self, event: StatsEvent) -> None:
-        task = self._tasks.get(event.category)
+        # --inference reports under <behavior>/inference: the same bar
+        task = self._tasks.get(event.category.removesuffix(INFERENCE_SUFFIX))
         summary = event.values.get(CUMULATIVE_REWARD)
         if task is not None and summary is not None and summary.num:
             self.progress.update(task, reward=f"{summary.mean:.3f}")
@@ -68,7 +111,11 @@ class ProgressDisplay:
             started, first = self._started[behavior]
         elapsed = time.monotonic() - started
         rate = f"{(step - first) / elapsed:,.0f}" if elapsed > 0 else "-"
-        self.progress.update(self._tasks[behavior], completed=min(step, max_steps), rate=rate)
+        # A run ends at the end of the rollout that reaches max_steps, possibly past it: the
+        # bar follows to the last step instead of standing at max_steps meanwhile.
+        self.progress.update(
+            self._tasks[behavior], completed=step, total=max(step, max_steps), rate=rate
+        )
 
     SAVING = "saving checkpoint and exporting"
     """What a bar says while its behavior saves (the first ONNX export takes seconds)."""

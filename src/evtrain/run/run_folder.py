@@ -151,8 +151,9 @@ def _check_content(options: RunOptions, content: list[Path]) -> None:
         )
     if content and not (cs.resume or cs.force or cs.inference):
         raise RunFolderError(
-            f"run {cs.run_id!r} already exists in {path}. Use --resume to continue it, --force "
-            "to overwrite it, or choose another --run-id."
+            f"run {cs.run_id!r} already exists in {path}. Use --resume "
+            "(checkpoint_settings.resume) to continue it, --force (checkpoint_settings.force) "
+            "to overwrite it, or choose another --run-id (checkpoint_settings.run_id)."
         )
     if content and not is_run_folder(path):
         raise RunFolderError(

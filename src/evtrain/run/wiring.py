@@ -72,7 +72,8 @@ def make_bus(options: RunOptions) -> Bus:
 
 
 def attach_plugins(options: RunOptions, bus: Bus) -> list[SubscriptionHandle]:
-    """Connect every stats-writer plugin's writers and let subscriber plugins connect.
+    """Connect every stats-writer plugin's writers and let subscriber plugins connect; the
+    handles of everything connected, for the run to disconnect at its end.
 
     :raises PluginError: a plugin listed in ``plugins.required`` failed.
     """
@@ -83,7 +84,12 @@ def attach_plugins(options: RunOptions, bus: Bus) -> list[SubscriptionHandle]:
         bus.add_writer(writer, journal_dir=journal)
         for writer in register_stats_writer_plugins(options)
     ]
+    # Subscriber plugins connect on their own and return nothing: what they connected is what
+    # the bus holds now and did not before.  Its handles go with the writers', so that a
+    # caller's bus, reused by a later run, does not keep feeding this run's subscribers.
+    before = {id(sub) for sub in bus.subscriptions}
     register_subscriber_plugins(options, bus)
+    handles += [SubscriptionHandle(bus, sub) for sub in bus.subscriptions if id(sub) not in before]
     return handles
 
 

@@ -40,6 +40,7 @@ from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsPropertyType
 from evtrain.export import memory_size_of
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
+from evtrain.trainers.finite import FiniteGuard
 from evtrain.trainers.memory import StatefulPolicy
 from evtrain.trainers.networks import ObservationNormalizer
 from evtrain.trainers.observations import policy_inputs
@@ -96,6 +97,8 @@ class Trainer(ThreadedUpdates, abc.ABC):
         self.settings = settings
         self.envs = envs
         self.reporter = reporter
+        self.finite = FiniteGuard(behavior_name, settings.on_nonfinite, reporter)
+        """Checks rewards, observations, losses and gradients for NaN and infinity."""
         self.seed = seed
         self.device = torch.device(device)
         self.num_envs: int = envs.num_envs

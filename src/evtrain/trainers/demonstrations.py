@@ -21,8 +21,10 @@ archive of whole episodes, one row per step:
     ``created`` (ISO 8601, UTC), ``evtrain_version``.
 
 The archive holds no pickled objects: ``np.load(path, allow_pickle=False)`` reads it.
-:func:`load_demonstrations` reads a file, or every ``.npz`` of a folder, and checks the
-recorded spaces against the behavior's environment.
+:func:`load_demonstrations` reads a file, or every evtrain file of a folder, and checks the
+recorded spaces against the behavior's environment.  evtrain's files are told from Unity's by
+their content (a zip archive, :data:`ZIP_MAGIC`), not by their name: ``evtrain record --output
+expert.demo`` writes evtrain's format under Unity's suffix, and it reads back.
 """
 
 from __future__ import annotations
@@ -209,9 +211,12 @@ def _files(path: Path, key: str) -> list[Path]:
         )
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.suffix == ".npz" and p.is_file())
+    # evtrain's own files by their content: evtrain record --output expert.demo writes one too.
+    candidates = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    files = [p for p in candidates if p.suffix == ".npz" or _is_zip(p)]
     if not files:
-        demo = " (ML-Agents' Unity .demo files cannot be read)" if any(path.glob("*.demo")) else ""
+        unity = any(p.suffix == ".demo" for p in candidates)
+        demo = " (ML-Agents' Unity .demo files cannot be read)" if unity else ""
         raise ConfigError(
             [
                 f"{key}: {path} is a folder without demonstration files (.npz){demo}; record "
@@ -221,8 +226,24 @@ def _files(path: Path, key: str) -> list[Path]:
     return files
 
 
+SUFFIXES = (".npz", ".demo")
+"""The names a folder's demonstration files have: evtrain's ``.npz``, and ``.demo`` (Unity's,
+or evtrain's written under that name), told apart by content."""
+
+ZIP_MAGIC = b"PK\x03\x04"
+"""How a ``.npz`` file (a zip archive) begins; Unity's ``.demo`` files (protobuf) do not."""
+
+
+def _is_zip(file: Path) -> bool:
+    try:
+        with file.open("rb") as stream:
+            return stream.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    except OSError:
+        return False
+
+
 def _read(file: Path, key: str) -> Demonstrations:
-    if file.suffix == ".demo":
+    if file.suffix == ".demo" and not _is_zip(file):
         raise ConfigError(
             [
                 f"{key}: {file} is an ML-Agents .demo file, recorded by Unity; evtrain reads "

@@ -43,6 +43,7 @@ from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.behavioral_cloning import actor_critic_output
 from evtrain.trainers.envs import final_observations
+from evtrain.trainers.finite import finite_mean, zeroed
 from evtrain.trainers.gae import compute_gae
 from evtrain.trainers.intrinsic import load_experts, make_behavioral_cloning, make_reward_signals
 from evtrain.trainers.networks import clip_grad_norm_, flatten_parameters, zero_grad_
@@ -95,6 +96,8 @@ class PPOTrainer(Trainer):
     """PPO for ``Discrete`` and ``Box`` action spaces (see :mod:`evtrain.trainers.policies`)."""
 
     settings_type = PPOSettings
+    _skip_update = False
+    """A non-finite reward or observation came in this rollout (``on_nonfinite: skip``)."""
 
     def _setup(self) -> None:
         settings, envs = self.settings, self.envs
@@ -220,6 +223,11 @@ class PPOTrainer(Trainer):
         with hierarchical_timer("rollout"):
             next_value = self._collect_rollout()
         self._sync_step()  # distributed: the schedules follow the global step
+        # A non-finite reward or observation (on_nonfinite: skip; the ranks agree): no update.
+        skip, self._skip_update = self._skip_update, False
+        if self.finite.policy == "skip" and self.world.any(skip):
+            self._end_period()
+            return
         # Scheduled values are taken at update time, from the step count that includes the
         # rollout just collected, as ML-Agents' optimizer (``get_current_step()`` in
         # ``update``) and SB3 (``progress_remaining`` after ``collect_rollouts``) both do: the
@@ -333,6 +341,10 @@ class PPOTrainer(Trainer):
             env_action = np.clip(env_action, self._action_low, self._action_high)
             env_action = env_action.reshape(self._action_shape)
         next_obs, reward, terminated, truncated, infos = self.envs.step(env_action)
+        finite = self.finite.step(self.step, reward, next_obs)
+        if not finite.all():  # on_nonfinite: skip; this rollout's update is skipped
+            reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
+            self._skip_update = True
         dones = terminated | truncated
         self.valid[t] = valid = self.autoreset.observe(dones)
         self.rewards[t] = reward
@@ -484,10 +496,14 @@ class PPOTrainer(Trainer):
                 for signal in self.signals.values():
                     for key, loss in signal.update(mb[0], mb[1], mb[5], self.world).items():
                         signal_losses.setdefault(key, []).append(loss)
+        self.finite.check_updates(self.step)  # on_nonfinite: stop (one sync per update)
 
         report = self.reporter.add_stat
-        report("Losses/Policy Loss", float(torch.stack(pg_losses).mean()))
-        report("Losses/Value Loss", float(torch.stack(v_losses).mean()))
+        # Without the gradient steps skipped as non-finite (on_nonfinite: skip), if any.
+        for key, losses in (("Losses/Policy Loss", pg_losses), ("Losses/Value Loss", v_losses)):
+            mean = finite_mean(losses)
+            if mean is not None:
+                report(key, mean)
         report("Policy/Entropy", float(torch.stack(entropies).mean()))
         for key, losses in signal_losses.items():
             report(key, float(torch.stack(losses).mean()))
@@ -565,8 +581,9 @@ class PPOTrainer(Trainer):
                 mb, clip_coef, ent_coef, with_entropy=with_entropy
             )
         self.world.average_(flat_params.grad)  # data parallel: the mean over ranks
-        clip_grad_norm_(flat_params, self.hp.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = clip_grad_norm_(flat_params, self.hp.max_grad_norm)
+        if self.finite.update(self.step, pg_loss + v_loss, grad_norm):
+            self.optimizer.step()
         return pg_loss, v_loss, entropy_loss
 
     def _autograd_backward(

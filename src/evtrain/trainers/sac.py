@@ -37,6 +37,7 @@ from evtrain.errors import SpaceMismatchError
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.base import Trainer, linear_decay
 from evtrain.trainers.envs import final_observations
+from evtrain.trainers.finite import zeroed
 from evtrain.trainers.memory import RecurrentMLP
 from evtrain.trainers.networks import (
     MLP,
@@ -173,6 +174,11 @@ class SACTrainer(Trainer):
     """SAC for bounded ``Box``, ``Discrete`` and ``MultiDiscrete`` action spaces."""
 
     settings_type = SACSettings
+    _applied = True
+    """Whether the current gradient step's parts so far were finite and applied."""
+    _unfinite: npt.NDArray[np.bool_] | None = None
+    """Environments whose last step was non-finite and zeroed (``on_nonfinite: skip``): their
+    next transition starts from the zeroed observation and is not stored either."""
 
     def _setup(self) -> None:
         settings, envs = self.settings, self.envs
@@ -332,8 +338,14 @@ class SACTrainer(Trainer):
         next_obs, reward, terminated, truncated, infos = self.envs.step(
             env_action.reshape((self.num_envs, *space_shape(self.action_space)))
         )
+        finite = self.finite.step(self.step, reward, next_obs)
         dones = terminated | truncated
-        valid = self.autoreset.observe(dones)
+        keep = valid = self.autoreset.observe(dones)  # keep: the transitions stored
+        if not finite.all() or self._unfinite is not None:  # on_nonfinite: skip
+            reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
+            stored = finite if self._unfinite is None else finite & ~self._unfinite
+            self._unfinite = None if finite.all() else ~finite
+            keep = valid & stored
         real_next = self.layout.rows(next_obs, copy=True)
         if dones.any() and not self.autoreset.next_step:
             real_next[dones] = self.layout.rows(final_observations(infos, dones))
@@ -342,11 +354,11 @@ class SACTrainer(Trainer):
             self._store_sequences(obs, action, reward * strength, real_next, terminated, dones)
         else:
             transitions = (
-                obs[valid],
-                action[valid],
-                (reward * strength)[valid],
-                real_next[valid],
-                terminated[valid],
+                obs[keep],
+                action[keep],
+                (reward * strength)[keep],
+                real_next[keep],
+                terminated[keep],
             )
             if acting is None:
                 self.replay.add(*transitions)
@@ -384,6 +396,7 @@ class SACTrainer(Trainer):
         for _ in range(count):
             update()
             self._lr_sum += lr
+        self.finite.check_updates(step)  # on_nonfinite: stop (one sync per environment step)
         if self.extras:
             with hierarchical_timer("reward_signals"):
                 self.extras.update(step, self.replay, self.rng)
@@ -449,11 +462,14 @@ class SACTrainer(Trainer):
             self._finish_update(q_loss, policy_loss, -logprob.mean(), alpha, min_q_pi.mean())
 
     def _actor_step(self, policy_loss: torch.Tensor) -> None:
+        if not self._applied:  # the critics' step was not finite: neither is the rest
+            return
         zero_grad_(self.actor_params)
         torch.autograd.backward(policy_loss)
         self.world.average_(self.actor_params.grad)
-        self._clip(self.actor_params)
-        self.actor_optimizer.step()
+        self._applied = self._clip(self.actor_params, policy_loss)
+        if self._applied:
+            self.actor_optimizer.step()
 
     def _finish_update(
         self,
@@ -466,6 +482,9 @@ class SACTrainer(Trainer):
         """After the critics' and the actor's steps: alpha's step, the target update, the
         update's statistics (``value``: the mean of ``min Q(s, a ~ pi)``)."""
         hp = self.hp
+        if not self._applied:  # skipped as non-finite (on_nonfinite: skip)
+            self._applied = True
+            return
         with torch.no_grad():
             # -- entropy coefficient: move log alpha so that E[-log pi] approaches
             # target_entropy; the gradient of -(log alpha (log pi + target)).mean(), directly
@@ -511,8 +530,9 @@ class SACTrainer(Trainer):
         zero_grad_(self.qf_params)
         torch.autograd.backward(q_loss.sum())
         self.world.average_(self.qf_params.grad)  # data parallel: the mean over ranks
-        self._clip(self.qf_params)
-        self.q_optimizer.step()
+        self._applied = self._clip(self.qf_params, q_loss)
+        if self._applied:
+            self.q_optimizer.step()
 
     def _update_discrete(self, actor: CategoricalActor) -> None:
         """:meth:`_update` for discrete actions: the same steps, with the expectations over
@@ -536,9 +556,15 @@ class SACTrainer(Trainer):
         self._actor_step(policy_loss)
         self._finish_update(q_loss.detach(), policy_loss, entropy, alpha, value)
 
-    def _clip(self, params: nn.Parameter) -> None:
+    def _clip(self, params: nn.Parameter, loss: torch.Tensor) -> bool:
+        """Clip the gradient; whether it and ``loss`` are finite (else the step is not
+        taken, or, ``on_nonfinite: stop``, :class:`~evtrain.errors.NonFiniteError`)."""
         if self.hp.max_grad_norm is not None:
-            clip_grad_norm_(params, self.hp.max_grad_norm)
+            norm = clip_grad_norm_(params, self.hp.max_grad_norm)
+        else:
+            assert params.grad is not None  # flatten_parameters gives every buffer one
+            norm = torch.linalg.vector_norm(params.grad)
+        return self.finite.update(self.step, loss, norm)
 
     def _feed_forward(self) -> tuple[TwinQ, TwinQ, ReplayBuffer]:
         qf, qf_target, replay = self.qf, self.qf_target, self.replay

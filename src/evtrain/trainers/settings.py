@@ -361,6 +361,11 @@ class TrainerSettings:
     """ML-Agents: step the environments while the model updates, on a thread of its own
     (:mod:`evtrain.trainers.threaded`); the environments act with the networks of before the
     update in flight.  Refused in a distributed run."""
+    on_nonfinite: str = attrs.field(default="stop", validator=v.in_(("stop", "skip")))
+    """What a NaN or infinite reward, observation, loss or gradient does
+    (:mod:`evtrain.trainers.finite`): ``stop`` the run with an error naming it, the behavior
+    and the step, or ``skip`` the update it would enter and count it
+    (``Policy/Non-finite Updates Skipped``)."""
 
     @property
     def checkpoint_every(self) -> int:

@@ -1,0 +1,410 @@
+"""The benchmark scripts still run after sharing ``benchmarks/common.py``.
+
+Every script answers ``--help`` with its documented options; a few run end to end with tiny
+settings (never a benchmark's default size) and write the JSON keys docs/benchmark.md and
+their docstrings name, into a temporary folder given as ``EVTRAIN_BENCH_OUT``.  Timings are
+never asserted: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+
+OPTIONS: dict[str, list[str]] = {
+    "bench_bus_overhead.py": ["--steps", "--repeats"],
+    "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
+    "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
+    "bench_imitation.py": ["--steps", "--seeds", "--variants", "--demo"],
+    "bench_memory.py": ["--steps", "--seeds", "--envs", "--policies"],
+    "bench_pixels.py": ["--steps", "--seeds", "--size", "--kinds"],
+    "bench_ppo.py": ["--steps", "--seeds", "--summary-freq", "--sb3", "--whole-process"],
+    "bench_sac.py": ["--steps", "--seeds", "--updates"],
+    "bench_sac_discrete.py": ["--steps", "--seeds", "--updates"],
+    "bench_startup.py": ["--repeats", "--sb3"],
+    "bench_threaded.py": ["--cases", "--seeds", "--steps", "--scale", "--segment"],
+    "bench_trackers.py": ["--steps", "--repeats", "--variants"],
+    "bench_vector.py": ["--steps", "--num-envs", "--delay-ms", "--repeats"],
+    "bench_writers.py": ["--events", "--torch-events", "--quick", "--cases", "--out"],
+}
+"""Each script's documented options, in the order ``--help`` lists them (hidden ones left out)."""
+
+
+def _env(out: Path) -> dict[str, str]:
+    """This checkout's evtrain first on the path, reports to ``out``."""
+    path = [str(ROOT / "src"), str(ROOT / "writers"), os.environ.get("PYTHONPATH", "")]
+    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE"}}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, path)), EVTRAIN_BENCH_OUT=str(out))
+    return env
+
+
+def _run(script: str, *args: str, out: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_env(out),
+        cwd=out,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _report(out: Path, pattern: str) -> dict[str, Any]:
+    (path,) = out.glob(pattern)
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report
+
+
+def test_every_script_is_covered() -> None:
+    scripts = {p.name for p in BENCHMARKS.glob("bench_*.py")} - {"bench_envs.py"}
+    assert scripts == set(OPTIONS)
+
+
+@pytest.mark.parametrize("script", sorted(OPTIONS))
+def test_help_lists_the_documented_options(script: str, tmp_path: Path) -> None:
+    text = _run(script, "--help", out=tmp_path).stdout
+    doc = (BENCHMARKS / script).read_text().split('"""')[1]
+    description = doc.strip().split("\n")[0]
+    assert text.startswith(f"usage: {script} ")
+    assert "".join(description.split()) in "".join(text.split())  # as argparse wraps it
+    listed = re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", text, flags=re.MULTILINE)
+    assert listed == ["--help", *OPTIONS[script]]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bus_overhead_end_to_end(tmp_path: Path) -> None:
+    done = _run("bench_bus_overhead.py", "--steps", "512", "--repeats", "1", out=tmp_path)
+    assert re.search(r"^none +\d+\.\d\d +\d+\.\d\d +1$", done.stdout, flags=re.MULTILINE)
+    report = _report(tmp_path, "bus_overhead.json")
+    assert sorted(report) == [
+        "fastest_s",
+        "median_cpu_s",
+        "median_main_thread_cpu_s",
+        "median_other_threads_cpu_s",
+        "median_s",
+        "overhead_pct",
+        "paired_ratio_median",
+        "runs",
+    ]
+    assert sorted(report["runs"]) == ["defaults+slow", "none"]
+    for variant, (run,) in report["runs"].items():
+        assert sorted(run) == [
+            "cpu_s",
+            "events_delivered",
+            "main_cpu_s",
+            "other_cpu_s",
+            "steps",
+            "variant",
+            "wall_s",
+        ]
+        assert run["variant"] == variant
+        assert run["steps"] == {"CartPole": 512}
+    assert sorted(report["median_s"]) == ["defaults+slow", "none"]
+
+
+def test_writers_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "writers.json"
+    args = ["--events", "100", "--torch-events", "100", "--cases", "no-subscribers"]
+    done = _run("bench_writers.py", *args, "tensorboard", "--out", str(out), out=tmp_path)
+    assert " ".join(done.stdout.split("\n")[0].split()) == (
+        "case paced emit p50/p99/p99.9 us burst emit p50/p99 us scalars/s e2e vs torch "
+        "read back lost peak RSS MB"
+    )
+    assert f"JSON: {out}" in done.stdout
+    report = json.loads(out.read_text())
+    assert sorted(report) == ["cases", "meta"]
+    assert sorted(report["meta"]) == ["cpus", "date", "events", "machine", "python", "torch_events"]
+    assert (report["meta"]["events"], report["meta"]["torch_events"]) == (100, 100)
+    floor, tensorboard = report["cases"]
+    assert (floor["case"], tensorboard["case"]) == ("no-subscribers", "tensorboard")
+    assert (floor["scalars"], tensorboard["read_back"], tensorboard["lost"]) == (1000, 1000, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["writers.json"]
+
+
+def test_ppo_end_to_end(tmp_path: Path) -> None:
+    done = _run("bench_ppo.py", "--steps", "512", "--seeds", "0", out=tmp_path)
+    assert re.search(r"^evtrain  seed 0: +\d+ steps/s, 475 at None, final mean-20 ", done.stdout)
+    report = _report(tmp_path, "bench_ppo-*.json")
+    assert sorted(report) == ["args", "runs", "summary"]
+    (run,) = report["runs"]
+    assert sorted(run) == [
+        "episodes",
+        "final_mean_20",
+        "library",
+        "seconds",
+        "seed",
+        "stats_events",
+        "steps",
+        "steps_per_cpu_s",
+        "steps_per_s",
+        "steps_to_475",
+    ]
+    assert (run["library"], run["seed"], run["steps"], run["steps_to_475"]) == (
+        "evtrain",
+        0,
+        512,
+        None,
+    )
+    assert run["episodes"] > 0
+    assert sorted(report["summary"]["evtrain"]) == [
+        "median_steps_per_cpu_s",
+        "median_steps_per_s",
+        "median_steps_to_475",
+        "seeds_reaching_475",
+    ]
+    assert report["summary"]["evtrain"]["seeds_reaching_475"] == 0
+
+
+@pytest.mark.slow
+def test_vector_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "128", "--num-envs", "2", "--delay-ms", "0.1", "--repeats", "1"]
+    done = _run("bench_vector.py", *args, out=tmp_path)
+    assert "| 2 envs, 0.1 ms/step, " in done.stdout
+    report = _report(tmp_path, "vector.json")
+    assert sorted(report) == ["args", "runs", "summary"]
+    assert [(r["mode"], r["steps"], r["num_envs"]) for r in report["runs"]] == [
+        ("sync", 128, 2),
+        ("async", 128, 2),
+    ]
+    assert sorted(report["summary"]) == ["async", "async_vs_sync", "sync"]
+    assert report["summary"]["sync"]["floor_steps_per_s"] == 10_000
+
+
+@pytest.mark.slow
+def test_curiosity_end_to_end(tmp_path: Path) -> None:
+    # 16 MountainCars of 200-step episodes: 4,096 steps end one episode each
+    args = ["--steps", "4096", "--seeds", "0", "--signals", "extrinsic", "rnd"]
+    done = _run("bench_curiosity.py", *args, out=tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "signal     seed first goal  success  mean ret      s"
+    assert [line.split()[:3] for line in lines[1:3]] == [
+        ["extrinsic", "0", "None"],
+        ["rnd", "0", "None"],
+    ]
+    report = _report(tmp_path, "curiosity.json")
+    assert sorted(report) == ["args", "runs"]
+    assert [(r["signal"], r["steps"], r["episodes"]) for r in report["runs"]] == [
+        ("extrinsic", 4096, 16),
+        ("rnd", 4096, 16),
+    ]
+    assert sorted(report["runs"][0]) == [
+        "episodes",
+        "mean_return_last_100",
+        "seconds",
+        "seed",
+        "signal",
+        "steps",
+        "steps_to_first_goal",
+        "success_last_100",
+    ]
+
+
+@pytest.mark.slow
+def test_memory_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "512", "--seeds", "0", "--envs", "2", "--policies", "feedforward"]
+    done = _run("bench_memory.py", *args, out=tmp_path)
+    assert (
+        done.stdout.splitlines()[0] == "policy       seed  last-100  best-20  steps to 195      s"
+    )
+    report = _report(tmp_path, "memory.json")
+    assert sorted(report) == ["args", "median_last_100", "runs"]
+    (run,) = report["runs"]
+    assert sorted(run) == [
+        "best_mean_20",
+        "episodes",
+        "mean_return_last_100",
+        "policy",
+        "seconds",
+        "seed",
+        "steps",
+        "steps_to_mean_20_of_195",
+    ]
+    assert (run["policy"], run["steps"]) == ("feedforward", 512)
+    assert list(report["median_last_100"]) == ["feedforward"]
+
+
+@pytest.mark.slow
+def test_pixels_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "512", "--seeds", "0", "--size", "20", "--kinds", "vector", "simple"]
+    done = _run("bench_pixels.py", *args, out=tmp_path)
+    assert done.stdout.splitlines()[0].split() == [
+        *["kind", "seed", "steps/s", "s", "mean", "return", "of", "the", "last", "20", "at"]
+    ]
+    report = _report(tmp_path, "pixels.json")
+    assert sorted(report) == ["args", "runs"]
+    assert [(r["kind"], r["size"], r["steps"]) for r in report["runs"]] == [
+        ("vector", 20, 512),
+        ("simple", 20, 512),
+    ]
+    assert [list(r["mean_return_last_20"]) for r in report["runs"]] == [["512"], ["512"]]
+
+
+@pytest.mark.slow
+def test_threaded_end_to_end(tmp_path: Path) -> None:
+    args = ["--cases", "ppo-cartpole", "--steps", "512", "--segment", "0.2"]
+    done = _run("bench_threaded.py", *args, out=tmp_path)
+    assert done.stdout.splitlines()[0].split() == [
+        *["case", "threaded", "seed", "steps", "seconds", "cpu", "s", "steps/s"],
+        *["update", "s", "waited", "s", "final", "return"],
+    ]
+    report = _report(tmp_path, "threaded.json")
+    assert sorted(report) == ["cpus", "runs", "segment", "summary"]
+    assert [(r["case"], r["threaded"], r["steps"]) for r in report["runs"]] == [
+        ("ppo-cartpole", False, 512),
+        ("ppo-cartpole", True, 512),
+    ]
+    assert sorted(report["summary"]["ppo-cartpole"]) == [
+        "speedup",
+        "speedups",
+        "threaded_final_return",
+        "threaded_steps_per_s",
+        "unthreaded_final_return",
+        "unthreaded_steps_per_s",
+    ]
+
+
+@pytest.mark.slow
+def test_startup_end_to_end(tmp_path: Path) -> None:
+    done = _run("bench_startup.py", "--repeats", "1", out=tmp_path)
+    assert (
+        "| case (median of 1) | first env step s | whole process s | loaded then |" in done.stdout
+    )
+    report = _report(tmp_path, "startup.json")
+    assert sorted(report) == ["args", "runs", "summary"]
+    assert list(report["summary"]) == [
+        "python",
+        "import torch",
+        "torch + gymnasium",
+        "evtrain learn",
+    ]
+    assert sorted(report["summary"]["evtrain learn"]) == [
+        "loaded_at_first_step",
+        "median_first_step_s",
+        "median_wall_s",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "worker"),
+    [
+        ("bench_sac.py", ["evtrain", "300", "0"]),
+        ("bench_sac_discrete.py", ["sac", "1200", "0"]),
+        ("bench_sac_discrete.py", ["ppo", "1024", "0"]),
+    ],
+)
+def test_sac_workers(script: str, worker: list[str], tmp_path: Path) -> None:
+    # The whole scripts also run Stable-Baselines3 and fixed-size floors: their workers only.
+    done = _run(script, "--worker", *worker, out=tmp_path)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["steps"] == int(worker[1])
+    assert result["seed"] == 0
+    assert isinstance(result["final_mean_return"], float)
+
+
+@pytest.mark.slow
+def test_distributed_end_to_end(tmp_path: Path) -> None:
+    done = _run("bench_distributed.py", "--steps", "512", "--repeats", "1", out=tmp_path)
+    assert " ".join(done.stdout.split("\n\n")[-1].splitlines()[0].split()) == (
+        "setup steps/s (median) speed-up efficiency wall s"
+    )
+    report = _report(tmp_path, "bench_distributed-*.json")
+    assert sorted(report) == ["args", "runs", "summary"]
+    setups = ["1 rank", "2 ranks, per-rank", "2 ranks, same-batch"]
+    assert list(report["runs"]) == setups
+    assert [[r["steps"] for r in runs] for runs in report["runs"].values()] == [[512]] * 3
+    assert sorted(report["summary"]["1 rank"]) == ["efficiency", "speedup", "steps_per_s", "wall"]
+
+
+@pytest.mark.slow
+def test_trackers_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "512", "--repeats", "1", "--variants", "none", "evtrain"]
+    _run("bench_trackers.py", *args, out=tmp_path)
+    report = _report(tmp_path, "trackers.json")
+    assert sorted(report) == ["median_steps_per_s", "runs"]
+    none, evtrain = report["runs"]["none"][0], report["runs"]["evtrain"][0]
+    assert (none["variant"], none["steps"], none["mlflow_run_id"]) == ("none", 512, None)
+    assert (evtrain["variant"], evtrain["steps"]) == ("evtrain", 512)
+    assert evtrain["missing_points"] == evtrain["duplicated_points"] == 0
+
+
+@pytest.mark.slow
+def test_imitation_end_to_end(tmp_path: Path) -> None:
+    import yaml
+
+    config = yaml.safe_load((ROOT / "examples" / "configs" / "cartpole_ppo.yaml").read_text())
+    config["behaviors"]["CartPole"]["max_steps"] = 512
+    (tmp_path / "expert.yaml").write_text(yaml.safe_dump(config))
+    demo = tmp_path / "demo.npz"
+    evtrain = ["-m", "evtrain"]
+    where = ["expert.yaml", "--run-id", "expert", "--results-dir", str(tmp_path / "results")]
+    for command in (
+        [*evtrain, "learn", *where],
+        [*evtrain, "record", *where, "--episodes", "2", "--output", str(demo)],
+    ):
+        made = subprocess.run(
+            [sys.executable, *command], cwd=tmp_path, env=_env(tmp_path), capture_output=True
+        )
+        assert made.returncode == 0, made.stderr[-3000:]
+    args = ["--demo", str(demo), "--steps", "512", "--seeds", "0", "--variants", "ppo", "gail_bc"]
+    done = _run("bench_imitation.py", *args, out=tmp_path)
+    assert done.stdout.splitlines()[:2] == [
+        f"(given) {demo}",
+        "variant  seed steps to 475 episodes      s",
+    ]
+    report = _report(tmp_path, "imitation.json")
+    assert sorted(report) == ["args", "expert", "runs", "settings", "summary"]
+    assert [(r["variant"], r["steps"], r["steps_to_475"]) for r in report["runs"]] == [
+        ("ppo", 512, None),
+        ("gail_bc", 512, None),
+    ]
+    assert report["summary"]["ppo"] == {
+        "median_steps_to_475": None,
+        "seeds_reaching_475": 0,
+        "seeds": 1,
+    }
+
+
+@pytest.mark.slow
+def test_ppo_whole_process_evtrain_half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SB3 half needs Stable-Baselines3 (the `bench` extra): evtrain's half on its own.
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    for name, value in _env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    whole_process = runpy.run_path(str(BENCHMARKS / "bench_ppo.py"))["whole_process"]
+    run = whole_process("evtrain", 512, 0, tmp_path)
+    assert sorted(run) == [
+        "episodes",
+        "final_mean_20",
+        "library",
+        "model",
+        "rollout_s",
+        "seconds",
+        "seed",
+        "steps",
+        "steps_per_s",
+        "steps_to_475",
+        "update_s",
+    ]
+    assert (run["library"], run["steps"], run["steps_to_475"], run["model"]) == (
+        "evtrain",
+        512,
+        None,
+        True,
+    )
+    episodes = json.loads((tmp_path / "returns-evtrain-0.json").read_text())
+    assert run["episodes"] == len(episodes) > 0

@@ -19,7 +19,14 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evtrain.bus.closing import CloseReport, Deadline, drain, drain_at_exit, pass_marker
+from evtrain.bus.closing import (
+    CloseReport,
+    Deadline,
+    drain,
+    drain_at_exit,
+    pass_close_marker,
+    pass_marker,
+)
 from evtrain.bus.delivery import FailureContext, FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
@@ -323,7 +330,19 @@ class Bus:
         # From inside the dispatcher, waiting would wait for itself: the marker does the rest.
         inside = self._dispatcher.owns_current_thread()
         timeout = self.drain_timeout if timeout is None else timeout
-        if not pass_marker([sub], 0.0 if inside else timeout, close=True) and not inside:
+        if inside:
+            pass_marker([sub], 0.0, close=True)
+            return
+        if pass_close_marker([sub], Deadline(timeout)):
+            # A spool sink plainly down: its events stay in its journal, for a later bus.
+            sub.abandon()
+            left = sub.inbox.left if isinstance(sub.inbox, SpoolInbox) else 0
+            raise BusTimeoutError(
+                f"subscriber {sub.name!r} gave up: its sink is down; {left} events are kept "
+                "in its journal",
+                [sub.name],
+            )
+        if not sub.finished:
             raise BusTimeoutError(
                 f"subscriber {sub.name!r} did not finish within {timeout}s", [sub.name]
             )

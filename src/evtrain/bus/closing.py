@@ -103,7 +103,7 @@ def drain(
     given_up: set[int] = set()
     try:
         if subs:
-            given_up = _pass_close_marker(subs, deadline)
+            given_up = pass_close_marker(subs, deadline)
         for sub in subs:
             wait_ended(sub, 0.0 if id(sub) in given_up else deadline.left())
     except BaseException as error:  # re-raised by the caller, after the bus is closed
@@ -153,7 +153,7 @@ stay in its journal."""
 POLL_S = 0.1
 
 
-def _pass_close_marker(subs: Sequence[Subscription], deadline: Deadline) -> set[int]:
+def pass_close_marker(subs: Sequence[Subscription], deadline: Deadline) -> set[int]:
     """Pass the close marker and wait for it until ``deadline`` — or, once every subscriber
     still behind is a spool one whose sink is plainly down (:data:`GIVE_UP_S` without
     progress), no longer.  Returns the ``id`` of those given up early."""

@@ -187,6 +187,14 @@ def test_a_server_down_for_the_whole_run_is_given_up_at_exit_and_sync_delivers_w
     )
     assert sum(f"Subscriber {WRITER!r} is down since" in line for line in lines) == 1
     assert "(its sink is down)" in result.stderr
+    # A sync while the server is still down gives up in seconds too (its --timeout is 300 s,
+    # run_config's limit 120 s), keeps the journal and says so, with nothing about training.
+    early = sync("run", "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    assert early.returncode == 1, early.stderr
+    assert early.stdout.splitlines()[-1] == (
+        "Some events are still journaled; run evtrain sync run again once the tracker answers."
+    )
+    assert "training" not in early.stderr and "Traceback" not in early.stderr
     started = time.time()
     down.start()
     try:

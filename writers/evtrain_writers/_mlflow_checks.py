@@ -101,8 +101,8 @@ def check_at_start(options: MlflowOptions) -> None:
                 ]
             ) from None
         logger.warning(
-            "MLflow at %s does not answer (%s); the run trains, its events are journaled and "
-            "delivered once it does.",
+            "MLflow at %s does not answer (%s); its events are journaled and delivered once "
+            "it does.",
             uri,
             _first_line(error.message),
         )

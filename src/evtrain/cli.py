@@ -302,7 +302,19 @@ def run_learn(args: argparse.Namespace) -> int:
         print(f"TensorBoard: tensorboard --logdir {logdir}")
         if result.status is RunStatus.INTERRUPTED:
             print(_interrupted_line(args, result.run_id, result.steps))
+        if result.journaled:
+            print(_sync_line(options.checkpoint_settings.results_dir, result))
     return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
+
+
+def _sync_line(results_dir: str, result: Any) -> str:
+    """The last line of a run whose tracker did not take everything: how to deliver it."""
+    where = "" if results_dir == "results" else f" --results-dir {shlex.quote(results_dir)}"
+    kept = sum(result.journaled.values())
+    return (
+        f"{kept:,} tracker events wait in the journal of {', '.join(result.journaled)}; "
+        f"deliver them once the tracker answers: evtrain sync {shlex.quote(result.run_id)}{where}"
+    )
 
 
 def run_record(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from evtrain import Bus, StatsEvent, StatsSummary, learn, signals
+from evtrain.bus import journal_backlog
 from evtrain.events.stats import StatsAggregationMethod
 from tests.test_learn import config, run_config
 from tests.test_sync import sync
@@ -181,9 +182,11 @@ def test_a_server_down_for_the_whole_run_is_given_up_at_exit_and_sync_delivers_w
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr
     assert "training continues" not in result.stderr
-    assert lines[-1].endswith(
-        f"wait in the journal of {WRITER}; deliver them once the tracker answers with: "
-        f"evtrain sync run --results-dir {tmp_path / 'results'}"
+    kept = journal_backlog(tmp_path / "results" / "run" / "run_logs" / "journal", WRITER)
+    assert kept > 0
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"{kept:,} tracker events wait in the journal of {WRITER}; deliver them once the "
+        f"tracker answers: evtrain sync run --results-dir {tmp_path / 'results'}"
     )
     assert sum(f"Subscriber {WRITER!r} is down since" in line for line in lines) == 1
     assert "(its sink is down)" in result.stderr
@@ -237,3 +240,24 @@ def test_wandb_rows_carry_the_events_own_time(tmp_path: Path) -> None:
         bus.emit(signals.run_finished, RunFinished(run_id="w", status=RunStatus.COMPLETED))
     rows = history(tmp_path)
     assert [(int(r["_step"]), float(r["_timestamp"])) for r in rows] == list(summarised.items())
+
+
+def test_disconnecting_a_tracker_that_is_down_gives_up_and_keeps_its_journal(
+    tmp_path: Path,
+) -> None:
+    from evtrain import BusTimeoutError
+
+    def down(event: StatsEvent) -> None:
+        raise ConnectionRefusedError("nobody listens")
+
+    with Bus(journal_dir=tmp_path, retry_backoff_s=0.05) as bus:
+        handle = bus.connect(signals.stats, down, overflow="spool", name="tracker")
+        for step in range(5):
+            bus.emit(signals.stats, StatsEvent(category="B", step=step, values={}))
+        # 60 s allowed: it returns once the sink made no progress for 2 s
+        with pytest.raises(BusTimeoutError) as error:
+            handle.disconnect(timeout=60)
+    assert str(error.value) == (
+        "subscriber 'tracker' gave up: its sink is down; 5 events are kept in its journal"
+    )
+    assert journal_backlog(tmp_path, "tracker") == 5

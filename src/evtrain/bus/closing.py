@@ -108,7 +108,10 @@ def drain(
             wait_ended(sub, 0.0 if id(sub) in given_up else deadline.left())
     except BaseException as error:  # re-raised by the caller, after the bus is closed
         interrupted = error
-    timed_out = tuple(sub.name for sub in subs if not wait_ended(sub, 0.0))
+    # A sink given up as down is reported once, below, with what its journal keeps.
+    timed_out = tuple(
+        sub.name for sub in subs if id(sub) not in given_up and not wait_ended(sub, 0.0)
+    )
     undelivered: dict[str, int] = {}
     delivered: dict[str, int] = {}
     journaled: dict[str, int] = {}

@@ -8,7 +8,6 @@ Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
 from __future__ import annotations
 
 import logging
-import shlex
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -71,6 +70,9 @@ class LearnResult:
     write_path: Path
     models: dict[str, Path]
     """The final exported policy per behavior (``results/<run_id>/<Behavior>.onnx``)."""
+    journaled: dict[str, int] = attrs.field(factory=dict)
+    """Per tracker writer whose tracker did not take everything before the run ended: the
+    events kept in its journal (``evtrain sync RUN_ID`` delivers them)."""
 
 
 def learn(
@@ -157,6 +159,7 @@ class _Run:
         self.trainers: dict[str, Trainer] = {}
         self.managers: dict[str, CheckpointManager] = {}
         self.models: dict[str, Path] = {}
+        self.journaled: dict[str, int] = {}
         """The final exported policy per behavior."""
         self.handles: list[SubscriptionHandle] = []
         """What the run connected to the bus."""
@@ -205,6 +208,7 @@ class _Run:
             mean_reward={name: self.rewards.mean.get(name) for name in self.trainers},
             write_path=cs.write_path,
             models=self.models,
+            journaled=self.journaled,
         )
 
     def _start(self) -> None:
@@ -367,25 +371,12 @@ class _Run:
             behind = [*report.undelivered, *report.timed_out]
             if behind:
                 logger.warning(
-                    "Subscribers still behind when the run ended (bus.drain_timeout %.0f s): "
-                    "%s",
+                    "Subscribers still behind when the run ended (bus.drain_timeout %.0f s): %s",
                     self.options.bus.drain_timeout,
                     report.describe(),
                 )
-            kept = sum(report.journaled.values())
-            if kept:
-                settings = self.options.checkpoint_settings
-                where = ""
-                if settings.results_dir != "results":
-                    where = f" --results-dir {shlex.quote(settings.results_dir)}"
-                logger.warning(
-                    "%d events wait in the journal of %s; deliver them once the tracker "
-                    "answers with: evtrain sync %s%s",
-                    kept,
-                    ", ".join(name for name, n in report.journaled.items() if n),
-                    shlex.quote(settings.run_id),
-                    where,
-                )
+            # The CLI's last line says how to deliver them (evtrain sync RUN_ID).
+            self.journaled = {name: n for name, n in report.journaled.items() if n}
             return
         # The caller's bus outlives this run: detach (drain, then close) what the run
         # connected, so a second run on the same bus does not write into this run's files.

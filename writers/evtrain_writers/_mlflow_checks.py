@@ -61,7 +61,7 @@ def check_at_start(options: MlflowOptions) -> None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from evtrain_writers.mlflow_writer import _bound_mlflow_requests, _limits
+    from evtrain_writers._mlflow_requests import _bound_mlflow_requests, _limits
 
     uri = options.tracking_uri or mlflow.get_tracking_uri()
     option = "writers.mlflow.tracking_uri"

@@ -18,6 +18,14 @@ before ``run_started``); its id is kept in ``run_logs/mlflow.json``, and ``--res
 that run.  A re-delivered event is logged once: the writer skips each ``(key, step)`` the run
 already has, and a resumed run first reads the last step of every metric from the tracker.
 
+Each point's timestamp is its event's own time (``StatsEvent.time``), also when it is
+delivered after an outage or by ``evtrain sync``.  While the server is down the bus calls
+:meth:`MlflowWriter.probe` (the experiment's lookup) every ``bus.retry_backoff_s``.  A
+rejection (4xx-class MLflow codes, a key over MLflow's length limit) raises
+:class:`~evtrain.errors.PermanentDeliveryError` and is dead-lettered — only the refused keys
+when the rest of a period could be logged; anything else is transient and retried
+(:mod:`evtrain_writers._mlflow_checks`, which also refuses bad settings at start).
+
 Every request is bounded: mlflow's own HTTP client retries for minutes by default
 (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``), and a writer that hangs
 holds its events hostage.  The writer's requests fail after ``request_timeout`` seconds and
@@ -30,12 +38,9 @@ needs its time).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
@@ -53,6 +58,13 @@ from evtrain.events.payloads import (
 )
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain_writers._mlflow_checks import check_at_start, permanent
+from evtrain_writers._mlflow_requests import (
+    _bound_mlflow_requests,
+    _limits,
+)
+from evtrain_writers._mlflow_requests import (
+    request_limits as request_limits,  # re-exported: part of this module's API
+)
 from evtrain_writers._options import writer_options
 from evtrain_writers._tracker import (
     LoggedSteps,
@@ -121,57 +133,6 @@ class MlflowOptions:
     request_retries: int = attrs.field(default=0, validator=_not_negative)
     """Retries of a failed tracking request by mlflow itself (0.5 s, 1 s, ... apart) before
     the writer's call fails and the bus's policy takes over."""
-
-
-_LIMITS: ContextVar[tuple[float, int] | None] = ContextVar("evtrain_mlflow_limits", default=None)
-
-
-def _bound_mlflow_requests() -> bool:
-    """Wrap ``mlflow.utils.rest_utils.http_request`` (once) so that calls made inside
-    :func:`_limits` get its timeout and retries; ``False`` when mlflow has no such function."""
-    from mlflow.utils import rest_utils
-
-    original = getattr(rest_utils, "http_request", None)
-    if original is None:
-        return False
-    if getattr(original, "evtrain_bounded", False):
-        return True
-
-    @functools.wraps(original)
-    def http_request(*args: Any, **kwargs: Any) -> Any:
-        for name, value in request_limits().items():
-            if kwargs.get(name) is None:
-                kwargs[name] = value
-        return original(*args, **kwargs)
-
-    http_request.evtrain_bounded = True  # type: ignore[attr-defined]
-    rest_utils.http_request = http_request
-    return True
-
-
-def request_limits() -> dict[str, Any]:
-    """What the wrapped ``http_request`` adds to a request made now: the limits of the writer
-    whose call this is, nothing outside a writer's call (or on another thread)."""
-    limits = _LIMITS.get()
-    if limits is None:
-        return {}
-    timeout, retries = limits
-    return {
-        "timeout": timeout,
-        "max_retries": retries,
-        "backoff_factor": 0.5,
-        "backoff_jitter": 0.0,
-        "retry_timeout_seconds": max(1, round(timeout * (retries + 1))),
-    }
-
-
-@contextlib.contextmanager
-def _limits(timeout: float, retries: int) -> Iterator[None]:
-    token = _LIMITS.set((timeout, retries))
-    try:
-        yield
-    finally:
-        _LIMITS.reset(token)
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -5,6 +5,7 @@ on, misconfiguration at start, a server down for the whole run, a rejected key d
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections import Counter
@@ -261,3 +262,34 @@ def test_disconnecting_a_tracker_that_is_down_gives_up_and_keeps_its_journal(
         "subscriber 'tracker' gave up: its sink is down; 5 events are kept in its journal"
     )
     assert journal_backlog(tmp_path, "tracker") == 5
+
+
+def test_a_hung_mlflow_request_is_reported_as_a_stall_before_it_times_out(
+    server: MlflowServer, tmp_path: Path
+) -> None:
+    from evtrain import SubscriberStalled
+
+    writer = MlflowWriter(
+        MlflowOptions(tracking_uri=server.uri, experiment="hung", request_timeout=2.0),
+        run_id="hung",
+        run_logs=tmp_path / "run_logs",
+    )
+    stalled: list[SubscriberStalled] = []
+    seen = threading.Event()
+
+    def on_stall(event: SubscriberStalled) -> None:
+        stalled.append(event)
+        seen.set()
+
+    with Bus(journal_dir=tmp_path / "journal", retry_backoff_s=0.1) as bus:
+        bus.connect(signals.subscriber_stalled, on_stall, name="stalls")
+        bus.add_writer(writer)
+        server.signal(signal.SIGSTOP)
+        try:
+            values = {"r": StatsSummary(full_dist=[1.0])}
+            bus.emit(signals.stats, StatsEvent(category="B", step=1, values=values))
+            assert seen.wait(60)
+        finally:
+            server.signal(signal.SIGCONT)
+        bus.flush(timeout=60)
+    assert [(s.subscriber, s.signal, s.stall_timeout) for s in stalled] == [(WRITER, "stats", 1.0)]

@@ -151,8 +151,12 @@ def test_a_server_killed_and_restarted_mid_run_misses_nothing_at_exit_without_sy
                 killed.set()
                 threading.Thread(target=outage, args=(bus,), daemon=True).start()
             if event.step >= max_steps * 3 // 4:
-                # The server is back before training ends (a restart takes a while here).
+                # The tracker is back, and caught up, before training ends (a restart takes
+                # a while on a loaded machine): this subscriber holds the trainer meanwhile.
                 back.wait(120)
+                deadline = time.monotonic() + 120
+                while bus.metrics()[WRITER].journaled and time.monotonic() < deadline:
+                    time.sleep(0.05)
 
         bus.connect(signals.stats, watch, name="sent", overflow="block", block_timeout=300)
         result = learn(options, bus)

@@ -42,7 +42,7 @@ from evtrain_writers.mlflow_writer import (  # noqa: E402
     MlflowWriter,
     request_limits,
 )
-from evtrain_writers.mlflow_writer import _limits as limits  # noqa: E402
+from evtrain_writers._mlflow_requests import _limits as limits  # noqa: E402
 
 MLFLOW = Path(sys.executable).parent / "mlflow"
 REWARD = "CartPole/Environment/Cumulative Reward"

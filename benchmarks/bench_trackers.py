@@ -10,13 +10,19 @@ variants alternating ``--repeats`` times:
   for every stat, called synchronously from the training loop (here: from ``Bus.emit``, on the
   trainer's thread, before the event is queued);
 * ``evtrain-hung`` — evtrain's writer with the server ``SIGSTOP``-ed for the middle third of
-  the run's steps and ``SIGCONT``-ed after.
+  the run's steps and ``SIGCONT``-ed after;
+* ``evtrain-killed`` — evtrain's writer with its own server (own store) ``SIGKILL``-ed at a
+  third of the steps and started again (same store, same port) at two thirds;
+* ``evtrain-dead`` — evtrain's writer with nothing listening at its URI for the whole run.
 
 Per run: trainer steps/s (steps over the time from ``learn()`` to the final summary; the
 final save and the writers' drain after it are in ``wall_s``), the longest ``emit`` on the
-training thread, and for the MLflow variants the metric points read back with
-``MlflowClient.get_metric_history``: expected (every key of every ``stats`` event), missing,
-duplicated.  Prints a table and writes ``benchmarks/out/trackers.json``::
+training thread, the catch-up time (from the server answering again to the writer's journal
+being empty), the exit delay (from the final summary to ``learn()`` returning: with a dead
+tracker, how long the run waits for it), and for the MLflow variants the metric points read
+back with ``MlflowClient.get_metric_history``: expected (every key of every ``stats`` event),
+missing, duplicated (``evtrain-dead``: the events left in the journal instead).  Prints a
+table and writes ``benchmarks/out/trackers.json``::
 
     python benchmarks/bench_trackers.py --steps 100000 --repeats 3
 """
@@ -33,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -45,14 +52,23 @@ import yaml
 from common import CONFIGS, add_run_args, log_to_file, make_parser, run_child, write_json
 
 CONFIG = CONFIGS / "cartpole_ppo.yaml"
-VARIANTS = ("none", "evtrain", "sync", "evtrain-hung")
+VARIANTS = ("none", "evtrain", "sync", "evtrain-hung", "evtrain-killed", "evtrain-dead")
 EXPERIMENT = "bench-trackers"
+WRITER = "evtrain_writers.mlflow_writer.MlflowWriter"
+CATCH_UP_WITHIN_S = 600.0
 
 
 def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> None:
     from evtrain import Bus, StatsEvent, signals
     from evtrain.run.learn import learn
 
+    own = tempfile.TemporaryDirectory() if variant == "evtrain-killed" else None
+    server: Server | None = None
+    if own is not None:
+        server = Server(Path(own.name))
+        uri = server.start()
+    elif variant == "evtrain-dead":
+        uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
     options: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
     behavior = options["behaviors"]["CartPole"]
     behavior["max_steps"] = steps
@@ -91,27 +107,58 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
         options["checkpoint_settings"] = {"run_id": "bench", "results_dir": tmp}
         log_to_file(Path(tmp) / "console.log")
         stopped: list[float] = []
+        caught_up: list[float] = []
         with TimedBus() as bus:
+
+            def recovered() -> None:
+                """The server answers again: time until the writer's journal is empty."""
+                stopped.append(time.monotonic())
+                deadline = stopped[-1] + CATCH_UP_WITHIN_S
+                while time.monotonic() < deadline:
+                    metrics = bus.metrics().get(WRITER)
+                    if metrics is not None and metrics.journaled == 0:
+                        caught_up.append(time.monotonic())
+                        return
+                    time.sleep(0.02)
+
+            def restart() -> None:
+                assert server is not None
+                server.start()
+                recovered()
+
             bus.connect(signals.stats, sent.append, name="bench.sent")
             if variant == "evtrain-hung":
                 # The outage follows the training's own progress: stopped at a third of the
                 # steps, continued at two thirds (a subscriber, so the trainer is not involved).
                 def outage(event: StatsEvent) -> None:
                     if not stopped and event.step >= steps // 3:
-                        os.kill(server_pid, signal.SIGSTOP)
+                        os.killpg(server_pid, signal.SIGSTOP)
                         stopped.append(time.monotonic())
                     elif len(stopped) == 1 and event.step >= 2 * steps // 3:
-                        os.kill(server_pid, signal.SIGCONT)
-                        stopped.append(time.monotonic())
+                        os.killpg(server_pid, signal.SIGCONT)
+                        threading.Thread(target=recovered, daemon=True).start()
 
                 bus.connect(signals.stats, outage, name="bench.outage")
+            elif variant == "evtrain-killed":
+
+                def kill(event: StatsEvent) -> None:
+                    assert server is not None
+                    if not stopped and event.step >= steps // 3:
+                        server.kill()
+                        stopped.append(time.monotonic())
+                    elif len(stopped) == 1 and event.step >= 2 * steps // 3:
+                        stopped.append(0.0)  # restarting (it takes seconds: off this thread)
+                        threading.Thread(target=restart, daemon=True).start()
+
+                bus.connect(signals.stats, kill, name="bench.outage")
             start = time.perf_counter()
             try:
                 result = learn(options, bus)
             finally:
-                if len(stopped) == 1:
-                    os.kill(server_pid, signal.SIGCONT)
+                if len(stopped) == 1 and variant == "evtrain-hung":
+                    os.killpg(server_pid, signal.SIGCONT)
             wall = time.perf_counter() - start
+            exit_delay = time.perf_counter() - last_stats[-1]
             train = last_stats[-1] - start  # the final summary: training is over
             close_start = time.perf_counter()
         close_s = time.perf_counter() - close_start
@@ -120,6 +167,12 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
         if record.exists():
             run_id = json.loads(record.read_text()).get("run_id")
         metrics = {name: m.as_dict() for name, m in bus.metrics().items()}
+    if variant == "evtrain-killed":  # the restart may still be under way: wait for it
+        deadline = time.monotonic() + CATCH_UP_WITHIN_S
+        while len(stopped) == 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    if variant == "evtrain-dead":
+        run_id = None  # nothing to read back: what is left is in the journal
     if variant == "sync":
         import mlflow
 
@@ -142,7 +195,10 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
                 "emit_max_ms": max(emits) * 1000.0,
                 "emit_p99_us": sorted(emits)[int(0.99 * (len(emits) - 1))] * 1e6,
                 "emits": len(emits),
-                "outage_s": stopped[1] - stopped[0] if len(stopped) == 2 else None,
+                "outage_s": stopped[-1] - stopped[0] if len(stopped) >= 2 else None,
+                "catch_up_s": caught_up[0] - stopped[-1] if caught_up else None,
+                "exit_delay_s": exit_delay,
+                "journaled_at_exit": metrics.get(WRITER, {}).get("journaled"),
                 "close_after_learn_s": close_s,
                 "expected_points": sum(expected.values()),
                 "missing_points": None
@@ -156,6 +212,10 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
             }
         )
     )
+    if server is not None:
+        server.stop()
+    if own is not None:
+        own.cleanup()
 
 
 def _read_back(uri: str, run_id: str, keys: set[str]) -> Counter[tuple[str, int]]:
@@ -175,48 +235,75 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextlib.contextmanager
-def mlflow_server(folder: Path) -> Iterator[tuple[str, int]]:
-    """A real ``mlflow server`` on 127.0.0.1 with a sqlite store under ``folder``."""
-    port = _free_port()
-    mlflow = Path(sys.executable).parent / "mlflow"
-    process = subprocess.Popen(
-        [
-            str(mlflow),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{folder / 'mlflow.db'}",
-            "--default-artifact-root",
-            str(folder / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(folder / "server.log").open("w"),
-    )
-    uri = f"http://127.0.0.1:{port}"
-    try:
+class Server:
+    """A real ``mlflow server`` on 127.0.0.1 with a sqlite store under ``folder``; it can be
+    killed and started again on the same store and port."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = _free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        mlflow = Path(sys.executable).parent / "mlflow"
+        self.process = subprocess.Popen(
+            [
+                str(mlflow),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.folder / 'mlflow.db'}",
+                "--default-artifact-root",
+                str(self.folder / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.folder / "server.log").open("a"),
+            start_new_session=True,  # its workers go with it
+        )
         for _ in range(240):  # bounded: 60 s
             try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=1) as answer:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as answer:
                     if answer.status == 200:
-                        break
+                        return self.uri
             except OSError:
                 time.sleep(0.25)
-        else:
-            raise RuntimeError(f"mlflow server did not answer; see {folder / 'server.log'}")
-        yield uri, process.pid
-    finally:
-        os.kill(process.pid, signal.SIGCONT)
-        process.terminate()
+        raise RuntimeError(f"mlflow server did not answer; see {self.folder / 'server.log'}")
+
+    def kill(self) -> None:
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        os.killpg(self.process.pid, signal.SIGCONT)
+        os.killpg(self.process.pid, signal.SIGTERM)
         try:
-            process.wait(10)
+            self.process.wait(10)
         except subprocess.TimeoutExpired:
-            process.kill()
+            self.kill()
+        self.process = None
+
+
+@contextlib.contextmanager
+def mlflow_server(folder: Path) -> Iterator[tuple[str, int]]:
+    """The shared server of the run: ``(uri, pid)``; ``SIGSTOP`` to its process group hangs
+    it."""
+    server = Server(folder)
+    uri = server.start()
+    try:
+        assert server.process is not None
+        yield uri, server.process.pid  # its process group: os.killpg hangs it whole
+    finally:
+        server.stop()
 
 
 def main() -> None:
@@ -247,7 +334,8 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
     base = rate.get("none")
     print(
         f"{'variant':<14}{'steps/s (each run)':>28}{'median':>9}{'vs none':>9}"
-        f"{'max emit ms':>13}{'points':>9}{'missing':>9}{'dup':>5}"
+        f"{'max emit ms':>13}{'points':>9}{'missing':>9}{'dup':>5}{'catch-up s':>12}"
+        f"{'exit delay s':>14}{'journaled':>11}"
     )
     for variant, rs in runs.items():
         each = ", ".join(f"{r['steps_per_s']:.0f}" for r in rs)
@@ -256,9 +344,13 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
         points = rs[0]["expected_points"]
         missing = sum(r["missing_points"] or 0 for r in rs) if rs[0]["mlflow_run_id"] else "-"
         dup = sum(r["duplicated_points"] or 0 for r in rs) if rs[0]["mlflow_run_id"] else "-"
+        catch_up = [r["catch_up_s"] for r in rs if r.get("catch_up_s") is not None]
+        caught = f"{max(catch_up):.1f}" if catch_up else "-"
+        delay = max(r["exit_delay_s"] for r in rs)
+        left = max((r.get("journaled_at_exit") or 0) for r in rs)
         print(
             f"{variant:<14}{each:>28}{rate[variant]:>9.0f}{versus:>9}{worst:>13.1f}"
-            f"{points:>9}{missing!s:>9}{dup!s:>5}"
+            f"{points:>9}{missing!s:>9}{dup!s:>5}{caught:>12}{delay:>14.1f}{left:>11}"
         )
     # The machine drifts between runs by more than some effects: each repeat's pair, run back
     # to back, as a ratio too.
@@ -271,9 +363,10 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
                 for a, b in zip(runs["none"], runs[variant], strict=True)
             )
             print(f"{variant}: median paired ratio to none {(paired - 1.0) * 100.0:+.1f} %")
-    for r in runs.get("evtrain-hung", []):
-        if r["outage_s"] is not None:
-            print(f"evtrain-hung: server stopped for {r['outage_s']:.1f} s of the run")
+    for variant in ("evtrain-hung", "evtrain-killed"):
+        for r in runs.get(variant, []):
+            if r["outage_s"] is not None:
+                print(f"{variant}: server down for {r['outage_s']:.1f} s of the run")
     write_json("trackers.json", {"runs": runs, "median_steps_per_s": rate})
 
 

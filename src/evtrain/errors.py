@@ -141,3 +141,23 @@ class NonFiniteError(EvtrainError, ArithmeticError):
             f"behavior {behavior}: non-finite {quantity} (NaN or infinity) at step {step}, "
             f"expected finite numbers; {fix}"
         )
+
+
+class PermanentDeliveryError(EvtrainError, RuntimeError):
+    """A ``spool`` subscriber (a tracker writer) says its sink rejected an event for good: a
+    validation error, a 4xx answer.  Retrying cannot help, so the bus does not retry it: the
+    event goes to the dead-letter file ``run_logs/dead_letter/<subscriber>.jsonl`` with this
+    message as its reason, is counted (``SubscriberMetrics.dead_lettered``, the close report),
+    and later events flow.  Any other exception is transient: the event stays journaled and is
+    retried.
+
+    ``keys`` names the offending parts when the subscriber delivered the rest of the event (an
+    MLflow metric key over the length limit): only those are dead-lettered.
+    """
+
+    def __init__(self, reason: str, keys: tuple[str, ...] = ()) -> None:
+        self.reason = reason
+        """Why the sink refused it, as the dead-letter record says."""
+        self.keys = keys
+        """The parts of the event that were refused; empty: all of it."""
+        super().__init__(reason)

@@ -147,6 +147,7 @@ def test_bus_metrics_recorded_when_connected(tmp_path: Path) -> None:
         "retries",
         "stalls",
         "stalled_s",
+        "dead_lettered",
     }
 
 

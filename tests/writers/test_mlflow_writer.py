@@ -36,13 +36,13 @@ mlflow = pytest.importorskip("mlflow")
 
 from mlflow import MlflowClient  # noqa: E402 - only once mlflow is known to be there
 
+from evtrain_writers._mlflow_requests import _limits as limits  # noqa: E402
 from evtrain_writers.mlflow_writer import (  # noqa: E402
     MAX_PARAM_VALUE,
     MlflowOptions,
     MlflowWriter,
     request_limits,
 )
-from evtrain_writers.mlflow_writer import _limits as limits  # noqa: E402
 
 MLFLOW = Path(sys.executable).parent / "mlflow"
 REWARD = "CartPole/Environment/Cumulative Reward"

@@ -25,7 +25,7 @@ from evtrain.errors import ConfigError
 
 SPOOL = "spool"
 """The overflow policy of writers to a remote tracker: lossless, journaled, never blocks the
-trainer, retries a failing event with backoff."""
+trainer, probes a failing tracker on a short fixed interval (``bus.retry_backoff_s``)."""
 
 
 def remote_overflow() -> str | None:
@@ -86,10 +86,11 @@ class TrackerRecord:
 class LoggedSteps:
     """The last step logged per key, and the timestamps of events not yet logged.
 
-    The stats hook has no event time, so the first delivery of a period fixes its timestamp and
-    a retry of that period reuses it: the tracker receives the same request again, which a
-    tracker that stores ``(key, step, timestamp, value)`` rows (MLflow's SQL store) folds into
-    the row it already has.
+    The writers take each period's time from its event (``write_stats_event``); a caller of
+    plain ``write_stats`` has none, so there the first delivery of a period fixes its
+    timestamp and a retry of that period reuses it: the tracker receives the same request
+    again, which a tracker that stores ``(key, step, timestamp, value)`` rows (MLflow's SQL
+    store) folds into the row it already has.
     """
 
     def __init__(self, last: Mapping[str, int] | None = None) -> None:

@@ -18,6 +18,14 @@ before ``run_started``); its id is kept in ``run_logs/mlflow.json``, and ``--res
 that run.  A re-delivered event is logged once: the writer skips each ``(key, step)`` the run
 already has, and a resumed run first reads the last step of every metric from the tracker.
 
+Each point's timestamp is its event's own time (``StatsEvent.time``), also when it is
+delivered after an outage or by ``evtrain sync``.  While the server is down the bus calls
+:meth:`MlflowWriter.probe` (the experiment's lookup) every ``bus.retry_backoff_s``.  A
+rejection (4xx-class MLflow codes, a key over MLflow's length limit) raises
+:class:`~evtrain.errors.PermanentDeliveryError` and is dead-lettered — only the refused keys
+when the rest of a period could be logged; anything else is transient and retried
+(:mod:`evtrain_writers._mlflow_checks`, which also refuses bad settings at start).
+
 Every request is bounded: mlflow's own HTTP client retries for minutes by default
 (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``), and a writer that hangs
 holds its events hostage.  The writer's requests fail after ``request_timeout`` seconds and
@@ -30,20 +38,33 @@ needs its time).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
 import attrs
 
 from evtrain.bus.writers import StatsWriter
-from evtrain.events.payloads import ExportEvent, RunFinished, RunStarted, RunStatus, SaveEvent
+from evtrain.errors import PermanentDeliveryError
+from evtrain.events.payloads import (
+    ExportEvent,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    SaveEvent,
+    StatsEvent,
+)
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
+from evtrain_writers._mlflow_checks import check_at_start, permanent
+from evtrain_writers._mlflow_requests import (
+    _bound_mlflow_requests,
+    _limits,
+)
+from evtrain_writers._mlflow_requests import (
+    request_limits as request_limits,  # re-exported: part of this module's API
+)
 from evtrain_writers._options import writer_options
 from evtrain_writers._tracker import (
     LoggedSteps,
@@ -114,57 +135,6 @@ class MlflowOptions:
     the writer's call fails and the bus's policy takes over."""
 
 
-_LIMITS: ContextVar[tuple[float, int] | None] = ContextVar("evtrain_mlflow_limits", default=None)
-
-
-def _bound_mlflow_requests() -> bool:
-    """Wrap ``mlflow.utils.rest_utils.http_request`` (once) so that calls made inside
-    :func:`_limits` get its timeout and retries; ``False`` when mlflow has no such function."""
-    from mlflow.utils import rest_utils
-
-    original = getattr(rest_utils, "http_request", None)
-    if original is None:
-        return False
-    if getattr(original, "evtrain_bounded", False):
-        return True
-
-    @functools.wraps(original)
-    def http_request(*args: Any, **kwargs: Any) -> Any:
-        for name, value in request_limits().items():
-            if kwargs.get(name) is None:
-                kwargs[name] = value
-        return original(*args, **kwargs)
-
-    http_request.evtrain_bounded = True  # type: ignore[attr-defined]
-    rest_utils.http_request = http_request
-    return True
-
-
-def request_limits() -> dict[str, Any]:
-    """What the wrapped ``http_request`` adds to a request made now: the limits of the writer
-    whose call this is, nothing outside a writer's call (or on another thread)."""
-    limits = _LIMITS.get()
-    if limits is None:
-        return {}
-    timeout, retries = limits
-    return {
-        "timeout": timeout,
-        "max_retries": retries,
-        "backoff_factor": 0.5,
-        "backoff_jitter": 0.0,
-        "retry_timeout_seconds": max(1, round(timeout * (retries + 1))),
-    }
-
-
-@contextlib.contextmanager
-def _limits(timeout: float, retries: int) -> Iterator[None]:
-    token = _LIMITS.set((timeout, retries))
-    try:
-        yield
-    finally:
-        _LIMITS.reset(token)
-
-
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -219,13 +189,31 @@ class MlflowWriter(StatsWriter):
         """Params the MLflow run has: they cannot change once logged."""
         self._token = uuid.uuid4().hex
         self._create_tried = False
+        self._finished = False
+        self.stall_timeout = options.request_timeout / 2
+        """Below the request timeout, so a hung request is reported as a stall before it
+        fails (``Bus.add_writer`` takes it)."""
 
     # -- the MLflow run ----------------------------------------------------------------------
 
     def _call(self, request: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``request(*args, **kwargs)`` (tracking calls) within the writer's time limits."""
+        """``request(*args, **kwargs)`` (tracking calls) within the writer's time limits; a
+        rejection (4xx-class) raises :class:`~evtrain.errors.PermanentDeliveryError`."""
         with _limits(self.options.request_timeout, self.options.request_retries):
-            return request(*args, **kwargs)
+            try:
+                return request(*args, **kwargs)
+            except Exception as error:
+                reason = permanent(error)
+                if reason is None:
+                    raise
+                raise PermanentDeliveryError(reason) from error
+
+    def probe(self) -> None:
+        """A cheap request (the experiment's lookup): returns once the server answers."""
+        from mlflow import MlflowClient
+
+        client = self.client or MlflowClient(self.options.tracking_uri)
+        self._call(client.get_experiment_by_name, self.options.experiment)
 
     def _open(self, start: float | None = None) -> tuple[MlflowClient, str]:
         if self.client is not None and self.run_id is not None:
@@ -300,7 +288,16 @@ class MlflowWriter(StatsWriter):
     def on_run_started(self, event: RunStarted) -> None:
         self._open(event.time)
 
+    def write_stats_event(self, event: StatsEvent) -> None:
+        """Each point carries the event's own time, also when delivered late."""
+        self._write(event.category, event.values, event.step, _ms(event.time))
+
     def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+        self._write(category, values, step, None)
+
+    def _write(
+        self, category: str, values: Mapping[str, StatsSummary], step: int, at: int | None
+    ) -> None:
         from mlflow.entities import Metric
 
         client, run_id = self._open()
@@ -310,13 +307,34 @@ class MlflowWriter(StatsWriter):
             if key not in self.hidden_keys
             for point in metric_values(f"{category}/{key}", summary)
         )
-        timestamp = _ms(self.logged.timestamp(category, step))
+        timestamp = _ms(self.logged.timestamp(category, step)) if at is None else at
         missing = self.logged.missing(points, step)
-        metrics = [Metric(key, points[key], timestamp, step) for key in missing]
+        refused = [key for key in missing if len(key) > MAX_KEY]
+        metrics = [
+            Metric(key, points[key], timestamp, step) for key in missing if key not in refused
+        ]
+        reasons = [f"metric key {key!r} is longer than MLflow's {MAX_KEY}" for key in refused]
         for chunk in _chunks(metrics, MAX_METRICS_PER_BATCH):
-            self._call(client.log_batch, run_id, metrics=list(chunk))
+            try:
+                self._call(client.log_batch, run_id, metrics=list(chunk))
+            except PermanentDeliveryError as error:
+                if len(chunk) == 1:
+                    raise
+                # One key of the batch is refused: log them one by one to find which.
+                for metric in chunk:
+                    try:
+                        self._call(client.log_batch, run_id, metrics=[metric])
+                    except PermanentDeliveryError as alone:
+                        refused.append(metric.key)
+                        reasons.append(alone.reason)
+                    else:
+                        self.logged.mark(category, [metric.key], step)
+                del error
+                continue
             self.logged.mark(category, [m.key for m in chunk], step)
         self.logged.mark(category, (), step)
+        if refused:
+            raise PermanentDeliveryError("; ".join(reasons), keys=tuple(refused))
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
         from mlflow.entities import Param
@@ -373,6 +391,18 @@ class MlflowWriter(StatsWriter):
         client, run_id = self._open()
         status, end = STATUS[event.status], _ms(event.time)
         self._call(client.set_terminated, run_id, status, end_time=end)
+        self._finished = True
+
+    def close(self) -> None:
+        """An MLflow run this writer continued (``evtrain sync`` of a run that was killed, so
+        its journal has no ``run_finished``) and left RUNNING is ended as KILLED."""
+        if self._finished or not self.resume or self.client is None or self.run_id is None:
+            return
+        run = self._call(self.client.get_run, self.run_id)
+        if run.info.status == "RUNNING":
+            # update_run, not set_terminated: that one prints the run's URL to stdout (sync's
+            # report), and a killed run has no known end time anyway.
+            self._call(self.client.update_run, self.run_id, status="KILLED")
 
 
 def get_mlflow_writers(run_options: RunOptions) -> list[StatsWriter]:
@@ -385,6 +415,7 @@ def get_mlflow_writers(run_options: RunOptions) -> list[StatsWriter]:
     if options is None:
         return []
     require("mlflow", "mlflow")
+    check_at_start(options)
     settings = run_options.checkpoint_settings
     return [
         MlflowWriter(

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import attrs
 
 from evtrain.bus.writers import StatsWriter
-from evtrain.events.payloads import ExportEvent, RunFinished, RunStarted, RunStatus, SaveEvent
+from evtrain.events.payloads import (
+    ExportEvent,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    SaveEvent,
+    StatsEvent,
+)
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain_writers._options import writer_options
 from evtrain_writers._tracker import TrackerRecord, remote_overflow, require
@@ -166,7 +173,16 @@ class WandbWriter(StatsWriter):
     def on_run_started(self, event: RunStarted) -> None:
         self._open()
 
+    def write_stats_event(self, event: StatsEvent) -> None:
+        """The row carries the event's own time (``_timestamp``), also when delivered late."""
+        self._write(event.category, event.values, event.step, event.time)
+
     def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+        self._write(category, values, step, None)
+
+    def _write(
+        self, category: str, values: Mapping[str, StatsSummary], step: int, at: float | None
+    ) -> None:
         import wandb
 
         run = self._open()
@@ -193,11 +209,14 @@ class WandbWriter(StatsWriter):
             data = {} if done is None else {k: v for k, v in data.items() if k not in done}
         if not data:
             return
+        keys = list(data)
+        if at is not None:
+            data["_timestamp"] = at
         run.log(data, step=step)
         if step > self.step:
             self.step, self.at_step = step, set()
         if self.at_step is not None:
-            self.at_step.update(data)
+            self.at_step.update(keys)
         self._write_record()
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:

@@ -19,7 +19,14 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evtrain.bus.closing import CloseReport, Deadline, drain, drain_at_exit, pass_marker
+from evtrain.bus.closing import (
+    CloseReport,
+    Deadline,
+    drain,
+    drain_at_exit,
+    pass_close_marker,
+    pass_marker,
+)
 from evtrain.bus.delivery import FailureContext, FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
@@ -77,8 +84,11 @@ class Bus:
         folder, removed at close when empty (lossless in-process, not across a crash).
     :param journal_max_bytes: most bytes one journal keeps; beyond, its oldest events drop.
     :param journal_fsync_s: seconds between a journal's fsyncs (and persisted acks).
-    :param retry_backoff_s: a spool subscriber's first wait before retrying an event that
-        raised; it doubles up to ``retry_backoff_max_s``.
+    :param retry_backoff_s: how often a spool subscriber whose sink is down is probed (its
+        ``probe`` hook) or, without one, its event retried: a fixed interval, so a sink that
+        comes back is noticed within it (:mod:`evtrain.bus.spool_delivery`).
+    :param retry_backoff_max_s: an upper bound on that interval (the smaller of the two is
+        used); the interval no longer grows.
     """
 
     def __init__(
@@ -147,8 +157,7 @@ class Bus:
             report=self.emit_internal,
             raise_later=self.raise_later,
             report_stall=self.emit_internal,
-            retry_backoff_s=retry_backoff_s,
-            retry_backoff_max_s=max(retry_backoff_s, retry_backoff_max_s),
+            retry_backoff_s=min(retry_backoff_s, retry_backoff_max_s),
         )
         self._dispatcher = Dispatcher(self._on_fatal, failures)
         self._open = True
@@ -212,7 +221,7 @@ class Bus:
             check_signature(subscriber, label)
         hooks = {
             hook: fn
-            for hook in ("flush", "close")
+            for hook in ("flush", "close", "probe")
             if callable(fn := getattr(subscriber, hook, None))
         }
         settings = SubscriberSettings(
@@ -251,6 +260,9 @@ class Bus:
         options.setdefault("name", subscriber_name(writer))
         if writer.overflow is not None:
             options.setdefault("overflow", writer.overflow)
+        stall_timeout = getattr(writer, "stall_timeout", None)
+        if stall_timeout is not None:  # below its request timeout: a hang shows as a stall
+            options.setdefault("stall_timeout", min(stall_timeout, self.stall_timeout))
         handle = self.connect(WRITER_SIGNALS, adapter, **options)
         if handle.active:
             writer.on_connect(self)
@@ -329,7 +341,19 @@ class Bus:
         # From inside the dispatcher, waiting would wait for itself: the marker does the rest.
         inside = self._dispatcher.owns_current_thread()
         timeout = self.drain_timeout if timeout is None else timeout
-        if not pass_marker([sub], 0.0 if inside else timeout, close=True) and not inside:
+        if inside:
+            pass_marker([sub], 0.0, close=True)
+            return
+        if pass_close_marker([sub], Deadline(timeout)):
+            # A spool sink plainly down: its events stay in its journal, for a later bus.
+            sub.abandon()
+            left = sub.inbox.left if isinstance(sub.inbox, SpoolInbox) else 0
+            raise BusTimeoutError(
+                f"subscriber {sub.name!r} gave up: its sink is down; {left} events are kept "
+                "in its journal",
+                [sub.name],
+            )
+        if not sub.finished:
             raise BusTimeoutError(
                 f"subscriber {sub.name!r} did not finish within {timeout}s", [sub.name]
             )

@@ -33,6 +33,9 @@ class CloseReport:
     """Per spool subscriber: events left undelivered in its journal — kept on disk, not lost;
     the next bus that connects it over the same journal delivers them first.  0 when it
     caught up."""
+    dead_lettered: dict[str, int] = attrs.field(factory=dict)
+    """Per spool subscriber that had any: events (or parts) its sink refused for good,
+    written to its dead-letter file."""
 
     def describe(self) -> str:
         """One line naming each subscriber the close left behind and what it left: events
@@ -97,17 +100,22 @@ def drain(
     once the bus is closed — so nothing (an exit hook) waits on a hung subscriber again.
     """
     interrupted: BaseException | None = None
+    given_up: set[int] = set()
     try:
         if subs:
-            _pass_close_marker(subs, deadline)
+            given_up = pass_close_marker(subs, deadline)
         for sub in subs:
-            wait_ended(sub, deadline.left())
+            wait_ended(sub, 0.0 if id(sub) in given_up else deadline.left())
     except BaseException as error:  # re-raised by the caller, after the bus is closed
         interrupted = error
-    timed_out = tuple(sub.name for sub in subs if not wait_ended(sub, 0.0))
+    # A sink given up as down is reported once, below, with what its journal keeps.
+    timed_out = tuple(
+        sub.name for sub in subs if id(sub) not in given_up and not wait_ended(sub, 0.0)
+    )
     undelivered: dict[str, int] = {}
     delivered: dict[str, int] = {}
     journaled: dict[str, int] = {}
+    dead: dict[str, int] = {}
     for sub in subs:
         lost = sub.abandon()
         if lost:
@@ -115,17 +123,25 @@ def drain(
         if isinstance(sub.inbox, SpoolInbox):
             delivered[sub.name] = sub.delivered
             journaled[sub.name] = sub.inbox.left
+            if sub.inbox.dead_lettered:
+                dead[sub.name] = sub.inbox.dead_lettered
             if sub.inbox.left:
+                down = " (its sink is down)" if id(sub) in given_up else ""
                 logger.warning(
-                    "Subscriber %r did not catch up before the bus closed: %d events are kept "
-                    "undelivered in its journal %s; a bus connecting it over that journal "
+                    "Subscriber %r did not catch up before the bus closed%s: %d events are "
+                    "kept undelivered in its journal %s; a bus connecting it over that journal "
                     "delivers them first.",
                     sub.name,
+                    down,
                     sub.inbox.left,
                     sub.inbox.journal.folder,
                 )
     report = CloseReport(
-        undelivered=undelivered, timed_out=timed_out, delivered=delivered, journaled=journaled
+        undelivered=undelivered,
+        timed_out=timed_out,
+        delivered=delivered,
+        journaled=journaled,
+        dead_lettered=dead,
     )
     if undelivered or timed_out:
         why = "" if interrupted is None else f" ({type(interrupted).__name__})"
@@ -133,21 +149,55 @@ def drain(
     return report, interrupted
 
 
-def _pass_close_marker(subs: Sequence[Subscription], deadline: Deadline) -> None:
+GIVE_UP_S = 2.0
+"""A spool subscriber whose sink is down (failing, its probes too; a call that is merely slow
+is not) and that acknowledged nothing for this long during a close is given up: its events
+stay in its journal."""
+POLL_S = 0.1
+
+
+def pass_close_marker(subs: Sequence[Subscription], deadline: Deadline) -> set[int]:
+    """Pass the close marker and wait for it until ``deadline`` — or, once every subscriber
+    still behind is a spool one whose sink is plainly down (:data:`GIVE_UP_S` without
+    progress), no longer.  Returns the ``id`` of those given up early."""
     marker = Marker(len(subs), close=True)
     for sub in subs:
         sub.inbox.put_marker(marker)
-    left = deadline.left()
-    if marker.wait(NOTICE_AFTER_S if left is None else min(NOTICE_AFTER_S, left)):
-        return
-    left = deadline.left()
-    if left:
-        logger.warning(
-            "Closing the bus: waiting up to %.0f s more for %s (Ctrl-C stops waiting).",
-            left,
-            ", ".join(repr(sub.name) for sub in subs if not sub.finished) or "their close",
-        )
-        marker.wait(left)
+    start = time.monotonic()
+    progress = {id(s): (s.inbox.acked, start) for s in subs if isinstance(s.inbox, SpoolInbox)}
+    noticed = False
+    while True:
+        left = deadline.left()
+        if marker.wait(POLL_S if left is None else min(POLL_S, left)):
+            return set()
+        if left is not None and left <= POLL_S:
+            return set()
+        now = time.monotonic()
+        behind = [s for s in subs if not s.finished]
+        down: set[int] = set()
+        for sub in behind:
+            inbox = sub.inbox
+            if not isinstance(inbox, SpoolInbox):
+                continue
+            acked, since = progress[id(sub)]
+            if inbox.acked != acked:
+                progress[id(sub)] = (inbox.acked, now)
+            elif inbox.failing and now - since >= GIVE_UP_S:
+                down.add(id(sub))
+        if behind and len(down) == len(behind):
+            return down
+        if not noticed and now - start >= NOTICE_AFTER_S:
+            noticed = True
+            waiting = [
+                s for s in behind if not (isinstance(s.inbox, SpoolInbox) and s.inbox.failing)
+            ]
+            if waiting:
+                left = deadline.left()
+                logger.warning(
+                    "Closing the bus: waiting %s for %s (Ctrl-C stops waiting).",
+                    "until they finish" if left is None else f"up to {left:.0f} s more",
+                    ", ".join(repr(sub.name) for sub in waiting),
+                )
 
 
 class Closable(Protocol):

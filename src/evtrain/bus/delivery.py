@@ -16,10 +16,9 @@ most once per :data:`LOG_EVERY_S` per subscriber, with the number suppressed), e
 only as a :class:`FailureContext`: the policy and a few callables.  The counters it changes
 belong to the :class:`~evtrain.bus.subscription.Subscription` and change through its methods.
 
-A ``spool`` subscriber (:func:`deliver_spool`) is never disabled: the event that raised is
-retried after a backoff (``retry_backoff_s`` doubling to ``retry_backoff_max_s``) until it
-succeeds or the bus gives up on the subscriber at close; later events wait behind it, in the
-journal.  Each failed try goes through :func:`record_failure` like any other failure.
+A ``spool`` subscriber is never disabled: its delivery (:mod:`evtrain.bus.spool_delivery`)
+retries a failing event on a short fixed interval, dead-letters a permanently refused one,
+and logs each outage once instead of through :func:`record_failure`.
 
 A full disk (``ENOSPC``, ``EDQUOT``: :func:`disk_full`) is transient: it never counts towards
 ``disable``, is logged as one line naming the path (no traceback), and the event that met it is
@@ -42,8 +41,6 @@ import attrs
 
 from evtrain.atomic import disk_full
 from evtrain.bus.inbox import Item, Marker
-from evtrain.bus.journal import Entry
-from evtrain.bus.spool import Replay, SpoolInbox, SpoolItem
 from evtrain.bus.subscription import Subscription
 from evtrain.events.payloads import SubscriberFailed, SubscriberStalled
 
@@ -82,9 +79,7 @@ class FailureContext:
     report_stall: Callable[[SubscriberStalled], None]
     """Queues ``subscriber_stalled`` without ever blocking (``Bus.emit_internal``)."""
     retry_backoff_s: float = 0.5
-    """A spool subscriber's first wait before it retries an event that raised."""
-    retry_backoff_max_s: float = 30.0
-    """The wait doubles after each failed retry, up to this."""
+    """How often a spool subscriber whose sink is down is probed (or its event retried)."""
 
 
 _ON_MAIN: tuple[type[BaseException], ...] = (Exception,)
@@ -272,104 +267,9 @@ async def _isolated(
     return True
 
 
-async def deliver_spool(
-    sub: Subscription, inbox: SpoolInbox, batch: list[SpoolItem], failures: FailureContext
-) -> None:
-    """Hand a spool subscriber's ``batch`` over in order: live events from memory, replays
-    read from its journal, markers; each event retried until it succeeds.
-
-    An event is acknowledged (its journal may drop it) only once its sink says it is durable:
-    a subscriber with a ``flush`` hook (a writer) is flushed at the end of the batch and
-    before each marker, and what it took before a flush that returned is acknowledged then."""
-    unsynced: list[tuple[int, bool]] = []
-    for item in batch:
-        if isinstance(item, Marker):
-            await _acknowledge(sub, inbox, failures, unsynced)
-            await _pass_marker(sub, failures, item)
-        elif isinstance(item, Replay):
-            for entry in inbox.replay(item):
-                if not await _until_delivered(sub, inbox, failures, entry, unsynced, True):
-                    return
-        elif not await _until_delivered(sub, inbox, failures, item, unsynced, False):
-            return
-    await _acknowledge(sub, inbox, failures, unsynced)
-
-
-async def _acknowledge(
-    sub: Subscription, inbox: SpoolInbox, failures: FailureContext, unsynced: list[tuple[int, bool]]
-) -> None:
-    """Flush the sink, then acknowledge the events ``unsynced`` lists (``(seq, replayed)``);
-    a flush that raises leaves them in the journal (a later flush acknowledges them)."""
-    if unsynced and await _isolated(sub, failures, "flush", sub.hooks["flush"]):
-        for seq, replayed in unsynced:
-            inbox.acknowledge(seq, replayed=replayed)
-        unsynced.clear()
-
-
-async def _until_delivered(
-    sub: Subscription,
-    inbox: SpoolInbox,
-    failures: FailureContext,
-    entry: Entry,
-    unsynced: list[tuple[int, bool]],
-    replayed: bool,
-) -> bool:
-    """Deliver one event, retrying with backoff while it raises; ``False`` once the bus gave
-    up on the subscriber (the event stays in the journal).  A sink with a ``flush`` hook has
-    the event noted in ``unsynced`` (acknowledged after its next flush), others acknowledge
-    it at once."""
-    seq, t, payload = entry
-    call, awaited = sub.call, sub.is_async
-    delay = failures.retry_backoff_s
-    failing = False
-    while not (inbox.abandoned or sub.finished):
-        sub.begin(payload)
-        try:
-            if awaited:
-                await call(payload)
-            else:
-                call(payload)
-        except isolable() as error:
-            sub.end()
-            record_failure(sub, failures, sub.signal_name(payload), error, retry_in=delay)
-            if not failing:
-                failing = True
-                inbox.hold(failing=True)
-            if awaited:
-                await _sleep_unless_closed(inbox, delay)
-            elif inbox.wait_closed(delay):
-                break
-            sub.count_retry()
-            delay = min(delay * 2, failures.retry_backoff_max_s)
-            continue
-        sub.handled(t, ok=True)
-        if "flush" in sub.hooks:
-            unsynced.append((seq, replayed))
-        else:
-            inbox.acknowledge(seq, replayed=replayed)
-        if failing:
-            inbox.hold(failing=False)
-        return True
-    return False
-
-
-async def _sleep_unless_closed(inbox: SpoolInbox, seconds: float) -> None:
-    """An async subscriber's backoff, on the loop: ends early once the bus gives up."""
-    with anyio.move_on_after(seconds):
-        while not inbox.abandoned:
-            await anyio.sleep(0.05)
-
-
 def deliver(sub: Subscription, batch: list[Item], failures: FailureContext) -> None:
     """Hand ``batch`` to a sync subscriber on the calling (worker) thread."""
     run_to_end(sub, deliver_async(sub, batch, failures))
-
-
-def deliver_spool_sync(
-    sub: Subscription, inbox: SpoolInbox, batch: list[SpoolItem], failures: FailureContext
-) -> None:
-    """:func:`deliver_spool` for a sync subscriber, on its worker thread."""
-    run_to_end(sub, deliver_spool(sub, inbox, batch, failures))
 
 
 def run_to_end(sub: Subscription, steps: Coroutine[Any, Any, None]) -> None:

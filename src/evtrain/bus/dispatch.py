@@ -35,15 +35,10 @@ from collections.abc import Callable
 
 import anyio
 
-from evtrain.bus.delivery import (
-    FailureContext,
-    deliver,
-    deliver_async,
-    deliver_spool,
-    deliver_spool_sync,
-)
+from evtrain.bus.delivery import FailureContext, deliver, deliver_async
 from evtrain.bus.inbox import EVERY_INBOX, Item, Marker, consumes
 from evtrain.bus.spool import AnyInbox, SpoolInbox, SpoolItem
+from evtrain.bus.spool_delivery import deliver_spool, deliver_spool_sync
 from evtrain.bus.subscription import Subscription
 from evtrain.events.payloads import SubscriberStalled
 

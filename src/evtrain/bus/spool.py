@@ -79,6 +79,9 @@ class SpoolInbox:
         "acked",
         "capacity",
         "capacity_bytes",
+        "dead_lettered",
+        "down_at",
+        "down_since",
         "dropped",
         "journal",
         "left",
@@ -125,6 +128,13 @@ class SpoolInbox:
         before delivery, or emitted after the bus gave up on this inbox."""
         self.left = 0
         """After :meth:`abandon`: events kept in the journal undelivered."""
+        self.dead_lettered = 0
+        """Events (or parts of events) the sink refused for good, written to the dead-letter
+        file (:mod:`evtrain.bus.spool_delivery`)."""
+        self.down_since: float | None = None
+        """``time.monotonic()`` when the sink stopped taking events; ``None`` while it does."""
+        self.down_at: float | None = None
+        """The same moment as a unix time, for the console."""
         self.sleeping = False
         self.waker: Callable[[], None] = _nothing
         self.abandoned = False
@@ -317,6 +327,11 @@ class SpoolInbox:
             waiting = [(seq, m) for seq, m in queued if m.journaled]
         for seq, marker in waiting:
             self._writer.when_written(seq - 1, functools.partial(marker.arrive, self))
+
+    @property
+    def failing(self) -> bool:
+        """The sink fails (its probes too): it is down, not merely slow."""
+        return self._failing
 
     def wait_closed(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` unless the bus gives up on this inbox; ``True`` if it did."""

@@ -93,6 +93,9 @@ class SubscriberMetrics:
     """Calls that outlived the subscriber's ``stall_timeout``."""
     stalled_s: float = 0.0
     """Seconds spent in those calls, the one running now included."""
+    dead_lettered: int = 0
+    """Spool: events (or parts of events) its sink refused for good, written to its
+    dead-letter file (``run_logs/dead_letter/<subscriber>.jsonl`` in a run)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data, e.g. for ``timers.json``."""
@@ -260,6 +263,7 @@ class Subscription:
             retries=self.retries,
             stalls=self.stalls,
             stalled_s=stalled_s,
+            dead_lettered=inbox.dead_lettered if isinstance(inbox, SpoolInbox) else 0,
         )
 
 

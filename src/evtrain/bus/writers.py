@@ -52,6 +52,12 @@ class StatsWriter(abc.ABC):
     def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
         """Record one summary period of ``category`` labelled with ``step``."""
 
+    def write_stats_event(self, event: StatsEvent) -> None:
+        """Record one summary period: :meth:`write_stats` of its category, values and step.
+        A writer that needs the event's own time (``event.time``, when the period was
+        summarised, also when it is delivered later from a journal) overrides this."""
+        self.write_stats(event.category, event.values, event.step)
+
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Record a property (e.g. hyperparameters).  Writers need not support every type."""
 
@@ -86,7 +92,7 @@ class StatsWriter(abc.ABC):
 class WriterAdapter:
     """Calls the writer's method for each payload type; exposes ``flush``/``close``."""
 
-    __slots__ = ("close", "flush", "writer")
+    __slots__ = ("close", "flush", "probe", "writer")
 
     def __init__(self, writer: StatsWriter) -> None:
         if not isinstance(writer, StatsWriter):
@@ -97,12 +103,14 @@ class WriterAdapter:
         self.writer = writer
         self.flush = writer.flush
         self.close = writer.close
+        self.probe = getattr(writer, "probe", None)
+        """A spool writer's cheap request to learn whether its sink is back (optional)."""
 
     def __call__(self, payload: Any) -> None:
         kind = type(payload)
         writer = self.writer
         if kind is StatsEvent:
-            writer.write_stats(payload.category, payload.values, payload.step)
+            writer.write_stats_event(payload)
         elif kind is PropertyEvent:
             writer.add_property(payload.category, payload.property_type, payload.value)
         elif kind is SaveEvent:

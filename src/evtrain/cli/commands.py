@@ -7,12 +7,16 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from evtrain import plugins
 from evtrain.cli.overrides import cli_data, interrupted_line
 from evtrain.config.options import RunOptions
 from evtrain.config.problems import short_repr
 from evtrain.errors import ConfigError
+
+if TYPE_CHECKING:
+    from evtrain.run.learn import LearnResult
 
 
 def list_plugins(groups: Sequence[str], paths: Sequence[str] = ()) -> int:
@@ -79,7 +83,19 @@ def run_learn(args: argparse.Namespace) -> int:
         print(f"TensorBoard: tensorboard --logdir {logdir}")
         if result.status is RunStatus.INTERRUPTED:
             print(interrupted_line(args, result.run_id, result.steps))
+        if result.journaled:
+            print(_sync_line(options.checkpoint_settings.results_dir, result))
     return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
+
+
+def _sync_line(results_dir: str, result: LearnResult) -> str:
+    """The last line of a run whose tracker did not take everything: how to deliver it."""
+    where = "" if results_dir == "results" else f" --results-dir {shlex.quote(results_dir)}"
+    kept = sum(result.journaled.values())
+    return (
+        f"{kept:,} tracker events wait in the journal of {', '.join(result.journaled)}; "
+        f"deliver them once the tracker answers: evtrain sync {shlex.quote(result.run_id)}{where}"
+    )
 
 
 def run_record(args: argparse.Namespace) -> int:

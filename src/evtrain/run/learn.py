@@ -64,6 +64,9 @@ class LearnResult:
     write_path: Path
     models: dict[str, Path]
     """The final exported policy per behavior (``results/<run_id>/<Behavior>.onnx``)."""
+    journaled: dict[str, int] = attrs.field(factory=dict)
+    """Per tracker writer whose tracker did not take everything before the run ended: the
+    events kept in its journal (``evtrain sync RUN_ID`` delivers them)."""
 
 
 def learn(
@@ -192,6 +195,7 @@ class _Run:
             mean_reward={name: self.rewards.mean.get(name) for name in self.trainers},
             write_path=cs.write_path,
             models=self.saves.models,
+            journaled=self.run_bus.journaled,
         )
 
     def _start(self) -> None:

@@ -32,6 +32,9 @@ class RunBus:
         self.drain_timeout = drain_timeout
         self.handles: list[SubscriptionHandle] = []
         """What the run connected to the bus."""
+        self.journaled: dict[str, int] = {}
+        """Per tracker writer that did not take everything by the end: the events kept in
+        its journal (the CLI's last line says ``evtrain sync RUN_ID``)."""
 
     def deadline(self) -> Deadline:
         """``bus.drain_timeout`` from now."""
@@ -69,14 +72,14 @@ class RunBus:
         subscriber does; who was still behind is logged (and in the close report)."""
         if self.own:
             report = self.bus.close(timeout=deadline.left())
-            if not report.clean:
+            behind = [*report.undelivered, *report.timed_out]
+            if behind:
                 logger.warning(
-                    "Subscribers still behind when the run ended (bus.drain_timeout %.0f s): "
-                    "undelivered %s, not closed %s",
+                    "Subscribers still behind when the run ended (bus.drain_timeout %.0f s): %s",
                     self.drain_timeout,
-                    report.undelivered,
-                    list(report.timed_out),
+                    report.describe(),
                 )
+            self.journaled = {name: n for name, n in report.journaled.items() if n}
             return
         # The caller's bus outlives this run: detach (drain, then close) what the run
         # connected, so a second run on the same bus does not write into this run's files.

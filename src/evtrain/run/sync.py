@@ -116,10 +116,14 @@ def _sync(
             pending[name] = backlog
             logger.info("Delivering %d journaled events to %s", backlog, name)
             bus.add_writer(writer, name=name)
-        report = bus.close(timeout=timeout)
+        bus.close(timeout=timeout)
     left = {name: journal_backlog(journal, name) for name in pending}
-    if not report.clean:
-        logger.warning("Not delivered within %.0f s: %s", timeout, left)
+    behind = {name: n for name, n in left.items() if n}
+    if behind:
+        logger.warning(
+            "Still journaled, the tracker did not take them: %s",
+            ", ".join(f"{name}: {n} events" for name, n in behind.items()),
+        )
     return SyncReport(pending=pending, left=left)
 
 

@@ -6,6 +6,8 @@ variants alternating ``--repeats`` times:
 
 * ``none`` — no tracker;
 * ``evtrain`` — evtrain's ``mlflow`` writer (``writers: {mlflow: ...}``, the ``spool`` policy);
+* ``evtrain-process`` — the same writer process-isolated
+  (``bus.subscribers.<writer>.isolation: process``, docs/delivery.md);
 * ``sync`` — what users write, and what Lightning's ``MLFlowLogger`` does: ``mlflow.log_metric``
   for every stat, called synchronously from the training loop (here: from ``Bus.emit``, on the
   trainer's thread, before the event is queued);
@@ -52,7 +54,15 @@ import yaml
 from common import CONFIGS, add_run_args, log_to_file, make_parser, run_child, write_json
 
 CONFIG = CONFIGS / "cartpole_ppo.yaml"
-VARIANTS = ("none", "evtrain", "sync", "evtrain-hung", "evtrain-killed", "evtrain-dead")
+VARIANTS = (
+    "none",
+    "evtrain",
+    "evtrain-process",
+    "sync",
+    "evtrain-hung",
+    "evtrain-killed",
+    "evtrain-dead",
+)
 EXPERIMENT = "bench-trackers"
 WRITER = "evtrain_writers.mlflow_writer.MlflowWriter"
 CATCH_UP_WITHIN_S = 600.0
@@ -75,6 +85,8 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
     behavior["checkpoint_interval"] = steps * 10  # one final save in every variant
     if variant.startswith("evtrain"):
         options["writers"] = {"mlflow": {"tracking_uri": uri, "experiment": EXPERIMENT}}
+    if variant == "evtrain-process":
+        options["bus"] = {"subscribers": {WRITER: {"isolation": "process"}}}
     emits: list[float] = []
     last_stats: list[float] = []
     sent: list[StatsEvent] = []

@@ -19,17 +19,15 @@ time each event costs over the loop without any subscriber.  Writes
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
+from common import machine, write_json
 from evtrain import Bus, StatsEvent, StatsSummary
 from evtrain.events.signals import stats
 
-OUT = Path(__file__).parent / "out"
 HOLD_TEXT = "a" * 18 + "b"
 """The regex engine's work per ``gil`` event: tuned below to about ``--hold-us``."""
 
@@ -113,9 +111,9 @@ def main() -> None:
         cost = (1 / rate - 1 / base) * 1e6
         rows.append({"variant": label, "steps_per_s": rate, "us_per_event": cost})
         print(f"{label:<16} {rate:>10.0f} {cost:>20.1f}")
-    OUT.mkdir(exist_ok=True)
-    result = {"args": vars(args), "rates": rates, "rows": rows}
-    (OUT / "isolation.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(
+        "isolation.json", {"machine": machine(), "args": vars(args), "rates": rates, "rows": rows}
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ variants alternating ``--repeats`` times:
 
 * ``none`` — no tracker;
 * ``evtrain`` — evtrain's ``mlflow`` writer (``writers: {mlflow: ...}``, the ``spool`` policy);
+* ``evtrain-process`` — the same writer process-isolated
+  (``bus.subscribers.<writer>.isolation: process``, docs/delivery.md);
 * ``sync`` — what users write, and what Lightning's ``MLFlowLogger`` does: ``mlflow.log_metric``
   for every stat, called synchronously from the training loop (here: from ``Bus.emit``, on the
   trainer's thread, before the event is queued);
@@ -15,8 +17,10 @@ variants alternating ``--repeats`` times:
   third of the steps and started again (same store, same port) at two thirds;
 * ``evtrain-dead`` — evtrain's writer with nothing listening at its URI for the whole run.
 
-Per run: trainer steps/s (steps over the time from ``learn()`` to the final summary; the
-final save and the writers' drain after it are in ``wall_s``), the longest ``emit`` on the
+Per run: trainer steps/s (the steps between the first and the last summary over the time
+between them: training itself; the start, imports and a tracker's check at start included, is
+``first_summary_s``, and the final save and the writers' drain after the last summary are in
+``wall_s``), the longest ``emit`` on the
 training thread, the catch-up time (from the server answering again to the writer's journal
 being empty), the exit delay (from the final summary to ``learn()`` returning: with a dead
 tracker, how long the run waits for it), and for the MLflow variants the metric points read
@@ -52,7 +56,15 @@ import yaml
 from common import CONFIGS, add_run_args, log_to_file, make_parser, run_child, write_json
 
 CONFIG = CONFIGS / "cartpole_ppo.yaml"
-VARIANTS = ("none", "evtrain", "sync", "evtrain-hung", "evtrain-killed", "evtrain-dead")
+VARIANTS = (
+    "none",
+    "evtrain",
+    "evtrain-process",
+    "sync",
+    "evtrain-hung",
+    "evtrain-killed",
+    "evtrain-dead",
+)
 EXPERIMENT = "bench-trackers"
 WRITER = "evtrain_writers.mlflow_writer.MlflowWriter"
 CATCH_UP_WITHIN_S = 600.0
@@ -75,8 +87,11 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
     behavior["checkpoint_interval"] = steps * 10  # one final save in every variant
     if variant.startswith("evtrain"):
         options["writers"] = {"mlflow": {"tracking_uri": uri, "experiment": EXPERIMENT}}
+    if variant == "evtrain-process":
+        options["bus"] = {"subscribers": {WRITER: {"isolation": "process"}}}
     emits: list[float] = []
     last_stats: list[float] = []
+    summary_steps: list[int] = []
     sent: list[StatsEvent] = []
     log_metric: Any = None
     if variant == "sync":
@@ -102,6 +117,7 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
             emits.append(end - start)
             if type(payload) is StatsEvent:
                 last_stats.append(end)
+                summary_steps.append(payload.step)
 
     with tempfile.TemporaryDirectory() as tmp:
         options["checkpoint_settings"] = {"run_id": "bench", "results_dir": tmp}
@@ -189,9 +205,16 @@ def child(variant: str, steps: int, uri: str, server_pid: int, out: Path) -> Non
                 "wall_s": wall,
                 "train_s": train,
                 "steps": total_steps,
-                # trainer steps/s: up to the final summary (the final save and the drain of
-                # the writers come after it and are in wall_s)
-                "steps_per_s": total_steps / train,
+                # trainer steps/s: from the first summary to the last, i.e. while training
+                # (the start -- imports, the trackers' checks -- is in first_summary_s; the
+                # final save and the drain of the writers come after it and are in wall_s)
+                # (with a single summary, a run too short for that: the whole-run rate)
+                "steps_per_s": (summary_steps[-1] - summary_steps[0])
+                / (last_stats[-1] - last_stats[0])
+                if len(summary_steps) > 1
+                else total_steps / train,
+                "first_summary_s": last_stats[0] - start,
+                "steps_per_s_whole": total_steps / train,
                 "emit_max_ms": max(emits) * 1000.0,
                 "emit_p99_us": sorted(emits)[int(0.99 * (len(emits) - 1))] * 1e6,
                 "emits": len(emits),
@@ -335,7 +358,7 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
     print(
         f"{'variant':<14}{'steps/s (each run)':>28}{'median':>9}{'vs none':>9}"
         f"{'max emit ms':>13}{'points':>9}{'missing':>9}{'dup':>5}{'catch-up s':>12}"
-        f"{'exit delay s':>14}{'journaled':>11}"
+        f"{'exit delay s':>14}{'journaled':>11}{'1st summary s':>15}"
     )
     for variant, rs in runs.items():
         each = ", ".join(f"{r['steps_per_s']:.0f}" for r in rs)
@@ -348,9 +371,11 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
         caught = f"{max(catch_up):.1f}" if catch_up else "-"
         delay = max(r["exit_delay_s"] for r in rs)
         left = max((r.get("journaled_at_exit") or 0) for r in rs)
+        first = statistics.median(r["first_summary_s"] for r in rs)
         print(
             f"{variant:<14}{each:>28}{rate[variant]:>9.0f}{versus:>9}{worst:>13.1f}"
             f"{points:>9}{missing!s:>9}{dup!s:>5}{caught:>12}{delay:>14.1f}{left:>11}"
+            f"{first:>15.1f}"
         )
     # The machine drifts between runs by more than some effects: each repeat's pair, run back
     # to back, as a ratio too.

@@ -27,6 +27,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
     "bench_imitation.py": ["--steps", "--seeds", "--variants", "--demo"],
+    "bench_isolation.py": ["--events", "--keys", "--work-us", "--hold-us", "--repeats"],
     "bench_memory.py": ["--steps", "--seeds", "--envs", "--policies"],
     "bench_pixels.py": ["--steps", "--seeds", "--size", "--kinds"],
     "bench_ppo.py": ["--steps", "--seeds", "--summary-freq", "--sb3", "--whole-process"],
@@ -84,6 +85,21 @@ def test_help_lists_the_documented_options(script: str, tmp_path: Path) -> None:
     listed = re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", text, flags=re.MULTILINE)
     assert listed == ["--help", *OPTIONS[script]]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_isolation_end_to_end(tmp_path: Path) -> None:
+    done = _run(
+        "bench_isolation.py", "--events", "200", "--hold-us", "100", "--repeats", "1", out=tmp_path
+    )
+    assert re.search(r"^gil100/process +\d+ +-?\d+\.\d$", done.stdout, flags=re.MULTILINE)
+    report = _report(tmp_path, "isolation.json")
+    assert [row["variant"] for row in report["rows"]] == [
+        "none",
+        "noop/thread",
+        "noop/process",
+        "gil100/thread",
+        "gil100/process",
+    ]
 
 
 def test_bus_overhead_end_to_end(tmp_path: Path) -> None:

@@ -242,9 +242,7 @@ def test_async_subscriber_failure_is_isolated(bus: Bus) -> None:
     bus.connect(signals.subscriber_failed, failures)
     bus.emit(signals.stats, stats_event(1))
     bus.flush()
-    assert [(f.subscriber, f.error_type) for f in failures.events] == [
-        ("async-broken", "KeyError")
-    ]
+    assert [(f.subscriber, f.error_type) for f in failures.events] == [("async-broken", "KeyError")]
 
 
 def test_subscribers_are_held_strongly(bus: Bus) -> None:

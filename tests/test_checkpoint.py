@@ -30,7 +30,6 @@ B = "Walker"
 EXAMPLE = torch.from_numpy(observations(2))
 
 
-
 def state(step: int) -> dict[str, Any]:
     return {"step": step, "weights": torch.full((4,), float(step))}
 

@@ -314,8 +314,8 @@ def test_a_dying_rank_stops_the_others_with_a_clear_error(tmp_path: Path) -> Non
     }
     gate = tmp_path / "gate"
     gate.mkdir()
-    # torchrun looks for dead workers every 3 s: rank 0 has long seen the failed collective
-    # and is closing (waiting for its save) when torchrun's SIGTERM comes.
+    # torchrun looks for dead workers every 3 s: rank 0 has usually seen the failed
+    # collective and is closing (waiting for its save) when torchrun's SIGTERM comes.
     process = launch(
         tmp_path,
         behavior,
@@ -341,7 +341,10 @@ def test_a_dying_rank_stops_the_others_with_a_clear_error(tmp_path: Path) -> Non
         process.kill()
     stderr = "".join(lines) + rest
     assert process.returncode != 0
-    assert "[WARNING] SIGTERM received while the run closes" in stderr, stderr[-3000:]
+    # Under load torchrun's SIGTERM may come before rank 0 has seen the failed collective
+    # (then it is a stop request during training) or after (a signal while the run closes);
+    # either way the save in flight completes.
+    assert "[WARNING] SIGTERM received" in stderr, stderr[-3000:]
     assert "[ERROR] rank 0: " in stderr, stderr[-3000:]
     assert "most likely because another rank stopped" in stderr
     run = tmp_path / "results" / "run"

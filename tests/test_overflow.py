@@ -64,6 +64,7 @@ def test_block_waits_for_room_and_loses_nothing(bus: Bus) -> None:
     bus.connect(signals.stats, gate, capacity=2, name="gated")
     bus.emit(signals.stats, stats_event(0))
     assert gate.entered.wait(5)
+
     def produce() -> None:
         for step in range(1, 6):
             bus.emit(signals.stats, stats_event(step))

@@ -215,9 +215,7 @@ def test_plugins_paths_register_through_the_same_functions(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("command", ["plugins", "learn"])
-def test_plugins_path_that_is_not_a_folder_is_a_config_error(
-    tmp_path: Path, command: str
-) -> None:
+def test_plugins_path_that_is_not_a_folder_is_a_config_error(tmp_path: Path, command: str) -> None:
     (tmp_path / "run.yaml").write_text("behaviors: {CartPole: {}}\n")
     (tmp_path / "afile").write_text("")
     config = ["run.yaml"] if command == "learn" else []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from evtrain.errors import ConfigError
 
 if TYPE_CHECKING:
-    from evtrain_writers.mlflow_writer import MlflowOptions
+    from evtrain_writers._mlflow_options import MlflowOptions
 
 logger = logging.getLogger("evtrain_writers.mlflow_writer")
 

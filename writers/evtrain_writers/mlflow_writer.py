@@ -44,8 +44,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
-import attrs
-
 from evtrain.bus.writers import StatsWriter
 from evtrain.errors import PermanentDeliveryError
 from evtrain.events.payloads import (
@@ -58,6 +56,9 @@ from evtrain.events.payloads import (
 )
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain_writers._mlflow_checks import check_at_start, permanent
+from evtrain_writers._mlflow_options import (
+    MlflowOptions as MlflowOptions,  # re-exported: part of this module's API
+)
 from evtrain_writers._mlflow_requests import (
     _bound_mlflow_requests,
     _limits,
@@ -99,40 +100,6 @@ MAX_PARAM_VALUE = 6000
 MAX_KEY = 250
 MAX_PARAMS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = 1000
-
-
-def _positive(_: Any, attribute: attrs.Attribute[float], value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"expected a number of seconds > 0, got {value!r}")
-
-
-def _not_negative(_: Any, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        raise ValueError(f"expected a count >= 0, got {value!r}")
-
-
-@attrs.define(kw_only=True)
-class MlflowOptions:
-    """``writers.mlflow``."""
-
-    tracking_uri: str | None = None
-    """``http(s)://`` server, ``sqlite:///path.db`` or a folder; ``None`` is mlflow's own choice
-    (``MLFLOW_TRACKING_URI``, else its default)."""
-    experiment: str = "evtrain"
-    """Experiment name; created when missing."""
-    run_name: str | None = None
-    """The MLflow run's name; ``None`` is the evtrain run id."""
-    tags: dict[str, str] = attrs.field(factory=dict)
-    """Tags set on the MLflow run when it is created."""
-    upload_artifacts: bool = False
-    """Upload checkpoints and exported models as artifacts (their paths are logged anyway)."""
-    hidden_keys: list[str] = attrs.field(factory=list)
-    """Stat keys not logged."""
-    request_timeout: float = attrs.field(default=5.0, validator=_positive)
-    """Seconds one tracking request may take (connect and read) before it fails."""
-    request_retries: int = attrs.field(default=0, validator=_not_negative)
-    """Retries of a failed tracking request by mlflow itself (0.5 s, 1 s, ... apart) before
-    the writer's call fails and the bus's policy takes over."""
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

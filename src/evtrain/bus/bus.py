@@ -2,69 +2,43 @@
 delivery.
 
 :class:`Bus` is the face: it connects subscribers (each a
-:class:`~evtrain.bus.subscription.Subscription` with its own inbox and dispatcher task), and
-``emit`` appends to the inboxes of a signal's subscribers.  It holds the bus-wide state — open
-or closed, the error waiting for the producer — and hands the isolation wrapper
-(:mod:`evtrain.bus.delivery`) only a :class:`~evtrain.bus.delivery.FailureContext`.  It also
-decides where ``spool`` subscribers keep their journals (:mod:`evtrain.bus.journals`).
+:class:`~evtrain.bus.subscription.Subscription` with its own inbox and dispatcher task; that
+half is :class:`~evtrain.bus.wiring.Wiring`, which it inherits), and ``emit`` appends to the
+inboxes of a signal's subscribers.  It holds the bus-wide state — its settings
+(:class:`~evtrain.bus.defaults.BusSettings`), open or closed, the error waiting for the
+producer — and hands the isolation wrapper (:mod:`evtrain.bus.delivery`) only a
+:class:`~evtrain.bus.delivery.FailureContext`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
-from evtrain.bus.closing import (
-    CloseReport,
-    Deadline,
-    drain,
-    drain_at_exit,
-    pass_close_marker,
-    pass_marker,
-)
-from evtrain.bus.delivery import FailureContext, FailurePolicy
+from evtrain.bus.closing import CloseReport, Deadline, drain, drain_at_exit, pass_marker
+from evtrain.bus.defaults import BusSettings
+from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
-from evtrain.bus.filters import RankFilter
-from evtrain.bus.inbox import Inbox, Isolation, Overflow, SubscriberSettings, default_key
-from evtrain.bus.journals import JournalPlaces
-from evtrain.bus.process import isolate, limits
-from evtrain.bus.routes import ANY, Routes
-from evtrain.bus.spool import AnyInbox, SpoolInbox
-from evtrain.bus.stalls import watch_full_inbox
-from evtrain.bus.subscription import (
-    SubscriberMetrics,
-    Subscription,
-    SubscriptionHandle,
-    check_signature,
-    is_async_callable,
-    subscriber_name,
-)
-from evtrain.bus.writers import StatsWriter, WriterAdapter
+from evtrain.bus.inbox import Overflow, SubscriberSettings
+from evtrain.bus.routes import ANY
+from evtrain.bus.subscription import SubscriberMetrics
+from evtrain.bus.wiring import Wiring
 from evtrain.errors import BusClosedError, BusTimeoutError, SubscriberError
 from evtrain.events.payloads import SubscriberStalled
-from evtrain.events.signals import (
-    WRITER_SIGNALS,
-    EventSignal,
-    subscriber_failed,
-    subscriber_stalled,
-)
+from evtrain.events.signals import EventSignal, subscriber_failed, subscriber_stalled
 from evtrain.ranks import get_rank
 
 logger = logging.getLogger("evtrain.bus")
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 FLUSH_ROUNDS = 3
 """Rounds a flush makes to deliver the ``subscriber_failed``/``subscriber_stalled`` events it
 caused itself."""
 
 
-class Bus:
+class Bus(Wiring):
     """Typed, asynchronous, isolated delivery of training events to subscribers.
 
     :param capacity: default inbox capacity per subscriber.
@@ -109,56 +83,36 @@ class Bus:
         retry_backoff_s: float = 0.5,
         retry_backoff_max_s: float = 30.0,
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, got {capacity}")
-        if max_consecutive_failures < 1:
-            raise ValueError(
-                f"max_consecutive_failures must be at least 1, got {max_consecutive_failures}"
-            )
-        for label, seconds in (
-            ("stall_timeout", stall_timeout),
-            ("block_timeout", block_timeout),
-            ("drain_timeout", drain_timeout),
-            ("journal_fsync_s", journal_fsync_s),
-            ("retry_backoff_s", retry_backoff_s),
-            ("retry_backoff_max_s", retry_backoff_max_s),
-        ):
-            if not seconds > 0:
-                raise ValueError(f"{label} must be a number of seconds above 0, got {seconds}")
-        if journal_max_bytes < 1:
-            raise ValueError(f"journal_max_bytes must be at least 1, got {journal_max_bytes}")
-        self.capacity = capacity
-        self.overflow = Overflow(overflow)
-        self.on_error = FailurePolicy(on_error)
-        self.max_consecutive_failures = max_consecutive_failures
+        settings = BusSettings(
+            capacity=capacity,
+            overflow=overflow,
+            on_error=on_error,
+            max_consecutive_failures=max_consecutive_failures,
+            stall_timeout=stall_timeout,
+            block_timeout=block_timeout,
+            drain_timeout=drain_timeout,
+            journal_dir=journal_dir,
+            journal_fsync_s=journal_fsync_s,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            journal_max_bytes=journal_max_bytes,
+        )
+        self.capacity, self.overflow = settings.capacity, settings.overflow
+        self.on_error = settings.on_error
+        self.max_consecutive_failures = settings.max_consecutive_failures
         self.rank = get_rank() if rank is None else rank
         """Rank used by ``ranks=`` filters, fixed when the bus is created."""
-        self.stall_timeout = stall_timeout
-        self.block_timeout = block_timeout
-        self.drain_timeout = drain_timeout
-        self.journal_dir = None if journal_dir is None else Path(journal_dir)
+        self.stall_timeout, self.block_timeout = settings.stall_timeout, settings.block_timeout
+        self.drain_timeout = settings.drain_timeout
+        self.journal_dir = settings.journal_dir
         """Where spool subscribers' journals live; ``None``: a temporary folder."""
-        self.journal_max_bytes = journal_max_bytes
-        self.journal_fsync_s = journal_fsync_s
-        self._journals = JournalPlaces(self.journal_dir, journal_fsync_s, self.rank)
-        self._overrides = dict(subscribers or {})
-        self._routes = Routes()
+        self.journal_max_bytes = settings.journal_max_bytes
+        self.journal_fsync_s = settings.journal_fsync_s
+        self._init_wiring(self.journal_dir, self.journal_fsync_s, subscribers)
         self._route_cache = self._routes.cache
         """The same dict, one attribute lookup nearer for ``emit``."""
-        self._lock = threading.RLock()
-        self._subscriptions: list[Subscription] = []
-        self._history: list[Subscription] = []
-        """Every subscription this bus ever had, for ``metrics()`` after disconnect or close."""
         self._internal_emits = 0
-        self._names: set[str] = set()
-        failures = FailureContext(
-            policy=self.on_error,
-            max_consecutive_failures=max_consecutive_failures,
-            report=self.emit_internal,
-            raise_later=self.raise_later,
-            report_stall=self.emit_internal,
-            retry_backoff_s=min(retry_backoff_s, retry_backoff_max_s),
-        )
+        failures = settings.failures(report=self.emit_internal, raise_later=self.raise_later)
         self._dispatcher = Dispatcher(self._on_fatal, failures)
         self._open = True
         self._closed = False
@@ -166,201 +120,10 @@ class Bus:
         self._pending_error: BaseException | None = None
         drain_at_exit(self)
 
-    # -- subscribing -------------------------------------------------------------------------
-
-    @property
-    def subscriptions(self) -> tuple[Subscription, ...]:
-        """Current subscriptions (internal records; use ``metrics()`` for numbers)."""
-        return tuple(self._subscriptions)
-
     @property
     def closed(self) -> bool:
         """``close()`` has finished."""
         return self._closed
-
-    def connect(
-        self,
-        signal: EventSignal[Any] | Iterable[EventSignal[Any]],
-        subscriber: Callable[[Any], Any],
-        *,
-        sender: Any = ANY,
-        ranks: Iterable[int] | None = None,
-        capacity: int | None = None,
-        overflow: Overflow | str | None = None,
-        name: str | None = None,
-        key: Callable[[Any], Hashable] = default_key,
-        stall_timeout: float | None = None,
-        journal_dir: str | os.PathLike[str] | None = None,
-        block_timeout: float | None = None,
-        capacity_bytes: int | None = None,
-        isolation: Isolation | str | None = None,
-    ) -> SubscriptionHandle:
-        """Deliver events of ``signal`` (one or several) to ``subscriber``.
-
-        ``subscriber`` is called with one payload: a sync callable runs on its own worker thread,
-        an ``async def`` (or an object with an async ``__call__``) is awaited on the dispatcher
-        loop.  It is held strongly, so a lambda keeps working.  ``sender`` restricts delivery to
-        one behavior; ``ranks`` connects it only on those ranks (elsewhere the handle is inert
-        and emit pays nothing); ``capacity``/``overflow``/``stall_timeout``/``block_timeout``
-        override the bus defaults; ``capacity_bytes`` bounds the inbox in bytes too;
-        ``isolation="process"`` runs it in a child process (:mod:`evtrain.bus.process`);
-        ``key`` groups events for ``overflow="latest"``.  A ``spool``
-        subscriber opens its journal here (under ``journal_dir``, default the bus's) and, if an
-        earlier bus left events in it undelivered, receives those first.
-
-        :raises TypeError: ``subscriber`` cannot be called with a single payload.
-        :raises BusClosedError: the bus is closing or closed.
-        :raises JournalInUseError: a spool subscriber's journal is open in another bus.
-        """
-        signals = (signal,) if isinstance(signal, EventSignal) else tuple(signal)
-        if isinstance(subscriber, RankFilter):
-            ranks = subscriber.ranks if ranks is None else ranks
-            subscriber = subscriber.subscriber
-        label = name or subscriber_name(subscriber)
-        if not isinstance(subscriber, WriterAdapter):
-            check_signature(subscriber, label)
-        hooks = {
-            hook: fn
-            for hook in ("flush", "close", "probe")
-            if callable(fn := getattr(subscriber, hook, None))
-        }
-        settings = SubscriberSettings(
-            capacity=capacity,
-            overflow=None if overflow is None else Overflow(overflow),
-            stall_timeout=stall_timeout,
-            block_timeout=block_timeout,
-            capacity_bytes=capacity_bytes,
-            isolation=None if isolation is None else Isolation(isolation),
-        )
-        return self._subscribe(
-            signals, subscriber, sender, ranks, settings, label, key, hooks, journal_dir
-        )
-
-    def on(
-        self, signal: EventSignal[Any] | Iterable[EventSignal[Any]], **options: Any
-    ) -> Callable[[F], F]:
-        """Decorator form of :meth:`connect`; returns the function unchanged."""
-
-        def decorate(fn: F) -> F:
-            self.connect(signal, fn, **options)
-            return fn
-
-        return decorate
-
-    def add_writer(self, writer: StatsWriter, **options: Any) -> SubscriptionHandle:
-        """Connect a :class:`StatsWriter` to the run's lifecycle: ``run_started``,
-        ``hyperparameters``, ``stats``, ``save``, ``export`` and ``run_finished``.
-
-        They share one inbox, so the writer sees them in emission order on one thread.
-        ``bus.flush()`` calls its ``flush()``, ``bus.close()`` its ``close()``.  Unless given,
-        ``ranks=`` and ``overflow=`` are the writer's own attributes.
-        """
-        adapter = WriterAdapter(writer)
-        options.setdefault("ranks", writer.ranks)
-        options.setdefault("name", subscriber_name(writer))
-        if writer.overflow is not None:
-            options.setdefault("overflow", writer.overflow)
-        stall_timeout = getattr(writer, "stall_timeout", None)
-        if stall_timeout is not None:  # below its request timeout: a hang shows as a stall
-            options.setdefault("stall_timeout", min(stall_timeout, self.stall_timeout))
-        handle = self.connect(WRITER_SIGNALS, adapter, **options)
-        if handle.active:
-            writer.on_connect(self)
-        return handle
-
-    def _subscribe(
-        self,
-        signals: tuple[EventSignal[Any], ...],
-        subscriber: Callable[[Any], Any],
-        sender: Any,
-        ranks: Iterable[int] | None,
-        given: SubscriberSettings,
-        label: str,
-        key: Callable[[Any], Hashable],
-        hooks: dict[str, Callable[[], Any]],
-        journal_dir: str | os.PathLike[str] | None = None,
-    ) -> SubscriptionHandle:
-        if not signals or not all(isinstance(s, EventSignal) for s in signals):
-            raise TypeError(f"connect() needs evtrain signals, got {signals!r}")
-        if ranks is not None and self.rank not in frozenset(ranks):
-            return SubscriptionHandle(self, None)
-        override = self._overrides.get(label) or SubscriberSettings()
-        capacity = override.capacity or given.capacity or self.capacity
-        overflow = override.overflow or given.overflow or self.overflow
-        stall_timeout = override.stall_timeout or given.stall_timeout or self.stall_timeout
-        block_timeout = override.block_timeout or given.block_timeout or self.block_timeout
-        max_bytes = override.journal_max_bytes or self.journal_max_bytes
-        capacity_bytes = override.capacity_bytes or given.capacity_bytes
-        if (override.isolation or given.isolation) is Isolation.PROCESS:
-            spool = overflow is Overflow.SPOOL
-            subscriber, hooks = isolate(subscriber, label, limits(override), ack_each=spool)
-        with self._lock:
-            if not self._open:
-                raise BusClosedError("cannot connect: the bus is closing or closed")
-            unique = label
-            n = 1
-            while unique in self._names:
-                n += 1
-                unique = f"{label}#{n}"
-            inbox: AnyInbox
-            if overflow is Overflow.SPOOL:
-                journal = self._journals.open(unique, max_bytes, journal_dir)
-                inbox = SpoolInbox(capacity, journal, capacity_bytes)
-            else:
-                inbox = Inbox(capacity, overflow, key, block_timeout, capacity_bytes)
-            self._names.add(unique)
-            sub = Subscription(
-                name=unique,
-                signals=signals,
-                sender=sender,
-                call=subscriber,
-                is_async=is_async_callable(subscriber),
-                inbox=inbox,
-                hooks=hooks,
-                stall_timeout=stall_timeout,
-            )
-            watch_full_inbox(sub, self.emit_internal)
-            self._dispatcher.start()
-            self._dispatcher.spawn(sub)
-            self._routes.add(sub)
-            self._subscriptions.append(sub)
-            self._history.append(sub)
-        return SubscriptionHandle(self, sub)
-
-    def has_receivers(self, signal: EventSignal[Any], sender: Any = ANY) -> bool:
-        """Whether ``emit`` on ``signal`` from ``sender`` would reach anyone (so producers can
-        skip building payloads)."""
-        return bool(self._routes.lookup(signal, sender))
-
-    def disconnect_subscription(self, sub: Subscription, timeout: float | None = None) -> None:
-        """Used by :meth:`SubscriptionHandle.disconnect`."""
-        with self._lock:
-            if sub not in self._subscriptions:
-                return
-            self._unroute(sub)
-        # From inside the dispatcher, waiting would wait for itself: the marker does the rest.
-        inside = self._dispatcher.owns_current_thread()
-        timeout = self.drain_timeout if timeout is None else timeout
-        if inside:
-            pass_marker([sub], 0.0, close=True)
-            return
-        if pass_close_marker([sub], Deadline(timeout)):
-            # A spool sink plainly down: its events stay in its journal, for a later bus.
-            sub.abandon()
-            left = sub.inbox.left if isinstance(sub.inbox, SpoolInbox) else 0
-            raise BusTimeoutError(
-                f"subscriber {sub.name!r} gave up: its sink is down; {left} events are kept "
-                "in its journal",
-                [sub.name],
-            )
-        if not sub.finished:
-            raise BusTimeoutError(
-                f"subscriber {sub.name!r} did not finish within {timeout}s", [sub.name]
-            )
-
-    def _unroute(self, sub: Subscription) -> None:
-        self._routes.remove(sub)
-        self._subscriptions.remove(sub)
 
     # -- emitting ----------------------------------------------------------------------------
 

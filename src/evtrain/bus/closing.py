@@ -126,16 +126,7 @@ def drain(
             if sub.inbox.dead_lettered:
                 dead[sub.name] = sub.inbox.dead_lettered
             if sub.inbox.left:
-                down = " (its sink is down)" if id(sub) in given_up else ""
-                logger.warning(
-                    "Subscriber %r did not catch up before the bus closed%s: %d events are "
-                    "kept undelivered in its journal %s; a bus connecting it over that journal "
-                    "delivers them first.",
-                    sub.name,
-                    down,
-                    sub.inbox.left,
-                    sub.inbox.journal.folder,
-                )
+                _warn_journaled(sub, sub.inbox, down=id(sub) in given_up)
     report = CloseReport(
         undelivered=undelivered,
         timed_out=timed_out,
@@ -147,6 +138,18 @@ def drain(
         why = "" if interrupted is None else f" ({type(interrupted).__name__})"
         logger.warning("Bus closed before its subscribers finished%s: %s", why, report.describe())
     return report, interrupted
+
+
+def _warn_journaled(sub: Subscription, inbox: SpoolInbox, *, down: bool) -> None:
+    logger.warning(
+        "Subscriber %r did not catch up before the bus closed%s: %d events are kept "
+        "undelivered in its journal %s; a bus connecting it over that journal delivers them "
+        "first.",
+        sub.name,
+        " (its sink is down)" if down else "",
+        inbox.left,
+        inbox.journal.folder,
+    )
 
 
 GIVE_UP_S = 2.0

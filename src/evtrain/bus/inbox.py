@@ -3,11 +3,14 @@
 The producer side is the hot path of ``Bus.emit``: one uncontended lock, one append, no loop
 wake-up unless the consumer is in its deep sleep (see :mod:`evtrain.bus.dispatch`).  The consumer
 takes everything at once by swapping the container, so a burst of events costs one hand-over.
+
+Its neighbours: the policies it applies (:mod:`evtrain.bus.settings`), what an event weighs
+(:mod:`evtrain.bus.sizes`), and the markers that pass through it (:mod:`evtrain.bus.markers`);
+their names are importable from here too, as they were before they got modules of their own.
 """
 
 from __future__ import annotations
 
-import enum
 import threading
 import time
 from collections import deque
@@ -16,140 +19,25 @@ from typing import Any
 
 import attrs
 
+from evtrain.bus.markers import EVERY_INBOX, Item, Marker, consumer, consumes
+from evtrain.bus.settings import Isolation, Overflow, SubscriberSettings
+from evtrain.bus.sizes import EVENT_BYTES, SUMMARY_BYTES, event_size
 from evtrain.events.payloads import StatsEvent
 
-Item = tuple[float | None, Any]
-"""``(emit time, payload)``; a ``None`` time marks a control :class:`Marker` instead."""
-
-
-class Overflow(enum.Enum):
-    """What ``emit`` does when a subscriber's inbox is full."""
-
-    BLOCK = "block"
-    """Wait until the subscriber catches up, at most ``block_timeout``: nothing is lost unless
-    it stalls that long (the default)."""
-    DROP_OLDEST = "drop_oldest"
-    """Discard the oldest queued event to make room; counted as dropped."""
-    DROP_NEWEST = "drop_newest"
-    """Discard the event being emitted; counted as dropped."""
-    LATEST = "latest"
-    """Keep only the newest event per key (behavior); a newer ``StatsEvent`` inherits the stat
-    keys the replaced one had and it lacks.  Replaced events are counted as dropped."""
-    SPOOL = "spool"
-    """Never wait, never drop: every event is journaled on disk, the newest ``capacity`` are
-    also kept in memory, and a failing subscriber is retried, not disabled (see
-    :mod:`evtrain.bus.spool`).  The default of writers to remote trackers."""
-
-
-class Isolation(enum.Enum):
-    """Where a subscriber runs."""
-
-    THREAD = "thread"
-    """In the trainer's process: its worker thread, or the dispatcher's loop (the default)."""
-    PROCESS = "process"
-    """In a child process fed through a bounded window (:mod:`evtrain.bus.process`)."""
-
-
-EVENT_BYTES = 256
-"""What :func:`event_size` counts for any event: the object, its fields, the queue slot."""
-SUMMARY_BYTES = 160
-"""What it counts per stat key of a ``StatsEvent``: the key, its summary, the dict slot."""
-
-
-def event_size(payload: Any) -> int:
-    """A cheap estimate of the bytes ``payload`` holds, for ``capacity_bytes``.
-
-    Not ``sys.getsizeof`` of the whole graph (that walk would cost more than the emit): a
-    ``StatsEvent`` counts :data:`SUMMARY_BYTES` per key plus 8 per recorded value; any other
-    payload :data:`EVENT_BYTES` plus the ``nbytes`` of its array fields (numpy, torch) and the
-    length of its ``bytes``/``str`` fields.
-    """
-    if type(payload) is StatsEvent:
-        values = payload.values
-        return EVENT_BYTES + sum(SUMMARY_BYTES + 8 * len(s.full_dist) for s in values.values())
-    size = EVENT_BYTES
-    fields = getattr(type(payload), "__attrs_attrs__", ())
-    for field in fields:
-        value = getattr(payload, field.name, None)
-        nbytes = getattr(value, "nbytes", None)
-        if isinstance(nbytes, int):
-            size += nbytes
-        elif isinstance(value, bytes | str):
-            size += len(value)
-    return size
-
-
-@attrs.define(kw_only=True)
-class SubscriberSettings:
-    """Inbox overrides for one subscriber, keyed by its name on the bus (``bus.subscribers``
-    in a run's options)."""
-
-    capacity: int | None = attrs.field(default=None)
-    capacity_bytes: int | None = None
-    """Most bytes of queued events (by :func:`event_size`); a fuller inbox applies
-    ``overflow`` as a full one does.  ``None``: bounded by ``capacity`` only."""
-    overflow: Overflow | None = None
-    stall_timeout: float | None = None
-    """Seconds one call may run before it is a stall (``subscriber_stalled``)."""
-    block_timeout: float | None = None
-    """``block``: seconds ``emit`` waits on the full inbox before it drops the event, counts
-    it, and emits ``subscriber_stalled``."""
-    journal_max_bytes: int | None = None
-    """Spool: the most bytes its journal keeps; beyond, the oldest events are dropped."""
-    isolation: Isolation | None = None
-    """``process``: the subscriber runs in a child process (:mod:`evtrain.bus.process`)."""
-    hang_timeout: float | None = None
-    """``process``: seconds without progress, while events wait, before its child restarts."""
-    max_rss_bytes: int | None = None
-    """``process``: resident bytes past which its child restarts."""
-
-
-class Marker:
-    """A control item (flush or close) that every inbox passes through in FIFO order."""
-
-    __slots__ = ("_arrived", "_count", "_done", "close", "journaled")
-
-    def __init__(self, count: int, *, close: bool = False, journaled: bool = False) -> None:
-        self.close = close
-        """After this marker the subscriber is closed and its task ends."""
-        self.journaled = journaled
-        """A flush that a failing or stalled spool subscriber passes once the events before
-        it are in its journal (``Bus.flush(journaled=True)``)."""
-        self._count = count
-        self._arrived: set[int] = set()
-        self._done = threading.Condition()
-
-    def arrive(self, inbox: object) -> None:
-        """``inbox`` has handled everything up to and including this marker.  Idempotent per
-        inbox, so a consumer that dies mid-batch can release every marker it held."""
-        with self._done:
-            self._arrived.add(id(inbox))
-            if len(self._arrived) >= self._count:
-                self._done.notify_all()
-
-    def wait(self, timeout: float | None) -> bool:
-        """Block until every inbox arrived; ``False`` on timeout."""
-        with self._done:
-            return self._done.wait_for(lambda: len(self._arrived) >= self._count, timeout)
-
-
-class _Consumer(threading.local):
-    inbox: object = None
-    """The inbox this thread delivers from, or :data:`EVERY_INBOX` on the dispatcher's loop."""
-
-
-_consumer = _Consumer()
-
-EVERY_INBOX = object()
-"""The dispatcher loop's mark: it delivers every async subscriber's events and takes every
-inbox, so a wait of its own on any full inbox could wait for itself."""
-
-
-def consumes(inbox: object) -> None:
-    """Mark the calling thread as the one that delivers ``inbox``'s events (a sync subscriber's
-    worker; :data:`EVERY_INBOX` for the loop): an ``emit`` from its handler into that full
-    ``block`` inbox overfills it instead of waiting for itself."""
-    _consumer.inbox = inbox
+__all__ = [
+    "EVENT_BYTES",
+    "EVERY_INBOX",
+    "SUMMARY_BYTES",
+    "Inbox",
+    "Isolation",
+    "Item",
+    "Marker",
+    "Overflow",
+    "SubscriberSettings",
+    "consumes",
+    "default_key",
+    "event_size",
+]
 
 
 def default_key(payload: Any) -> Hashable:
@@ -327,7 +215,7 @@ class Inbox:
         if overflow is Overflow.BLOCK:
             # The consumer's own thread (a handler emitting a burst into its own inbox, or any
             # async handler on the loop) would wait for itself: overfill, losing nothing.
-            owner = _consumer.inbox
+            owner = consumer()
             if not may_block or owner is self or owner is EVERY_INBOX:
                 return True
             if self._stalled or not self._wait_for_room(payload, size):

@@ -32,6 +32,9 @@ format (``EVTJRNL1``), or no journal at all — is refused whole with
 :class:`~evtrain.errors.JournalFormatError` (and left on disk: it may be someone's data), and a
 record names its payload's class only among those this process registered.  The crc guards
 against torn writes, not against a crafted file; the records' decoding is what is safe.
+
+The segment files themselves — the record format, reading records back — are
+:mod:`evtrain.bus.segments`; this module is the folder: its lock, its bound, its ``ack``.
 """
 
 from __future__ import annotations
@@ -41,27 +44,41 @@ import fcntl
 import logging
 import os
 import re
-import struct
 import threading
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import attrs
-
 from evtrain.atomic import atomic_write
 from evtrain.bus.records import MAGIC, check_magic, encode
+from evtrain.bus.segments import (
+    ACK,
+    HEADER,
+    SEGMENT,
+    Record,
+    Segment,
+    SegmentReader,
+    read_ack,
+    record_header,
+    record_seqs,
+    segments_of,
+    valid_end,
+)
 from evtrain.errors import JournalFormatError, JournalInUseError
+
+__all__ = [
+    "HEADER",
+    "Entry",
+    "Journal",
+    "check_journals",
+    "journal_backlog",
+    "journal_path",
+    "logger",
+    "safe_name",
+]
 
 logger = logging.getLogger("evtrain.bus")
 
-HEADER = struct.Struct("<IIQd")
-"""Payload length, crc32 of everything after it, sequence number, emit time (perf_counter)."""
-CRC_FROM = 8
-"""The crc covers the header from this offset (seq, time) and the payload."""
-SEGMENT = ".seg"
-ACK = "ack"
 LOCK = "lock"
 MAX_SEGMENT_BYTES = 64 << 20
 CAUGHT_UP_SEGMENT_BYTES = 1 << 20
@@ -93,10 +110,10 @@ def journal_backlog(journal_dir: str | os.PathLike[str], subscriber: str, rank: 
     folder = journal_path(journal_dir, subscriber, rank)
     if not folder.is_dir():
         return 0
-    ack = _read_ack(folder)
+    ack = read_ack(folder)
     count = 0
-    for segment in _segments(folder):
-        count += sum(1 for seq in _records(segment.path) if seq > ack)
+    for segment in segments_of(folder):
+        count += sum(1 for seq in record_seqs(segment.path) if seq > ack)
     return count
 
 
@@ -111,69 +128,9 @@ def check_journals(journal_dir: str | os.PathLike[str]) -> None:
     if not root.is_dir():
         return
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        for segment in _segments(folder):
+        for segment in segments_of(folder):
             with open(segment.path, "rb") as file:
                 check_magic(segment.path, file)
-
-
-@attrs.define
-class _Segment:
-    first: int
-    """Seq of its first record (its name)."""
-    path: Path
-    size: int
-
-
-def _segments(folder: Path) -> list[_Segment]:
-    found = []
-    for path in folder.glob(f"*{SEGMENT}"):
-        with contextlib.suppress(ValueError):
-            found.append(_Segment(int(path.stem), path, path.stat().st_size))
-    return sorted(found, key=lambda s: s.first)
-
-
-def _read_ack(folder: Path) -> int:
-    try:
-        return int((folder / ACK).read_text().strip() or 0)
-    except (FileNotFoundError, ValueError):
-        return 0
-
-
-def _read_record(file: BinaryIO) -> tuple[int, float, bytes] | None:
-    """``(seq, emit time, encoded payload)`` of the next valid record at ``file``'s position, or
-    ``None``: the end, or a torn or garbled record (the position is then unspecified)."""
-    head = file.read(HEADER.size)
-    if len(head) < HEADER.size:
-        return None
-    length, crc, seq, t = HEADER.unpack(head)
-    data = file.read(length)
-    if len(data) < length or zlib.crc32(data, zlib.crc32(head[CRC_FROM:])) != crc:
-        return None
-    return seq, t, data
-
-
-def _records(path: Path) -> Iterator[int]:
-    """The seq of each valid record of a segment, in order.
-
-    :raises JournalFormatError: it is not a journal segment this evtrain reads.
-    """
-    with open(path, "rb") as file:
-        if not check_magic(path, file):
-            return
-        while (record := _read_record(file)) is not None:
-            yield record[0]
-
-
-def _valid_end(path: Path) -> tuple[int | None, int]:
-    """Last valid seq of a segment and the offset where its valid records end."""
-    last, end = None, 0
-    with open(path, "rb") as file:
-        if not check_magic(path, file):
-            return None, 0
-        end = file.tell()
-        while (record := _read_record(file)) is not None:
-            last, end = record[0], file.tell()
-    return last, end
 
 
 class Journal:
@@ -208,9 +165,9 @@ class Journal:
                 "(in this or another process); close that bus first, or give this subscriber "
                 "another name"
             ) from None
-        self.acked = _read_ack(folder)
+        self.acked = read_ack(folder)
         """The ack last persisted: every seq up to it was delivered."""
-        self._segments = _segments(folder)
+        self._segments = segments_of(folder)
         try:
             for segment in self._segments:
                 with open(segment.path, "rb") as file:
@@ -232,13 +189,13 @@ class Journal:
         self._warned = False
         self._guard = threading.Lock()
         """Guards ``_segments``: the writer adds and deletes, the consumer reads."""
-        self._reader: tuple[_Segment, BinaryIO] | None = None
+        self._reader = SegmentReader(self._snapshot)
 
     def _drop_torn_tail(self) -> int:
         """Truncate the last segment after its last valid record; return the last valid seq."""
         while self._segments:
             segment = self._segments[-1]
-            last, end = _valid_end(segment.path)
+            last, end = valid_end(segment.path)
             if last is not None:
                 if end < segment.size:
                     logger.warning(
@@ -285,8 +242,7 @@ class Journal:
                 # Per segment, not per batch: a burst between two batches would otherwise
                 # overshoot max_bytes by the whole burst.
                 self._bound()
-            head = bytearray(HEADER.pack(len(data), 0, seq, t))
-            struct.pack_into("<I", head, 4, zlib.crc32(data, zlib.crc32(head[CRC_FROM:])))
+            head = record_header(seq, t, data)
             file.write(head)
             file.write(data)
             self._segments[-1].size += len(head) + len(data)
@@ -305,7 +261,7 @@ class Journal:
         file = open(path, "wb")  # noqa: SIM115 - kept open until the next rotation
         file.write(MAGIC)
         with self._guard:
-            self._segments.append(_Segment(first, path, len(MAGIC)))
+            self._segments.append(Segment(first, path, len(MAGIC)))
         self._file = file
         return file
 
@@ -357,13 +313,13 @@ class Journal:
                 error,
             )
             acked = self.acked
-        for file in (self._file, self._reader[1] if self._reader else None):
+        for file in (self._file, self._reader.detach()):
             if file is not None:
                 try:
                     file.close()
                 except OSError as error:  # a full disk: the file is closed all the same
                     logger.error("Journal of subscriber %r: %s", self.label, error)
-        self._file = self._reader = None
+        self._file = None
         left = max(0, last - max(acked, self.floor - 1))
         if left == 0:
             for segment in self._segments:
@@ -378,56 +334,11 @@ class Journal:
 
     # -- the consumer's side --------------------------------------------------------------------
 
-    def read(self, first: int, end: int) -> Iterator[tuple[int, float, bytes]]:
+    def read(self, first: int, end: int) -> Iterator[Record]:
         """``(seq, emit time, encoded payload)`` of the records with ``first <= seq < end`` that
         are on disk, in order.  Calls must ask for increasing seqs (the consumer's cursor)."""
-        seq = first
-        while seq < end:
-            located = self._locate(seq)
-            if located is None:
-                return
-            segment, file = located
-            while seq < end:
-                start = file.tell()
-                record = _read_record(file)
-                if record is None:  # the end of what is written, or a torn record
-                    file.seek(start)
-                    break
-                if record[0] >= end:
-                    file.seek(start)
-                    return
-                if record[0] >= seq:
-                    seq = record[0] + 1
-                    yield record
-            with self._guard:
-                later = [s for s in self._segments if s.first > segment.first]
-            if not later:
-                return
-            seq = max(seq, later[0].first)
-            self._close_reader()
+        return self._reader.read(first, end)
 
-    def _locate(self, seq: int) -> tuple[_Segment, BinaryIO] | None:
-        """The reader positioned in the segment holding ``seq`` (the first one, if ``seq``
-        is older than anything on disk)."""
+    def _snapshot(self) -> list[Segment]:
         with self._guard:
-            segments = list(self._segments)
-        if not segments:
-            return None
-        holding = [s for s in segments if s.first <= seq] or segments[:1]
-        segment = holding[-1]
-        if self._reader is not None and self._reader[0].first == segment.first:
-            return self._reader
-        self._close_reader()
-        try:
-            file = open(segment.path, "rb")  # noqa: SIM115 - kept for the next read
-        except FileNotFoundError:  # dropped past max_bytes meanwhile
-            return None
-        if file.read(len(MAGIC)) != MAGIC:
-            file.seek(0, os.SEEK_END)
-        self._reader = (segment, file)
-        return self._reader
-
-    def _close_reader(self) -> None:
-        if self._reader is not None:
-            self._reader[1].close()
-            self._reader = None
+            return list(self._segments)

@@ -2,12 +2,13 @@
 
 A remote tracker (MLflow, wandb) may hang or fail for minutes.  ``block`` would stop the
 trainer, the drop policies would lose its data.  A spool inbox writes every event ahead to the
-subscriber's :class:`~evtrain.bus.journal.Journal` (on its writer thread) and keeps the newest
-ones in a memory *window* of ``capacity`` events, from which the happy path delivers with no
-disk read.  When the window is full, or the subscriber is failing (retrying one event) or
-stalled (one call outlived its ``stall_timeout``), later events stay in the journal only, so
-memory stays bounded; the consumer replays them from disk, in order, and the window takes
-events again once it has caught up.
+subscriber's :class:`~evtrain.bus.journal.Journal` (on its writer thread,
+:mod:`evtrain.bus.journal_writer`) and keeps the newest ones in a memory *window* of
+``capacity`` events, from which the happy path delivers with no disk read.  When the window is
+full, or the subscriber is failing (retrying one event) or stalled (one call outlived its
+``stall_timeout``), later events stay in the journal only, so memory stays bounded; the
+consumer replays them from disk, in order, and the window takes events again once it has
+caught up.
 
 The producer pays one lock and two appends (the writer's queue, the window).  Positions are
 sequence numbers: the consumer's ``cursor`` (next seq it hands out), the window's first seq
@@ -21,32 +22,29 @@ the next bus over the same journal redelivers from the persisted ack: at least o
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import attrs
-
 from evtrain.bus.inbox import Inbox, Marker, Overflow, event_size
-from evtrain.bus.journal import Entry, Journal, logger
-from evtrain.bus.records import decode
+from evtrain.bus.journal import Entry, Journal
+from evtrain.bus.journal_writer import WRITE_EVERY_S, JournalWriter
+from evtrain.bus.replay import Replay, read_back
 
-WRITE_EVERY_S = 0.02
-"""How often the writer thread appends what was emitted (``kill -9`` loses at most this)."""
+__all__ = [
+    "WAIT_WRITTEN_S",
+    "WRITE_EVERY_S",
+    "AnyInbox",
+    "JournalWriter",
+    "Replay",
+    "SpoolInbox",
+    "SpoolItem",
+]
+
 WAIT_WRITTEN_S = 0.5
 """How long a replay waits, at a time, for the writer thread to have recorded what it needs."""
-
-
-@attrs.frozen(slots=True)
-class Replay:
-    """Deliver the journal's records ``first <= seq < end``, in order."""
-
-    first: int
-    end: int
 
 
 SpoolItem = Entry | Replay | Marker
@@ -276,28 +274,7 @@ class SpoolInbox:
         while not self._writer.wait_written(piece.end - 1, WAIT_WRITTEN_S):
             if self.abandoned:
                 return
-        expected = piece.first
-        for seq, t, data in self.journal.read(piece.first, piece.end):
-            if seq > expected:
-                self._lost(seq - expected, seq - 1)
-            expected = seq + 1
-            try:
-                payload = decode(data)
-            except Exception as error:  # a payload type this process lacks, a crafted record
-                logger.error(
-                    "Journal of subscriber %r: event %d cannot be read back (%s: %s); it is "
-                    "counted as dropped.",
-                    self.journal.label,
-                    seq,
-                    type(error).__name__,
-                    error,
-                )
-                self._lost(1, seq)
-                continue
-            # Emit times of an earlier process mean nothing here: latency counts from now.
-            yield seq, t if seq >= self._first_seq else time.perf_counter(), payload
-        if expected < piece.end:
-            self._lost(piece.end - expected, piece.end - 1)
+        yield from read_back(self.journal, piece, self._first_seq, self._lost)
 
     def _lost(self, count: int, through: int) -> None:
         with self._lock:
@@ -363,98 +340,6 @@ class SpoolInbox:
         self._writer.stop()
         self.left = self.journal.close(self.acked, last)
         return 0
-
-
-class JournalWriter(threading.Thread):
-    """The daemon thread that appends a spool inbox's events to its journal.
-
-    Every :data:`WRITE_EVERY_S` (sooner when the consumer waits for a record) it takes what was
-    emitted (``drain``) and appends it; every ``fsync_s`` it syncs and persists ``acked()``.
-    """
-
-    def __init__(
-        self, journal: Journal, drain: Callable[[], list[Entry]], acked: Callable[[], int]
-    ) -> None:
-        super().__init__(name=f"evtrain-journal[{journal.label}]", daemon=True)
-        self.journal = journal
-        self._drain = drain
-        self._acked = acked
-        self._wake = threading.Condition()
-        self._stopping = False
-        self._wanted = 0
-        self._callbacks: list[tuple[int, Callable[[], None]]] = []
-        """``(seq, fn)``: call ``fn`` once every seq up to ``seq`` is written."""
-        self.written = journal.next_seq - 1
-        """Every seq up to this one has been handed to the OS (or could not be recorded)."""
-
-    def run(self) -> None:
-        journal = self.journal
-        next_sync = time.monotonic() + journal.fsync_s
-        stopping = False
-        while not stopping:
-            with self._wake:
-                self._wake.wait_for(
-                    lambda: self._stopping or self._wanted > self.written,
-                    timeout=min(WRITE_EVERY_S, journal.fsync_s),
-                )
-                stopping = self._stopping
-            entries = self._drain()
-            if entries:
-                try:
-                    journal.append(entries)
-                except OSError as error:  # disk full, folder gone: memory still delivers
-                    logger.error(
-                        "Journal of subscriber %r cannot write to %s (%s); events not in memory "
-                        "are dropped until it can.",
-                        journal.label,
-                        journal.folder,
-                        error,
-                    )
-                with self._wake:
-                    self.written = entries[-1][0]
-                    self._wake.notify_all()
-            self._call_back(stopping)
-            if stopping or time.monotonic() >= next_sync:
-                with contextlib.suppress(OSError):
-                    journal.sync(self._acked())
-                next_sync = time.monotonic() + journal.fsync_s
-
-    def when_written(self, seq: int, fn: Callable[[], None]) -> None:
-        """Call ``fn`` on this thread once every seq up to ``seq`` is written (at once if it
-        is already; when the writer stops, in any case)."""
-        with self._wake:
-            if self.written < seq and self.is_alive():
-                self._callbacks.append((seq, fn))
-                self._wanted = max(self._wanted, seq)
-                self._wake.notify_all()
-                return
-        fn()
-
-    def _call_back(self, stopping: bool) -> None:
-        with self._wake:
-            due = [fn for seq, fn in self._callbacks if stopping or seq <= self.written]
-            self._callbacks = [
-                (seq, fn) for seq, fn in self._callbacks if not stopping and seq > self.written
-            ]
-        for fn in due:
-            fn()
-
-    def wait_written(self, seq: int, timeout: float) -> bool:
-        """Ask for everything up to ``seq`` now and wait for it; ``False`` on timeout."""
-        with self._wake:
-            if self.written >= seq:
-                return True
-            self._wanted = max(self._wanted, seq)
-            self._wake.notify_all()
-            # A writer that died records nothing more: the reader counts the gap as dropped.
-            return self._wake.wait_for(lambda: self.written >= seq or not self.is_alive(), timeout)
-
-    def stop(self) -> None:
-        """Write what is left, sync, and end (waits for it)."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify_all()
-        self.join()
 
 
 AnyInbox = Inbox | SpoolInbox

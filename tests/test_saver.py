@@ -142,3 +142,27 @@ def test_a_background_checkpoint_holds_the_state_of_its_step_and_changes_no_resu
         "CartPole-512.onnx",
         "CartPole-768.onnx",
     ]
+
+
+def test_a_saves_snapshots_are_released_before_wait_returns_and_close_ends_the_thread() -> None:
+    # Released later, on the saver's daemon thread while the interpreter finalizes, torch code
+    # that gives up the GIL ended processes with "terminate called without an active
+    # exception" (exit -6) right after the final save.
+    import gc
+    import weakref
+
+    class Snapshot:
+        pass
+
+    saver = BackgroundSaver()
+    held = Snapshot()
+    released = weakref.ref(held)
+    saver.submit("final save", lambda held=held: None)
+    del held
+    saver.wait()
+    gc.collect()  # nothing but the job held it: no cycle keeps it either way
+    assert released() is None
+    thread = saver._thread
+    assert thread is not None
+    saver.close()
+    assert not thread.is_alive()

@@ -34,6 +34,8 @@ logger = logging.getLogger("evtrain.run.saver")
 
 T = TypeVar("T")
 
+_JOIN_S = 10.0
+"""How long :meth:`BackgroundSaver.close` waits for its idle thread to end."""
 _POLL_S = 0.05
 """How often a waiting thread looks again (it stays interruptible by Ctrl-C)."""
 
@@ -116,6 +118,11 @@ class BackgroundSaver:
             if self._error is not None:
                 logger.error("A checkpoint save failed: %s", self._error)
                 self._error = None
+            thread, aborted = self._thread, self._aborted
+        # The thread ends as soon as it sees the close: joined, it runs no Python (nor torch)
+        # code of ours while the interpreter finalizes.
+        if thread is not None and not aborted and thread is not threading.current_thread():
+            thread.join(timeout=_JOIN_S)
 
     def abort(self, cancel: Callable[[], None], timeout: float = 60.0) -> list[str]:
         """Drop the saves not started, stop the running one at its next file, and wait for it.
@@ -174,6 +181,11 @@ class BackgroundSaver:
             else:
                 self.completed += 1
             finally:
+                # The job's snapshots (a policy module, the exporter's graphs) are released
+                # here, before anyone is told the save is done: released later, on this daemon
+                # thread while the interpreter finalizes, torch code that gives up the GIL
+                # would end the process ("terminate called without an active exception").
+                del job
                 with self._cond:
                     self._running = None
                     self._cond.notify_all()

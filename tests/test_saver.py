@@ -157,8 +157,12 @@ def test_a_saves_snapshots_are_released_before_wait_returns_and_close_ends_the_t
     saver = BackgroundSaver()
     held = Snapshot()
     released = weakref.ref(held)
-    saver.submit("final save", lambda held=held: None)
-    del held
+
+    def job(held: Snapshot = held) -> None:
+        del held
+
+    saver.submit("final save", job)
+    del held, job
     saver.wait()
     gc.collect()  # nothing but the job held it: no cycle keeps it either way
     assert released() is None

@@ -106,6 +106,7 @@ def test_the_bus_families_follow_prometheus_naming() -> None:
         "evtrain_bus_failed": "counter",
         "evtrain_bus_retries": "counter",
         "evtrain_bus_replayed": "counter",
+        "evtrain_bus_dead_lettered": "counter",
         "evtrain_bus_stalls": "counter",
         "evtrain_bus_stalled_seconds": "counter",
         "evtrain_bus_queued": "gauge",

@@ -60,6 +60,7 @@ BUS_COUNTERS = (
     ("failed", "failed", "Calls that raised"),
     ("retries", "retries", "Spool: deliveries of an event that had raised, tried again"),
     ("replayed", "replayed", "Spool: events delivered from the journal on disk"),
+    ("dead_lettered", "dead_lettered", "Spool: events the sink rejected for good (dead letter)"),
     ("stalls", "stalls", "Calls that outlived the subscriber's stall_timeout"),
     ("stalled_seconds", "stalled_s", "Seconds spent in stalled calls, the running one included"),
 )

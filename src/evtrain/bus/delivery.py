@@ -140,17 +140,22 @@ def record_failure(
     if failures.policy is FailurePolicy.RAISE:
         failures.raise_later(sub.name, signal, error)
     if signal != "subscriber_failed":
-        failures.report(
-            SubscriberFailed(
-                subscriber=sub.name,
-                signal=signal,
-                error=str(error),
-                error_type=type(error).__name__,
-                count=sub.failed,
-                disabled=disable,
-                retry_in_s=retry_in,
-            )
-        )
+        failures.report(failure_event(sub, signal, error, disabled=disable, retry_in=retry_in))
+
+
+def failure_event(
+    sub: Subscription, signal: str, error: BaseException, *, disabled: bool, retry_in: float | None
+) -> SubscriberFailed:
+    """The ``subscriber_failed`` payload of ``sub``'s failure handling ``signal``."""
+    return SubscriberFailed(
+        subscriber=sub.name,
+        signal=signal,
+        error=str(error),
+        error_type=type(error).__name__,
+        count=sub.failed,
+        disabled=disabled,
+        retry_in_s=retry_in,
+    )
 
 
 async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureContext) -> None:
@@ -203,17 +208,7 @@ async def _until_space(
         error,
         DISK_RETRY_S,
     )
-    failures.report(
-        SubscriberFailed(
-            subscriber=sub.name,
-            signal=signal,
-            error=str(error),
-            error_type=type(error).__name__,
-            count=sub.failed,
-            disabled=False,
-            retry_in_s=DISK_RETRY_S,
-        )
-    )
+    failures.report(failure_event(sub, signal, error, disabled=False, retry_in=DISK_RETRY_S))
     while not sub.inbox.abandoned:
         sub.end()
         if sub.is_async:

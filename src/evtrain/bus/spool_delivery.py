@@ -34,6 +34,7 @@ from evtrain.bus.delivery import (
     FailurePolicy,
     _isolated,
     _pass_marker,
+    failure_event,
     isolable,
     run_to_end,
 )
@@ -42,7 +43,6 @@ from evtrain.bus.journal import Entry
 from evtrain.bus.spool import Replay, SpoolInbox, SpoolItem
 from evtrain.bus.subscription import Subscription
 from evtrain.errors import PermanentDeliveryError
-from evtrain.events.payloads import SubscriberFailed
 
 logger = logging.getLogger("evtrain.bus")
 
@@ -191,17 +191,7 @@ def _went_down(
     signal = sub.signal_name(payload)
     if failures.policy is FailurePolicy.RAISE:
         failures.raise_later(sub.name, signal, error)
-    failures.report(
-        SubscriberFailed(
-            subscriber=sub.name,
-            signal=signal,
-            error=str(error),
-            error_type=type(error).__name__,
-            count=sub.failed,
-            disabled=False,
-            retry_in_s=every,
-        )
-    )
+    failures.report(failure_event(sub, signal, error, disabled=False, retry_in=every))
 
 
 def _came_back(sub: Subscription, inbox: SpoolInbox) -> None:

@@ -131,6 +131,8 @@ def child_main(data: bytes, events: Queue[Any], acks: Connection, max_rss: int |
     child ignores it.  A trainer killed outright cannot tell it: it ends when its parent has."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
+    # ``data`` is what this child's parent pickled from its own live subscriber
+    # (:func:`pickled`), handed over in memory at spawn: never read from a file.
     subscriber = pickle.loads(data)
     acks.send((READY, os.getpid()))
     while True:

@@ -176,15 +176,25 @@ class Trainer(Bookkeeping, abc.ABC):
         inputs = policy_inputs(self.envs.single_observation_space, self.next_obs).values()
         obs = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device) for x in inputs]
         actions = self._policy(*obs).cpu().numpy()
-        next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
         dones = terminated | truncated
-        valid = self.autoreset.observe(dones)
+        valid = self.autoreset.observe(dones, infos)
         self._record_step(rewards, dones, valid)
         if isinstance(self._policy, StatefulPolicy):
             # a new episode starts without memory (NEXT_STEP mode: after the autoreset step)
             self._policy.forget(dones | ~valid)
         self.next_obs = _batch(next_obs)
         self._end_period()
+
+    def _acting_rows(self, obs: torch.Tensor) -> torch.Tensor:
+        """The rows of ``obs`` (one per sub-environment, before a step) whose sub-environment
+        acts in that step: all, but for agent slots (``envs.acting``) whose agent has left its
+        episode or not appeared yet, whose observation is a stale one the observation
+        normaliser must not count."""
+        acting = getattr(self.envs, "acting", None)
+        if acting is None or acting.all():
+            return obs
+        return obs[torch.from_numpy(acting).to(obs.device)]
 
     @abc.abstractmethod
     def policy_module(self) -> torch.nn.Module:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import re
 import subprocess
 import threading
 import time
@@ -175,13 +176,22 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_its_last_checkpoint_loads(
     )
     assert proc.stderr is not None
     lines = []
-    for line in proc.stderr:  # a checkpoint is in place, and the run goes on
-        lines.append(line)
-        if "CartPole. Step: 768" in line:
-            break
-    assert (folder / "checkpoint.pt").exists(), "".join(lines)
-    filler = fill(disk)
-    _, err = proc.communicate(timeout=120)
+    try:
+        # A checkpoint is in place (its save runs on a thread of its own: under load it lands
+        # after later summaries), and the run goes on past it.
+        for line in proc.stderr:
+            lines.append(line)
+            step = re.search(r"CartPole\. Step: (\d+)", line)
+            if step and int(step[1]) >= 768 and (folder / "checkpoint.pt").exists():
+                break
+        else:
+            raise AssertionError("the run ended before its first checkpoint:\n" + "".join(lines))
+        filler = fill(disk)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # failed above: end the run, and close its pipes
+            proc.kill()
+            proc.communicate()
     stderr = "".join(lines) + err
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr and "Exception in thread" not in stderr

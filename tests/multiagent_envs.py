@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
-from pettingzoo import AECEnv, ParallelEnv  # type: ignore[import-untyped]  # no type information
-from pettingzoo.utils import AgentSelector  # type: ignore[import-untyped]
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils import AgentSelector
 
 WALKERS = ["walker_0", "walker_1", "walker_2", "guide_0"]
 OBS = spaces.Box(-1.0, 1000.0, (3,), np.float32)

@@ -8,8 +8,10 @@ group), its own index and the time, and picks an action: 0.1 for itself if it pi
 target, and a group reward of 0.5 when every agent in the episode did, plus 1.0 at the last
 step of every episode.  Agents may leave the episode early (``leave``: slot -> the step it acts
 last in, then terminated) or join it late (``join``: slot -> its first step); a slot whose agent
-is not in the episode is inactive, its observation its last one.  The environment keeps the
-truth the tests compare the trainers' statistics with.
+is not in the episode is inactive, its observation its last one.  With ``image``, each
+observation is a ``Dict`` of that vector (``state``) and a 20x20 ``uint8`` picture of the
+target (``view``).  The environment keeps the truth the tests compare the trainers' statistics
+with.
 """
 
 from __future__ import annotations
@@ -39,15 +41,19 @@ class RelayEnv(VectorEnv[Any, Any, Any]):
         join: Mapping[int, int] | None = None,
         truncate: bool = True,
         actions: int = 3,
+        image: bool = False,
     ) -> None:
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
         self.copies, self.group_size, self.length = copies, group_size, length
         self.num_envs = copies * group_size
         self.truncate = truncate
         self.actions = actions
-        self.single_observation_space = spaces.Box(
-            0.0, 1.0, (actions + group_size + 1,), np.float32
-        )
+        state = spaces.Box(0.0, 1.0, (actions + group_size + 1,), np.float32)
+        self.image = image
+        self.single_observation_space: spaces.Space[Any] = state
+        if image:
+            view = spaces.Box(0, 255, (20, 20, 3), np.uint8)
+            self.single_observation_space = spaces.Dict({"state": state, "view": view})
         self.single_action_space = spaces.Discrete(actions)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -77,6 +83,18 @@ class RelayEnv(VectorEnv[Any, Any, Any]):
         obs[:, :, -1] = (self.t / self.length)[:, None]
         return obs
 
+    def _as_given(self, obs: npt.NDArray[np.float32]) -> Any:
+        """``(C, G, D)`` vectors as the slots' observations: an array, or with ``image`` a
+        dictionary of the vectors and their pictures (the target's channel lit, as bright as
+        the episode is old)."""
+        rows = obs.reshape(self.num_envs, -1)
+        if not self.image:
+            return rows
+        view = np.zeros((self.num_envs, 20, 20, 3), dtype=np.uint8)
+        target = rows[:, : self.actions].argmax(1) % 3
+        view[np.arange(self.num_envs), :, :, target] = (255 * rows[:, -1])[:, None, None]
+        return {"state": rows, "view": view}
+
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
@@ -86,7 +104,7 @@ class RelayEnv(VectorEnv[Any, Any, Any]):
         self._frozen = self._observe()
         self._group_sum = np.zeros(self.copies)
         self._agent_sum = np.zeros((self.copies, self.group_size))
-        return self._observe().reshape(self.num_envs, -1), {}
+        return self._as_given(self._observe()), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         C, G = self.copies, self.group_size
@@ -114,8 +132,9 @@ class RelayEnv(VectorEnv[Any, Any, Any]):
         gone = self.t[:, None] > self.leave_steps[None]
         obs = np.where(gone[..., None], self._frozen, self._observe())
         final_obs = np.empty(self.num_envs, dtype=object)
+        finals = self._as_given(after)
         for i in np.flatnonzero(done.ravel()):
-            final_obs[i] = after.reshape(self.num_envs, -1)[i]
+            final_obs[i] = {k: v[i] for k, v in finals.items()} if self.image else finals[i]
         infos = {
             "active": active.ravel(),
             "group_reward": np.repeat(group_reward, G),
@@ -124,7 +143,7 @@ class RelayEnv(VectorEnv[Any, Any, Any]):
             "_final_obs": done.ravel(),
         }
         return (
-            obs.reshape(self.num_envs, -1),
+            self._as_given(obs),
             rewards.ravel(),
             terminated.ravel(),
             truncated.ravel(),

@@ -9,7 +9,10 @@ agent slots as docs/multi-agent.md defines them, which keeps the truth to compar
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import pytest
 import torch
 import yaml
 from gymnasium.vector import AutoresetMode
+from torch import nn
 
 from evtrain import Bus, ConfigError, RunOptions
 from evtrain.export import onnx_policy
@@ -28,7 +32,7 @@ from evtrain.trainers.loops.group_update import GroupBatch, GroupOnPolicyTrainer
 from evtrain.trainers.mappo import MAPPOTrainer
 from evtrain.trainers.mappo.critic import MAPPOCritic
 from evtrain.trainers.networks.attention import ResidualSelfAttention
-from evtrain.trainers.observations import observation_layout
+from evtrain.trainers.observations import observation_layout, policy_inputs
 from evtrain.trainers.poca import POCATrainer
 from evtrain.trainers.poca.critic import POCACritic
 from evtrain.trainers.settings import MAPPOSettings, POCASettings, TrainerSettings
@@ -297,6 +301,27 @@ def test_a_gymnasium_environment_is_groups_of_one(kind: str, recording: Recordin
 
 
 @pytest.mark.parametrize("kind", ["poca", "mappo"])
+def test_image_observations_go_through_encoders_in_the_policy_and_the_critic(
+    kind: str, recording: Recording
+) -> None:
+    group = trainer(kind, recording, RelayEnv(leave={2: 2}, image=True))
+    encoder = getattr(group.critic, "encoder")  # noqa: B009  # each critic's own
+    assert isinstance(encoder, nn.Module) and group.agent.actor_encoder is not None
+    before = [p.clone() for p in encoder.parameters()]
+    for _ in range(2):
+        group.advance()
+    assert not all(torch.equal(a, b) for a, b in zip(before, encoder.parameters(), strict=True))
+    env = RelayEnv(image=True)
+    obs, _ = env.reset(seed=0)
+    inputs = policy_inputs(env.single_observation_space, obs)
+    assert list(inputs) == ["state", "view"]
+    actions = group.policy_module()(
+        *(torch.as_tensor(x, dtype=torch.float32) for x in inputs.values())
+    )
+    assert actions.shape == (6,)
+
+
+@pytest.mark.parametrize("kind", ["poca", "mappo"])
 def test_threaded_runs_are_reproducible_and_count_as_unthreaded(
     kind: str, recording: Recording
 ) -> None:
@@ -439,3 +464,44 @@ def test_poca_on_a_gymnasium_env_trains_resumes_and_exports_through_the_cli(
     policy = onnx_policy(run / "CartPole.onnx")
     actions = policy(np.zeros((3, 4), dtype=np.float32))
     assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
+
+
+def test_poca_on_two_ranks_ends_with_identical_networks_and_a_global_step(
+    tmp_path: Path,
+) -> None:
+    """A real ``torchrun`` of 2 processes (gloo, CPU), groups of one on CartPole."""
+    behavior = {
+        "trainer_type": "probe_poca",
+        "hyperparameters": {"batch_size": 32, "buffer_size": 64, "num_epoch": 2},
+        "network_settings": {"hidden_units": 16, "normalize": True},
+        "max_steps": 512,
+        "time_horizon": 16,
+        "summary_freq": 256,
+        "checkpoint_interval": 512,
+    }
+    options = {
+        "behaviors": {"CartPole": behavior},
+        "env_settings": {"env_id": "CartPole-v1", "num_envs": 4, "seed": 5},
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
+        "plugins": {"paths": [str(ROOT / "tests" / "group_plugins")]},
+        "torch_settings": {"distributed_timeout": 60},
+    }
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+    probe = tmp_path / "probe"
+    env = clean_env(
+        PYTHONPATH=os.pathsep.join(str(p) for p in (ROOT / "src", ROOT)),
+        EVTRAIN_PROBE_OUT=str(probe),
+        OMP_NUM_THREADS="1",
+    )
+    torchrun = Path(sys.executable).parent / "torchrun"
+    command = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
+    done = subprocess.run(
+        [*command, "run.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((probe / f"trainer-rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["checksum"] == ranks[1]["checksum"]  # every gradient step all-reduced
+    assert ranks[0]["step"] == ranks[1]["step"] == sum(r["local_step"] for r in ranks) == 512
+    assert (
+        load_checkpoint(tmp_path / "results" / "run" / "CartPole" / "checkpoint.pt")["step"] == 512
+    )

@@ -25,6 +25,7 @@ from torch import nn
 
 from evtrain import Bus, ConfigError, RunOptions
 from evtrain.export import onnx_policy
+from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.trainers import NetworkSettings, RewardSignals, RewardSignalSettings
 from evtrain.trainers.envs import make_vector_env
@@ -38,6 +39,7 @@ from evtrain.trainers.poca.critic import POCACritic
 from evtrain.trainers.settings import MAPPOSettings, POCASettings, TrainerSettings
 from tests.group_envs import RelayEnv
 from tests.helpers import ROOT, clean_env, python
+from tests.multiagent_envs import walkers
 from tests.test_learn import config, scalar_steps
 from tests.trainers.helpers import Recording
 
@@ -256,6 +258,43 @@ def test_a_time_limit_bootstraps_a_group_from_its_final_observations(
     np.testing.assert_allclose(returns[5], rewards[5] + bootstrap[5], rtol=1e-5)
     assert bool((bootstrap[group.episode_over] != 0.0).all()) is truncate
     assert (bootstrap[~group.episode_over] == 0.0).all()
+
+
+def test_on_agent_slots_of_a_pettingzoo_env_a_departed_agent_keeps_the_groups_credit(
+    recording: Recording,
+) -> None:
+    """``tests.multiagent_envs.walkers`` as AgentSlots: walker_1 acts in steps 1-2 and leaves,
+    walker_2 appears after step 3, every step's group reward is its number, all truncated
+    after step 6."""
+    slots = AgentSlots([walkers(), walkers()], "walker")
+    group = trainer(
+        "poca",
+        recording,
+        slots,
+        hyperparameters={"batch_size": 12, "buffer_size": 36, "lambd": 1.0},
+        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=1.0)),
+    )
+    assert isinstance(group, POCATrainer)
+    assert (group.group_size, group.num_steps) == (3, 6)  # one rollout: one episode of each
+    b = rollout(group)
+    assert group.step == 2 * (6 + 2 + 3)
+    T, C = 6, 2
+    rewards = group.rewards.reshape(T, C, GROUP).sum(-1) + group.group_rewards
+    assert group.group_rewards[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    # a time limit: the final group (walker_0 and walker_2) is worth V of its observations
+    assert group.episode_over[5].all() and (group.group_bootstrap[5] != 0.0).all()
+    returns = monte_carlo(rewards, group.episode_over) + group.group_bootstrap[5]
+    np.testing.assert_allclose(b.returns.view(T, C).numpy(), returns, rtol=1e-5)
+    active = b.active.view(T, C, GROUP)
+    assert active[:, 0, 1].tolist() == [True, True, False, False, False, False]
+    assert active[:, 0, 2].tolist() == [False, False, False, True, True, True]
+    # walker_1's last step is worth the group rewards of steps 2 to 6 (and its own rewards)
+    assert (returns[1] - group.group_bootstrap[5] >= 2.0 + 3.0 + 4.0 + 5.0 + 6.0).all()
+    group.write_final_summary()
+    recording.flush()
+    stats = recording.stats[-1].values
+    assert stats["Environment/Group Cumulative Reward"].full_dist == (21.0, 21.0)
+    slots.close()
 
 
 # -- training ------------------------------------------------------------------------------------

@@ -83,9 +83,7 @@ class Bookkeeping(ThreadedUpdates):
     ) -> None:
         """Count one vector step's transitions and report the episodes it finished."""
         self._step_dirty = True
-        # valid is false for NEXT_STEP mode's autoreset steps, and for agent slots whose agent
-        # did not act (multi-agent environments): neither is a transition
-        if self.autoreset.next_step or not valid.all():
+        if self.autoreset.masked:  # autoreset steps, agents not in their episode
             self._episode_reward += np.where(valid, rewards, 0.0)
             self._episode_length += valid
             transitions = int(valid.sum())

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from evtrain.events.stats import StatsAggregationMethod
+from evtrain.multiagent.copies import EPISODE_OVER, GROUP_REWARD
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import zeroed
 from evtrain.trainers.group_settings import GroupSettings
@@ -162,7 +163,8 @@ class GroupRollout(OnPolicyTrainer):
             reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
             self._skip_update = True
         dones = terminated | truncated
-        active, group_reward, over = self._group_infos(infos, dones)
+        active = self.autoreset.observe(dones, infos)  # infos["active"], where given
+        group_reward, over = self._group_infos(infos, dones)
         self.valid[t] = active
         self.rewards[t] = reward
         self.terminated[t] = terminated
@@ -182,17 +184,14 @@ class GroupRollout(OnPolicyTrainer):
 
     def _group_infos(
         self, infos: Mapping[str, Any], dones: npt.NDArray[np.bool_]
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-        """``(active per slot, group reward per copy, episode over per copy)`` of a step."""
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """``(group reward per copy, episode over per copy)`` of a step."""
         G = self.group_size
-        active = np.ones(self.num_envs, dtype=np.bool_)
-        if "active" in infos:
-            active = np.asarray(infos["active"], dtype=np.bool_)
         group_reward = np.zeros(self.num_groups, dtype=np.float32)
-        if "group_reward" in infos:
-            group_reward = np.asarray(infos["group_reward"], dtype=np.float32)[::G]
-        if "episode_over" in infos:
-            over = np.asarray(infos["episode_over"], dtype=np.bool_)[::G]
+        if GROUP_REWARD in infos:
+            group_reward = np.asarray(infos[GROUP_REWARD], dtype=np.float32)[::G]
+        if EPISODE_OVER in infos:
+            over = np.asarray(infos[EPISODE_OVER], dtype=np.bool_)[::G]
         elif G == 1:
             over = dones
         else:
@@ -201,7 +200,7 @@ class GroupRollout(OnPolicyTrainer):
                 "must give infos['episode_over'] at every step (which copies ended their "
                 "episode; see docs/multi-agent.md)"
             )
-        return active, group_reward, over
+        return group_reward, over
 
     def _record_groups(
         self, group_reward: npt.NDArray[np.float32], over: npt.NDArray[np.bool_]

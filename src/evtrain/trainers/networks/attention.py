@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,16 @@ _MASKED = -1.0e6
 with no entity to attend to averages them all instead of producing NaN."""
 _EPSILON = 1.0e-7
 """Keeps the average of an empty group finite (0)."""
+
+
+class Projected(NamedTuple):
+    """Entities as :class:`ResidualSelfAttention` sees them, each ``(B, M, E)``."""
+
+    x: torch.Tensor
+    """The layer-normalised embeddings (the residual)."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
 
 
 def tfixup_linear(
@@ -89,19 +100,30 @@ class ResidualSelfAttention(nn.Module):
         self.fc_out = tfixup_linear(E, E, E, generator)
 
     def forward(self, entities: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-        B, M, E = entities.shape
+        return self.attend(self.project(entities), present)
+
+    def project(self, entities: torch.Tensor) -> Projected:
+        """The entities normalised, and their queries, keys and values: what :meth:`attend`
+        takes.  Row by row, so the projections of sets that share entities can be computed
+        once and gathered (POCA's baselines)."""
+        x = F.layer_norm(entities, (self.embedding_size,))
+        return Projected(x, self.fc_q(x), self.fc_k(x), self.fc_v(x))
+
+    def attend(self, p: Projected, present: torch.Tensor) -> torch.Tensor:
+        """Attention of the projected entities ``(B, M, E)`` present, averaged: ``(B, E)``."""
+        B, M, E = p.x.shape
         h = self.num_heads
-        x = F.layer_norm(entities, (E,))
-        # -- scores of every query entity against every key entity, per head
-        q = self.fc_q(x).view(B, M, h, E // h).transpose(1, 2)  # (B, h, M, E/h)
-        k = self.fc_k(x).view(B, M, h, E // h).transpose(1, 2)
-        v = self.fc_v(x).view(B, M, h, E // h).transpose(1, 2)
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(E)  # (B, h, M, M)
-        keys = present[:, None, None, :]
+        # -- scores of every query entity i against every key entity j, per head; a group is
+        # a few entities, where broadcast products cost less than batched matrix products
+        q = p.q.view(B, M, 1, h, E // h)
+        k = p.k.view(B, 1, M, h, E // h)
+        v = p.v.view(B, 1, M, h, E // h)
+        scores = (q * k).sum(-1) / math.sqrt(E)  # (B, i, j, h)
+        keys = present[:, None, :, None]
         scores = torch.where(keys, scores, torch.full_like(scores, _MASKED))
-        attended = torch.matmul(torch.softmax(scores, dim=-1), v)  # (B, h, M, E/h)
-        attended = attended.transpose(1, 2).reshape(B, M, E)
+        weights = torch.softmax(scores, dim=2)
+        attended = (weights[..., None] * v).sum(2).reshape(B, M, E)
         # -- residual, normalised, then the average over the entities present
-        out = F.layer_norm(self.fc_out(attended) + x, (E,))
+        out = F.layer_norm(self.fc_out(attended) + p.x, (E,))
         weight = present.to(out.dtype)[..., None]
         return (out * weight).sum(1) / (weight.sum(1) + _EPSILON)

@@ -24,7 +24,11 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.trainers.networks.attention import EntityEmbedding, ResidualSelfAttention
+from evtrain.trainers.networks.attention import (
+    EntityEmbedding,
+    Projected,
+    ResidualSelfAttention,
+)
 from evtrain.trainers.networks.mlp import ACTIVATIONS, MLP
 from evtrain.trainers.networks.policies import policy_outputs
 from evtrain.trainers.observations import ObservationLayout
@@ -78,15 +82,22 @@ class POCACritic(nn.Module):
         """``(V, b)`` of each group, sharing the observations' encoding: ``(B,)``, ``(B, G)``."""
         B, G = present.shape
         features = self._features(x)
-        own = self.obs_embedding(features)
-        value = self._head(self.attention(own, present), present)
-        acted = self.obs_action_embedding(torch.cat([features, self._actions(actions)], -1))
-        # Agent i's entities: its own observation, and the others' observations and actions.
-        self_of = torch.eye(G, dtype=torch.bool, device=x.device)
-        entities = torch.where(self_of[None, :, :, None], own[:, None], acted[:, None])
-        mask = self_of[None] | present[:, None, :]
-        pooled = self.attention(entities.flatten(0, 1), mask.flatten(0, 1))
-        return value, self._head(pooled, mask.flatten(0, 1)).view(B, G)
+        own = self.attention.project(self.obs_embedding(features))
+        value = self._head(self.attention.attend(own, present), present)
+        acted = self.attention.project(
+            self.obs_action_embedding(torch.cat([features, self._actions(actions)], -1))
+        )
+        # Agent i's entities: its own observation, and the others' observations and actions
+        # (each projected once, then gathered into the G sets).
+        self_of = torch.eye(G, dtype=torch.bool, device=x.device)[None, :, :, None]
+        entities = Projected(
+            *(
+                torch.where(self_of, o[:, None], a[:, None]).flatten(0, 1)
+                for o, a in zip(own, acted, strict=True)
+            )
+        )
+        mask = (self_of[..., 0] | present[:, None, :]).flatten(0, 1)
+        return value, self._head(self.attention.attend(entities, mask), mask).view(B, G)
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, G, D)`` rows to ``(B, G, F)`` features (images through the encoder)."""

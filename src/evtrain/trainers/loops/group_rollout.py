@@ -103,10 +103,13 @@ class GroupRollout(OnPolicyTrainer):
         self.num_steps = self.hp.buffer_size // self.num_envs
         self.action_space = envs.single_action_space
         self.layout = behavior_layout(
-            envs.single_observation_space, settings.network_settings, self.behavior_name
+            envs.single_observation_space,
+            settings.network_settings,
+            self.behavior_name,
+            self.action_space,
         )
         # Each agent acts on its own observation: PPO's policy (its own value head unused),
-        # so the export and the action handling are PPO's.
+        # so the export and the action handling (action masks included) are PPO's.
         self.agent = ActorCritic(
             envs.single_observation_space,
             self.action_space,

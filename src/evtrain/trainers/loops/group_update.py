@@ -211,12 +211,10 @@ class GroupOnPolicyTrainer(GroupRollout):
         self, mb: GroupBatch, *, with_entropy: bool, entropy_grad: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(B, G)`` log-probabilities (and entropies) of the minibatch's actions under the
-        current policy."""
+        current policy (the masked distribution, with an action mask)."""
         agent = self.agent
-        x = mb.obs.flatten(0, 1)
-        features = x if agent.actor_encoder is None else agent.actor_encoder(x)
         logprob, entropy = score_actions(
-            agent.actor(features),
+            agent.policy_output(mb.obs.flatten(0, 1)),  # masked, with an action mask
             agent.log_std,
             agent.discrete,
             mb.actions.flatten(0, 1),

@@ -231,6 +231,18 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
             record.infos(),
         )
 
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every copy with ``args`` and ``kwargs`` (an attribute that
+        is not callable: take its value), as a Gymnasium vector environment's ``call`` does
+        for its sub-environments, but one result per **copy**, in order, not per slot: a
+        copy's slots share its environment.  How a run's ``environment_parameters`` reach the
+        wrappers around the copies."""
+        results = []
+        for copy in self._copies.copies:
+            found = getattr(copy.env, name)
+            results.append(found(*args, **kwargs) if callable(found) else found)
+        return tuple(results)
+
     def close_extras(self, **kwargs: Any) -> None:
         self._copies.close()
 

@@ -33,7 +33,7 @@ from evtrain.config.environment_parameters import CompletionCriteria, Environmen
 from evtrain.events import signals
 from evtrain.events.payloads import LessonChanged, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsSummary
-from evtrain.run.env_parameters import EnvironmentParameters
+from evtrain.run.env_parameters import with_parameters
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
@@ -143,8 +143,9 @@ class Curriculum:
         }
 
     def wrapper(self) -> Callable[[Any], Any]:
-        """Wraps one sub-environment (picklable: async workers build their own)."""
-        return functools.partial(EnvironmentParameters, samplers=self.samplers())
+        """Wraps one sub-environment, or one copy of a PettingZoo environment (picklable: async
+        workers build their own)."""
+        return functools.partial(with_parameters, samplers=self.samplers())
 
     def attach(self, envs: Any, env_id: str) -> None:
         """Follow ``envs`` (built with :meth:`wrapper`): lesson changes reach them.  A parameter

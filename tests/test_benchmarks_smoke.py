@@ -33,6 +33,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_ppo.py": ["--steps", "--seeds", "--summary-freq", "--sb3", "--whole-process"],
     "bench_sac.py": ["--steps", "--seeds", "--updates"],
     "bench_sac_discrete.py": ["--steps", "--seeds", "--updates"],
+    "bench_selfplay.py": ["--steps", "--seeds", "--games", "--envs"],
     "bench_startup.py": ["--repeats", "--sb3"],
     "bench_threaded.py": ["--cases", "--seeds", "--steps", "--scale", "--segment"],
     "bench_trackers.py": ["--steps", "--repeats", "--variants"],

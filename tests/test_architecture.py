@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("events", ("evtrain.events",)),
     ("bus", ("evtrain.bus",)),
     ("world", ("evtrain.world",)),
+    ("multiagent", ("evtrain.multiagent",)),
     ("trainers", ("evtrain.trainers",)),
     ("config", ("evtrain.config",)),
     ("plugins", ("evtrain.plugins",)),

@@ -196,9 +196,9 @@ class Trainer(Bookkeeping, abc.ABC):
         inputs = policy_inputs(self.envs.single_observation_space, self.next_obs).values()
         obs = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device) for x in inputs]
         actions = self._policy(*obs).cpu().numpy()
-        next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
         dones = terminated | truncated
-        valid = self.autoreset.observe(dones)
+        valid = self.autoreset.observe(dones, infos)
         self._record_step(rewards, dones, valid)
         if isinstance(self._policy, StatefulPolicy):
             # a new episode starts without memory (NEXT_STEP mode: after the autoreset step)

@@ -83,7 +83,7 @@ class Bookkeeping(ThreadedUpdates):
     ) -> None:
         """Count one vector step's transitions and report the episodes it finished."""
         self._step_dirty = True
-        if self.autoreset.next_step:
+        if self.autoreset.masked:  # autoreset steps, agents not in their episode
             self._episode_reward += np.where(valid, rewards, 0.0)
             self._episode_length += valid
             transitions = int(valid.sum())

@@ -26,6 +26,8 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from evtrain.multiagent.copies import ACTIVE
+
 BoolArray = npt.NDArray[np.bool_]
 
 
@@ -58,20 +60,34 @@ class AutoresetTracker:
     """Marks which sub-environments' latest step was a real transition.
 
     In ``NEXT_STEP`` mode the step after an episode end only resets; :attr:`valid` is false
-    for those sub-environments.  In ``SAME_STEP`` mode every step is valid.
+    for those sub-environments.  In ``SAME_STEP`` mode every step is valid, except where the
+    vector environment says a sub-environment did not act: the ``infos["active"]`` mask of
+    :class:`~evtrain.multiagent.slots.AgentSlots` (an agent that left its episode, or has not
+    appeared yet), which joins :attr:`valid` in either mode.
     """
 
     def __init__(self, mode: AutoresetMode, num_envs: int) -> None:
         self.next_step = mode is AutoresetMode.NEXT_STEP
         self.valid: BoolArray = np.ones(num_envs, dtype=np.bool_)
         """Whether the step just taken was a transition, per sub-environment."""
+        self.masked = self.next_step
+        """Whether :attr:`valid` can be false (``NEXT_STEP`` mode, or an ``active`` mask seen):
+        otherwise every step of every sub-environment is a transition."""
         self._resetting: BoolArray = np.zeros(num_envs, dtype=np.bool_)
 
-    def observe(self, dones: BoolArray) -> BoolArray:
-        """Record the ``terminated | truncated`` of a step; returns :attr:`valid` for it."""
+    def observe(self, dones: BoolArray, infos: Mapping[str, Any] | None = None) -> BoolArray:
+        """Record the ``terminated | truncated`` (and, when given, the ``infos``) of a step;
+        returns :attr:`valid` for it."""
         if self.next_step:
             np.logical_not(self._resetting, out=self.valid)
             self._resetting = dones & self.valid
+        active = None if infos is None else infos.get(ACTIVE)
+        if active is not None:
+            self.masked = True
+            if self.next_step:
+                self.valid &= active
+            else:
+                np.copyto(self.valid, active)
         return self.valid
 
     def reset(self) -> None:

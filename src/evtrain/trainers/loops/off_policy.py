@@ -160,7 +160,7 @@ class OffPolicyTrainer(Trainer):
         )
         finite = self.finite.step(self.step, reward, next_obs)
         dones = terminated | truncated
-        keep = valid = self.autoreset.observe(dones)  # keep: the transitions stored
+        keep = valid = self.autoreset.observe(dones, infos)  # keep: the transitions stored
         if not finite.all() or self._unfinite is not None:  # on_nonfinite: skip
             reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
             stored = finite if self._unfinite is None else finite & ~self._unfinite

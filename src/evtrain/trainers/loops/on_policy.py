@@ -196,7 +196,7 @@ class OnPolicyTrainer(Trainer):
             reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
             self._skip_update = True
         dones = terminated | truncated
-        self.valid[t] = valid = self.autoreset.observe(dones)
+        self.valid[t] = valid = self.autoreset.observe(dones, infos)
         self.rewards[t] = reward
         self.terminated[t] = terminated
         self.truncated[t] = truncated

@@ -1,0 +1,108 @@
+"""Who acts for the agents a behavior does not train: co-players.
+
+In a behavior's copies of a PettingZoo environment, every agent that is not one of its
+learning agents (an agent of another behavior, or of another team in self-play) is acted for
+by a :class:`CoPlayer`: a callable from the batched observations of the agents it acts for to
+their actions.  ``AgentSlots.co_players`` holds them by key, ``"<behavior>?team=<N>"`` looked up
+before ``"<behavior>"``; an agent with neither gets uniformly random actions, legal ones where
+its observation carries PettingZoo's ``action_mask`` (:class:`RandomCoPlayer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+
+ACTION_MASK = "action_mask"
+"""PettingZoo's key of the legal actions in a ``Dict`` observation (1: legal)."""
+
+
+class CoPlayer(Protocol):
+    """Actions for a batch of observations of the agents it acts for: an array (or for a
+    ``Dict`` observation space a dictionary of arrays) with one row per agent, in the agents'
+    own observation space; returns one action per row, as a numpy array."""
+
+    def __call__(self, obs: Any) -> npt.NDArray[Any]: ...
+
+
+def co_player_keys(behavior: str, team: int) -> tuple[str, str]:
+    """The keys of ``co_players`` an agent's co-player is looked up by, in order."""
+    return f"{behavior}?team={team}", behavior
+
+
+class RandomCoPlayer:
+    """Uniformly random actions of ``action_space``; for a ``Discrete`` space, uniform over
+    the legal actions where the observations hold an ``action_mask`` (a row without any legal
+    action: uniform over all, as PettingZoo gives agents not to move an all-zero mask).
+
+    :param rng: draws every action; shared by the co-players of one ``AgentSlots`` and reseeded
+        by its ``reset(seed)``.
+    """
+
+    def __init__(self, action_space: spaces.Space[Any], rng: np.random.Generator) -> None:
+        if not isinstance(
+            action_space, spaces.Discrete | spaces.MultiDiscrete | spaces.Box | spaces.MultiBinary
+        ):
+            raise TypeError(
+                f"a random co-player acts in Discrete, MultiDiscrete, MultiBinary or Box action "
+                f"spaces, not {action_space}"
+            )
+        self.action_space = action_space
+        self.rng = rng
+
+    def __call__(self, obs: Any) -> npt.NDArray[Any]:
+        count = batch_size(obs)
+        space, rng = self.action_space, self.rng
+        if isinstance(space, spaces.Discrete):
+            scores = rng.random((count, int(space.n)))
+            if isinstance(obs, Mapping) and ACTION_MASK in obs:
+                legal = np.asarray(obs[ACTION_MASK]).reshape(count, -1) > 0
+                legal[~legal.any(axis=1)] = True
+                scores[~legal] = -1.0
+            best: npt.NDArray[np.int64] = scores.argmax(axis=1).astype(np.int64)
+            return best + int(space.start)
+        if isinstance(space, spaces.MultiDiscrete):
+            draws = rng.integers(0, space.nvec, size=(count, *space.nvec.shape))
+            chosen: npt.NDArray[Any] = (draws + space.start).astype(space.dtype)
+            return chosen
+        if isinstance(space, spaces.MultiBinary):
+            return rng.integers(0, 2, size=(count, *space.shape)).astype(space.dtype)
+        assert isinstance(space, spaces.Box)  # checked in __init__
+        low = np.where(np.isfinite(space.low), space.low, -1.0)
+        high = np.where(np.isfinite(space.high), space.high, 1.0)
+        return rng.uniform(low, high, size=(count, *space.shape)).astype(space.dtype)
+
+
+def batch_size(obs: Any) -> int:
+    """Rows of a batch of observations (an array, or a dictionary of arrays)."""
+    if isinstance(obs, Mapping):
+        return batch_size(next(iter(obs.values())))
+    return int(np.shape(obs)[0])
+
+
+def stack(observations: Sequence[Any], space: spaces.Space[Any]) -> Any:
+    """Single observations of ``space`` as one batch: an array, or for a ``Dict`` space a
+    dictionary of arrays in the space's key order."""
+    if isinstance(space, spaces.Dict):
+        return {
+            key: stack([o[key] for o in observations], part) for key, part in space.spaces.items()
+        }
+    return np.stack([np.asarray(o, dtype=space.dtype) for o in observations])
+
+
+def blank(space: spaces.Space[Any]) -> Any:
+    """An observation of zeros: what a slot shows before its agent ever appeared."""
+    if isinstance(space, spaces.Dict):
+        return {key: blank(part) for key, part in space.spaces.items()}
+    return np.zeros(space.shape or (), dtype=space.dtype)
+
+
+def row(batch: Any, index: int) -> Any:
+    """Row ``index`` of a batch (an array, or a dictionary of arrays)."""
+    if isinstance(batch, Mapping):
+        return {key: value[index] for key, value in batch.items()}
+    return batch[index]

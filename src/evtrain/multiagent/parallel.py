@@ -1,0 +1,94 @@
+"""Copies of a PettingZoo Parallel environment: every agent acts at every step.
+
+One vector step is one parallel step of every copy: the learning agents' actions come from
+the caller, the other agents' from their co-players (one call per co-player for all the
+copies).  A slot is active when its agent is in ``env.agents`` before the step.  An agent that
+leaves (PettingZoo drops it from ``env.agents`` after the step that terminated or truncated
+it) ends its slot's episode there; one that drops out without either flag is taken as
+terminated.  A copy's episode is over when ``env.agents`` is empty, or when every learning
+agent has left (the rest would be co-players alone): the still-active slots are truncated,
+and the copy is reset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy.typing as npt
+
+from evtrain.multiagent.copies import Copies, StepRecord, group_reward
+
+
+class ParallelCopies(Copies):
+    """Copies of a ``pettingzoo.ParallelEnv`` (see the module's docs)."""
+
+    def reset(self, seed: int | None) -> StepRecord:
+        record = StepRecord(self.num_slots)
+        for k in range(len(self.copies)):
+            self._reset_copy(k, None if seed is None else seed + k)
+            self._mark_present(record, k)
+            self.observe(record, k)
+        return record
+
+    def step(self, actions: npt.NDArray[Any]) -> StepRecord:
+        record = StepRecord(self.num_slots)
+        joint: list[dict[str, Any]] = [{} for _ in self.copies]
+        requests: list[tuple[str, Any]] = []
+        owners: list[int] = []
+        for k, copy in enumerate(self.copies):
+            live = copy.env.agents
+            for j, agent in enumerate(copy.learners):
+                if agent in live:
+                    i = k * self.group_size + j
+                    joint[k][agent] = actions[i]
+                    record.active[i] = True
+            for agent in live:
+                if agent not in joint[k]:
+                    requests.append((agent, copy.last_obs[agent]))
+                    owners.append(k)
+        for (agent, _), k, action in zip(requests, owners, self.co_actions(requests), strict=True):
+            joint[k][agent] = action
+        for k in range(len(self.copies)):
+            self._step_copy(record, k, joint[k])
+        return record
+
+    def _reset_copy(self, k: int, seed: int | None) -> None:
+        copy = self.copies[k]
+        self.start_episode(copy)
+        obs, _ = copy.env.reset(seed=seed)
+        copy.last_obs.update(obs)
+
+    def _mark_present(self, record: StepRecord, k: int) -> None:
+        """After a reset: the slots whose agent is there to act."""
+        copy = self.copies[k]
+        live = copy.env.agents
+        for j, agent in enumerate(copy.learners):
+            record.active[k * self.group_size + j] = agent in live
+
+    def _step_copy(self, record: StepRecord, k: int, actions: dict[str, Any]) -> None:
+        copy = self.copies[k]
+        obs, rewards, terminations, truncations, infos = copy.env.step(actions)
+        copy.last_obs.update(obs)
+        live = set(copy.env.agents)
+        record.group_reward[self.slots(k)] = group_reward(infos)
+        ended = []
+        for j, agent in enumerate(copy.learners):
+            i = k * self.group_size + j
+            if not record.active[i]:
+                continue
+            record.rewards[i] = float(rewards.get(agent, 0.0))
+            terminated = bool(terminations.get(agent, False))
+            truncated = bool(truncations.get(agent, False))
+            if terminated or truncated or agent not in live:
+                ended.append((j, terminated or not truncated, truncated))
+        for j, terminated, truncated in ended:
+            self.end_slot(record, k, j, terminated=terminated, truncated=truncated)
+        if live and not set(copy.learners) <= copy.left:
+            self.observe(record, k)
+            return
+        for j, agent in enumerate(copy.learners):
+            if record.active[k * self.group_size + j] and agent not in copy.left:
+                self.end_slot(record, k, j, terminated=False, truncated=True)
+        self.end_episode(record, k)
+        self._reset_copy(k, None)
+        self.observe(record, k)

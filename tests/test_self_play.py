@@ -277,7 +277,9 @@ def saved(trainer: PPOTrainer) -> dict[str, Any]:
     return state
 
 
-def test_the_checkpoint_keeps_ratings_snapshots_team_and_counters(recording: Recording) -> None:
+def test_the_checkpoint_keeps_ratings_snapshots_team_and_counters(
+    recording: Recording, caplog: pytest.LogCaptureFixture
+) -> None:
     options: dict[str, Any] = dict(save_steps=128, team_change=192, swap_steps=64, window=3)
     trainer, controller = duel(recording.reporter, play_against_latest_model_ratio=0.0, **options)
     turns(trainer, controller, 5)
@@ -287,7 +289,11 @@ def test_the_checkpoint_keeps_ratings_snapshots_team_and_counters(recording: Rec
         recording.reporter, seed=5, play_against_latest_model_ratio=0.0, **options
     )
     resumed.load_state_dict(state)
-    again.start()
+    with caplog.at_level(logging.INFO, logger="evtrain"):
+        again.start()
+    assert caplog.messages == [
+        f"duel: self-play resumes at ELO {controller.elo:.3f}, 3 snapshot(s), team 1 learning"
+    ]
     assert again.elo == controller.elo != 1200.0
     assert again.window.elos == controller.window.elos
     for mine, theirs in zip(again.window.snapshots, controller.window.snapshots, strict=True):

@@ -144,6 +144,7 @@ class GhostController:
         """Which snapshot the opponent plays (:data:`LATEST`: the policy as it was drawn)."""
         self.learning_team = self.envs.teams[0]
         self.last_save = self.last_swap = self.last_team_change = trainer.step
+        self._restored = False
         trainer.attachments[SELF_PLAY] = self
         self.envs.episode_listeners.append(self.episode_ended)
         trainer.reporter.add_property(StatsPropertyType.SELF_PLAY, True)
@@ -155,6 +156,14 @@ class GhostController:
         the learning team, the first opponent."""
         if not self.window:
             self._save_snapshot()
+        elif self._restored:
+            logger.info(
+                "%s: self-play resumes at ELO %.3f, %d snapshot(s), team %d learning",
+                self.trainer.behavior_name,
+                self.elo,
+                len(self.window),
+                self.learning_team,
+            )
         self.envs.set_learning_team(self.learning_team)
         self._swap()
 
@@ -238,3 +247,4 @@ class GhostController:
         self.last_swap = int(state["last_swap"])
         self.last_team_change = int(state["last_team_change"])
         self.rng.bit_generator.state = state["rng"]
+        self._restored = True

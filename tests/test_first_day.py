@@ -132,8 +132,9 @@ def test_a_factory_returning_no_environment_is_one_line_exit_2(tmp_path: Path) -
     assert (result.returncode, result.stderr) == (
         2,
         "evtrain: error: env_settings.env_id: 'mymodule:not_an_env' returned 42 (a int), not a "
-        "gymnasium.Env; make it return an environment, e.g. gymnasium.make(...) or an instance "
-        "of a gymnasium.Env subclass (see docs/environments.md)\n",
+        "gymnasium.Env or a PettingZoo ParallelEnv or AECEnv; make it return an environment, "
+        "e.g. gymnasium.make(...) or an instance of a gymnasium.Env subclass (see "
+        "docs/environments.md, docs/multi-agent.md)\n",
     )
 
 

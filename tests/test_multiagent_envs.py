@@ -105,6 +105,18 @@ def test_an_agent_that_leaves_is_inactive_and_one_that_appears_becomes_active() 
     assert [r[4]["group_reward"].tolist() for r in rows] == [[float(t)] * 6 for t in steps]
 
 
+def test_a_copy_whose_learning_agents_all_left_starts_a_new_episode() -> None:
+    env = walkers()
+    slots = AgentSlots([env], "leaver", agent_behaviors={"walker_1": "leaver"})
+    slots.reset(seed=4)
+    first = slots.step(np.array([1]))
+    obs, reward, terminated, truncated, infos = slots.step(np.array([2]))
+    assert (first[2][0], terminated[0], truncated[0], reward[0]) == (False, True, False, 2.0)
+    assert infos["episode_over"].tolist() == [True]  # the others go on no further
+    assert infos["final_obs"][0].tolist() == [2, 1, 2]
+    assert obs.tolist() == [[0, 1, -1]] and env.seeds == [4, None]
+
+
 def test_episode_listeners_hear_each_copy_end_with_the_learners_final_rewards() -> None:
     slots = walker_slots()
     heard: list[EpisodeResult] = []

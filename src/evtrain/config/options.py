@@ -16,6 +16,7 @@ from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.inbox import Overflow, SubscriberSettings
 from evtrain.config.environment_parameters import EnvironmentParameter
 from evtrain.config.names import behavior_names, folder_name
+from evtrain.multiagent.mapping import spec_problem
 from evtrain.trainers.settings import TrainerSettings
 
 
@@ -35,6 +36,12 @@ def _seed(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
 def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
         raise ValueError(f"expected a number of seconds above 0, got {value}", attribute)
+
+
+def _agent_behaviors(_: Any, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
+    problems = [p for agent, spec in value.items() if (p := spec_problem(agent, spec))]
+    if problems:
+        raise ValueError("; ".join(problems), attribute)
 
 
 @attrs.define(kw_only=True)
@@ -138,6 +145,10 @@ class EnvironmentSettings:
     seed: int = attrs.field(default=-1, validator=_seed)
     """Seeds environments, networks and sampling; -1 draws one (and logs it), as in ML-Agents;
     other negative values are refused."""
+    agent_behaviors: dict[str, str] = attrs.field(factory=dict, validator=_agent_behaviors)
+    """A PettingZoo environment's agents' behaviors, ``{agent_id: "behavior"}`` or ML-Agents'
+    ``"behavior?team=N"``; an agent not named here belongs to its id without ``_<digits>``
+    (``player_0`` -> ``player``)."""
 
 
 @attrs.define(kw_only=True)

@@ -106,6 +106,13 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         api = api_of(envs[0])
         if api is None:
             raise TypeError(f"{envs[0]!r} is not a PettingZoo ParallelEnv or AECEnv")
+        self.behavior = behavior
+        self.api = api
+        """Which PettingZoo API the copies step through: ``"parallel"`` or ``"aec"``."""
+        self.copies = len(envs)
+        """Copies of the environment."""
+        self.group_size = 0
+        """Learning slots per copy."""
         first = envs[0]
         roles = agent_roles(
             list(first.possible_agents), agent_behaviors or {}, {behavior} if self_play else ()
@@ -125,17 +132,11 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
             self_play=self_play,
             learning_team=self.teams[0] if self_play else None,
         )
-        self.group_size: int = _group_size(self._cast, self.teams, env_name)
-        """Learning slots per copy."""
+        self.group_size = _group_size(self._cast, self.teams, env_name)
         if api == "aec" and self.group_size != 1:
             raise ConfigError([_one_learner(self._cast, env_name)])
         copies_type = ParallelCopies if api == "parallel" else AECCopies
         self._copies: Copies = copies_type(self._cast, envs, self.group_size)
-        self.behavior = behavior
-        self.api = api
-        """Which PettingZoo API the copies step through: ``"parallel"`` or ``"aec"``."""
-        self.copies = len(envs)
-        """Copies of the environment."""
         self.num_envs = self.copies * self.group_size
         self.single_observation_space = observation_spaces[behavior]
         self.single_action_space = action_spaces[behavior]

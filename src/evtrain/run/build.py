@@ -161,9 +161,11 @@ def _envs_and_reporter(
 
     # --inference reports apart from training: never onto the training curve's earlier steps.
     category = inference_category(name) if options.checkpoint_settings.inference else name
+    behaviors = options.behaviors
     if curriculum is None:
-        return make_envs(options.env_settings), StatsReporter(bus, category)
-    envs = make_envs(options.env_settings, curriculum.wrapper())
+        envs = make_envs(options.env_settings, behavior=name, behaviors=behaviors)
+        return envs, StatsReporter(bus, category)
+    envs = make_envs(options.env_settings, curriculum.wrapper(), behavior=name, behaviors=behaviors)
     curriculum.attach(envs, options.env_settings.env_id)
     return envs, curriculum.reporter(bus, category, settings.max_steps)
 

@@ -1,15 +1,26 @@
 """Building a run's vector environment from ``env_settings``.
 
 ``env_id`` is a registered Gymnasium id (``CartPole-v1``, or ``pkg.module:Env-v0``, which
-Gymnasium imports to register), or ``module:callable`` returning a ``gymnasium.Env``.  Unknown
-ids fail with the closest registered ids, and an environment whose package is missing names
-the pip install that provides it, before any training starts.
+Gymnasium imports to register), an id of PettingZoo's registry (``classic/connect_four-v3``:
+its Parallel API where PettingZoo registers one, else its AEC API), or ``module:callable``
+returning a ``gymnasium.Env`` or a PettingZoo ``ParallelEnv`` or ``AECEnv``
+(``mpe2.simple_spread_v3:parallel_env``, ``pettingzoo.classic.connect_four_v3:env``;
+``module:name`` naming a module stands for its ``parallel_env``, else its ``env``:
+``pettingzoo.classic:connect_four_v3``).  Unknown ids fail with the closest registered ids,
+and an environment whose package is missing names the pip install that provides it, before
+any training starts.
+
+A PettingZoo environment is built per behavior: ``num_envs`` copies of it, wrapped as the
+behavior's :class:`~evtrain.multiagent.slots.AgentSlots` (:func:`make_envs` with
+``behavior``; :mod:`evtrain.run.pettingzoo_envs`), its agents mapped to behaviors by
+``env_settings.agent_behaviors``.
 
 The module of an id is looked up as ``python -m`` looks modules up: the current working folder
 is on the import path (after the installed packages), so ``evtrain learn`` finds
 ``mymodule:make_env`` next to the config as ``python -m evtrain learn`` does
-(:func:`working_folder_importable`).  A factory must return a ``gymnasium.Env``; anything else
-is a :class:`~evtrain.errors.ConfigError` naming the factory and what it returned.
+(:func:`working_folder_importable`).  A factory must return a ``gymnasium.Env`` or a PettingZoo
+environment; anything else is a :class:`~evtrain.errors.ConfigError` naming the factory and
+what it returned.
 """
 
 from __future__ import annotations
@@ -19,50 +30,60 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
+from evtrain.run.pettingzoo_envs import (
+    agent_slots,
+    call_factory,
+    pettingzoo_hint,
+    pettingzoo_ids,
+    pettingzoo_install,
+    pettingzoo_missing,
+    pettingzoo_registered,
+)
 
 
-def make_envs(settings: EnvironmentSettings, wrapper: Callable[[Any], Any] | None = None) -> Any:
+def make_envs(
+    settings: EnvironmentSettings,
+    wrapper: Callable[[Any], Any] | None = None,
+    *,
+    behavior: str | None = None,
+    behaviors: Mapping[str, Any] | None = None,
+) -> Any:
     """``num_envs`` copies in a Gymnasium vector env that resets sub-environments in the same
-    step they end (what the trainers expect).
+    step they end (what the trainers expect); for a PettingZoo environment, ``behavior``'s
+    :class:`~evtrain.multiagent.slots.AgentSlots` over ``num_envs`` copies.
 
     :param wrapper: applied to each sub-environment, in its own process when vectorization is
         async (so it must pickle): the run's ``environment_parameters``
         (:mod:`evtrain.run.env_parameters`).
+    :param behavior: the behavior they are for (a PettingZoo environment needs it).
+    :param behaviors: every behavior's settings: a PettingZoo environment's agents must fit.
 
     :raises ConfigError: the id is not registered, needs a package that is not installed, or
-        the callable cannot be imported.
+        the callable cannot be imported; a PettingZoo environment that its options do not fit
+        (:func:`~evtrain.run.pettingzoo_envs.agent_slots`).
     """
     import gymnasium as gym
-    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
     from evtrain.trainers.envs import make_vector_env
 
-    asynchronous = settings.vectorization == "async"
     working_folder_importable()
     factory = _callable(settings.env_id)
+    if factory is None and settings.env_id not in gym.registry:
+        factory = pettingzoo_registered(settings.env_id)
     if factory is not None:
-        kwargs = dict(settings.env_kwargs)
-        env_id = settings.env_id
-
-        def make() -> Any:
-            env = factory(**kwargs)
-            if not isinstance(env, gym.Env):
-                raise ConfigError([_not_an_env(env_id, env)])
-            return env if wrapper is None else wrapper(env)
-
-        fns = [make for _ in range(settings.num_envs)]
-        vector_cls = AsyncVectorEnv if asynchronous else SyncVectorEnv
-        return vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        return _factory_envs(settings, factory, wrapper, behavior, behaviors)
+    _no_agents(settings)
     try:
         return make_vector_env(
             settings.env_id,
             settings.num_envs,
-            asynchronous=asynchronous,
+            asynchronous=settings.vectorization == "async",
             env_kwargs=settings.env_kwargs,
             wrappers=None if wrapper is None else [wrapper],
         )
@@ -71,6 +92,7 @@ def make_envs(settings: EnvironmentSettings, wrapper: Callable[[Any], Any] | Non
     except gym.error.Error as error:
         registered = sorted(gym.registry)
         close = difflib.get_close_matches(settings.env_id, registered, n=5, cutoff=0.5)
+        close = close or difflib.get_close_matches(settings.env_id, pettingzoo_ids(), n=5)
         hint = (
             f"did you mean {', '.join(close)}?"
             if close
@@ -80,10 +102,60 @@ def make_envs(settings: EnvironmentSettings, wrapper: Callable[[Any], Any] | Non
             [
                 f"env_settings.env_id: {settings.env_id!r} is not a Gymnasium environment "
                 f"({type(error).__name__}: {error}); {hint} Or give module:callable."
+                + pettingzoo_hint(settings.env_id)
             ]
         ) from None
     except TypeError as error:
         raise ConfigError([f"env_settings.env_kwargs: {error}"]) from None
+
+
+def _factory_envs(
+    settings: EnvironmentSettings,
+    factory: Callable[..., Any],
+    wrapper: Callable[[Any], Any] | None,
+    behavior: str | None,
+    behaviors: Mapping[str, Any] | None,
+) -> Any:
+    """:func:`make_envs` of ``module:callable``: what the first call returns says whether it
+    is a Gymnasium environment or a PettingZoo one."""
+    import gymnasium as gym
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+    from evtrain.multiagent.slots import api_of
+
+    kwargs = dict(settings.env_kwargs)
+    env_id = settings.env_id
+    first = call_factory(factory, env_id, kwargs)
+    if not isinstance(first, gym.Env):
+        if api_of(first) is not None:
+            return agent_slots(settings, first, factory, wrapper, behavior, behaviors)
+        raise ConfigError([_not_an_env(env_id, first)])
+    _no_agents(settings)
+
+    def make() -> Any:
+        env = factory(**kwargs)
+        if not isinstance(env, gym.Env):
+            raise ConfigError([_not_an_env(env_id, env)])
+        return env if wrapper is None else wrapper(env)
+
+    fns = [make for _ in range(settings.num_envs)]
+    if settings.vectorization == "async":  # each copy is made in its own process
+        first.close()
+        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    fns[0] = lambda: first if wrapper is None else wrapper(first)
+    return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def _no_agents(settings: EnvironmentSettings) -> None:
+    """Refuse ``agent_behaviors`` for a Gymnasium environment (it has one agent)."""
+    if settings.agent_behaviors:
+        raise ConfigError(
+            [
+                f"env_settings.agent_behaviors: {settings.env_id!r} is a Gymnasium environment, "
+                "with one agent: agent_behaviors maps the agents of a PettingZoo environment; "
+                "remove it"
+            ]
+        )
 
 
 def working_folder_importable() -> None:
@@ -101,22 +173,39 @@ def _not_an_env(env_id: str, made: Any) -> str:
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
     return (
         f"env_settings.env_id: {env_id!r} returned {shown} (a {type(made).__qualname__}), not "
-        "a gymnasium.Env; make it return an environment, e.g. gymnasium.make(...) or an "
-        "instance of a gymnasium.Env subclass (see docs/environments.md)"
+        "a gymnasium.Env or a PettingZoo ParallelEnv or AECEnv; make it return an environment, "
+        "e.g. gymnasium.make(...) or an instance of a gymnasium.Env subclass (see "
+        "docs/environments.md, docs/multi-agent.md)"
     )
 
 
 def _callable(env_id: str) -> Any:
-    """The callable ``module:attr`` names, if it is one and not a registered Gymnasium id."""
+    """The callable ``module:attr`` names, if it is one and not a registered Gymnasium id; a
+    module stands for its ``parallel_env``, else its ``env`` (PettingZoo's factories)."""
     module_name, sep, attr = env_id.partition(":")
     if not sep or "-v" in attr:
         return None  # "pkg.module:Env-v0" is Gymnasium's own registering form
     try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as error:
+        module = importlib.import_module(module_name)
+        target = getattr(module, attr, None)
+        if target is None:  # a submodule not imported by its package
+            target = importlib.import_module(f"{module_name}.{attr}")
+    except ImportError as error:
+        if pettingzoo_missing(error):
+            raise ConfigError([pettingzoo_install(env_id, error)]) from None
         raise ConfigError(
             [f"env_settings.env_id: cannot import {env_id!r}: {type(error).__name__}: {error}"]
         ) from None
+    if isinstance(target, types.ModuleType):
+        factory = getattr(target, "parallel_env", None) or getattr(target, "env", None)
+        if factory is None:
+            raise ConfigError(
+                [
+                    f"env_settings.env_id: {env_id!r} is a module without parallel_env or env; "
+                    "give module:callable, the callable returning the environment"
+                ]
+            )
+        target = factory
     if not callable(target):
         raise ConfigError([f"env_settings.env_id: {env_id!r} is not callable"])
     return target

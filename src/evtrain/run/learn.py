@@ -29,6 +29,7 @@ from evtrain.events.stats import CUMULATIVE_REWARD
 from evtrain.ranks import get_rank
 from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
 from evtrain.run.checkpoint_fit import saved_configurations
+from evtrain.run.co_players import CoPlayerWiring
 from evtrain.run.curriculum import Curriculum
 from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
 from evtrain.run.interrupt import stop_on_signals
@@ -157,6 +158,8 @@ class _Run:
         )
         self.aborted = False
         """A second signal aborted the run."""
+        self.co_players = CoPlayerWiring(self.trainers)
+        """Each behavior acting for its agents in the other behaviors' PettingZoo copies."""
 
     def run(self, folder: RunFolder) -> LearnResult:
         """Start, train (or infer), save; every exit emits ``run_finished`` and drains the bus.
@@ -217,6 +220,8 @@ class _Run:
                 self.trainers[name], self.managers[name] = build_behavior(
                     options, name, settings, bus, seed + index, status_file, curriculum
                 )
+        self.co_players = CoPlayerWiring(self.trainers)
+        self.co_players.refresh_all()
         for name, trainer in self.trainers.items():
             for warning in schedule_warnings(name, trainer, inference=cs.inference):
                 logger.warning(warning)
@@ -249,11 +254,17 @@ class _Run:
                 stop_requested=stop_requested,
                 world=world,
                 progress=progress,
-                after=self.saves.checkpoint_if_due,
+                after=self._after_turn,
             )
         for trainer in self.trainers.values():
             trainer.write_final_summary()
         return status
+
+    def _after_turn(self, name: str, trainer: Trainer) -> None:
+        """After each turn of a behavior: its co-players in the other behaviors' copies take
+        its new policy, and a due checkpoint is saved."""
+        self.co_players.refresh(name, trainer)
+        self.saves.checkpoint_if_due(name, trainer)
 
     def _abort(self) -> None:
         """A second signal: the file being written is completed, saves not yet started are

@@ -1,0 +1,171 @@
+"""PettingZoo environments of a run: ids of PettingZoo's registry, what to install when it is
+missing, and each behavior's :class:`~evtrain.multiagent.slots.AgentSlots` over copies made by
+the environment's factory (:func:`evtrain.run.envs.make_envs` decides which environments are
+PettingZoo's).
+
+A behavior's copies are stepped in this process: the co-players' actions are batched across
+copies, one forward pass per step, which a subprocess per copy (``vectorization: async``)
+would undo; it is refused, as are ``environment_parameters`` (set on Gymnasium environments
+only) and ``network_settings.memory`` (an agent's memory would run on through the steps it is
+out of its episode).  PettingZoo is imported only here, and only when asked.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from evtrain.config.options import EnvironmentSettings
+from evtrain.errors import ConfigError
+
+
+def call_factory(factory: Callable[..., Any], env_id: str, kwargs: Mapping[str, Any]) -> Any:
+    """``factory(**kwargs)``; PettingZoo missing from inside it is said with what to install."""
+    try:
+        return factory(**kwargs)
+    except ImportError as error:
+        if pettingzoo_missing(error):
+            raise ConfigError([pettingzoo_install(env_id, error)]) from None
+        raise
+
+
+def pettingzoo_registered(env_id: str) -> Callable[..., Any] | None:
+    """``pettingzoo.make`` of ``env_id`` if PettingZoo's registry has it (the Parallel API
+    preferred: all agents act at once, each co-player once per step for all copies)."""
+    if ":" in env_id:
+        return None
+    try:
+        import pettingzoo  # type: ignore[import-untyped]  # no type information
+    except ImportError:
+        return None
+    for api, registry in (
+        ("parallel", pettingzoo.parallel_registry),
+        ("aec", pettingzoo.aec_registry),
+    ):
+        if env_id in registry:
+            return functools.partial(pettingzoo.make, api, env_id)
+    return None
+
+
+def pettingzoo_ids() -> list[str]:
+    """The ids of PettingZoo's registry, if it is installed."""
+    try:
+        import pettingzoo
+    except ImportError:
+        return []
+    return sorted({*pettingzoo.parallel_registry, *pettingzoo.aec_registry})
+
+
+PETTINGZOO_NAMESPACES = ("atari/", "butterfly/", "classic/", "sisl/")
+"""The namespaces of PettingZoo's own registry."""
+
+
+def pettingzoo_hint(env_id: str) -> str:
+    """What to install for a PettingZoo id when PettingZoo is not installed."""
+    if not env_id.startswith(PETTINGZOO_NAMESPACES):
+        return ""
+    try:
+        import pettingzoo  # noqa: F401  # installed: the id is just not one of its
+    except ImportError:
+        pass
+    else:
+        return ""
+    return (
+        f" {env_id!r} looks like an id of PettingZoo, which is not installed: install it with "
+        'pip install "evtrain[pettingzoo]"'
+    )
+
+
+PETTINGZOO_PACKAGES = frozenset({"pettingzoo", "mpe2", "pymunk"})
+"""What ``evtrain[pettingzoo]`` installs."""
+
+
+def pettingzoo_missing(error: ImportError) -> bool:
+    name = getattr(error, "name", None) or ""
+    return name.partition(".")[0] in PETTINGZOO_PACKAGES
+
+
+def pettingzoo_install(env_id: str, error: ImportError) -> str:
+    return (
+        f"env_settings.env_id: {env_id!r} needs a package that is not installed "
+        f'({type(error).__name__}: {error}); install it with pip install "evtrain[pettingzoo]" '
+        "(PettingZoo, its MPE and butterfly environments)"
+    )
+
+
+def agent_slots(
+    settings: EnvironmentSettings,
+    first: Any,
+    factory: Callable[..., Any],
+    wrapper: Callable[[Any], Any] | None,
+    behavior: str | None,
+    behaviors: Mapping[str, Any] | None,
+) -> Any:
+    """Behavior ``behavior``'s :class:`~evtrain.multiagent.slots.AgentSlots` over ``first`` and
+    ``num_envs - 1`` more copies from ``factory``.
+
+    :raises ConfigError: no behavior given (a command other than ``evtrain learn``),
+        ``vectorization: async``, ``environment_parameters`` (``wrapper``), the behavior's
+        ``network_settings.memory``, or a mapping of agents that does not fit.
+    """
+    from evtrain.multiagent.slots import AgentSlots
+
+    env_id = settings.env_id
+    own = None if behaviors is None or behavior is None else behaviors.get(behavior)
+    problems = _pettingzoo_problems(settings, behavior, own, wrapper)
+    if problems:
+        first.close()
+        raise ConfigError(problems)
+    copies = [first]
+    try:
+        for _ in range(settings.num_envs - 1):
+            copies.append(call_factory(factory, env_id, settings.env_kwargs))
+        return AgentSlots(
+            copies,
+            str(behavior),
+            agent_behaviors=settings.agent_behaviors,
+            behaviors=None if behaviors is None else list(behaviors),
+            self_play=getattr(own, "self_play", None) is not None,
+            env_name=repr(env_id),
+        )
+    except BaseException:
+        for copy in copies:
+            copy.close()
+        raise
+
+
+def _pettingzoo_problems(
+    settings: EnvironmentSettings,
+    behavior: str | None,
+    own: Any,
+    wrapper: Callable[[Any], Any] | None,
+) -> list[str]:
+    """What a PettingZoo environment cannot do (yet) that the options ask for."""
+    env_id = settings.env_id
+    if behavior is None:
+        return [
+            f"env_settings.env_id: {env_id!r} is a PettingZoo environment, which this command "
+            "does not support yet (evtrain learn trains on it)"
+        ]
+    problems = []
+    if settings.vectorization == "async":
+        problems.append(
+            f"env_settings.vectorization: 'async' is not supported with a PettingZoo "
+            f"environment ({env_id!r}) yet: a behavior's copies are stepped in this process, "
+            "so that each co-player acts for all of them in one forward pass per step; use "
+            "vectorization: sync (the num_envs copies still step together)"
+        )
+    if wrapper is not None:
+        problems.append(
+            f"environment_parameters: not supported with a PettingZoo environment ({env_id!r}) "
+            "yet: the parameters are set on Gymnasium environments (as attributes or reset "
+            "options); remove environment_parameters"
+        )
+    if own is not None and own.network_settings.memory is not None:
+        problems.append(
+            f"behaviors.{behavior}.network_settings.memory: not supported with a PettingZoo "
+            f"environment ({env_id!r}) yet: an agent's memory would run on through the steps "
+            "it is out of its episode; remove network_settings.memory"
+        )
+    return problems

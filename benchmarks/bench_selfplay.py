@@ -62,7 +62,7 @@ COLUMNS = (
     Column("win", 7, ".3f"),
     Column("not lost", 10, ".3f"),
     Column("illegal", 9),
-    Column("vs perfect", 12, align="<"),
+    Column("vs perfect", 12),
 )
 
 Player = Callable[[Any, dict[str, np.ndarray], list[int]], int]
@@ -169,20 +169,23 @@ def evaluate(module: Any, policy: Player, games: int, seed: int) -> dict[str, An
             illegal += illegal_moves[seat]
     everything = results["first"] + results["second"]
     return {
-        "win_first": statistics.mean(r > 0 for r in results["first"]),
-        "win_second": statistics.mean(r > 0 for r in results["second"]),
-        "win": statistics.mean(r > 0 for r in everything),
-        "not_lost": statistics.mean(r >= 0 for r in everything),
+        "win_first": float(statistics.mean(r > 0 for r in results["first"])),
+        "win_second": float(statistics.mean(r > 0 for r in results["second"])),
+        "win": float(statistics.mean(r > 0 for r in everything)),
+        "not_lost": float(statistics.mean(r >= 0 for r in everything)),
         "illegal": illegal,
     }
 
 
 def against_perfect(module: Any, policy: Player) -> list[str]:
     """The policy's results (win, draw, loss) as first and as second player against minimax."""
-    names = {1.0: "win", 0.0: "draw", -1.0: "loss"}
-    first, _ = play_game(module, (policy, perfect_player), 0)
-    second, _ = play_game(module, (perfect_player, policy), 0)
-    return [names[np.sign(first)], names[np.sign(-second)]]
+    results = []
+    for seat in (0, 1):
+        players = (policy, perfect_player) if seat == 0 else (perfect_player, policy)
+        first_return, illegal = play_game(module, players, 0)
+        mine = -1.0 if illegal[seat] else (first_return if seat == 0 else -first_return)
+        results.append("win" if mine > 0 else "loss" if mine < 0 else "draw")
+    return results
 
 
 # -- runs ------------------------------------------------------------------------------------
@@ -267,7 +270,10 @@ def main() -> None:
             summary[game]["all_draws_vs_perfect"] = all(
                 r["vs_perfect"] == ["draw", "draw"] for r in mine
             )
-        print(f"{game} median: " + ", ".join(f"{k} {v}" for k, v in summary[game].items()))
+        shown = (
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary[game].items()
+        )
+        print(f"{game} median of {len(mine)} seed(s): " + ", ".join(shown))
     write_json("selfplay.json", {"runs": rows, "summary": summary, "games": args.games})
 
 

@@ -374,3 +374,15 @@ def test_an_elo_criterion_needs_a_self_playing_behavior() -> None:
         "rating of self-play, and behavior 'duel' has no self_play; add "
         "behaviors.duel.self_play or measure reward or progress",
     )
+
+
+def test_a_trainer_that_cannot_sample_plays_its_most_likely_action(recording: Recording) -> None:
+    from evtrain.trainers import SACTrainer
+    from tests.trainers.helpers import small_sac
+
+    envs = DuelSlots(2)
+    trainer = SACTrainer("duel", small_sac(), envs, recording.reporter, seed=0)
+    module = trainer.sampling_policy_module(torch.Generator())
+    assert type(module) is type(trainer.policy_module())
+    obs = torch.tensor([[1.0, 0.0]] * 50)
+    assert len(set(module(obs).tolist())) == 1  # the same action every time

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from evtrain.multiagent.copies import GROUP_REWARD, Copies, Copy, StepRecord
@@ -64,6 +65,9 @@ class AECCopies(Copies):
         for k in range(len(self.copies)):
             self._observe_learner(record, k)
         return record
+
+    def acting(self) -> npt.NDArray[np.bool_]:
+        return np.ones(self.num_slots, dtype=np.bool_)  # a step waits for the learner's turn
 
     def _reset_copy(self, k: int, seed: int | None) -> None:
         copy = self.copies[k]

@@ -144,6 +144,10 @@ class Copies(abc.ABC):
     def step(self, actions: npt.NDArray[Any]) -> StepRecord:
         """One step of every slot's agent (``actions`` one row per slot)."""
 
+    @abc.abstractmethod
+    def acting(self) -> npt.NDArray[np.bool_]:
+        """The slots whose agent acts at the next step."""
+
     def close(self) -> None:
         for copy in self.copies:
             copy.env.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from evtrain.multiagent.copies import Copies, StepRecord, group_reward
@@ -51,6 +52,12 @@ class ParallelCopies(Copies):
         for k in range(len(self.copies)):
             self._step_copy(record, k, joint[k])
         return record
+
+    def acting(self) -> npt.NDArray[np.bool_]:
+        return np.array(
+            [agent in copy.env.agents for copy in self.copies for agent in copy.learners],
+            dtype=np.bool_,
+        )
 
     def _reset_copy(self, k: int, seed: int | None) -> None:
         copy = self.copies[k]

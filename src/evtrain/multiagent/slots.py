@@ -190,6 +190,12 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         """Called once per copy episode end, with its :class:`EpisodeResult`."""
         return self._cast.listeners
 
+    @property
+    def acting(self) -> npt.NDArray[np.bool_]:
+        """The slots whose agent acts at the next step (the others show a stale observation:
+        trainers keep it out of their observation normaliser)."""
+        return self._copies.acting()
+
     def learners(self, copy: int) -> list[str]:
         """The agents of copy ``copy``'s slots in its current episode."""
         return list(self._copies.copies[copy].learners)

@@ -206,6 +206,16 @@ class Trainer(Bookkeeping, abc.ABC):
         self.next_obs = _batch(next_obs)
         self._end_period()
 
+    def _acting_rows(self, obs: torch.Tensor) -> torch.Tensor:
+        """The rows of ``obs`` (one per sub-environment, before a step) whose sub-environment
+        acts in that step: all, but for agent slots (``envs.acting``) whose agent has left its
+        episode or not appeared yet, whose observation is a stale one the observation
+        normaliser must not count."""
+        acting = getattr(self.envs, "acting", None)
+        if acting is None or acting.all():
+            return obs
+        return obs[torch.from_numpy(acting).to(obs.device)]
+
     @abc.abstractmethod
     def policy_module(self) -> torch.nn.Module:
         """A module mapping a float32 batch of raw observations to deterministic actions,

@@ -87,6 +87,8 @@ class OffPolicyTrainer(Trainer):
     _held: list[tuple[torch.Tensor, tuple[npt.NDArray[Any], ...]]]
     """threaded: each step's observations and transitions, stored once the gradient steps
     running meanwhile are done (they sample the replay buffer and normalise with it)."""
+    _seen_t: torch.Tensor
+    """threaded: the observations of the step being taken that the normaliser counts."""
     _unfinite: npt.NDArray[np.bool_] | None = None
     """Environments whose last step was non-finite and zeroed (``on_nonfinite: skip``): their
     next transition starts from the zeroed observation and is not stored either."""
@@ -132,7 +134,7 @@ class OffPolicyTrainer(Trainer):
         if self._acting is None:
             self.replay.add(*transitions)
         else:
-            self._held.append((obs_t.clone(), transitions))
+            self._held.append((self._seen_t.clone(), transitions))
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -141,6 +143,8 @@ class OffPolicyTrainer(Trainer):
         # -- act: uniform random actions while warming up, then the algorithm's policy
         obs = self.layout.rows(self.next_obs)
         obs_t = torch.as_tensor(obs, device=self.device)
+        if self._acting is not None:  # what the normaliser will count once caught up
+            self._seen_t = self._acting_rows(obs_t)
         acting = self._acting.module if self._acting is not None else None
         action, env_action = self._act(obs, obs_t, acting)
         self._step_envs(obs, obs_t, action, env_action)

@@ -248,7 +248,7 @@ class OnPolicyTrainer(Trainer):
         obs = obs.reshape(self.num_envs, -1)
         if not self.agent.normalizer.enabled:
             return obs
-        self.agent.normalizer.update(obs)
+        self.agent.normalizer.update(self._acting_rows(obs))
         x: torch.Tensor = self.agent.normalizer(obs)
         return x
 

@@ -228,7 +228,7 @@ class SACTrainer(SACRecurrentUpdate):
         along either way."""
         normalizer = self.normalizer if acting is None else acting.normalizer
         actor = self.actor if acting is None else acting.actor
-        normalizer.update(obs_t)
+        normalizer.update(self._acting_rows(obs_t))
         if self.world.size > 1:  # every rank's observations into every rank's statistics
             normalizer.merge_ranks(self.world)
         if self.memory is not None:  # the memories step along, warming up or not

@@ -163,16 +163,6 @@ def test_sac_warns_about_intrinsic_gammas_it_does_not_apply(
     ]
 
 
-def test_shared_critic_true_is_refused_naming_poca() -> None:
-    with pytest.raises(ConfigError) as info:
-        RunOptions.from_dict({"behaviors": {"B": {"hyperparameters": {"shared_critic": True}}}})
-    assert info.value.problems == (
-        "behaviors.B.hyperparameters.shared_critic: true applies to ML-Agents' multi-agent POCA "
-        "trainer, which evtrain lacks (Gymnasium environments have one agent); remove it or "
-        "set false",
-    )
-
-
 def test_batch_size_above_buffer_size_trains_on_one_minibatch(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -111,12 +111,6 @@ def test_unset_schedules_follow_the_learning_rate_schedule() -> None:
             "'learning_rate_schedule' must be in ('linear', 'constant') (got 'cosine')",
         ),
         (
-            PPOSettings,
-            {"shared_critic": True},
-            "shared_critic: true applies to ML-Agents' multi-agent POCA trainer, which evtrain "
-            "lacks (Gymnasium environments have one agent); remove it or set false",
-        ),
-        (
             NetworkSettings,
             {"goal_conditioning_type": "soft"},
             "'goal_conditioning_type' must be in ('hyper', 'none') (got 'soft')",

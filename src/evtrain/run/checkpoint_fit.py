@@ -31,6 +31,9 @@ _SAVED: ContextVar[Mapping[Path, Mapping[str, Any]]] = ContextVar("evtrain_saved
 
 SHAPING = ("trainer_type", "network_settings", "reward_signals", "behavioral_cloning")
 """A behavior's settings that decide the shapes of what its checkpoint holds."""
+SHAPING_HYPERPARAMETERS = ("shared_critic",)
+"""A behavior's ``hyperparameters`` that decide them too (PPO's value heads on the policy's
+body, or a critic of their own)."""
 SHAPING_ENV = ("env_id", "env_kwargs")
 """``env_settings`` that decide the observation and action shapes."""
 
@@ -92,18 +95,18 @@ def misfit(options: RunOptions, name: str, checkpoint: Path, error: Exception) -
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any], name: str) -> list[str]:
-    """``key: old -> new`` for each setting in :data:`SHAPING` of behavior ``name`` and
-    :data:`SHAPING_ENV` that differs between ``saved`` and ``current`` options data."""
+    """``key: old -> new`` for each setting in :data:`SHAPING`,
+    :data:`SHAPING_HYPERPARAMETERS` of behavior ``name`` and :data:`SHAPING_ENV` that differs
+    between ``saved`` and ``current`` options data."""
     changes: list[str] = []
-    for section, keys, prefix in (
-        (_mapping(saved, "behaviors", name), SHAPING, f"behaviors.{name}"),
-        (_mapping(saved, "env_settings"), SHAPING_ENV, "env_settings"),
+    behavior = ("behaviors", name)
+    for path, keys in (
+        (behavior, SHAPING),
+        ((*behavior, "hyperparameters"), SHAPING_HYPERPARAMETERS),
+        (("env_settings",), SHAPING_ENV),
     ):
-        now = (
-            _mapping(current, "behaviors", name)
-            if prefix != "env_settings"
-            else _mapping(current, "env_settings")
-        )
+        section, now = _mapping(saved, *path), _mapping(current, *path)
+        prefix = ".".join(path)
         for key in keys:
             _diff(section.get(key), now.get(key), f"{prefix}.{key}", changes)
     return changes

@@ -9,17 +9,24 @@ An environment's observation space is a ``Box`` or a Gymnasium ``Dict`` of them.
   taken as they are;
 * a **vector** otherwise: flattened, as evtrain always did.
 
+A ``Dict`` part keyed ``action_mask`` (:data:`MASK_KEY`, PettingZoo's name) is neither: it is
+the **action mask** of a ``Discrete`` action space (:mod:`evtrain.trainers.networks.masks`),
+one entry per action.  It stays in the row, but no network takes it as a feature, the
+normaliser leaves it alone and no encoder sees it; the policies read it from the row
+(:attr:`ObservationLayout.mask`).
+
 The trainers keep what they stored before: one flat float32 row per observation (PPO's
 rollout, SAC's replay buffer), raw values and all.  An :class:`ObservationLayout` says where
-each part sits in the row: the vectors first (in the ``Dict``'s key order), then the float
-images, then the ``uint8`` images, which SAC's replay buffer keeps as bytes.  In front of each
+each part sits in the row: the vectors first (in the ``Dict``'s key order), then the action
+mask, then the float images, then the ``uint8`` images, which SAC's replay buffer keeps as
+bytes.  In front of each
 network an :class:`ObservationEncoder` splits the row again, as ML-Agents' ``NetworkBody``
 does: vectors pass on, each image goes through its own ``vis_encode_type`` encoder
 (:mod:`evtrain.trainers.networks.encoders`, ``hidden_units`` features), and the features are
-concatenated before the hidden layers.  The observation normaliser standardises the vector
-columns only (ML-Agents normalises vector observations only).
+concatenated before the hidden layers (the mask is left out).  The observation normaliser
+standardises the vector columns only (ML-Agents normalises vector observations only).
 
-Observations without images get no encoder at all: the networks, their initial weights and
+Observations without images or a mask get no encoder at all: the networks, their initial weights and
 their results are exactly those of a vector-only evtrain, and ``vis_encode_type`` has no
 effect, as in ML-Agents.
 """
@@ -43,6 +50,9 @@ from evtrain.trainers.settings import NetworkSettings, VisEncodeType
 
 BOX_INPUT = "obs"
 """The exported policy's input name for a ``Box`` observation (a ``Dict``'s are its keys)."""
+MASK_KEY = "action_mask"
+"""The ``Dict`` key of an action mask (PettingZoo's): also the exported policy's input name
+for it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +65,8 @@ class ObservationPart:
     """As the environment gives it."""
     start: int
     image: bool
+    mask: bool = False
+    """The action mask (:data:`MASK_KEY`): in the row, not a feature."""
     channels_first: bool = False
     """Images only: ``C x H x W`` rather than ``H x W x C``."""
     scale: float = 1.0
@@ -84,6 +96,8 @@ def _part(key: str | None, space: spaces.Space[Any], start: int) -> ObservationP
             "gymnasium.wrappers.FlattenObservation"
         )
     shape = tuple(int(d) for d in space.shape)
+    if key == MASK_KEY:
+        return ObservationPart(key=key, shape=shape, start=start, image=False, mask=True)
     if len(shape) != 3:
         return ObservationPart(key=key, shape=shape, start=start, image=False)
     scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
@@ -97,35 +111,52 @@ def _part(key: str | None, space: spaces.Space[Any], start: int) -> ObservationP
     )
 
 
-def observation_layout(space: spaces.Space[Any]) -> ObservationLayout:
-    """The layout of ``space``'s observations (see the module's docs).
+def observation_layout(
+    space: spaces.Space[Any], action_space: spaces.Space[Any] | None = None
+) -> ObservationLayout:
+    """The layout of ``space``'s observations (see the module's docs), its action mask, if
+    any, checked against ``action_space`` when given.
 
-    :raises SpaceMismatchError: ``space`` is not a ``Box`` or a ``Dict`` of ``Box`` spaces.
+    :raises SpaceMismatchError: ``space`` is not a ``Box`` or a ``Dict`` of ``Box`` spaces,
+        holds nothing but an action mask, or its action mask does not fit ``action_space``
+        (:meth:`ObservationLayout.check_mask`).
     """
     if not isinstance(space, spaces.Dict):
         return ObservationLayout(parts=(_part(None, space, 0),), keys=None)
     keys = tuple(str(k) for k in space.spaces)
     found = [_part(k, space.spaces[k], 0) for k in keys]
-    # Vectors first (the normaliser's columns), uint8 images last (the replay buffer's bytes).
-    found.sort(key=lambda p: (p.image, p.scale != 1.0))
+    if all(p.mask for p in found):
+        raise SpaceMismatchError(
+            f"the observation holds nothing but {MASK_KEY!r}, expected the observation itself "
+            f"beside the action mask (e.g. Dict(observation=Box, {MASK_KEY}=Box))"
+        )
+    # Vectors first (the normaliser's columns), then the mask, uint8 images last (the replay
+    # buffer's bytes).
+    found.sort(key=lambda p: (p.image or p.mask, p.image, p.scale != 1.0))
     parts, start = [], 0
     for part in found:
         parts.append(attrs.evolve(part, start=start))
         start += part.size
-    return ObservationLayout(parts=tuple(parts), keys=keys)
+    layout = ObservationLayout(parts=tuple(parts), keys=keys)
+    if action_space is not None:
+        layout.check_mask(action_space)
+    return layout
 
 
 def behavior_layout(
-    space: spaces.Space[Any], network: NetworkSettings, behavior_name: str
+    space: spaces.Space[Any],
+    network: NetworkSettings,
+    behavior_name: str,
+    action_space: spaces.Space[Any] | None = None,
 ) -> ObservationLayout:
-    """:func:`observation_layout`, checked against ``network``'s ``vis_encode_type``: what a
-    trainer calls first.
+    """:func:`observation_layout`, checked against ``network``'s ``vis_encode_type`` and (when
+    given) ``action_space``: what a trainer calls first.
 
     :raises ConfigError: an image is smaller than the encoder's minimum resolution (the
         message names ``behaviors.<behavior_name>.network_settings.vis_encode_type``).
     :raises SpaceMismatchError: as :func:`observation_layout`.
     """
-    layout = observation_layout(space)
+    layout = observation_layout(space, action_space)
     key = f"behaviors.{behavior_name}.network_settings.vis_encode_type"
     layout.check(network.vis_encode_type, key)
     return layout
@@ -149,7 +180,22 @@ class ObservationLayout:
     @property
     def vector_size(self) -> int:
         """The vector columns, which come first: what the normaliser standardises."""
-        return sum(p.size for p in self.parts if not p.image)
+        return sum(p.size for p in self.parts if not p.image and not p.mask)
+
+    @property
+    def mask(self) -> slice | None:
+        """The action mask's columns of the row (right after the vectors); ``None`` without
+        one."""
+        for part in self.parts:
+            if part.mask:
+                return slice(part.start, part.start + part.size)
+        return None
+
+    @property
+    def plain(self) -> bool:
+        """Whether the row is what the hidden layers take, as it is: no images to encode and
+        no mask to leave out (else :meth:`encoder` builds what turns one into the other)."""
+        return not self.images and self.mask is None
 
     @property
     def images(self) -> tuple[ObservationPart, ...]:
@@ -188,6 +234,26 @@ class ObservationLayout:
 
     # -- the networks' side ---------------------------------------------------------------------
 
+    def check_mask(self, action_space: spaces.Space[Any]) -> None:
+        """Refuse an action mask that is not one entry per action of a ``Discrete`` space.
+
+        :raises SpaceMismatchError: naming the ``action_mask`` observation and the fix.
+        """
+        part = next((p for p in self.parts if p.mask), None)
+        if part is None:
+            return
+        if not isinstance(action_space, spaces.Discrete):
+            raise SpaceMismatchError(
+                f"observation {MASK_KEY!r} is an action mask, which needs a Discrete action "
+                f"space, got {action_space}; rename the observation key if it is no mask"
+            )
+        if part.size != int(action_space.n):
+            raise SpaceMismatchError(
+                f"observation {MASK_KEY!r} has {part.size} entries (shape {part.shape}), the "
+                f"action space {action_space} has {int(action_space.n)} actions; an action "
+                "mask holds one entry per action (1: allowed, 0: masked)"
+            )
+
     def check(self, kind: VisEncodeType, key: str) -> None:
         """Refuse images smaller than ``kind``'s minimum resolution.
 
@@ -220,14 +286,15 @@ class ObservationLayout:
     def encoder(
         self, network: NetworkSettings, generator: torch.Generator
     ) -> ObservationEncoder | None:
-        """A new encoder for the front of one network; ``None`` without images (the hidden
-        layers take the row itself)."""
-        return ObservationEncoder(self, network, generator) if self.images else None
+        """A new encoder for the front of one network; ``None`` for a :attr:`plain` row (the
+        hidden layers take the row itself).  With a mask and no images it has no weights: it
+        only leaves the mask out."""
+        return None if self.plain else ObservationEncoder(self, network, generator)
 
     def normalizer(self, enabled: bool) -> ObservationNormalizer:
-        """The observation normaliser: of the whole row without images (as it always was),
-        of the vector columns only with them."""
-        if not self.images:
+        """The observation normaliser: of the whole :attr:`plain` row (as it always was), of
+        the vector columns only with images or a mask."""
+        if self.plain:
             return ObservationNormalizer((self.size,), enabled=enabled)
         return VectorNormalizer(self.vector_size, enabled=enabled)
 
@@ -266,7 +333,8 @@ class ObservationFlattener(nn.Module):
 
 
 class ObservationEncoder(nn.Module):
-    """The row's vectors as they are, each image through its own encoder, concatenated."""
+    """The row's vectors as they are, each image through its own encoder, concatenated; the
+    action mask left out."""
 
     def __init__(
         self, layout: ObservationLayout, network: NetworkSettings, generator: torch.Generator
@@ -293,7 +361,7 @@ class ObservationEncoder(nn.Module):
 
 class VectorNormalizer(ObservationNormalizer):
     """An :class:`ObservationNormalizer` of the row's first ``width`` columns (the vectors);
-    the images after them pass through unchanged.  Disabled without vectors."""
+    the mask and the images after them pass through unchanged.  Disabled without vectors."""
 
     def __init__(self, width: int, *, enabled: bool) -> None:
         super().__init__((width,), enabled=enabled and width > 0)

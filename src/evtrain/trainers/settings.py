@@ -74,17 +74,9 @@ class PPOSettings:
     """Weight of the value loss in the total loss."""
 
     shared_critic: bool = attrs.field(default=False, validator=v.instance_of(bool))
-    """ML-Agents' POCA option (one critic for a team of agents); only ``false`` is accepted:
-    Gymnasium environments have one agent, and evtrain has no POCA trainer."""
-
-    @shared_critic.validator
-    def _single_agent(self, attribute: attrs.Attribute[bool], value: bool) -> None:
-        if value:
-            # "<key>: ..." is how evtrain.config.problems puts the key into the message's path
-            raise ValueError(
-                "shared_critic: true applies to ML-Agents' multi-agent POCA trainer, which "
-                "evtrain lacks (Gymnasium environments have one agent); remove it or set false"
-            )
+    """ML-Agents' option: the value heads sit on the policy's network body (its image encoders
+    and hidden layers) instead of a critic network of their own, so the policy and the value
+    losses train one body (:class:`~evtrain.trainers.networks.policies.ActorCritic`)."""
 
     def rollout_buffer_size(self, num_envs: int) -> int:
         """``buffer_size`` rounded up to the next multiple of both ``batch_size`` (whole
@@ -348,6 +340,12 @@ class TrainerSettings:
             raise ValueError(
                 "self_play: the opponents of a recurrent policy (network_settings.memory) "
                 "are not supported by evtrain yet; remove memory or self_play"
+            )
+        if memory is not None and getattr(self.hyperparameters, "shared_critic", False) is True:
+            raise ValueError(
+                "hyperparameters: shared_critic: true with network_settings.memory is not "
+                "supported by evtrain yet (the policy and the critic carry memories of their "
+                "own); set shared_critic: false or remove memory"
             )
         if memory is not None and self.behavioral_cloning is not None:
             raise ValueError(

@@ -52,6 +52,9 @@ class MLP(nn.Module):
     layer's (0.01 keeps an initial policy near uniform, 1 suits a value head).  ``forward``
     applies the layers itself rather than through ``nn.Sequential``: on the small batches of
     a rollout, per-module call overhead costs as much as the matrix products.
+
+    :param num_layers: hidden layers in place of ``network.num_layers``; 0 makes a head (the
+        output layer alone), e.g. value heads on another network's :meth:`body`.
     """
 
     def __init__(
@@ -62,9 +65,11 @@ class MLP(nn.Module):
         *,
         out_gain: float,
         generator: torch.Generator | None = None,
+        num_layers: int | None = None,
     ) -> None:
         super().__init__()
-        widths = [in_features] + [network.hidden_units] * network.num_layers
+        layers = network.num_layers if num_layers is None else num_layers
+        widths = [in_features] + [network.hidden_units] * layers
         self.hidden = hidden_layers(widths, generator)
         self.out = layer_init(nn.Linear(widths[-1], out_features), out_gain, generator)
         self.activation = ACTIVATIONS[network.activation]
@@ -73,6 +78,16 @@ class MLP(nn.Module):
         for layer in cast("list[nn.Linear]", self.hidden):
             x = self.activation(F.linear(x, layer.weight, layer.bias))
         return F.linear(x, self.out.weight, self.out.bias)
+
+    def body(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden layers' output (what :meth:`head` takes)."""
+        for layer in cast("list[nn.Linear]", self.hidden):
+            x = self.activation(F.linear(x, layer.weight, layer.bias))
+        return x
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """The output layer of :meth:`body`'s output: ``forward`` is ``head(body(x))``."""
+        return F.linear(h, self.out.weight, self.out.bias)
 
 
 def flatten_parameters(module: nn.Module) -> nn.Parameter:

@@ -1,9 +1,12 @@
-"""PPO's actor-critic: separate policy and value MLPs over (optionally normalised) observations.
+"""PPO's actor-critic: policy and value MLPs over (optionally normalised) observations,
+separate, or with ``hyperparameters.shared_critic`` sharing one body.
 
-``Discrete`` actions use a categorical policy.  ``Box`` actions use a **clipped** diagonal
-Gaussian, as SB3 and cleanrl do: the unclipped sample is what is stored and scored, and it is
-clipped to the action bounds only on its way to the environment.  (A tanh-squashed Gaussian,
-as in SAC, changes the log-probabilities and needs no clipping; PPO does well without it.)
+``Discrete`` actions use a categorical policy, masked by the observation's ``action_mask``
+when it has one (:mod:`evtrain.trainers.networks.masks`).  ``Box`` actions use a **clipped**
+diagonal Gaussian, as SB3 and cleanrl do: the unclipped sample is what is stored and scored,
+and it is clipped to the action bounds only on its way to the environment.  (A tanh-squashed
+Gaussian, as in SAC, changes the log-probabilities and needs no clipping; PPO does well
+without it.)
 
 Distributions are written out instead of using ``torch.distributions``: the rollout calls them
 every step and their argument validation and object construction cost more than the maths.
@@ -20,6 +23,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
+from evtrain.trainers.networks.masks import allowed_in, masked_logits, masked_scores
 from evtrain.trainers.networks.mlp import MLP
 from evtrain.trainers.observations import observation_layout
 from evtrain.trainers.settings import NetworkSettings
@@ -50,19 +54,26 @@ def policy_outputs(action_space: spaces.Space[Any]) -> tuple[bool, int]:
 
 
 def sample_action(
-    out: torch.Tensor, log_std: torch.Tensor, discrete: bool, generator: torch.Generator
+    out: torch.Tensor,
+    log_std: torch.Tensor,
+    discrete: bool,
+    generator: torch.Generator,
+    ok: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample from the policy's output layer ``out``: ``(action, log_prob)``.
 
-    ``Discrete``: ``out`` are logits; ``Box``: the Gaussian's mean, ``log_std`` its log
-    standard deviation.
+    ``Discrete``: ``out`` are logits (masked already where there is a mask); ``Box``: the
+    Gaussian's mean, ``log_std`` its log standard deviation.
+
+    :param ok: the allowed actions (:func:`~evtrain.trainers.networks.masks.allowed`), never
+        to be sampled otherwise; ``None``: all.
     """
     if discrete:
         log_probs = torch.log_softmax(out, dim=-1)
         # Gumbel-max: argmax(log p + Gumbel noise) is an exact sample of Categorical(p),
         # cheaper than torch.multinomial on small batches.  Gumbel = -log(Exponential(1)).
         noise = torch.empty_like(log_probs).exponential_(generator=generator)
-        action = (log_probs - noise.log()).argmax(-1, keepdim=True)
+        action = masked_scores(log_probs - noise.log(), ok).argmax(-1, keepdim=True)
         return action.squeeze(-1), log_probs.gather(-1, action).squeeze(-1)
     noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
     action = out + log_std.exp() * noise
@@ -98,9 +109,16 @@ class ActorCritic(nn.Module):
     """Policy ``pi(a|s)`` and value ``V(s)`` for a ``Discrete`` or ``Box`` action space.
 
     ``num_values`` value heads, one per reward signal (extrinsic first).  The methods take
-    normalised observation rows (:mod:`evtrain.trainers.observations`); with images, the
-    actor and the critic each put their own image encoders in front of their hidden layers,
-    as ML-Agents' actor and critic each have their own ``NetworkBody``.
+    normalised observation rows (:mod:`evtrain.trainers.observations`).  By default the
+    actor and the critic are separate networks, as ML-Agents' actor and critic each have
+    their own ``NetworkBody``: with images each puts its own image encoders in front of its
+    hidden layers.  With ``shared_critic`` (ML-Agents' PPO option of that name, its
+    ``SharedActorCritic``) the value heads sit on the policy's body, the policy's encoders
+    and hidden layers, so the policy loss and the value loss both train that one body:
+    :attr:`critic` is then the value heads alone.
+
+    A ``Discrete`` policy whose observations hold an ``action_mask`` reads it from the row
+    (:attr:`mask`) and never takes a masked action (:mod:`evtrain.trainers.networks.masks`).
     """
 
     def __init__(
@@ -111,21 +129,32 @@ class ActorCritic(nn.Module):
         generator: torch.Generator,
         *,
         num_values: int = 1,
+        shared_critic: bool = False,
     ) -> None:
         super().__init__()
-        layout = observation_layout(observation_space)
+        layout = observation_layout(observation_space, action_space)
         obs_dim = layout.features(network)
         self.discrete, policy_out = policy_outputs(action_space)
         self.normalizer = layout.normalizer(network.normalize)
+        self.shared_critic = shared_critic
+        """The value heads take the policy's body's output (see the class's docs)."""
+        self.mask = layout.mask
+        """The action mask's columns of an observation row; ``None`` without one."""
         # One value head per reward signal on a shared body, as ML-Agents' critic has.
-        self.critic = MLP(obs_dim, num_values, network, out_gain=1.0, generator=generator)
+        if shared_critic:
+            heads_in = network.hidden_units  # the policy's body's output
+            self.critic = MLP(
+                heads_in, num_values, network, out_gain=1.0, generator=generator, num_layers=0
+            )
+        else:
+            self.critic = MLP(obs_dim, num_values, network, out_gain=1.0, generator=generator)
         self.actor = MLP(obs_dim, policy_out, network, out_gain=0.01, generator=generator)
         # State-independent log standard deviation, starting at std 1 (SB3's default); empty
         # for Discrete, which keeps one state_dict layout for both kinds.
         self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
         # Image encoders, drawn after everything else: none for vector observations, whose
         # networks stay exactly what they were.
-        self.critic_encoder = layout.encoder(network, generator)
+        self.critic_encoder = None if shared_critic else layout.encoder(network, generator)
         self.actor_encoder = layout.encoder(network, generator)
         self.flatten = layout.flattener()
         """The exported policy's inputs to an observation row."""
@@ -137,16 +166,31 @@ class ActorCritic(nn.Module):
         features: torch.Tensor = encoder(x)
         return features
 
+    def allowed_actions(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The allowed actions ``[B, n]`` of observation rows ``x`` (their mask's columns, a
+        row of zeros as all allowed); ``None`` without a mask."""
+        return allowed_in(x, self.mask)
+
+    def policy_output(self, x: torch.Tensor) -> torch.Tensor:
+        """The policy's output layer of normalised observations: the logits, masked (see
+        :mod:`~evtrain.trainers.networks.masks`), or the Gaussian's mean."""
+        out: torch.Tensor = self.actor(self._encoded(self.actor_encoder, x))
+        return masked_logits(out, self.allowed_actions(x))
+
     def value(self, x: torch.Tensor) -> torch.Tensor:
         """``V(s)`` of normalised observations: shape ``(B,)`` with one value head, ``(B, K)``
         with ``K``."""
-        value: torch.Tensor = self.critic(self._encoded(self.critic_encoder, x))
+        if self.shared_critic:
+            value: torch.Tensor = self.critic(self.actor.body(self._encoded(self.actor_encoder, x)))
+        else:
+            value = self.critic(self._encoded(self.critic_encoder, x))
         return value.squeeze(-1)
 
     def act(self, x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions for normalised observations: ``(action, log_prob)``."""
-        out = self.actor(self._encoded(self.actor_encoder, x))
-        return sample_action(out, self.log_std, self.discrete, generator)
+        ok = self.allowed_actions(x)
+        out = masked_logits(self.actor(self._encoded(self.actor_encoder, x)), ok)
+        return sample_action(out, self.log_std, self.discrete, generator, ok)
 
     def evaluate(
         self,
@@ -156,28 +200,36 @@ class ActorCritic(nn.Module):
         entropy: bool = True,
         entropy_grad: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """``(log_prob, entropy, value)`` of taken actions under the current networks.
+        """``(log_prob, entropy, value)`` of taken actions under the current networks (with a
+        mask, of the masked distribution).
 
         :param entropy: compute the entropy (``None`` in its place otherwise).
         :param entropy_grad: keep the entropy in the autograd graph; without it the entropy is
             only a statistic, and computing it outside the graph costs far less.
         """
-        out = self.actor(self._encoded(self.actor_encoder, x))
+        if self.shared_critic:  # one pass through the body for both heads
+            h = self.actor.body(self._encoded(self.actor_encoder, x))
+            out, value = masked_logits(self.actor.head(h), self.allowed_actions(x)), self.critic(h)
+            value = value.squeeze(-1)
+        else:
+            out, value = self.policy_output(x), self.value(x)
         log_prob, ent = score_actions(
             out, self.log_std, self.discrete, action, entropy, entropy_grad
         )
-        return log_prob, ent, self.value(x)
+        return log_prob, ent, value
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
-        """The most likely action of normalised observations (argmax, or the mean)."""
-        out: torch.Tensor = self.actor(self._encoded(self.actor_encoder, x))
+        """The most likely action of normalised observations (argmax, or the mean); never a
+        masked one."""
+        out = self.policy_output(x)
         return out.argmax(-1) if self.discrete else out
 
 
 class DeterministicPolicy(nn.Module):
     """Export view of an :class:`ActorCritic`: raw observations in, the action to take out.
 
-    ``Box`` actions are clipped to the action bounds, as during training.
+    ``Box`` actions are clipped to the action bounds, as during training.  An ``action_mask``
+    observation is the exported graph's input of that name, and the mask of its argmax.
     """
 
     low: torch.Tensor

@@ -3,7 +3,8 @@ critic (see :mod:`evtrain.trainers.networks.memory`).
 
 As ML-Agents' separate critic, the critic has a memory of its own, of the same
 ``memory_size``: the two networks share nothing but the observations.  The distributions over
-actions are :class:`~evtrain.trainers.networks.policies.ActorCritic`'s.
+actions are :class:`~evtrain.trainers.networks.policies.ActorCritic`'s, masked as its are by
+an ``action_mask`` observation.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from evtrain.trainers.networks.masks import allowed_in, masked_logits
 from evtrain.trainers.networks.memory import RecurrentMLP
 from evtrain.trainers.networks.policies import policy_outputs, sample_action, score_actions
 from evtrain.trainers.observations import observation_layout
@@ -39,10 +41,12 @@ class RecurrentActorCritic(nn.Module):
         super().__init__()
         if network.memory is None:
             raise ValueError("RecurrentActorCritic needs network_settings.memory")
-        layout = observation_layout(observation_space)
+        layout = observation_layout(observation_space, action_space)
         obs_dim = layout.features(network)
         self.discrete, policy_out = policy_outputs(action_space)
         self.normalizer = layout.normalizer(network.normalize)
+        self.mask = layout.mask
+        """The action mask's columns of an observation row; ``None`` without one."""
         # Drawn in ActorCritic's order: critic, then actor.
         self.critic = RecurrentMLP(
             obs_dim, num_values, network, network.memory, out_gain=1.0, generator=generator
@@ -62,13 +66,20 @@ class RecurrentActorCritic(nn.Module):
         """Width of the policy's memory (the critic's is as wide)."""
         return self.actor.memory_size
 
+    def allowed_actions(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The allowed actions of observation rows ``x`` (any leading dimensions); ``None``
+        without a mask."""
+        return allowed_in(x, self.mask)
+
     def act(
         self, x: torch.Tensor, memory: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions for one step of normalised observations:
         ``(action, log_prob, next memory)``."""
         out, memory = self.actor.step(x, memory)
-        action, log_prob = sample_action(out, self.log_std, self.discrete, generator)
+        ok = self.allowed_actions(x)
+        out = masked_logits(out, ok)
+        action, log_prob = sample_action(out, self.log_std, self.discrete, generator, ok)
         return action, log_prob, memory
 
     def value(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +110,10 @@ class RecurrentActorCritic(nn.Module):
         :param entropy: as :meth:`~evtrain.trainers.networks.policies.ActorCritic.evaluate`.
         :param entropy_grad: as :meth:`~evtrain.trainers.networks.policies.ActorCritic.evaluate`.
         """
-        out = self.actor.sequences(x, actor_memory)[mask]
+        ok = self.allowed_actions(x)
+        out = masked_logits(
+            self.actor.sequences(x, actor_memory)[mask], None if ok is None else ok[mask]
+        )
         value = self.critic.sequences(x, critic_memory)[mask].squeeze(-1)
         log_prob, ent = score_actions(
             out, self.log_std, self.discrete, action, entropy, entropy_grad
@@ -110,8 +124,9 @@ class RecurrentActorCritic(nn.Module):
         self, x: torch.Tensor, memory: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The most likely action of one step of normalised observations (argmax, or the
-        mean), and the policy's next memory."""
+        mean; never a masked one), and the policy's next memory."""
         out, memory = self.actor.step(x, memory)
+        out = masked_logits(out, self.allowed_actions(x))
         return (out.argmax(-1) if self.discrete else out), memory
 
 

@@ -39,10 +39,13 @@ _ACTIVATIONS: dict[Callable[[torch.Tensor], torch.Tensor], str] = {
 
 def supports(agent: nn.Module) -> bool:
     """Whether :func:`ppo_gradients` can compute ``agent``'s gradients: an
-    :class:`ActorCritic` of vector observations (no image encoders) whose actor and critic are
-    plain :class:`MLP` s with tanh or relu layers."""
+    :class:`ActorCritic` of vector observations (no image encoders, no action mask) whose
+    actor and critic are separate (no ``shared_critic``) plain :class:`MLP` s with tanh or
+    relu layers."""
     return (
         type(agent) is ActorCritic
+        and not agent.shared_critic
+        and agent.mask is None
         and agent.actor_encoder is None  # vector observations: the MLPs take the row itself
         and agent.critic_encoder is None
         and type(agent.actor) is MLP

@@ -83,7 +83,10 @@ class PPOTrainer(PPOUpdate):
         """Rollout length per environment."""
         self.action_space = envs.single_action_space
         self.layout = behavior_layout(
-            envs.single_observation_space, settings.network_settings, self.behavior_name
+            envs.single_observation_space,
+            settings.network_settings,
+            self.behavior_name,
+            self.action_space,
         )
         """Where each part of an observation sits in the rows the rollout stores."""
         self._build_agent()
@@ -126,14 +129,19 @@ class PPOTrainer(PPOUpdate):
         """``agent`` (one value head per reward signal) and, with memory, its rollout."""
         settings = self.settings
         memory = settings.network_settings.memory
-        agent_class = ActorCritic if memory is None else RecurrentActorCritic
-        self.agent = agent_class(
+        args = (
             self.envs.single_observation_space,
             self.action_space,
             settings.network_settings,
             self.init_generator,
-            num_values=1 + len(settings.reward_signals.intrinsic),
-        ).to(self.device)
+        )
+        num_values = 1 + len(settings.reward_signals.intrinsic)
+        if memory is None:
+            shared = self.hp.shared_critic
+            self.agent = ActorCritic(*args, num_values=num_values, shared_critic=shared)
+        else:  # (the settings refuse shared_critic with memory)
+            self.agent = RecurrentActorCritic(*args, num_values=num_values)
+        self.agent.to(self.device)
         self.memory = None
         """The memories and sequences of a recurrent agent (``network_settings.memory``)."""
         if memory is not None and isinstance(self.agent, RecurrentActorCritic):

@@ -3,7 +3,8 @@
 :mod:`~evtrain.trainers.sac.trainer` wires the off-policy loop to SAC's networks
 (:mod:`~evtrain.trainers.sac.actor`: the squashed Gaussian policy);
 :mod:`~evtrain.trainers.sac.update` holds the losses and one gradient step;
-:mod:`~evtrain.trainers.sac.discrete` the discrete-action variant (Christodoulou 2019);
+:mod:`~evtrain.trainers.sac.discrete` the discrete-action variant (Christodoulou 2019), its
+export views in :mod:`~evtrain.trainers.sac.discrete_policy`;
 :mod:`~evtrain.trainers.sac.twin_q` the two critics; :mod:`~evtrain.trainers.sac.memory`
 the recurrent networks and sequence replay (:mod:`~evtrain.trainers.sac.recurrent_update`:
 their update); :mod:`~evtrain.trainers.sac.signals` the reward

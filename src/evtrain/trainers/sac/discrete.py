@@ -21,6 +21,12 @@ Polyak-averaged targets, automatic entropy tuning, the same hyperparameters):
   every branch when it is set.
 
 The replay buffer stores an action as its ``k`` indices (float32 columns hold them exactly).
+
+A ``Discrete`` policy whose observations hold an ``action_mask``
+(:mod:`evtrain.trainers.networks.masks`) reads it from the observation rows: its
+probabilities of masked actions are 0 (the others renormalised), so every expectation above
+is over the allowed actions, the soft value ``V(s')`` over those allowed at ``s'`` (the mask
+stored with ``s'``), and a masked action is never sampled.
 """
 
 from __future__ import annotations
@@ -36,10 +42,8 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.networks.memory import RecurrentMLP
+from evtrain.trainers.networks.masks import allowed, allowed_in, masked_logits, masked_scores
 from evtrain.trainers.networks.mlp import MLP
-from evtrain.trainers.networks.normalizer import ObservationNormalizer
-from evtrain.trainers.observations import ObservationFlattener
 from evtrain.trainers.sac.memory import RecurrentTwinQ
 from evtrain.trainers.sac.twin_q import TwinQ
 from evtrain.trainers.settings import NetworkSettings
@@ -128,18 +132,36 @@ class Branches:
         ``actions`` ``[..., k]`` to ``[..., k]``."""
         return x.gather(-1, actions + self.offsets.to(actions.device))
 
-    def sample(self, log_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """One action index per branch, ``[..., k]`` int64, drawn from ``log_probs``."""
+    def sample(
+        self,
+        log_probs: torch.Tensor,
+        generator: torch.Generator,
+        ok: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One action index per branch, ``[..., k]`` int64, drawn from ``log_probs``; never
+        an action ``ok`` (``Discrete``'s allowed actions, if masked) says is not allowed."""
         # Gumbel-max: argmax(log p + Gumbel noise) is an exact sample of Categorical(p), and
         # cheaper than torch.multinomial.  Gumbel = -log(Exponential(1)).
         noise = torch.empty_like(log_probs).exponential_(generator=generator)
-        return self.argmax(log_probs - noise.log())
+        return self.argmax(masked_scores(log_probs - noise.log(), ok))
 
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
         """Each branch's column of the largest value, ``[..., k]`` int64."""
         if len(self) == 1:
             return x.argmax(-1, keepdim=True)
         return torch.stack([p.argmax(-1) for p in torch.split(x, list(self.sizes), dim=-1)], dim=-1)
+
+    def uniform(
+        self, rng: np.random.Generator, count: int, mask: npt.NDArray[Any] | None = None
+    ) -> npt.NDArray[np.int64]:
+        """``count`` uniformly random actions, ``[count, k]`` indices; with ``mask`` (the
+        ``[count, n]`` action masks of a ``Discrete`` space), of the allowed actions only."""
+        if mask is None:
+            return rng.integers(0, self.sizes, size=(count, len(self)))
+        ok = allowed(torch.from_numpy(np.asarray(mask, dtype=np.float32))).numpy()
+        # the largest of uniform scores among the allowed actions: a uniform draw of them
+        picked: npt.NDArray[np.int64] = np.where(ok, rng.random(ok.shape), -1.0).argmax(-1)
+        return picked[:, None]
 
     def to_env(self, actions: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Stored actions ``[N, k]`` (indices, any dtype) as the vector environment takes
@@ -294,7 +316,10 @@ class CategoricalActor(nn.Module):
     """``pi_b(.|s)`` of every branch: one MLP whose output layer holds every branch's logits.
 
     :param encoder: the image encoders in front of the hidden layers (``obs_dim`` is then
-        their output's width); ``None`` for vector observations.
+        their output's width), which leave an action mask out; ``None`` for vector
+        observations.
+    :param mask: the action mask's columns of an observation row (``Discrete`` only; see the
+        module's docs); ``None`` without one.
     """
 
     def __init__(
@@ -304,17 +329,24 @@ class CategoricalActor(nn.Module):
         network: NetworkSettings,
         generator: torch.Generator,
         encoder: nn.Module | None = None,
+        mask: slice | None = None,
     ) -> None:
         super().__init__()
         self.branches = branches
         # out_gain 0.01: an initial policy close to uniform in every branch.
         self.net = MLP(obs_dim, branches.total, network, out_gain=0.01, generator=generator)
         self.encoder = encoder
+        self.mask = mask
+
+    def allowed_actions(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The allowed actions of observation rows ``x``; ``None`` without a mask."""
+        return allowed_in(x, self.mask)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Every branch's logits of normalised observations, ``[B, sum n_b]``."""
+        """Every branch's logits of normalised observations, ``[B, sum n_b]``, masked actions'
+        at :data:`~evtrain.trainers.networks.masks.MASKED_LOGIT`."""
         out: torch.Tensor = self.net(x if self.encoder is None else self.encoder(x))
-        return out
+        return masked_logits(out, self.allowed_actions(x))
 
     def log_probs(self, x: torch.Tensor) -> torch.Tensor:
         """Every branch's log-probabilities, ``[B, sum n_b]``."""
@@ -326,58 +358,9 @@ class CategoricalActor(nn.Module):
         """Sample ``(action indices [B, k], log-probabilities [B, sum n_b])`` for normalised
         observations (the ``Box`` actor's call, for the code that acts)."""
         log_probs = self.log_probs(x)
-        return self.branches.sample(log_probs.detach(), generator), log_probs
+        action = self.branches.sample(log_probs.detach(), generator, self.allowed_actions(x))
+        return action, log_probs
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
         """Each branch's most likely action, ``[B, k]``."""
         return self.branches.argmax(self.logits(x))
-
-
-class DiscreteSACPolicy(nn.Module):
-    """Export view: raw observations in, the most likely action out (``[B]`` int64 for
-    ``Discrete``, ``[B, k]`` for ``MultiDiscrete``), as PPO's discrete policies export."""
-
-    def __init__(
-        self,
-        normalizer: ObservationNormalizer,
-        actor: CategoricalActor,
-        flatten: ObservationFlattener | None = None,
-    ) -> None:
-        super().__init__()
-        self.flatten = flatten or ObservationFlattener(())
-        """Its inputs (the ``Box``, or the ``Dict``'s keys in order) to an observation row."""
-        self.normalizer = normalizer
-        self.actor = actor
-        self.multi = actor.branches.multi
-
-    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
-        action = self.actor.deterministic(self.normalizer(self.flatten(*obs)))
-        return action if self.multi else action.squeeze(-1)
-
-
-class RecurrentDiscreteSACPolicy(nn.Module):
-    """Export view of a recurrent discrete SAC policy (``network_settings.memory``): raw
-    observations and the memory in, the most likely action and the next memory out."""
-
-    def __init__(
-        self,
-        normalizer: ObservationNormalizer,
-        actor: RecurrentMLP,
-        branches: Branches,
-        flatten: ObservationFlattener,
-    ) -> None:
-        super().__init__()
-        self.flatten = flatten
-        """Its observation inputs (the ``Box``, or the ``Dict``'s keys in order) to a row."""
-        self.normalizer = normalizer
-        self.actor = actor
-        self.branches = branches
-        self.memory_size = actor.memory_size
-        """Width of ``memory_in`` and ``memory_out`` (what marks a recurrent policy)."""
-
-    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``inputs``: the observations (float32), then the memory ``[B, memory_size]``."""
-        *obs, memory = inputs
-        out, memory = self.actor.step(self.normalizer(self.flatten(*obs)), memory)
-        action = self.branches.argmax(out)
-        return (action if self.branches.multi else action.squeeze(-1)), memory

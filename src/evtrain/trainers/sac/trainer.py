@@ -18,6 +18,9 @@ the same environment steps: only the acting actor lags, by one batch of gradient
 
 With ``network_settings.memory`` the policy and the critics are recurrent and learn from
 sequences of a replay buffer of sequences (:mod:`evtrain.trainers.sac.memory`).
+
+An ``action_mask`` observation (:mod:`evtrain.trainers.networks.masks`) masks a ``Discrete``
+policy, warm-up's random actions included; a recurrent SAC refuses it (not supported yet).
 """
 
 from __future__ import annotations
@@ -37,16 +40,11 @@ from evtrain.timers import hierarchical_timer
 from evtrain.trainers.loops.replay import ReplayBuffer
 from evtrain.trainers.networks.memory import RecurrentMLP
 from evtrain.trainers.networks.mlp import flatten_parameters
-from evtrain.trainers.observations import behavior_layout
+from evtrain.trainers.observations import ObservationLayout, behavior_layout
 from evtrain.trainers.optim import FlatAdam, make_adam
 from evtrain.trainers.sac.actor import SACPolicy, SquashedGaussianActor, squashed_sample
-from evtrain.trainers.sac.discrete import (
-    DISCRETE_UPDATE_STATS,
-    Branches,
-    CategoricalActor,
-    DiscreteSACPolicy,
-    RecurrentDiscreteSACPolicy,
-)
+from evtrain.trainers.sac.discrete import DISCRETE_UPDATE_STATS, Branches, CategoricalActor
+from evtrain.trainers.sac.discrete_policy import DiscreteSACPolicy, RecurrentDiscreteSACPolicy
 from evtrain.trainers.sac.memory import (
     CarriedMemories,
     RecurrentSACPolicy,
@@ -56,7 +54,7 @@ from evtrain.trainers.sac.memory import (
 from evtrain.trainers.sac.recurrent_update import SACRecurrentUpdate
 from evtrain.trainers.sac.signals import SACSignals
 from evtrain.trainers.sac.twin_q import TwinQ, from_two_networks, relayout_flat
-from evtrain.trainers.settings import SACSettings
+from evtrain.trainers.settings import NetworkSettings, SACSettings
 from evtrain.trainers.threaded import ActingCopy
 
 UPDATE_STATS = (
@@ -81,8 +79,11 @@ class SACTrainer(SACRecurrentUpdate):
         settings, envs = self.settings, self.envs
         self.hp = self._hyperparameters()
         network = settings.network_settings
-        self.layout = behavior_layout(envs.single_observation_space, network, self.behavior_name)
+        self.layout = behavior_layout(
+            envs.single_observation_space, network, self.behavior_name, self.action_space
+        )
         """Where each part of an observation sits in the rows the replay buffer stores."""
+        _refuse_recurrent_mask(self.layout, network, self.behavior_name)
         obs_dim = self.layout.features(network)  # what the hidden layers get
         action_dim, policy_out, critic_in, num_actions = self._action_sizes()
         self.normalizer = self.layout.normalizer(network.normalize).to(self.device)
@@ -161,7 +162,10 @@ class SACTrainer(SACRecurrentUpdate):
             if self.branches is None:
                 self.actor = SquashedGaussianActor(obs_dim, action_dim, network, generator, encoder)
             else:
-                self.actor = CategoricalActor(obs_dim, self.branches, network, generator, encoder)
+                mask = self.layout.mask
+                self.actor = CategoricalActor(
+                    obs_dim, self.branches, network, generator, encoder, mask
+                )
             self.qf = TwinQ(
                 obs_dim, critic_in, network, generator, self.layout, num_actions=num_actions
             )
@@ -234,7 +238,7 @@ class SACTrainer(SACRecurrentUpdate):
         if self.memory is not None:  # the memories step along, warming up or not
             out = self._step_memories(self.normalizer(obs_t))
         if self.step < self.hp.buffer_init_steps:
-            action = self._random_actions()
+            action = self._random_actions(obs)
         elif self.memory is not None:
             action = self._sample(out, self.act_generator).cpu().numpy()
         else:
@@ -278,13 +282,17 @@ class SACTrainer(SACRecurrentUpdate):
             with hierarchical_timer("reward_signals"):
                 self.extras.update(step, self.replay, self.rng)
 
-    def _random_actions(self) -> npt.NDArray[Any]:
+    def _random_actions(self, obs: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
         """Uniformly random actions of every environment (``buffer_init_steps``): in
-        ``[-1, 1]`` for ``Box``, an index per branch otherwise."""
+        ``[-1, 1]`` for ``Box``, an index per branch otherwise (of the allowed actions, where
+        the observation rows ``obs`` hold an action mask)."""
         if self.branches is None:
             action = self.rng.uniform(-1.0, 1.0, size=(self.num_envs, self._low.size))
             return action.astype(np.float32)
-        return self.rng.integers(0, self.branches.sizes, size=(self.num_envs, len(self.branches)))
+        mask = self.layout.mask
+        return self.branches.uniform(
+            self.rng, self.num_envs, None if mask is None else obs[:, mask]
+        )
 
     def _sample(self, out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Actions drawn from a recurrent policy's output layer ``out``."""
@@ -360,3 +368,15 @@ class SACTrainer(SACRecurrentUpdate):
             self.replay.load_state_dict(state["replay_buffer"])
         if self.extras:
             self.extras.load_state_dict(state)
+
+
+def _refuse_recurrent_mask(
+    layout: ObservationLayout, network: NetworkSettings, behavior_name: str
+) -> None:
+    """:raises SpaceMismatchError: an action mask with ``network_settings.memory``."""
+    if layout.mask is not None and network.memory is not None:
+        raise SpaceMismatchError(
+            "observation 'action_mask' masks the actions, which a recurrent SAC "
+            f"(behaviors.{behavior_name}.network_settings.memory) does not support yet; "
+            "remove memory, or use trainer_type: ppo, which masks with memory"
+        )

@@ -41,7 +41,7 @@ class TwinQ(nn.Module):
 
     With image observations (``layout``), each critic has its own image encoders in front
     (:mod:`evtrain.trainers.observations`), as ML-Agents' two Q networks do, and ``obs_dim``
-    is the width of their output.
+    is the width of their output (which leaves an action mask out).
 
     :param num_actions: for discrete actions (:mod:`evtrain.trainers.sac.discrete`): the
         critics take no action (``action_dim`` 0) and output one value per action,
@@ -79,7 +79,7 @@ class TwinQ(nn.Module):
             network.activation, ACTIVATIONS[network.activation]
         )
         self.encoders: nn.ModuleList | None = None
-        if layout is not None and layout.images:
+        if layout is not None and not layout.plain:  # images to encode, or a mask to leave out
             self.encoders = nn.ModuleList(
                 ObservationEncoder(layout, network, generator) for _ in range(2)
             )

@@ -46,10 +46,11 @@ PolicyOutput = Callable[[torch.Tensor], torch.Tensor]
 
 
 def actor_critic_output(agent: ActorCritic, generator: torch.Generator) -> PolicyOutput:
-    """PPO's policy output for cloning: the logits, or ``mean + std * noise``."""
+    """PPO's policy output for cloning: the logits (masked, with an action mask), or
+    ``mean + std * noise``."""
 
     def output(x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = agent.actor(x)
+        out = agent.policy_output(x)
         if agent.discrete:
             return out
         noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)

@@ -1,14 +1,17 @@
 """``environment_parameters`` on PettingZoo environments: each copy behind a behavior's agent
 slots set at every reset (an attribute, or a reset option), with the draws a Gymnasium
-sub-environment of the same seed gets, a lesson change from each copy's next episode, and a
-CLI run whose lesson moves and whose environments see it."""
+sub-environment of the same seed gets, a lesson change from each copy's next episode, a CLI
+run whose lesson moves and whose environments see it, and a self-play run whose lesson moves
+on its ELO (``completion_criteria.measure: Elo``)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,6 +90,15 @@ def test_each_copy_is_set_at_its_resets_and_a_new_lesson_from_its_next_episode(
     envs.close()
 
 
+def learn_cli(tmp_path: Path, options: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``evtrain learn`` of ``options`` in ``tmp_path``, the tests' environments importable."""
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+    path = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    return python(
+        "-m", "evtrain", "learn", "run.yaml", cwd=tmp_path, env=clean_env(PYTHONPATH=path)
+    )
+
+
 def scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
     accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     accumulator.Reload()
@@ -137,11 +149,7 @@ def test_cli_curriculum_on_a_pettingzoo_environment_moves_and_its_copies_see_it(
             "tilt": 0.5,
         },
     }
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    path = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
-    result = python(
-        "-m", "evtrain", "learn", "run.yaml", cwd=tmp_path, env=clean_env(PYTHONPATH=path)
-    )
+    result = learn_cli(tmp_path, options)
     assert result.returncode == 0, result.stderr
     log = result.stdout + result.stderr
     assert (
@@ -162,3 +170,69 @@ def test_cli_curriculum_on_a_pettingzoo_environment_moves_and_its_copies_see_it(
     assert lessons == [(32, 0.0), (64, 1.0), (96, 1.0), (128, 1.0)]
     returns = [value for _, value in scalars(run / "player", "Environment/Cumulative Reward")]
     assert returns[0] == 6.0 and returns[-1] == 10.0
+
+
+def summaries(folder: Path) -> dict[int, dict[str, Any]]:
+    """The stats of each summary in the behavior's ``stats.jsonl``, by step."""
+    lines = [json.loads(line) for line in (folder / "stats.jsonl").read_text().splitlines()]
+    return {line["step"]: line["stats"] for line in lines if "stats" in line}
+
+
+def test_cli_an_elo_criterion_moves_a_self_play_curriculum_on_a_pettingzoo_game(
+    tmp_path: Path,
+) -> None:
+    # Countdown's first player wins at once when the counter starts at 1: team 0 (player_0)
+    # learns all run (team_change beyond max_steps) and every game is rated (no game against
+    # the latest policy), so its ELO passes 1210 within the first few of the 64 games before
+    # the first summary.  The next lesson starts the counter at 7: longer games.
+    criteria = {"behavior": "player", "measure": "Elo", "threshold": 1210.0}
+    self_play = {
+        "save_steps": 64,
+        "swap_steps": 64,
+        "team_change": 100_000,
+        "play_against_latest_model_ratio": 0.0,
+        "initial_elo": 1200.0,
+    }
+    options = {
+        "behaviors": {
+            "player": {
+                "trainer_type": "ppo",
+                "hyperparameters": {"batch_size": 32, "buffer_size": 64, "num_epoch": 1},
+                "network_settings": {"hidden_units": 8, "num_layers": 1},
+                "max_steps": 256,
+                "time_horizon": 8,
+                "summary_freq": 64,
+                "checkpoint_interval": 256,
+                "keep_checkpoints": 1,
+                "self_play": self_play,
+            }
+        },
+        "env_settings": {"env_id": "tests.multiagent_envs:countdown", "num_envs": 4, "seed": 1},
+        "writers": {"jsonl": {}},
+        "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
+        "environment_parameters": {
+            "start": {
+                "curriculum": [
+                    {"name": "first_wins", "value": 1, "completion_criteria": criteria},
+                    {"name": "full", "value": 7},
+                ]
+            }
+        },
+    }
+    result = learn_cli(tmp_path, options)
+    assert result.returncode == 0, result.stderr
+    assert "Parameter 'start' is now in lesson 1 ('full') after player's step 64" in (
+        result.stdout + result.stderr
+    )
+    run = tmp_path / "results" / "run"
+    stats = summaries(run / "player")
+    assert sorted(stats) == [64, 128, 192, 256]
+    lessons = [stats[step]["Environment/Lesson Number/start"]["mean"] for step in sorted(stats)]
+    assert lessons == [0.0, 1.0, 1.0, 1.0]
+    first = stats[64]
+    assert first["Self-play/ELO"]["value"] > 1210.0
+    assert set(first["Environment/Cumulative Reward"]["values"]) == {1.0}  # won at once
+    assert first["Environment/Episode Length"]["mean"] == 1.0
+    assert stats[256]["Environment/Episode Length"]["mean"] > 1.0  # the counter starts at 7
+    status = json.loads((run / "run_logs" / "training_status.json").read_text())
+    assert status["start"] == {"lesson_num": 1}

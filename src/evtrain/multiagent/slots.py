@@ -61,10 +61,7 @@ def api_of(env: Any) -> str | None:
     """``"parallel"`` or ``"aec"`` for a PettingZoo environment, else ``None`` (also when
     PettingZoo is not installed: then nothing is one)."""
     try:
-        from pettingzoo import (  # type: ignore[import-untyped]  # no type information
-            AECEnv,
-            ParallelEnv,
-        )
+        from pettingzoo import AECEnv, ParallelEnv
     except ImportError:
         return None
     if isinstance(env, ParallelEnv):

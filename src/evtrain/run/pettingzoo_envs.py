@@ -37,7 +37,7 @@ def pettingzoo_registered(env_id: str) -> Callable[..., Any] | None:
     if ":" in env_id:
         return None
     try:
-        import pettingzoo  # type: ignore[import-untyped]  # no type information
+        import pettingzoo
     except ImportError:
         return None
     for api, registry in (

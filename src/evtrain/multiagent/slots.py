@@ -61,10 +61,7 @@ def api_of(env: Any) -> str | None:
     """``"parallel"`` or ``"aec"`` for a PettingZoo environment, else ``None`` (also when
     PettingZoo is not installed: then nothing is one)."""
     try:
-        from pettingzoo import (
-            AECEnv,
-            ParallelEnv,
-        )
+        from pettingzoo import AECEnv, ParallelEnv
     except ImportError:
         return None
     if isinstance(env, ParallelEnv):
@@ -230,6 +227,18 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
             record.truncated,
             record.infos(),
         )
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every copy with ``args`` and ``kwargs`` (an attribute that
+        is not callable: take its value), as a Gymnasium vector environment's ``call`` does
+        for its sub-environments, but one result per **copy**, in order, not per slot: a
+        copy's slots share its environment.  How a run's ``environment_parameters`` reach the
+        wrappers around the copies."""
+        results = []
+        for copy in self._copies.copies:
+            found = getattr(copy.env, name)
+            results.append(found(*args, **kwargs) if callable(found) else found)
+        return tuple(results)
 
     def close_extras(self, **kwargs: Any) -> None:
         self._copies.close()

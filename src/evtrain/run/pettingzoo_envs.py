@@ -5,9 +5,10 @@ PettingZoo's).
 
 A behavior's copies are stepped in this process: the co-players' actions are batched across
 copies, one forward pass per step, which a subprocess per copy (``vectorization: async``)
-would undo; it is refused, as are ``environment_parameters`` (set on Gymnasium environments
-only) and ``network_settings.memory`` (an agent's memory would run on through the steps it is
-out of its episode).  PettingZoo is imported only here, and only when asked.
+would undo; it is refused, as is ``network_settings.memory`` (an agent's memory would run on
+through the steps it is out of its episode).  ``environment_parameters`` wrap each copy
+(:mod:`evtrain.run.pettingzoo_parameters`).  PettingZoo is imported only here and in that
+module, and only when asked.
 """
 
 from __future__ import annotations
@@ -103,17 +104,18 @@ def agent_slots(
     behaviors: Mapping[str, Any] | None,
 ) -> Any:
     """Behavior ``behavior``'s :class:`~evtrain.multiagent.slots.AgentSlots` over ``first`` and
-    ``num_envs - 1`` more copies from ``factory``.
+    ``num_envs - 1`` more copies from ``factory``, each wrapped in ``wrapper`` (the run's
+    ``environment_parameters``) when one is given.
 
     :raises ConfigError: no behavior given (a command other than ``evtrain learn``),
-        ``vectorization: async``, ``environment_parameters`` (``wrapper``), the behavior's
-        ``network_settings.memory``, or a mapping of agents that does not fit.
+        ``vectorization: async``, the behavior's ``network_settings.memory``, or a mapping of
+        agents that does not fit.
     """
     from evtrain.multiagent.slots import AgentSlots
 
     env_id = settings.env_id
     own = None if behaviors is None or behavior is None else behaviors.get(behavior)
-    problems = _pettingzoo_problems(settings, behavior, own, wrapper)
+    problems = _pettingzoo_problems(settings, behavior, own)
     if problems:
         first.close()
         raise ConfigError(problems)
@@ -121,8 +123,9 @@ def agent_slots(
     try:
         for _ in range(settings.num_envs - 1):
             copies.append(call_factory(factory, env_id, settings.env_kwargs))
+        wrapped = copies if wrapper is None else [wrapper(copy) for copy in copies]
         return AgentSlots(
-            copies,
+            wrapped,
             str(behavior),
             agent_behaviors=settings.agent_behaviors,
             behaviors=None if behaviors is None else list(behaviors),
@@ -139,7 +142,6 @@ def _pettingzoo_problems(
     settings: EnvironmentSettings,
     behavior: str | None,
     own: Any,
-    wrapper: Callable[[Any], Any] | None,
 ) -> list[str]:
     """What a PettingZoo environment cannot do (yet) that the options ask for."""
     env_id = settings.env_id
@@ -155,12 +157,6 @@ def _pettingzoo_problems(
             f"environment ({env_id!r}) yet: a behavior's copies are stepped in this process, "
             "so that each co-player acts for all of them in one forward pass per step; use "
             "vectorization: sync (the num_envs copies still step together)"
-        )
-    if wrapper is not None:
-        problems.append(
-            f"environment_parameters: not supported with a PettingZoo environment ({env_id!r}) "
-            "yet: the parameters are set on Gymnasium environments (as attributes or reset "
-            "options); remove environment_parameters"
         )
     if own is not None and own.network_settings.memory is not None:
         problems.append(

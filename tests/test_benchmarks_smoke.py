@@ -24,6 +24,7 @@ BENCHMARKS = ROOT / "benchmarks"
 
 OPTIONS: dict[str, list[str]] = {
     "bench_bus_overhead.py": ["--steps", "--repeats"],
+    "bench_cooperation.py": ["--steps", "--seeds", "--variants", "--envs"],
     "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
     "bench_imitation.py": ["--steps", "--seeds", "--variants", "--demo"],

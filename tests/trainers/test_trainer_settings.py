@@ -139,11 +139,16 @@ def test_hyperparameters_must_be_a_settings_class() -> None:
 
 
 def test_registered_trainer_types() -> None:
+    from evtrain.trainers.mappo import MAPPOTrainer
+    from evtrain.trainers.poca import POCATrainer
     from evtrain.trainers.registry import TRAINER_TYPES
+    from evtrain.trainers.settings import MAPPOSettings, POCASettings
 
     assert {name: (t.settings, t.load()) for name, t in TRAINER_TYPES.items()} == {
         "ppo": (PPOSettings, PPOTrainer),
         "sac": (SACSettings, SACTrainer),
+        "poca": (POCASettings, POCATrainer),
+        "mappo": (MAPPOSettings, MAPPOTrainer),
     }
 
 

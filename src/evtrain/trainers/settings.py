@@ -6,7 +6,8 @@ validators.  Schedules follow ML-Agents: ``"linear"`` decays a value from its in
 towards a floor at ``max_steps``, ``"constant"`` keeps it.  When only ``learning_rate_schedule``
 is given, ``beta_schedule`` and ``epsilon_schedule`` follow it (ML-Agents'
 ``check_hyperparam_schedules``).  The networks' settings are in
-:mod:`evtrain.trainers.network_settings` (re-exported here).
+:mod:`evtrain.trainers.network_settings`, the group trainers' (``poca``, ``mappo``) in
+:mod:`evtrain.trainers.group_settings` (both re-exported here).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
+from evtrain.trainers.group_settings import MAPPOSettings as MAPPOSettings
+from evtrain.trainers.group_settings import POCASettings as POCASettings
+from evtrain.trainers.group_settings import group_trainer_refusals
 from evtrain.trainers.network_settings import ABSENT_WHEN_NONE as _ABSENT_WHEN_NONE
 from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
@@ -245,7 +249,8 @@ class BehavioralCloningSettings:
 
 
 def _default_hyperparameters(instance: Any) -> object:
-    return SACSettings() if instance.trainer_type == "sac" else PPOSettings()
+    kinds = {"sac": SACSettings, "poca": POCASettings, "mappo": MAPPOSettings}
+    return kinds.get(instance.trainer_type, PPOSettings)()
 
 
 def _attrs_instance(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
@@ -261,8 +266,8 @@ class TrainerSettings:
     """Everything that configures the training of one behavior."""
 
     trainer_type: str = attrs.field(default="ppo", validator=v.instance_of(str))
-    """Key of :data:`~evtrain.trainers.registry.TRAINER_TYPES` (``"ppo"``, ``"sac"``, or a
-    plugin's)."""
+    """Key of :data:`~evtrain.trainers.registry.TRAINER_TYPES` (``"ppo"``, ``"sac"``,
+    ``"poca"``, ``"mappo"``, or a plugin's)."""
     hyperparameters: object = attrs.field(
         default=attrs.Factory(_default_hyperparameters, takes_self=True),
         validator=_attrs_instance,
@@ -342,3 +347,9 @@ class TrainerSettings:
                 "behavioral_cloning: cloning a recurrent policy (network_settings.memory) is "
                 "not supported by evtrain yet; remove behavioral_cloning or memory"
             )
+        group_trainer_refusals(
+            self.trainer_type,
+            memory=memory,
+            intrinsic=self.reward_signals.intrinsic,
+            behavioral_cloning=self.behavioral_cloning,
+        )

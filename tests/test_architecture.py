@@ -175,11 +175,12 @@ def test_imports_of_sees_type_checking_and_function_level_imports() -> None:
 # -- the rooms of evtrain.trainers ---------------------------------------------------------------
 
 TRAINERS = "evtrain.trainers"
-SHARED_ROOMS: tuple[str, ...] = ("loops", "networks", "signals")
+SHARED_ROOMS: tuple[str, ...] = ("ghost", "loops", "networks", "signals")
 """The folders of :mod:`evtrain.trainers` every algorithm builds on.  Every other folder of it
-is an algorithm (``ppo``, ``sac``, ``poca``, ``mappo``; a new one is one more folder).  The
-modules directly in ``trainers/`` (base, registry, settings, threaded, optim, envs, finite,
-observations, demonstrations) are shared too."""
+is an algorithm (``ppo``, ``sac``, ``poca``, ``mappo``; a new one is one more folder);
+``ghost`` (self-play) drives any algorithm from outside and imports none.  The modules directly
+in ``trainers/`` (base, registry, settings, threaded, optim, envs, finite, observations,
+demonstrations) are shared too."""
 
 TRAINER_RULES: tuple[tuple[str, str], ...] = (
     ("networks", "never import an algorithm"),

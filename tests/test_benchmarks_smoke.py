@@ -34,6 +34,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_ppo.py": ["--steps", "--seeds", "--summary-freq", "--sb3", "--whole-process"],
     "bench_sac.py": ["--steps", "--seeds", "--updates"],
     "bench_sac_discrete.py": ["--steps", "--seeds", "--updates"],
+    "bench_selfplay.py": ["--steps", "--seeds", "--games", "--envs"],
     "bench_startup.py": ["--repeats", "--sb3"],
     "bench_threaded.py": ["--cases", "--seeds", "--steps", "--scale", "--segment"],
     "bench_trackers.py": ["--steps", "--repeats", "--variants"],
@@ -425,3 +426,36 @@ def test_ppo_whole_process_evtrain_half(tmp_path: Path, monkeypatch: pytest.Monk
     )
     episodes = json.loads((tmp_path / "returns-evtrain-0.json").read_text())
     assert run["episodes"] == len(episodes) > 0
+
+
+def test_selfplay_end_to_end(tmp_path: Path) -> None:
+    args = ("--steps", "256", "--seeds", "0", "--games", "2", "--envs", "tictactoe")
+    done = _run("bench_selfplay.py", *args, out=tmp_path)
+    assert re.search(
+        r"^tictactoe +0 +2048 +\d+\.\d +\d+ +(\d\.\d{3} +){4}\d+ +(win|draw|loss)/(win|draw|loss)$",
+        done.stdout,
+        flags=re.MULTILINE,
+    )
+    report = _report(tmp_path, "selfplay.json")
+    (run,) = report["runs"]
+    assert sorted(run) == [
+        "elo",
+        "game",
+        "illegal",
+        "not_lost",
+        "seconds",
+        "seed",
+        "steps",
+        "vs_perfect",
+        "win",
+        "win_first",
+        "win_second",
+    ]
+    assert sorted(report["summary"]["tictactoe"]) == [
+        "all_draws_vs_perfect",
+        "not_lost",
+        "seconds",
+        "win",
+        "win_first",
+        "win_second",
+    ]

@@ -56,6 +56,7 @@ def test_ml_agents_defaults() -> None:
             "gail": None,
         },
         "behavioral_cloning": None,
+        "self_play": None,
         "max_steps": 500000,
         "time_horizon": 64,
         "summary_freq": 50000,

@@ -9,7 +9,9 @@ every behavior's episode buffer at any lesson change, so does evtrain):
 - ``progress``: the behavior's step / ``max_steps`` exceeds ``threshold``;
 - ``reward``: the mean return of its last ``max(1, min_lesson_length)`` episodes, smoothed as
   0.25 x the previous measure + 0.75 x the new one when ``signal_smoothing``, exceeds
-  ``threshold``.
+  ``threshold``;
+- ``Elo``: the behavior's self-play ELO rating (``Self-play/ELO``, reported at each episode's
+  end) exceeds ``threshold`` (ML-Agents #5623; no smoothing: a rating is an average already).
 
 A change moves one lesson, emits ``lesson_changed``, logs one line, and reaches every
 sub-environment through its :class:`~evtrain.run.env_parameters.EnvironmentParameters`
@@ -34,6 +36,7 @@ from evtrain.events import signals
 from evtrain.events.payloads import LessonChanged, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsSummary
 from evtrain.run.env_parameters import EnvironmentParameters
+from evtrain.trainers.ghost import ELO
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
@@ -73,6 +76,8 @@ class Curriculum:
         self.lessons: dict[str, int] = {}
         """Each parameter's current lesson (0-based)."""
         self._smoothed = dict.fromkeys(self.parameters, 0.0)
+        self._elo: dict[str, float] = {}
+        """Each self-playing behavior's latest ELO rating."""
         self._envs: list[Any] = []
         sizes: dict[str, int] = {}
         for name, parameter in self.parameters.items():
@@ -180,6 +185,10 @@ class Curriculum:
         if episodes is not None:
             episodes.appendleft(reward)
 
+    def elo_changed(self, behavior: str, elo: float) -> None:
+        """``behavior``'s self-play ELO rating is now ``elo``."""
+        self._elo[behavior] = elo
+
     def summarised(self, behavior: str, step: int, max_steps: int) -> None:
         """``behavior`` wrote a summary at step ``step``: move the lessons that are done."""
         if self.frozen:
@@ -218,6 +227,9 @@ class Curriculum:
             return False
         if criteria.measure == "progress":
             return progress > criteria.threshold
+        if criteria.measure == "Elo":
+            elo = self._elo.get(behavior)
+            return elo is not None and elo > criteria.threshold
         if not episodes:
             return False
         measure = sum(episodes) / len(episodes)
@@ -283,6 +295,8 @@ class _CurriculumReporter(StatsReporter):
         super().add_stat(key, value, aggregation)
         if key == CUMULATIVE_REWARD:
             self.curriculum.episode_ended(self.category, value)
+        elif key == ELO:
+            self.curriculum.elo_changed(self.category, value)
 
     def write_stats(
         self,

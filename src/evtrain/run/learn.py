@@ -261,8 +261,11 @@ class _Run:
         return status
 
     def _after_turn(self, name: str, trainer: Trainer) -> None:
-        """After each turn of a behavior: its co-players in the other behaviors' copies take
-        its new policy, and a due checkpoint is saved."""
+        """After each turn of a behavior: what is attached to it acts (``self_play``: team,
+        snapshot, opponent), its co-players in the other behaviors' copies take its new
+        policy, and a due checkpoint is saved."""
+        for attachment in trainer.attachments.values():
+            attachment.after_turn()
         self.co_players.refresh(name, trainer)
         self.saves.checkpoint_if_due(name, trainer)
 

@@ -7,7 +7,8 @@ towards a floor at ``max_steps``, ``"constant"`` keeps it.  When only ``learning
 is given, ``beta_schedule`` and ``epsilon_schedule`` follow it (ML-Agents'
 ``check_hyperparam_schedules``).  The networks' settings are in
 :mod:`evtrain.trainers.network_settings`, the group trainers' (``poca``, ``mappo``) in
-:mod:`evtrain.trainers.group_settings` (both re-exported here).
+:mod:`evtrain.trainers.group_settings` and ``self_play``'s in
+:mod:`evtrain.trainers.self_play_settings` (all re-exported here).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
 from evtrain.trainers.network_settings import NetworkSettings as NetworkSettings
 from evtrain.trainers.network_settings import VisEncodeType as VisEncodeType
+from evtrain.trainers.self_play_settings import SelfPlaySettings as SelfPlaySettings
 
 Schedule = Literal["linear", "constant"]
 """How a hyperparameter changes over training: decayed linearly to its floor, or kept."""
@@ -280,6 +282,9 @@ class TrainerSettings:
         default=None, metadata=_ABSENT_WHEN_NONE
     )
     """Train the policy on demonstrations too (PPO and SAC)."""
+    self_play: SelfPlaySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    """Play against snapshots of the behavior's own policy (:mod:`evtrain.trainers.ghost`);
+    needs an environment whose agents of this behavior form two teams."""
     max_steps: int = attrs.field(default=500000, validator=_positive_int)
     """Environment steps (summed over environments) after which training stops."""
     time_horizon: int = attrs.field(default=64, validator=_positive_int)
@@ -341,6 +346,11 @@ class TrainerSettings:
                 "hyperparameters: shared_critic: true with network_settings.memory is not "
                 "supported by evtrain yet (the policy and the critic carry memories of their "
                 "own); set shared_critic: false or remove memory"
+            )
+        if memory is not None and self.self_play is not None:
+            raise ValueError(
+                "self_play: the opponents of a recurrent policy (network_settings.memory) "
+                "are not supported by evtrain yet; remove memory or self_play"
             )
         if memory is not None and self.behavioral_cloning is not None:
             raise ValueError(

@@ -24,7 +24,7 @@ from evtrain.trainers.ghost import (
     game_score,
     rating_change,
 )
-from evtrain.trainers.settings import PPOSettings, SelfPlaySettings
+from evtrain.trainers.settings import NetworkSettings, PPOSettings, SelfPlaySettings
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
 
@@ -386,3 +386,22 @@ def test_a_trainer_that_cannot_sample_plays_its_most_likely_action(recording: Re
     assert type(module) is type(trainer.policy_module())
     obs = torch.tensor([[1.0, 0.0]] * 50)
     assert len(set(module(obs).tolist())) == 1  # the same action every time
+
+
+def test_the_opponent_plays_only_legal_moves_of_a_real_game(recording: Recording) -> None:
+    import pettingzoo  # type: ignore[import-untyped]  # no type information
+
+    from evtrain.multiagent.slots import AgentSlots
+
+    envs = AgentSlots([pettingzoo.make("aec", "classic/tictactoe-v3")], "player", self_play=True)
+    network = NetworkSettings(hidden_units=16, num_layers=1, vis_encode_type="fully_connected")
+    settings = small_ppo(self_play=SelfPlaySettings(), network_settings=network)
+    trainer = PPOTrainer("player", settings, envs, recording.reporter, seed=0)
+    assert settings.self_play is not None
+    controller = GhostController(trainer, settings.self_play)
+    controller.start()
+    legal = np.random.default_rng(0).integers(0, 9, size=200)
+    masks = np.eye(9, dtype=np.int8)[legal]  # one legal move each
+    obs = {"action_mask": masks, "observation": np.zeros((200, 3, 3, 2), np.int8)}
+    assert controller.opponent(obs).tolist() == legal.tolist()
+    envs.close()

@@ -341,16 +341,16 @@ class TrainerSettings:
                 "supported by evtrain yet: its critics step along with the environments; set "
                 "threaded: false or remove memory"
             )
+        if memory is not None and self.self_play is not None:
+            raise ValueError(
+                "self_play: the opponents of a recurrent policy (network_settings.memory) "
+                "are not supported by evtrain yet; remove memory or self_play"
+            )
         if memory is not None and getattr(self.hyperparameters, "shared_critic", False) is True:
             raise ValueError(
                 "hyperparameters: shared_critic: true with network_settings.memory is not "
                 "supported by evtrain yet (the policy and the critic carry memories of their "
                 "own); set shared_critic: false or remove memory"
-            )
-        if memory is not None and self.self_play is not None:
-            raise ValueError(
-                "self_play: the opponents of a recurrent policy (network_settings.memory) "
-                "are not supported by evtrain yet; remove memory or self_play"
             )
         if memory is not None and self.behavioral_cloning is not None:
             raise ValueError(

@@ -75,6 +75,11 @@ class RelayEnv(VectorEnv[Any, Any, Any]):
         t = self.t[:, None]
         return (t >= self.join_steps[None]) & (t <= self.leave_steps[None])
 
+    @property
+    def acting(self) -> npt.NDArray[np.bool_]:
+        """The slots whose agent acts at the next step (AgentSlots' property of that name)."""
+        return self._present().ravel()
+
     def _observe(self) -> npt.NDArray[np.float32]:
         C, G, n = self.copies, self.group_size, self.actions
         obs = np.zeros((C, G, n + G + 1), dtype=np.float32)

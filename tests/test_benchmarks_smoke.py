@@ -231,6 +231,37 @@ def test_curiosity_end_to_end(tmp_path: Path) -> None:
     ]
 
 
+def test_cooperation_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "450", "--seeds", "0", "--envs", "2", "--variants", "poca", "random"]
+    done = _run("bench_cooperation.py", *args, out=tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["variant", "seed", "steps", "last-100", "return", "steps/s", "s"]
+    assert [line.split()[:3] for line in lines[1:3]] == [
+        ["poca", "0", "450"],
+        ["random", "0", "450"],
+    ]
+    report = _report(tmp_path, "cooperation.json")
+    assert sorted(report) == ["args", "env", "runs", "summary"]
+    assert report["env"] == {
+        "id": "mpe2.simple_spread_v3:parallel_env",
+        "N": 3,
+        "local_ratio": 0.5,
+        "max_cycles": 25,
+        "continuous_actions": False,
+    }
+    assert [(r["variant"], r["steps"]) for r in report["runs"]] == [("poca", 450), ("random", 450)]
+    for run in report["runs"]:
+        assert {"episodes", "mean_return_last_100", "seconds", "steps_per_s"} <= set(run)
+        assert run["episodes"] == 450 // 25  # agent episodes of 25 steps
+    assert sorted(report["summary"]) == ["poca", "random"]
+    assert sorted(report["summary"]["poca"]) == [
+        "max_last_100",
+        "median_last_100",
+        "median_steps_per_s",
+        "min_last_100",
+    ]
+
+
 @pytest.mark.slow
 def test_memory_end_to_end(tmp_path: Path) -> None:
     args = ["--steps", "512", "--seeds", "0", "--envs", "2", "--policies", "feedforward"]

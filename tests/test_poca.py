@@ -23,6 +23,7 @@ import pytest
 import torch
 import yaml
 from gymnasium.vector import AutoresetMode
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
 from evtrain import Bus, ConfigError, RunOptions
@@ -542,6 +543,48 @@ def test_poca_on_a_gymnasium_env_trains_resumes_and_exports_through_the_cli(
     policy = onnx_policy(run / "CartPole.onnx")
     actions = policy(np.zeros((3, 4), dtype=np.float32))
     assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
+
+
+@pytest.mark.parametrize("kind", ["poca", "mappo"])
+def test_simple_spread_trains_through_the_cli_and_its_policy_runs_in_onnxruntime(
+    kind: str, tmp_path: Path
+) -> None:
+    """mpe2's simple_spread_v3 (3 agents of behavior ``agent``, 25 steps an episode) in 2
+    copies: 6 agent slots, groups of 3."""
+    behavior = {
+        "trainer_type": kind,
+        "hyperparameters": {"batch_size": 100, "buffer_size": 300, "num_epoch": 2},
+        "network_settings": {"hidden_units": 16, "num_layers": 1},
+        "max_steps": 2400,
+        "time_horizon": 25,
+        "summary_freq": 1200,
+        "checkpoint_interval": 2400,
+        "keep_checkpoints": 1,
+    }
+    options = {
+        "behaviors": {"agent": behavior},
+        "env_settings": {
+            "env_id": "mpe2.simple_spread_v3:parallel_env",
+            "env_kwargs": {"N": 3, "local_ratio": 0.5, "max_cycles": 25},
+            "num_envs": 2,
+            "seed": 1,
+        },
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
+    }
+    evtrain_learn(tmp_path, options)
+    run = tmp_path / "results" / "run"
+    # 2400 agent steps: 16 episodes of each copy; no group reward in simple_spread
+    accumulator = EventAccumulator(str(run / "agent"), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    groups = accumulator.Scalars("Environment/Group Cumulative Reward")
+    assert [(s.step, s.value) for s in groups] == [(1200, 0.0), (2400, 0.0)]
+    agents = accumulator.Scalars("Environment/Cumulative Reward")
+    assert [s.step for s in agents] == [1200, 2400] and all(s.value < 0 for s in agents)
+    state = load_checkpoint(run / "agent" / "checkpoint.pt")
+    assert state["trainer_type"] == kind and state["step"] == 2400
+    policy = onnx_policy(run / "agent.onnx")
+    actions = policy(np.random.default_rng(0).normal(size=(6, 18)).astype(np.float32))
+    assert actions.shape == (6,) and set(actions.tolist()) <= {0, 1, 2, 3, 4}
 
 
 def test_poca_on_two_ranks_ends_with_identical_networks_and_a_global_step(

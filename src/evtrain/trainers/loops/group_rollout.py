@@ -128,7 +128,9 @@ class GroupRollout(OnPolicyTrainer):
         self.episode_over = np.zeros((T, C), dtype=np.bool_)
         """Where each copy's episode ended: the only cuts of a group's trajectory."""
         self._alive = np.ones(self.num_envs, dtype=np.bool_)
-        """Which slots' agents are (as far as is known) in their episode at ``next_obs``."""
+        """Which slots' agents are in their episode at ``next_obs``, as far as the last step
+        tells (an agent that appears later is not known before it acts), for environments
+        that do not say (``envs.acting``)."""
         self._group_return = np.zeros(C, dtype=np.float64)
         self._acting = ActingCopy(self.agent) if settings.threaded else None
 
@@ -138,20 +140,6 @@ class GroupRollout(OnPolicyTrainer):
         return hp if buffer_size == hp.buffer_size else attrs.evolve(hp, buffer_size=buffer_size)
 
     # -- stepping -----------------------------------------------------------------------------
-
-    def _observe(self, obs: torch.Tensor) -> torch.Tensor:
-        """Flattened, normalised observations; the normaliser learns from the slots whose
-        agent is in its episode only (a departed agent's slot repeats its last observation)."""
-        obs = obs.reshape(self.num_envs, -1)
-        normalizer = self.agent.normalizer
-        if not normalizer.enabled:
-            return obs
-        if self._alive.all():
-            normalizer.update(obs)
-        elif self._alive.any():
-            normalizer.update(obs[torch.from_numpy(self._alive).to(obs.device)])
-        x: torch.Tensor = normalizer(obs)
-        return x
 
     def _step_envs(self, t: int, action: torch.Tensor) -> Finals | None:
         """Step every slot, record row ``t`` (``valid`` is ``active``); returns the normalised
@@ -230,9 +218,12 @@ class GroupRollout(OnPolicyTrainer):
         return self._groups(torch.tensor(self.valid, device=self.device))
 
     def _next_groups(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The normalised observations after the rollout as ``(C, G, D)``, and who is there."""
+        """The normalised observations after the rollout as ``(C, G, D)``, and who is there
+        (``envs.acting``: the agents that act next, where the environment says)."""
         next_x = self.agent.normalizer(self.layout.tensor(self.next_obs, self.device))
-        alive = torch.from_numpy(self._alive).to(self.device)
+        acting = getattr(self.envs, "acting", None)
+        present = self._alive if acting is None else np.asarray(acting, dtype=np.bool_)
+        alive = torch.from_numpy(present).to(self.device)
         return next_x.reshape(self.num_groups, self.group_size, -1), self._groups(alive[None])
 
     def _final_groups(self, finals: list[Finals]) -> FinalGroups:

@@ -82,8 +82,9 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
     :param behaviors: every behavior the run trains: each must have agents, and every agent's
         behavior settings; ``None`` checks only that ``behavior`` has agents.
     :param self_play: ``behavior`` trains one team at a time (:attr:`learning_team`).
-    :param self_play_behaviors: the other behaviors of the run that self-play: their teams
-        (:attr:`self_play_teams`) are the ones ``behavior``'s may play against.
+    :param self_play_behaviors: the behaviors of the run that self-play (``behavior`` itself
+        may be among them): the teams of the others (:attr:`self_play_teams`) are those
+        ``behavior``'s may play against.
     :param env_name: how errors name the environment (``env_settings.env_id``).
     :raises ConfigError: the mapping does not fit the environment, the behavior's agents do
         not share their spaces, self-play teams differ in size, or a turn-based (AEC) game
@@ -128,8 +129,9 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         self-play), with the behaviors of its agents."""
         for role in sorted(roles.values(), key=lambda r: r.team):
             if role.behavior in playing:
-                found = self.self_play_teams.setdefault(role.team, [])
-                found.extend([role.behavior] if role.behavior not in found else [])
+                names = self.self_play_teams.setdefault(role.team, [])
+                if role.behavior not in names:
+                    names.append(role.behavior)
         self._cast = Cast(
             behavior=behavior,
             roles=roles,

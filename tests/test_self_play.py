@@ -185,20 +185,21 @@ def test_the_start_saves_the_first_snapshot_and_installs_a_sampling_opponent(
     envs = trainer.envs
     assert isinstance(envs, DuelSlots)
     assert len(controller.window) == 1 and envs.learning_team == 0
-    assert envs.co_players == {"duel": controller.opponent}
+    opponent = controller.opponent
+    assert opponent is not None and envs.co_players == {"duel": opponent}
     recording.flush()
     assert [(p.property_type.value, p.value) for p in recording.properties[1:]] == [
         ("selfplay", True)
     ]
     # the untrained policy is near uniform: the opponent samples, it does not take the argmax
-    moves = controller.opponent(np.tile([1.0, 0.0], (300, 1)).astype(np.float32))
+    moves = opponent(np.tile([1.0, 0.0], (300, 1)).astype(np.float32))
     assert sorted(set(moves.tolist())) == [0, 1, 2]
     # a frozen copy: training moves the trainer's weights, not the opponent's
-    before = {k: v.clone() for k, v in controller.opponent.module.state_dict().items()}
+    before = {k: v.clone() for k, v in opponent.module.state_dict().items()}
     trainer.advance()
-    after = controller.opponent.module.state_dict()
+    after = opponent.module.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    now = trainer.sampling_policy_module(controller.opponent.generator).state_dict()
+    now = trainer.sampling_policy_module(opponent.generator).state_dict()
     assert not all(torch.equal(before[k], now[k]) for k in before)
 
 
@@ -259,12 +260,14 @@ def test_self_play_needs_two_teams_of_the_behavior(recording: Recording) -> None
         )
         with pytest.raises(ConfigError) as info:
             GhostController(trainer, settings.self_play)
-        listed = ", ".join(map(str, teams))
+        listed = ", ".join(f"team {team}: duel" for team in teams)
         assert info.value.problems == (
-            f"behaviors.duel.self_play: the agents of behavior 'duel' form {len(teams)} team(s) "
-            f"({listed}); evtrain's self-play plays exactly two teams of one behavior against "
-            "each other (ML-Agents' ELO rates two): map the agents to two teams with "
-            "env_settings.agent_behaviors ('duel?team=0', 'duel?team=1'), or remove self_play",
+            f"behaviors.duel.self_play: the self-playing agents of the environment form "
+            f"{len(teams)} team(s) ({listed}); evtrain's self-play plays exactly two teams "
+            "against each other (ML-Agents' ELO rates two): with env_settings.agent_behaviors, "
+            "make them two teams of the behavior ('duel?team=0', 'duel?team=1'), or a team of "
+            "it against a team of another behavior with self_play ('duel?team=0', "
+            "'<other>?team=1'); or remove self_play",
         )
 
 
@@ -403,5 +406,6 @@ def test_the_opponent_plays_only_legal_moves_of_a_real_game(recording: Recording
     legal = np.random.default_rng(0).integers(0, 9, size=200)
     masks = np.eye(9, dtype=np.int8)[legal]  # one legal move each
     obs = {"action_mask": masks, "observation": np.zeros((200, 3, 3, 2), np.int8)}
+    assert controller.opponent is not None
     assert controller.opponent(obs).tolist() == legal.tolist()
     envs.close()

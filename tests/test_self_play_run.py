@@ -110,8 +110,10 @@ def test_cli_self_play_needs_two_teams_of_a_multi_agent_environment(tmp_path: Pa
     result = run_config(tmp_path, options)
     assert (result.returncode, result.stderr) == (
         2,
-        "evtrain: error: behaviors.agent.self_play: the agents of behavior 'agent' form 3 "
-        "team(s) (0, 1, 2); evtrain's self-play plays exactly two teams of one behavior "
-        "against each other (ML-Agents' ELO rates two): map the agents to two teams with "
-        "env_settings.agent_behaviors ('agent?team=0', 'agent?team=1'), or remove self_play\n",
+        "evtrain: error: behaviors.agent.self_play: the self-playing agents of the environment "
+        "form 3 team(s) (team 0: agent, team 1: agent, team 2: agent); evtrain's self-play "
+        "plays exactly two teams against each other (ML-Agents' ELO rates two): with "
+        "env_settings.agent_behaviors, make them two teams of the behavior ('agent?team=0', "
+        "'agent?team=1'), or a team of it against a team of another behavior with self_play "
+        "('agent?team=0', '<other>?team=1'); or remove self_play\n",
     )

@@ -82,6 +82,9 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
     :param behaviors: every behavior the run trains: each must have agents, and every agent's
         behavior settings; ``None`` checks only that ``behavior`` has agents.
     :param self_play: ``behavior`` trains one team at a time (:attr:`learning_team`).
+    :param self_play_behaviors: the behaviors of the run that self-play (``behavior`` itself
+        may be among them): the teams of the others (:attr:`self_play_teams`) are those
+        ``behavior``'s may play against.
     :param env_name: how errors name the environment (``env_settings.env_id``).
     :raises ConfigError: the mapping does not fit the environment, the behavior's agents do
         not share their spaces, self-play teams differ in size, or a turn-based (AEC) game
@@ -96,6 +99,7 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         agent_behaviors: Mapping[str, str] | None = None,
         behaviors: Collection[str] | None = None,
         self_play: bool = False,
+        self_play_behaviors: Collection[str] = (),
         env_name: str = "the environment",
     ) -> None:
         if not envs:
@@ -111,9 +115,8 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         self.group_size = 0
         """Learning slots per copy."""
         first = envs[0]
-        roles = agent_roles(
-            list(first.possible_agents), agent_behaviors or {}, {behavior} if self_play else ()
-        )
+        playing = {*self_play_behaviors, *([behavior] if self_play else [])}
+        roles = agent_roles(list(first.possible_agents), agent_behaviors or {}, playing)
         if behaviors is not None:
             check_behaviors(roles, behaviors)
         elif all(r.behavior != behavior for r in roles.values()):
@@ -121,6 +124,14 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         observation_spaces, action_spaces = _spaces(first, roles)
         self.teams: list[int] = sorted({r.team for r in roles.values() if r.behavior == behavior})
         """The behavior's teams (one, 0, without ``?team=`` or self-play)."""
+        self.self_play_teams: dict[int, list[str]] = {}
+        """Every team of self-playing agents (of this behavior and of the others that
+        self-play), with the behaviors of its agents."""
+        for role in sorted(roles.values(), key=lambda r: r.team):
+            if role.behavior in playing:
+                names = self.self_play_teams.setdefault(role.team, [])
+                if role.behavior not in names:
+                    names.append(role.behavior)
         self._cast = Cast(
             behavior=behavior,
             roles=roles,
@@ -159,6 +170,15 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         """The other behaviors whose agents play in this behavior's copies."""
         found = (r.behavior for r in self._cast.roles.values() if r.behavior != self.behavior)
         return list(dict.fromkeys(found))
+
+    @property
+    def rivals(self) -> list[str]:
+        """The other self-playing behaviors whose agents are this self-playing behavior's
+        opponents (its own self-play decides who acts for them, not their current policy)."""
+        if not self._cast.self_play:
+            return []
+        found = (b for names in self.self_play_teams.values() for b in names)
+        return [b for b in dict.fromkeys(found) if b != self.behavior]
 
     @property
     def roles(self) -> dict[str, AgentRole]:

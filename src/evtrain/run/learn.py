@@ -42,6 +42,7 @@ from evtrain.run.save_schedule import SaveSchedule
 from evtrain.run.save_schedule import SavingProgress as SavingProgress
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
+from evtrain.trainers.ghost import face_rivals
 from evtrain.trainers.registry import trainer_type, use_trainer_types
 from evtrain.world import World
 
@@ -220,6 +221,7 @@ class _Run:
                 self.trainers[name], self.managers[name] = build_behavior(
                     options, name, settings, bus, seed + index, status_file, curriculum
                 )
+        face_rivals(self.trainers)  # self-play across behaviors: each other's opponents
         self.co_players = CoPlayerWiring(self.trainers)
         self.co_players.refresh_all()
         for name, trainer in self.trainers.items():

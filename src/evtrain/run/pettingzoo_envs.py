@@ -130,6 +130,11 @@ def agent_slots(
             agent_behaviors=settings.agent_behaviors,
             behaviors=None if behaviors is None else list(behaviors),
             self_play=getattr(own, "self_play", None) is not None,
+            self_play_behaviors=[
+                name
+                for name, other in (behaviors or {}).items()
+                if getattr(other, "self_play", None) is not None
+            ],
             env_name=repr(env_id),
         )
     except BaseException:

@@ -53,6 +53,10 @@ class SnapshotWindow:
         """The learning policy gained ``change`` points against opponent ``index``, which loses
         them: against :data:`LATEST`, itself, the two cancel out (as in ML-Agents)."""
         self.elo += change
+        self.concede(index, change)
+
+    def concede(self, index: int, change: float) -> None:
+        """Opponent ``index`` (:data:`LATEST`: the learning policy) lost ``change`` points."""
         if index == LATEST:
             self.elo -= change
         else:

@@ -77,7 +77,7 @@ class ParallelCopies(Copies):
         obs, rewards, terminations, truncations, infos = copy.env.step(actions)
         copy.last_obs.update(obs)
         live = set(copy.env.agents)
-        record.group_reward[self.slots(k)] = group_reward(infos)
+        record.group_reward[self.slots(k)] = group_reward(infos, copy.learners)
         ended = []
         for j, agent in enumerate(copy.learners):
             i = k * self.group_size + j

@@ -232,7 +232,8 @@ def run_random(game: Game, steps: int, seed: int) -> dict[str, Any]:
             totals = dict.fromkeys(env.agents, 0.0)
     seconds = time.perf_counter() - start
     env.close()
-    scores = teams if game.team else ended(returns, steps)
+    scores = teams if game.team else returns
+    ended(returns, steps)
     return {
         "variant": "random",
         "seed": seed,

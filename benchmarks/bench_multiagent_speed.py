@@ -103,7 +103,7 @@ def run_env(case: str, steps: int) -> dict[str, Any]:
     if case == "env-spread":
         spread = GAMES["spread"]
         r = run_random(spread, steps, 0)
-        agents = spread.agents
+        steps, seconds, agents = r["steps"], r["steps"] / r["steps_per_s"], spread.agents
     else:
         import gymnasium as gym
 
@@ -115,15 +115,14 @@ def run_env(case: str, steps: int) -> dict[str, Any]:
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             if terminated or truncated:
                 env.reset()
-        r = {"seconds": time.perf_counter() - start}
-        agents = 1
+        seconds, agents = time.perf_counter() - start, 1
     return {
         "case": case,
         "steps": steps,
-        "seconds": round(r["seconds"], 2),
-        "train_s": round(r["seconds"], 2),
-        "steps_per_s": round(steps / r["seconds"], 1),
-        "env_steps_per_s": round(steps / agents / r["seconds"], 1),
+        "seconds": round(seconds, 2),
+        "train_s": round(seconds, 2),
+        "steps_per_s": round(steps / seconds, 1),
+        "env_steps_per_s": round(steps / agents / seconds, 1),
         "rollout_s": None,
         "update_s": None,
     }

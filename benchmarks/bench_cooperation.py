@@ -26,7 +26,8 @@ variant the median and spread over seeds; prints a table and writes JSON to
 ``benchmarks/out/cooperation.json`` (``cooperation_kaz.json``).
 
     .venv/bin/python benchmarks/bench_cooperation.py --steps 300000 --seeds 0 1 2
-    .venv/bin/python benchmarks/bench_cooperation.py --game kaz --variants poca ppo random
+    .venv/bin/python benchmarks/bench_cooperation.py --game kaz --steps 80000 \
+        --variants poca ppo random
 """
 
 from __future__ import annotations

@@ -24,12 +24,13 @@ BENCHMARKS = ROOT / "benchmarks"
 
 OPTIONS: dict[str, list[str]] = {
     "bench_bus_overhead.py": ["--steps", "--repeats"],
-    "bench_cooperation.py": ["--steps", "--seeds", "--variants", "--envs"],
+    "bench_cooperation.py": ["--steps", "--seeds", "--variants", "--envs", "--game"],
     "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
     "bench_imitation.py": ["--steps", "--seeds", "--variants", "--demo"],
     "bench_isolation.py": ["--events", "--keys", "--work-us", "--hold-us", "--repeats"],
     "bench_memory.py": ["--steps", "--seeds", "--envs", "--policies"],
+    "bench_multiagent_speed.py": ["--steps", "--repeats", "--cases"],
     "bench_pixels.py": ["--steps", "--seeds", "--size", "--kinds"],
     "bench_ppo.py": ["--steps", "--seeds", "--summary-freq", "--sb3", "--whole-process"],
     "bench_sac.py": ["--steps", "--seeds", "--updates"],

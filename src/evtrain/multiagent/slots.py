@@ -50,6 +50,7 @@ from evtrain.multiagent.copies import (
 from evtrain.multiagent.coplayers import CoPlayer, stack
 from evtrain.multiagent.mapping import AGENT_BEHAVIORS, AgentRole, agent_roles, check_behaviors
 from evtrain.multiagent.parallel import ParallelCopies
+from evtrain.multiagent.remote import RemoteCopy
 
 __all__ = ["ACTIVE", "EPISODE_OVER", "GROUP_REWARD", "AgentSlots", "EpisodeResult", "api_of"]
 
@@ -59,7 +60,10 @@ _SEED_STREAM = 0xC0_91A7
 
 def api_of(env: Any) -> str | None:
     """``"parallel"`` or ``"aec"`` for a PettingZoo environment, else ``None`` (also when
-    PettingZoo is not installed: then nothing is one)."""
+    PettingZoo is not installed: then nothing is one).  A copy in a process of its own
+    (:class:`~evtrain.multiagent.remote.RemoteCopy`) is a Parallel one."""
+    if isinstance(env, RemoteCopy):
+        return "parallel"
     try:
         from pettingzoo import AECEnv, ParallelEnv
     except ImportError:
@@ -75,7 +79,8 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
     """The learning agents of ``behavior`` in copies ``envs`` of a PettingZoo environment, as
     one vector environment (see the module's docs).
 
-    :param envs: the copies, each a ``pettingzoo.ParallelEnv`` or each a ``pettingzoo.AECEnv``;
+    :param envs: the copies, each a ``pettingzoo.ParallelEnv`` (or a
+        :class:`~evtrain.multiagent.remote.RemoteCopy` of one) or each a ``pettingzoo.AECEnv``;
         closed by :meth:`close`.
     :param agent_behaviors: ``env_settings.agent_behaviors``: behaviors (``"name"`` or
         ``"name?team=N"``) of agents whose id does not name theirs.
@@ -256,6 +261,9 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         wrappers around the copies."""
         results = []
         for copy in self._copies.copies:
+            if isinstance(copy.env, RemoteCopy):
+                results.append(copy.env.call(name, *args, **kwargs))
+                continue
             found = getattr(copy.env, name)
             results.append(found(*args, **kwargs) if callable(found) else found)
         return tuple(results)

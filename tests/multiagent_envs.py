@@ -15,12 +15,13 @@ After each move the other player is rewarded 0.5; whoever takes the last one get
 
 from __future__ import annotations
 
+import threading
 from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
-from pettingzoo import AECEnv, ParallelEnv  # type: ignore[import-untyped]  # no type information
-from pettingzoo.utils import AgentSelector  # type: ignore[import-untyped]
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils import AgentSelector
 
 WALKERS = ["walker_0", "walker_1", "walker_2", "guide_0"]
 OBS = spaces.Box(-1.0, 1000.0, (3,), np.float32)
@@ -161,3 +162,21 @@ class Countdown(AECEnv):  # type: ignore[misc]  # an untyped base class
 
 def countdown(**kwargs: Any) -> Countdown:
     return Countdown(**kwargs)
+
+
+class Failing(Walkers):
+    """:class:`Walkers` whose ``step`` raises at step ``fail_at``, and whose ``close`` never
+    returns with ``hang`` (``vectorization: async``'s errors and closing)."""
+
+    def __init__(self, fail_at: int = 3, hang: bool = False) -> None:
+        super().__init__()
+        self.fail_at, self.hang = fail_at, hang
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        if self.steps + 1 == self.fail_at:
+            raise ValueError(f"walkers broke at step {self.fail_at}")
+        return super().step(actions)
+
+    def close(self) -> None:
+        if self.hang:
+            threading.Event().wait()

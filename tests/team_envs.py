@@ -8,7 +8,9 @@ The field is ``width x height`` cells; blue attacks the right-hand goal (``x == 
 purple the left-hand one (``x == -1``).  Each player moves one cell a step (``Discrete(5)``:
 stay, up, down, left, right); moving onto the ball kicks it two cells on in that direction.  A
 goal ends the episode: +1 to every player of the scoring team, -1 to every player of the
-other; ``max_cycles`` steps without a goal truncate it (0 each).
+other; ``max_cycles`` steps without a goal truncate it (0 each).  With ``group_reward=True``
+the goal is a **group reward** instead, as in ML-Agents' SoccerTwos for POCA
+(``AddGroupReward``): each player's infos say ``group_reward`` +1 or -1, its own reward is 0.
 
 Each player observes its own position, the ball's, then its teammates' and its opponents'
 (``x`` in ``[0, 1]``, ``y`` in ``[0, 1]``), **mirrored for purple**: every player sees itself
@@ -43,8 +45,10 @@ class Soccer(ParallelEnv):  # type: ignore[misc]  # pettingzoo ships no type inf
         width: int = 9,
         height: int = 5,
         max_cycles: int = 60,
+        group_reward: bool = False,
     ) -> None:
         self.width, self.height, self.max_cycles = width, height, max_cycles
+        self.group_reward = group_reward
         self.blue = [f"{blue[0]}_{i}" for i in range(blue[1])]
         self.purple = [f"{purple[0]}_{i}" for i in range(purple[1])]
         if set(self.blue) & set(self.purple):
@@ -102,13 +106,16 @@ class Soccer(ParallelEnv):  # type: ignore[misc]  # pettingzoo ships no type inf
                 self._ball[0] = np.clip(self._ball[0], -1, self.width)
             self._positions[agent] = target
         scored = 1 if self._ball[0] >= self.width else -1 if self._ball[0] < 0 else 0
-        rewards = {a: float(scored if a in self.blue else -scored) for a in self.agents}
+        scores = {a: float(scored if a in self.blue else -scored) for a in self.agents}
+        rewards = dict.fromkeys(self.agents, 0.0) if self.group_reward else scores
         done = scored != 0
         truncated = not done and self._cycle >= self.max_cycles
         observations = self._observations()
         terminations = dict.fromkeys(self.agents, done)
         truncations = dict.fromkeys(self.agents, truncated)
         infos: dict[str, dict[str, Any]] = {agent: {} for agent in self.agents}
+        if self.group_reward:
+            infos = {agent: {"group_reward": scores[agent]} for agent in self.agents}
         if done or truncated:
             self.agents = []
         return observations, rewards, terminations, truncations, infos

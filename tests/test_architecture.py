@@ -175,11 +175,12 @@ def test_imports_of_sees_type_checking_and_function_level_imports() -> None:
 # -- the rooms of evtrain.trainers ---------------------------------------------------------------
 
 TRAINERS = "evtrain.trainers"
-SHARED_ROOMS: tuple[str, ...] = ("loops", "networks", "signals")
+SHARED_ROOMS: tuple[str, ...] = ("ghost", "loops", "networks", "signals")
 """The folders of :mod:`evtrain.trainers` every algorithm builds on.  Every other folder of it
-is an algorithm (``ppo``, ``sac``; a new one is one more folder).  The modules directly in
-``trainers/`` (base, registry, settings, threaded, optim, envs, finite, observations,
-demonstrations) are shared too."""
+is an algorithm (``ppo``, ``sac``, ``poca``, ``mappo``; a new one is one more folder);
+``ghost`` (self-play) drives any algorithm from outside and imports none.  The modules
+directly in ``trainers/`` (base, registry, settings, threaded, optim, envs, finite,
+observations, demonstrations) are shared too."""
 
 TRAINER_RULES: tuple[tuple[str, str], ...] = (
     ("networks", "never import an algorithm"),
@@ -204,7 +205,12 @@ def algorithm_of(module: str) -> str | None:
 
 def test_the_algorithms_are_the_folders_of_trainers_but_the_shared_rooms() -> None:
     algorithms = sorted({a for m in MODULES if (a := algorithm_of(m)) is not None})
-    assert algorithms == ["evtrain.trainers.ppo", "evtrain.trainers.sac"]
+    assert algorithms == [
+        "evtrain.trainers.mappo",
+        "evtrain.trainers.poca",
+        "evtrain.trainers.ppo",
+        "evtrain.trainers.sac",
+    ]
     assert algorithm_of("evtrain.trainers.ppo.update") == "evtrain.trainers.ppo"
     assert algorithm_of("evtrain.trainers.networks.mlp") is None
     assert algorithm_of("evtrain.trainers.base") is None
@@ -269,10 +275,12 @@ def test_the_documented_trainer_paths_still_import() -> None:
     from evtrain.trainers import PPOTrainer, SACTrainer, Trainer, compute_gae
     from evtrain.trainers.base import Trainer as BaseTrainer
     from evtrain.trainers.loops.gae import compute_gae as loop_gae
+    from evtrain.trainers.mappo import MAPPOTrainer
     from evtrain.trainers.network_settings import MemorySettings, NetworkSettings
     from evtrain.trainers.networks import ObservationNormalizer, flatten_parameters
     from evtrain.trainers.networks.mlp import flatten_parameters as mlp_flatten
     from evtrain.trainers.networks.normalizer import ObservationNormalizer as Normalizer
+    from evtrain.trainers.poca import POCATrainer
     from evtrain.trainers.ppo import PPOTrainer as DocumentedPPO
     from evtrain.trainers.ppo import clipped_surrogate_loss
     from evtrain.trainers.ppo.update import clipped_surrogate_loss as update_loss
@@ -285,6 +293,8 @@ def test_the_documented_trainer_paths_still_import() -> None:
     assert SACTrainer is DocumentedSAC is TRAINER_TYPES["sac"].load()
     assert TRAINER_TYPES["ppo"].trainer == "evtrain.trainers.ppo:PPOTrainer"
     assert TRAINER_TYPES["sac"].trainer == "evtrain.trainers.sac:SACTrainer"
+    assert POCATrainer is TRAINER_TYPES["poca"].load()
+    assert MAPPOTrainer is TRAINER_TYPES["mappo"].load()
     assert Trainer is BaseTrainer and compute_gae is loop_gae
     assert clipped_surrogate_loss is update_loss
     assert (NetworkSettings, MemorySettings) == (SettingsNetwork, SettingsMemory)

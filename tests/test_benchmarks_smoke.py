@@ -24,15 +24,18 @@ BENCHMARKS = ROOT / "benchmarks"
 
 OPTIONS: dict[str, list[str]] = {
     "bench_bus_overhead.py": ["--steps", "--repeats"],
+    "bench_cooperation.py": ["--steps", "--seeds", "--variants", "--envs", "--game"],
     "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
     "bench_imitation.py": ["--steps", "--seeds", "--variants", "--demo"],
     "bench_isolation.py": ["--events", "--keys", "--work-us", "--hold-us", "--repeats"],
     "bench_memory.py": ["--steps", "--seeds", "--envs", "--policies"],
+    "bench_multiagent_speed.py": ["--steps", "--repeats", "--cases"],
     "bench_pixels.py": ["--steps", "--seeds", "--size", "--kinds"],
     "bench_ppo.py": ["--steps", "--seeds", "--summary-freq", "--sb3", "--whole-process"],
     "bench_sac.py": ["--steps", "--seeds", "--updates"],
     "bench_sac_discrete.py": ["--steps", "--seeds", "--updates"],
+    "bench_selfplay.py": ["--steps", "--seeds", "--games", "--envs"],
     "bench_startup.py": ["--repeats", "--sb3"],
     "bench_threaded.py": ["--cases", "--seeds", "--steps", "--scale", "--segment"],
     "bench_trackers.py": ["--steps", "--repeats", "--variants"],
@@ -226,6 +229,37 @@ def test_curiosity_end_to_end(tmp_path: Path) -> None:
         "steps",
         "steps_to_first_goal",
         "success_last_100",
+    ]
+
+
+def test_cooperation_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "450", "--seeds", "0", "--envs", "2", "--variants", "poca", "random"]
+    done = _run("bench_cooperation.py", *args, out=tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["variant", "seed", "steps", "last-100", "return", "steps/s", "s"]
+    assert [line.split()[:3] for line in lines[1:3]] == [
+        ["poca", "0", "450"],
+        ["random", "0", "450"],
+    ]
+    report = _report(tmp_path, "cooperation.json")
+    assert sorted(report) == ["args", "env", "runs", "summary"]
+    assert report["env"] == {
+        "id": "mpe2.simple_spread_v3:parallel_env",
+        "N": 3,
+        "local_ratio": 0.5,
+        "max_cycles": 25,
+        "continuous_actions": False,
+    }
+    assert [(r["variant"], r["steps"]) for r in report["runs"]] == [("poca", 450), ("random", 450)]
+    for run in report["runs"]:
+        assert {"episodes", "mean_return_last_100", "seconds", "steps_per_s"} <= set(run)
+        assert run["episodes"] == 450 // 25  # agent episodes of 25 steps
+    assert sorted(report["summary"]) == ["poca", "random"]
+    assert sorted(report["summary"]["poca"]) == [
+        "max_last_100",
+        "median_last_100",
+        "median_steps_per_s",
+        "min_last_100",
     ]
 
 
@@ -424,3 +458,36 @@ def test_ppo_whole_process_evtrain_half(tmp_path: Path, monkeypatch: pytest.Monk
     )
     episodes = json.loads((tmp_path / "returns-evtrain-0.json").read_text())
     assert run["episodes"] == len(episodes) > 0
+
+
+def test_selfplay_end_to_end(tmp_path: Path) -> None:
+    args = ("--steps", "256", "--seeds", "0", "--games", "2", "--envs", "tictactoe")
+    done = _run("bench_selfplay.py", *args, out=tmp_path)
+    assert re.search(
+        r"^tictactoe +0 +2048 +\d+\.\d +\d+ +(\d\.\d{3} +){4}\d+ +(win|draw|loss)/(win|draw|loss)$",
+        done.stdout,
+        flags=re.MULTILINE,
+    )
+    report = _report(tmp_path, "selfplay.json")
+    (run,) = report["runs"]
+    assert sorted(run) == [
+        "elo",
+        "game",
+        "illegal",
+        "not_lost",
+        "seconds",
+        "seed",
+        "steps",
+        "vs_perfect",
+        "win",
+        "win_first",
+        "win_second",
+    ]
+    assert sorted(report["summary"]["tictactoe"]) == [
+        "all_draws_vs_perfect",
+        "not_lost",
+        "seconds",
+        "win",
+        "win_first",
+        "win_second",
+    ]

@@ -244,7 +244,7 @@ UNIFORM = "uniform"
                 "({sampler_type: uniform, sampler_parameters: {min_value: 0, max_value: 1}}), "
                 "got True",
                 "environment_parameters.g.curriculum.0.completion_criteria.measure: expected one "
-                "of 'reward', 'progress', got 'rewards'",
+                "of 'reward', 'progress', 'Elo', got 'rewards'",
             ],
         ),
         (

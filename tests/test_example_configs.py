@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import yaml
 
@@ -18,14 +19,18 @@ CONFIGS = sorted((Path(__file__).parent.parent / "examples" / "configs").glob("*
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_example_config_runs(path: Path, tmp_path: Path) -> None:
     options: dict[str, Any] = yaml.safe_load(path.read_text())
+    slots = options["env_settings"]["num_envs"] * slots_per_copy(options)
+    # Three summaries: every 200 steps, or every rollout's worth rounded up to 200 when the
+    # environment has more slots than a 200-step rollout holds (agent slots of PettingZoo).
+    freq = 200 * -(-16 * slots // 200)
     for settings in options["behaviors"].values():
-        settings.update(max_steps=600, summary_freq=200, checkpoint_interval=10**6)
+        settings.update(max_steps=3 * freq, summary_freq=freq, checkpoint_interval=10**6)
         hyperparameters = settings["hyperparameters"]
         if settings["trainer_type"] == "sac":
             hyperparameters.update(buffer_init_steps=100, batch_size=32)
-        else:  # PPO: keep buffer_size = time_horizon x num_envs, on a shorter horizon
+        else:  # PPO, POCA: keep buffer_size = time_horizon x slots, on a shorter horizon
             settings["time_horizon"] = 16
-            hyperparameters["buffer_size"] = 16 * options["env_settings"]["num_envs"]
+            hyperparameters["buffer_size"] = 16 * slots
             hyperparameters["batch_size"] = min(hyperparameters["batch_size"], 32)
     options["checkpoint_settings"] = {"run_id": path.stem, "results_dir": str(tmp_path)}
     for settings in options["behaviors"].values():  # a recorded file's place: a stand-in's
@@ -43,9 +48,25 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
         recorder.connect(bus)
         result = learn(options, bus)
     (behavior,) = options["behaviors"]
-    assert result.steps[behavior] >= 600
-    assert [e.step for e in recorder.of(StatsEvent)][:3] == [200, 400, 600]
+    assert result.steps[behavior] >= 3 * freq
+    assert [e.step for e in recorder.of(StatsEvent)][:3] == [freq, 2 * freq, 3 * freq]
     assert (tmp_path / path.stem / f"{behavior}.onnx").exists()
+
+
+def slots_per_copy(options: dict[str, Any]) -> int:
+    """The sub-environments one copy of the config's environment makes: 1 for a Gymnasium
+    environment, the behavior's learning agents for a PettingZoo one (docs/multi-agent.md)."""
+    from evtrain.config.options import RunOptions
+    from evtrain.run.envs import make_envs
+
+    run = RunOptions.from_dict({**options, "env_settings": {**options["env_settings"]}})
+    settings = attrs.evolve(run.env_settings, num_envs=1)
+    (behavior,) = run.behaviors
+    envs = make_envs(settings, behavior=behavior, behaviors=run.behaviors)
+    try:
+        return int(envs.num_envs)
+    finally:
+        envs.close()
 
 
 def demonstrations_of(options: dict[str, Any], folder: Path) -> Path:

@@ -255,7 +255,7 @@ def test_an_old_config_of_an_unknown_trainer_names_the_key() -> None:
         RunOptions.from_dict({"default": {"trainer": "offline_bc"}, "B": {"max_steps": 10}})
     assert info.value.problems == (
         "behaviors.B.trainer_type: expected a registered trainer type, got 'offline_bc'; "
-        "available: ppo (evtrain), sac (evtrain)",
+        "available: ppo (evtrain), sac (evtrain), poca (evtrain), mappo (evtrain)",
     )
 
 

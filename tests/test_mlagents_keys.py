@@ -40,19 +40,14 @@ def test_every_unity_only_option_gets_one_warning_each(caplog: pytest.LogCapture
         "restarts_rate_limit_n": 1,
         "restarts_rate_limit_period_s": 60,
     }
-    self_play = {"save_steps": 20000, "window": 10}
     data = {
         "engine_settings": {"time_scale": 20},
         "env_settings": env_keys,
-        "default_settings": {"self_play": self_play},
-        "behaviors": {"A": {}, "B": {"self_play": self_play}},
+        "behaviors": {"A": {}},
     }
-    because = " (it needs Unity's multi-agent team environments)"
     assert warnings_of(caplog, data) == [
         "engine_settings: Unity-only ML-Agents option: ignored",
         *(f"env_settings.{key}: Unity-only ML-Agents option: ignored" for key in sorted(env_keys)),
-        f"default_settings.self_play: Unity-only ML-Agents option{because}: ignored",
-        f"behaviors.B.self_play: Unity-only ML-Agents option{because}: ignored",
     ]
 
 
@@ -390,6 +385,7 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
             for signal in ("extrinsic", "curiosity", "rnd", "gail")
         },
         f"{behavior}.behavioral_cloning": (settings.BehavioralCloningSettings,),
+        f"{behavior}.self_play": (settings.SelfPlaySettings,),
         param: (ep.SamplerSpec, ep.EnvironmentParameter),
         f"{param}.sampler_parameters": tuple(ep.SAMPLERS.values()),
         f"{param}.curriculum.<i>": (ep.Lesson,),

@@ -1,13 +1,14 @@
-"""ML-Agents' own sample configs (release 21's ``config/ppo``, ``config/sac`` and
-``config/imitation``, kept in tests/fixtures/mlagents/), each run to completion through
-``evtrain learn`` on a Gymnasium environment that stands in for its Unity scene; and the table
-of every ML-Agents key in docs/configuration.md has a row for every key they use.
+"""ML-Agents' own sample configs (release 21's ``config/ppo``, ``config/sac``,
+``config/imitation`` and ``config/poca``, kept in tests/fixtures/mlagents/), each run to
+completion through ``evtrain learn`` on a Gymnasium or PettingZoo environment that stands in for
+its Unity scene; and the table of every ML-Agents key in docs/configuration.md has a row for
+every key they use.
 
 A file that uses what evtrain does not implement yet is an expected failure (strict: once it
 runs, the mark must go), the missing parts named in its reason.  What is missing is read from
-evtrain itself where it can be (the keys it refuses as "not supported yet", the test
-environments and the ``record`` command that are not there); ``SAC_DISCRETE_ACTIONS`` is the one
-switch kept by hand.
+evtrain itself where it can be (the keys it refuses as "not supported yet", the trainer types
+it does not have, the self-play its ghost trainer refuses, the test environments and the
+``record`` command that are not there); ``SAC_DISCRETE_ACTIONS`` is the one switch kept by hand.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib.util
 import io
 import json
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,8 @@ SLOW = {
     "sac/Crawler",
     "sac/Walker",
     "sac/Worm",
+    "poca/SoccerTwos",  # 20480 agent steps through 2 x 512 and POCA's attention critic: 25 s
+    "poca/DungeonEscape",  # two rollouts of 10240 (its agents die), knights_archers_zombies
     # the same keys and spaces as a file of the default suite, on other numbers
     "ppo/3DBall",  # = 3DBall_randomize without its samplers
     "ppo/3DBallHard",
@@ -56,19 +60,36 @@ SLOW = {
     "sac/3DBallHard",
     "sac/PushBlock",  # = sac/Basic's
     "sac/WallJump",
+    "poca/StrikersVsGoalie",  # = poca/SoccerTwos's, on two behaviors
 }
-"""Files left to ``pytest -m slow``: one CLI run each costs 3-14 s of CPU (2 of them the
-interpreter's start), all 35 about 2.5 minutes; the default suite keeps one file of each kind
-of keys and spaces (18 files)."""
+"""Files left to ``pytest -m slow``: one CLI run each costs 3-25 s of CPU (2 of them the
+interpreter's start), all 41 about 3.5 minutes; the default suite keeps one file of each kind
+of keys and spaces (20 files: ``poca/PushBlockCollab`` for POCA, ``ppo/SoccerTwos`` for
+self-play)."""
 
 CONTINUOUS_ENVS = {"Pendulum-v1"}
-"""The stand-ins with ``Box`` actions; every other one has CartPole's ``Discrete(2)``."""
+"""The stand-ins with ``Box`` actions; every other Gymnasium one has CartPole's ``Discrete(2)``
+(the PettingZoo ones have ``Discrete`` actions too)."""
+
+AGENTS_LEAVE = {"butterfly/knights_archers_zombies-v11"}
+"""The stand-ins whose agents leave their episodes early: the steps of a run count only the
+steps its agents acted in, so a rollout of ``buffer_size`` slot steps holds fewer, and where a
+run ends depends on when its agents died."""
+
+GROUP_TRAINERS = {"poca", "mappo"}
+"""The trainer types whose hyperparameters are PPO's keys (docs/configuration.md: "POCA and
+MAPPO ``hyperparameters``"; the key table's PPO rows) and which write
+``Environment/Group Cumulative Reward``."""
 
 SAC_DISCRETE_ACTIONS = True
 """Whether evtrain's SAC trains ``Discrete`` actions (ML-Agents' does): it needs a ``Box``
 today, and 7 of the 12 SAC files are for Unity scenes with discrete actions."""
 
 RUN_TIMEOUT = 300
+
+SOURCES = os.pathsep.join(str(path) for path in (REPO / "src", REPO / "writers", REPO))
+"""The runs' ``PYTHONPATH``: this checkout's evtrain and writers (whichever is installed), and
+its test environments."""
 
 
 def sample_id(path: Path) -> str:
@@ -131,7 +152,8 @@ def table_key(path: tuple[str, ...], options: dict[str, Any]) -> tuple[str, str 
             settings, rest = options["default_settings"], parts[1:]
         parts = ["behaviors", "<name>", *rest]
         if rest[:1] == ["hyperparameters"]:
-            trainer = trainer_of(settings).upper()
+            kind = trainer_of(settings)
+            trainer = "PPO" if kind in GROUP_TRAINERS else kind.upper()
     elif parts[0] == "environment_parameters":
         rest = parts[2:]
         if rest[:1] == ["curriculum"]:
@@ -143,13 +165,14 @@ def table_key(path: tuple[str, ...], options: dict[str, Any]) -> tuple[str, str 
 
 
 def keys_of(options: dict[str, Any]) -> set[tuple[str, str | None]]:
-    """The table rows a file's keys need; ``env_settings.env_id`` and ``env_kwargs`` are
-    evtrain's own (the keys the fixtures add that ML-Agents lacks)."""
+    """The table rows a file's keys need; ``env_settings.env_id``, ``env_kwargs`` and
+    ``agent_behaviors`` are evtrain's own (the keys the fixtures add that ML-Agents lacks)."""
     found = {table_key(path, options) for path in leaves(options)}
+    own = ("env_settings.env_kwargs.", "env_settings.agent_behaviors.")
     return {
         (key, trainer)
         for key, trainer in found
-        if key != "env_settings.env_id" and not key.startswith("env_settings.env_kwargs.")
+        if key != "env_settings.env_id" and not key.startswith(own)
     }
 
 
@@ -199,9 +222,38 @@ def demo_paths(options: dict[str, Any]) -> set[str]:
     return found
 
 
+def self_play_refusals(options: dict[str, Any]) -> list[str]:
+    """What evtrain's ghost trainer says of each self-playing behavior's teams before a run's
+    first step (``team_slots`` on the environments ``evtrain learn`` builds for it)."""
+    playing = [name for name, settings in behaviors(options).items() if "self_play" in settings]
+    if not playing:
+        return []
+    if importlib.util.find_spec("evtrain.trainers.ghost") is None:
+        return ["self_play (the ghost trainer, evtrain.trainers.ghost)"]
+    from evtrain import ConfigError, RunOptions
+    from evtrain.run.envs import make_envs
+    from evtrain.trainers.ghost import team_slots
+
+    run = RunOptions.from_dict(options)
+    refusals: list[str] = []
+    for name in playing:
+        envs = make_envs(run.env_settings, behavior=name, behaviors=run.behaviors)
+        try:
+            team_slots(name, envs)
+        except ConfigError as error:
+            refusals.extend(error.problems)
+        finally:
+            envs.close()
+    return refusals
+
+
 def missing(options: dict[str, Any]) -> list[str]:
     """What of evtrain a file needs and does not find."""
+    from evtrain.trainers.registry import TRAINER_TYPES
+
     lacking = [f"{key} (refused: not supported yet)" for key in not_yet(options)]
+    types = sorted({trainer_of(s) for s in behaviors(options).values()} - set(TRAINER_TYPES))
+    lacking += [f"trainer_type {name} (no such trainer type)" for name in types]
     env_id = options["env_settings"]["env_id"]
     module, _, name = env_id.partition(":")
     if name and importlib.util.find_spec(module) is None:
@@ -211,6 +263,8 @@ def missing(options: dict[str, Any]) -> list[str]:
         lacking.append("SAC for Discrete actions (evtrain's SAC needs a Box action space)")
     if demo_paths(options) and not has_command("record"):
         lacking.append("evtrain record (the demonstrations demo_path names)")
+    if not types:
+        lacking += self_play_refusals(options)
     return lacking
 
 
@@ -259,7 +313,7 @@ class Demonstrations:
         config = f"{run_id}.yaml"
         (self.root / config).write_text(yaml.safe_dump(teacher))
         (self.root / demo_path).parent.mkdir(parents=True, exist_ok=True)
-        env = clean_env(PYTHONPATH=str(REPO))
+        env = clean_env(PYTHONPATH=SOURCES)
         learned = python(
             "-m", "evtrain", "learn", config, "--run-id", run_id, cwd=self.root, env=env
         )  # fmt: skip
@@ -281,10 +335,27 @@ def demonstrations(tmp_path_factory: pytest.TempPathFactory) -> Demonstrations:
 # --- the runs -------------------------------------------------------------------------------
 
 
+def slots(options: dict[str, Any], name: str) -> int:
+    """The environments behavior ``name`` steps together: ``num_envs``, times its agents in a
+    copy of a PettingZoo environment (docs/multi-agent.md: its agent slots; in self-play, those
+    of the team that learns first, the lowest number).  The stand-ins name every agent's
+    behavior in ``agent_behaviors``."""
+    env_settings = options["env_settings"]
+    mapping = env_settings.get("agent_behaviors")
+    if not mapping:
+        return int(env_settings["num_envs"])
+    roles = [spec.partition("?team=") for spec in mapping.values()]
+    mine = [team for behavior, _, team in roles if behavior == name]  # their teams ("": none)
+    if "self_play" in behaviors(options)[name]:  # without ?team=, each agent is a team
+        first = min((int(team) for team in mine if team), default=None)
+        mine = mine[:1] if first is None else [t for t in mine if t and int(t) == first]
+    return int(env_settings["num_envs"]) * len(mine)
+
+
 def rollout(settings: dict[str, Any], num_envs: int) -> int:
-    """Environment steps between two updates (docs/configuration.md): PPO collects
-    ``buffer_size`` rounded up to a multiple of ``batch_size`` and of the environments; SAC
-    steps every environment once."""
+    """Environment steps between two updates (docs/configuration.md): PPO (and POCA, MAPPO)
+    collects ``buffer_size`` rounded up to a multiple of ``batch_size`` and of the
+    environments (agent slots); SAC steps every environment once."""
     if trainer_of(settings) == "sac":
         return num_envs
     hp = settings["hyperparameters"]
@@ -322,6 +393,12 @@ def expected_tags(settings: dict[str, Any]) -> set[str]:
         tags |= {"Losses/Q1 Loss", "Losses/Q2 Loss"}
     else:
         tags |= {"Losses/Value Loss", "Policy/Entropy"}
+    if trainer_of(settings) in GROUP_TRAINERS:
+        tags.add("Environment/Group Cumulative Reward")
+    if trainer_of(settings) == "poca":
+        tags.add("Losses/Baseline Loss")
+    if "self_play" in settings:
+        tags.add("Self-play/ELO")
     signals = settings.get("reward_signals", {})
     if "curiosity" in signals:
         tags |= {"Losses/Curiosity Forward Loss", "Losses/Curiosity Inverse Loss"}
@@ -365,16 +442,20 @@ def test_mlagents_sample_config_trains_through_the_cli(
     (tmp_path / sample.name).write_text(sample.read_text())
     result = python(
         "-m", "evtrain", "learn", sample.name, "--run-id", "sample", "--results-dir", "results",
-        cwd=tmp_path, env=clean_env(PYTHONPATH=str(REPO)), timeout=RUN_TIMEOUT,
+        cwd=tmp_path, env=clean_env(PYTHONPATH=SOURCES), timeout=RUN_TIMEOUT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
 
     run = tmp_path / "results" / "sample"
     status = json.loads((run / "run_logs" / "training_status.json").read_text())
-    num_envs = options["env_settings"]["num_envs"]
     for name, settings in behaviors(options).items():
-        final, labels = summary_steps(settings, num_envs)
-        assert status[name]["final_checkpoint"]["steps"] == final, name
+        final, labels = summary_steps(settings, slots(options, name))
+        steps = status[name]["final_checkpoint"]["steps"]
+        if options["env_settings"]["env_id"] in AGENTS_LEAVE:
+            # a summary at the end only (summary_freq beyond the run), at whichever step
+            assert settings["max_steps"] <= steps < settings["summary_freq"], name
+            final, labels = steps, [steps]
+        assert steps == final, name
         outputs = run_policy(run / f"{name}.onnx")
         assert outputs[0].shape[0] == 2 and np.isfinite(outputs[0]).all(), name
         events = EventAccumulator(str(run / name), size_guidance={"scalars": 0})

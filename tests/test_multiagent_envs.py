@@ -117,17 +117,18 @@ def test_a_copy_whose_learning_agents_all_left_starts_a_new_episode() -> None:
     assert obs.tolist() == [[0, 1, -1]] and env.seeds == [4, None]
 
 
-def test_episode_listeners_hear_each_copy_end_with_the_learners_final_rewards() -> None:
+def test_episode_listeners_hear_each_copy_end_with_the_final_rewards_and_group_reward() -> None:
     slots = walker_slots()
     heard: list[EpisodeResult] = []
     slots.episode_listeners.append(heard.append)
     slots.reset(seed=0)
     for _ in range(6):
         slots.step(np.tile([1, 2, 2], 2))
-    # walker_1's 2 when it left, walker_0's 1 and walker_2's 2 at the end
+    # walker_1's 2 when it left, walker_0's 1 and walker_2's 2 at the end, and the last
+    # step's group reward, 6 (the walkers' is the step count)
     assert heard == [
-        EpisodeResult(team=None, reward=5.0, copy=0),
-        EpisodeResult(team=None, reward=5.0, copy=1),
+        EpisodeResult(team=None, reward=11.0, copy=0),
+        EpisodeResult(team=None, reward=11.0, copy=1),
     ]
 
 
@@ -190,7 +191,8 @@ def test_self_play_makes_each_agent_a_team_and_switches_teams_at_episode_starts(
     for _ in range(5):
         slots.step(np.array([2, 2]))
     assert slots.learners(0) == slots.learners(1) == ["walker_1"]
-    assert heard == [EpisodeResult(team=0, reward=2.0, copy=k) for k in (0, 1)]
+    # walker_0's own 2 and the last step's group reward, 6
+    assert heard == [EpisodeResult(team=0, reward=8.0, copy=k) for k in (0, 1)]
     with pytest.raises(ValueError, match=r"behavior 'walker' has teams \[0, 1, 2\], not 3"):
         slots.set_learning_team(3)
 

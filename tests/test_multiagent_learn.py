@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pettingzoo  # type: ignore[import-untyped]  # no type information
+import pettingzoo
 import pytest
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
-from pettingzoo.utils.env_logger import EnvLogger  # type: ignore[import-untyped]
+from pettingzoo.utils.env_logger import EnvLogger
 
 from evtrain import Bus
 from evtrain.multiagent.slots import AgentSlots
@@ -154,7 +154,7 @@ def run_random(slots: AgentSlots, steps: int, seed: int) -> list[tuple[Any, ...]
 
 
 def test_simple_spread_has_three_slots_per_copy() -> None:
-    from mpe2 import simple_spread_v3  # type: ignore[import-untyped]  # no type information
+    from mpe2 import simple_spread_v3
 
     copies = [simple_spread_v3.parallel_env(max_cycles=5) for _ in range(2)]
     slots = AgentSlots(copies, "agent")

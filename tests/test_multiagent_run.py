@@ -112,15 +112,12 @@ def test_what_pettingzoo_environments_cannot_do_yet_is_refused_by_name() -> None
         "player", network_settings=NetworkSettings(memory=MemorySettings(memory_size=8))
     )
     with pytest.raises(ConfigError) as info:
-        make_envs(settings, lambda env: env, behavior="player", behaviors=memory)
+        make_envs(settings, behavior="player", behaviors=memory)
     assert info.value.problems == (
-        "env_settings.vectorization: 'async' is not supported with a PettingZoo environment "
-        "('classic/connect_four-v3') yet: a behavior's copies are stepped in this process, so "
-        "that each co-player acts for all of them in one forward pass per step; use "
-        "vectorization: sync (the num_envs copies still step together)",
-        "environment_parameters: not supported with a PettingZoo environment "
-        "('classic/connect_four-v3') yet: the parameters are set on Gymnasium environments (as "
-        "attributes or reset options); remove environment_parameters",
+        "env_settings.vectorization: 'async' is not supported with a turn-based (AEC) "
+        "PettingZoo environment ('classic/connect_four-v3') yet: every move would be a round "
+        "trip to the copy's process; use vectorization: sync (the num_envs copies still step "
+        "together)",
         "behaviors.player.network_settings.memory: not supported with a PettingZoo environment "
         "('classic/connect_four-v3') yet: an agent's memory would run on through the steps it "
         "is out of its episode; remove network_settings.memory",

@@ -176,6 +176,8 @@ def test_cli_lists_plugins_per_group() -> None:
         ["evtrain.trainer:"],
         ["ppo", "evtrain", "0.1.0", "evtrain.trainers.ppo:PPOTrainer", "built", "in"],
         ["sac", "evtrain", "0.1.0", "evtrain.trainers.sac:SACTrainer", "built", "in"],
+        ["poca", "evtrain", "0.1.0", "evtrain.trainers.poca:POCATrainer", "built", "in"],
+        ["mappo", "evtrain", "0.1.0", "evtrain.trainers.mappo:MAPPOTrainer", "built", "in"],
         ["evtrain.initializer:"],
         ["torch", "evtrain", "0.1.0", "evtrain.distributed:torch_initializer", "loaded"],
     ]

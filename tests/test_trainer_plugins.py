@@ -102,7 +102,8 @@ def test_unknown_trainer_type_lists_plugin_types(tmp_path: Path, plugin_dir: Pat
         options_from_data(options(tmp_path, "dqn", disabled=["shadow"]))
     assert info.value.problems == (
         "behaviors.CartPole.trainer_type: expected a registered trainer type, got 'dqn'; "
-        f"available: ppo (evtrain), sac (evtrain), tiny_ppo (path:{plugin_dir})",
+        "available: ppo (evtrain), sac (evtrain), poca (evtrain), mappo (evtrain), "
+        f"tiny_ppo (path:{plugin_dir})",
     )
 
 

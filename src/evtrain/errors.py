@@ -15,6 +15,7 @@
     ├── DistributedError(RuntimeError)    a collective failed: another rank stopped
     ├── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
     ├── SubscriberProcessError(RuntimeError)  a process-isolated subscriber raised in its child
+    ├── CopyProcessError(RuntimeError)    a copy of an environment failed in its own process
     └── NonFiniteError(ArithmeticError)   a NaN or infinity in a behavior's numbers or weights
 
 Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
@@ -121,6 +122,23 @@ class SubscriberProcessError(EvtrainError, RuntimeError):
         super().__init__(
             f"subscriber {subscriber!r} raised in its child process: {error} (its traceback "
             "is the child's; run it with isolation='thread' to debug it in-process)"
+        )
+
+
+class CopyProcessError(EvtrainError, RuntimeError):
+    """A copy of a PettingZoo environment stepped in a process of its own (``vectorization:
+    async``) raised there, or its process ended.  The child's exception cannot travel (it may
+    not pickle): the message carries its type, message and traceback."""
+
+    def __init__(self, copy: int, env_name: str, doing: str, error: str) -> None:
+        self.copy = copy
+        """Which copy of the environment (0-based)."""
+        self.error = error
+        """What happened in the child: ``"ExceptionType: message"`` and its traceback, or how
+        the process ended."""
+        super().__init__(
+            f"copy {copy} of {env_name} failed in its process during {doing}: {error} (run it "
+            "with env_settings.vectorization: sync to debug it in-process)"
         )
 
 

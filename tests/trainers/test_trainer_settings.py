@@ -56,6 +56,7 @@ def test_ml_agents_defaults() -> None:
             "gail": None,
         },
         "behavioral_cloning": None,
+        "self_play": None,
         "max_steps": 500000,
         "time_horizon": 64,
         "summary_freq": 50000,
@@ -139,11 +140,16 @@ def test_hyperparameters_must_be_a_settings_class() -> None:
 
 
 def test_registered_trainer_types() -> None:
+    from evtrain.trainers.mappo import MAPPOTrainer
+    from evtrain.trainers.poca import POCATrainer
     from evtrain.trainers.registry import TRAINER_TYPES
+    from evtrain.trainers.settings import MAPPOSettings, POCASettings
 
     assert {name: (t.settings, t.load()) for name, t in TRAINER_TYPES.items()} == {
         "ppo": (PPOSettings, PPOTrainer),
         "sac": (SACSettings, SACTrainer),
+        "poca": (POCASettings, POCATrainer),
+        "mappo": (MAPPOSettings, MAPPOTrainer),
     }
 
 

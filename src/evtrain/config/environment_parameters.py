@@ -10,7 +10,7 @@ lessons change, is :mod:`evtrain.run.curriculum`'s business.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import attrs
@@ -140,9 +140,10 @@ class CompletionCriteria:
 
     behavior: str
     """The behavior whose summaries are measured."""
-    measure: Literal["reward", "progress"] = "reward"
+    measure: Literal["reward", "progress", "Elo"] = "reward"
     """``reward``: the mean return of the lesson's last ``min_lesson_length`` episodes;
-    ``progress``: step / max_steps of ``behavior``."""
+    ``progress``: step / max_steps of ``behavior``; ``Elo``: the ELO rating of ``behavior``'s
+    self-play (``Self-play/ELO``) after its latest episode."""
     threshold: float = attrs.field(default=0.0)
     """The lesson ends once the measure exceeds it (``progress``: between 0 and 1)."""
     min_lesson_length: int = attrs.field(default=0, validator=_at_least_zero)
@@ -191,10 +192,11 @@ def sampler_data(sampler: Sampler) -> Any:
 
 
 def parameter_problems(
-    parameters: Mapping[str, EnvironmentParameter], behaviors: Collection[str]
+    parameters: Mapping[str, EnvironmentParameter], behaviors: Mapping[str, Any]
 ) -> list[str]:
     """What structuring cannot see: every lesson but the last needs completion criteria (the
-    last one's are ignored, as in ML-Agents), and they must name a behavior of the run."""
+    last one's are ignored, as in ML-Agents), and they must name a behavior of the run (one
+    with ``self_play`` for ``measure: Elo``)."""
     found = []
     for name, parameter in parameters.items():
         where = f"environment_parameters.{name}"
@@ -222,4 +224,18 @@ def parameter_problems(
                     f"{criteria.behavior!r} is not a behavior of this run (behaviors: "
                     f"{', '.join(behaviors)})"
                 )
+            elif index < last and criteria.measure == "Elo":
+                found.extend(_elo_problems(f"{where}.curriculum.{index}", criteria, behaviors))
     return found
+
+
+def _elo_problems(
+    where: str, criteria: CompletionCriteria, behaviors: Mapping[str, Any]
+) -> list[str]:
+    if getattr(behaviors[criteria.behavior], "self_play", None) is not None:
+        return []
+    return [
+        f"{where}.completion_criteria.measure: Elo is the rating of self-play, and behavior "
+        f"{criteria.behavior!r} has no self_play; add behaviors.{criteria.behavior}.self_play "
+        "or measure reward or progress"
+    ]

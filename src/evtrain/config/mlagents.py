@@ -60,7 +60,7 @@ ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     ),
     "TrainerSettings": (
         "behaviors.<name> / default_settings",
-        {"self_play": _UNITY, "framework": _DEPRECATED, "output_path": _DEPRECATED},
+        {"framework": _DEPRECATED, "output_path": _DEPRECATED},
     ),
 }
 """Every ML-Agents option evtrain knows and does not implement (or translates), by the options
@@ -81,10 +81,6 @@ def kind_of(cls: type[Any], key: str) -> Kind | None:
 def unsupported(key: str) -> str:
     """What is wrong with ML-Agents option ``key``, which evtrain does not implement."""
     return f"ML-Agents option {key} is not supported by evtrain yet; remove it"
-
-
-_WHY_UNITY_ONLY = {"self_play": "it needs Unity's multi-agent team environments"}
-"""Why an option is Unity-only, where its section does not say it (a Unity player's settings)."""
 
 
 def drop_unity_only(data: Any) -> Any:
@@ -111,10 +107,7 @@ def _drop(part: dict[str, Any], section: str, keys: dict[str, Kind]) -> dict[str
     kept = {k: v for k, v in part.items() if keys.get(k) is not Kind.UNITY_ONLY}
     for key in sorted(set(part) - set(kept)):
         path = f"{section}.{key}" if section else key
-        why = _WHY_UNITY_ONLY.get(key)
-        logger.warning(
-            "%s: Unity-only ML-Agents option%s: ignored", path, f" ({why})" if why else ""
-        )
+        logger.warning("%s: Unity-only ML-Agents option: ignored", path)
     return kept
 
 

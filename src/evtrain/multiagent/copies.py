@@ -36,7 +36,9 @@ class EpisodeResult:
     team: int | None
     """The learning team of the episode (``None``: the behavior has no self-play)."""
     reward: float
-    """Sum over the learning agents of the reward each got at the step its episode ended."""
+    """Sum over the learning agents of the reward each got at the step its episode ended, plus
+    the group reward of the episode's last step (ML-Agents' ghost trainer reads the last
+    step's reward and group reward alike: a team game may score through either)."""
     copy: int
     """Which copy of the environment."""
 
@@ -203,7 +205,8 @@ class Copies(abc.ABC):
         """Copy ``k``'s episode is over: every slot says so, the listeners hear the result."""
         copy = self.copies[k]
         record.episode_over[self.slots(k)] = True
-        result = EpisodeResult(team=copy.team, reward=copy.ended_reward, copy=k)
+        last_group_reward = float(record.group_reward[k * self.group_size])
+        result = EpisodeResult(team=copy.team, reward=copy.ended_reward + last_group_reward, copy=k)
         for listener in self.cast.listeners:
             listener(result)
 
@@ -221,9 +224,11 @@ class Copies(abc.ABC):
         return slice(k * self.group_size, (k + 1) * self.group_size)
 
 
-def group_reward(infos: Mapping[str, Any]) -> float:
-    """The group reward of a step: the first agent's ``"group_reward"`` info, else 0."""
-    for info in infos.values():
+def group_reward(infos: Mapping[str, Any], learners: Sequence[str]) -> float:
+    """The group reward of a step for the learning agents ``learners``: the first one's
+    ``"group_reward"`` info, else 0 (in a team game each team's infos carry its own)."""
+    for agent in learners:
+        info = infos.get(agent)
         if isinstance(info, Mapping) and GROUP_REWARD in info:
             return float(info[GROUP_REWARD])
     return 0.0

@@ -8,16 +8,22 @@ it) ends its slot's episode there; one that drops out without either flag is tak
 terminated.  A copy's episode is over when ``env.agents`` is empty, or when every learning
 agent has left (the rest would be co-players alone): the still-active slots are truncated,
 and the copy is reset.
+
+Every copy steps before any result is read, and the copies whose episode is over reset after
+that, together: copies in processes of their own (:mod:`~evtrain.multiagent.remote`,
+``vectorization: async``) run at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from evtrain.multiagent.copies import Copies, StepRecord, group_reward
+from evtrain.multiagent.remote import RemoteCopy
 
 
 class ParallelCopies(Copies):
@@ -25,8 +31,9 @@ class ParallelCopies(Copies):
 
     def reset(self, seed: int | None) -> StepRecord:
         record = StepRecord(self.num_slots)
-        for k in range(len(self.copies)):
-            self._reset_copy(k, None if seed is None else seed + k)
+        every = list(range(len(self.copies)))
+        self._reset_copies(every, [None if seed is None else seed + k for k in every])
+        for k in every:
             self._mark_present(record, k)
             self.observe(record, k)
         return record
@@ -49,8 +56,13 @@ class ParallelCopies(Copies):
                     owners.append(k)
         for (agent, _), k, action in zip(requests, owners, self.co_actions(requests), strict=True):
             joint[k][agent] = action
+        results = self._on_copies(range(len(self.copies)), "step", [((a,), {}) for a in joint])
+        over = [k for k, result in enumerate(results) if self._record_step(record, k, result)]
+        for k in over:
+            self.end_episode(record, k)
+        self._reset_copies(over, [None] * len(over))
         for k in range(len(self.copies)):
-            self._step_copy(record, k, joint[k])
+            self.observe(record, k)
         return record
 
     def acting(self) -> npt.NDArray[np.bool_]:
@@ -59,11 +71,33 @@ class ParallelCopies(Copies):
             dtype=np.bool_,
         )
 
-    def _reset_copy(self, k: int, seed: int | None) -> None:
-        copy = self.copies[k]
-        self.start_episode(copy)
-        obs, _ = copy.env.reset(seed=seed)
-        copy.last_obs.update(obs)
+    def _on_copies(
+        self,
+        ks: Sequence[int],
+        method: str,
+        calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]],
+    ) -> list[Any]:
+        """``method(*args, **kwargs)`` of each copy ``k`` of ``ks`` with its ``(args, kwargs)``
+        of ``calls``: a copy in a process of its own is sent its call before any answer is
+        received, so those copies run at once."""
+        envs = [self.copies[k].env for k in ks]
+        results: list[Any] = [None] * len(envs)
+        for n, (env, (args, kwargs)) in enumerate(zip(envs, calls, strict=True)):
+            if isinstance(env, RemoteCopy):
+                env.send(method, *args, **kwargs)
+            else:
+                results[n] = getattr(env, method)(*args, **kwargs)
+        for n, env in enumerate(envs):
+            if isinstance(env, RemoteCopy):
+                results[n] = env.receive()
+        return results
+
+    def _reset_copies(self, ks: Sequence[int], seeds: Sequence[int | None]) -> None:
+        for k in ks:
+            self.start_episode(self.copies[k])
+        calls = [((), {"seed": seed}) for seed in seeds]
+        for k, (obs, _) in zip(ks, self._on_copies(ks, "reset", calls), strict=True):
+            self.copies[k].last_obs.update(obs)
 
     def _mark_present(self, record: StepRecord, k: int) -> None:
         """After a reset: the slots whose agent is there to act."""
@@ -72,12 +106,14 @@ class ParallelCopies(Copies):
         for j, agent in enumerate(copy.learners):
             record.active[k * self.group_size + j] = agent in live
 
-    def _step_copy(self, record: StepRecord, k: int, actions: dict[str, Any]) -> None:
+    def _record_step(self, record: StepRecord, k: int, result: tuple[Any, ...]) -> bool:
+        """Copy ``k``'s step ``result`` in ``record``; whether the copy's episode is over (its
+        still-active slots then truncated)."""
         copy = self.copies[k]
-        obs, rewards, terminations, truncations, infos = copy.env.step(actions)
+        obs, rewards, terminations, truncations, infos = result
         copy.last_obs.update(obs)
         live = set(copy.env.agents)
-        record.group_reward[self.slots(k)] = group_reward(infos)
+        record.group_reward[self.slots(k)] = group_reward(infos, copy.learners)
         ended = []
         for j, agent in enumerate(copy.learners):
             i = k * self.group_size + j
@@ -91,11 +127,8 @@ class ParallelCopies(Copies):
         for j, terminated, truncated in ended:
             self.end_slot(record, k, j, terminated=terminated, truncated=truncated)
         if live and not set(copy.learners) <= copy.left:
-            self.observe(record, k)
-            return
+            return False
         for j, agent in enumerate(copy.learners):
             if record.active[k * self.group_size + j] and agent not in copy.left:
                 self.end_slot(record, k, j, terminated=False, truncated=True)
-        self.end_episode(record, k)
-        self._reset_copy(k, None)
-        self.observe(record, k)
+        return True

@@ -50,6 +50,7 @@ from evtrain.multiagent.copies import (
 from evtrain.multiagent.coplayers import CoPlayer, stack
 from evtrain.multiagent.mapping import AGENT_BEHAVIORS, AgentRole, agent_roles, check_behaviors
 from evtrain.multiagent.parallel import ParallelCopies
+from evtrain.multiagent.remote import RemoteCopy
 
 __all__ = ["ACTIVE", "EPISODE_OVER", "GROUP_REWARD", "AgentSlots", "EpisodeResult", "api_of"]
 
@@ -59,12 +60,12 @@ _SEED_STREAM = 0xC0_91A7
 
 def api_of(env: Any) -> str | None:
     """``"parallel"`` or ``"aec"`` for a PettingZoo environment, else ``None`` (also when
-    PettingZoo is not installed: then nothing is one)."""
+    PettingZoo is not installed: then nothing is one).  A copy in a process of its own
+    (:class:`~evtrain.multiagent.remote.RemoteCopy`) is a Parallel one."""
+    if isinstance(env, RemoteCopy):
+        return "parallel"
     try:
-        from pettingzoo import (  # type: ignore[import-untyped]  # no type information
-            AECEnv,
-            ParallelEnv,
-        )
+        from pettingzoo import AECEnv, ParallelEnv
     except ImportError:
         return None
     if isinstance(env, ParallelEnv):
@@ -78,13 +79,17 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
     """The learning agents of ``behavior`` in copies ``envs`` of a PettingZoo environment, as
     one vector environment (see the module's docs).
 
-    :param envs: the copies, each a ``pettingzoo.ParallelEnv`` or each a ``pettingzoo.AECEnv``;
+    :param envs: the copies, each a ``pettingzoo.ParallelEnv`` (or a
+        :class:`~evtrain.multiagent.remote.RemoteCopy` of one) or each a ``pettingzoo.AECEnv``;
         closed by :meth:`close`.
     :param agent_behaviors: ``env_settings.agent_behaviors``: behaviors (``"name"`` or
         ``"name?team=N"``) of agents whose id does not name theirs.
     :param behaviors: every behavior the run trains: each must have agents, and every agent's
         behavior settings; ``None`` checks only that ``behavior`` has agents.
     :param self_play: ``behavior`` trains one team at a time (:attr:`learning_team`).
+    :param self_play_behaviors: the behaviors of the run that self-play (``behavior`` itself
+        may be among them): the teams of the others (:attr:`self_play_teams`) are those
+        ``behavior``'s may play against.
     :param env_name: how errors name the environment (``env_settings.env_id``).
     :raises ConfigError: the mapping does not fit the environment, the behavior's agents do
         not share their spaces, self-play teams differ in size, or a turn-based (AEC) game
@@ -99,6 +104,7 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         agent_behaviors: Mapping[str, str] | None = None,
         behaviors: Collection[str] | None = None,
         self_play: bool = False,
+        self_play_behaviors: Collection[str] = (),
         env_name: str = "the environment",
     ) -> None:
         if not envs:
@@ -114,9 +120,8 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         self.group_size = 0
         """Learning slots per copy."""
         first = envs[0]
-        roles = agent_roles(
-            list(first.possible_agents), agent_behaviors or {}, {behavior} if self_play else ()
-        )
+        playing = {*self_play_behaviors, *([behavior] if self_play else [])}
+        roles = agent_roles(list(first.possible_agents), agent_behaviors or {}, playing)
         if behaviors is not None:
             check_behaviors(roles, behaviors)
         elif all(r.behavior != behavior for r in roles.values()):
@@ -124,6 +129,14 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         observation_spaces, action_spaces = _spaces(first, roles)
         self.teams: list[int] = sorted({r.team for r in roles.values() if r.behavior == behavior})
         """The behavior's teams (one, 0, without ``?team=`` or self-play)."""
+        self.self_play_teams: dict[int, list[str]] = {}
+        """Every team of self-playing agents (of this behavior and of the others that
+        self-play), with the behaviors of its agents."""
+        for role in sorted(roles.values(), key=lambda r: r.team):
+            if role.behavior in playing:
+                names = self.self_play_teams.setdefault(role.team, [])
+                if role.behavior not in names:
+                    names.append(role.behavior)
         self._cast = Cast(
             behavior=behavior,
             roles=roles,
@@ -162,6 +175,15 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         """The other behaviors whose agents play in this behavior's copies."""
         found = (r.behavior for r in self._cast.roles.values() if r.behavior != self.behavior)
         return list(dict.fromkeys(found))
+
+    @property
+    def rivals(self) -> list[str]:
+        """The other self-playing behaviors whose agents are this self-playing behavior's
+        opponents (its own self-play decides who acts for them, not their current policy)."""
+        if not self._cast.self_play:
+            return []
+        found = (b for names in self.self_play_teams.values() for b in names)
+        return [b for b in dict.fromkeys(found) if b != self.behavior]
 
     @property
     def roles(self) -> dict[str, AgentRole]:
@@ -230,6 +252,21 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
             record.truncated,
             record.infos(),
         )
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every copy with ``args`` and ``kwargs`` (an attribute that
+        is not callable: take its value), as a Gymnasium vector environment's ``call`` does
+        for its sub-environments, but one result per **copy**, in order, not per slot: a
+        copy's slots share its environment.  How a run's ``environment_parameters`` reach the
+        wrappers around the copies."""
+        results = []
+        for copy in self._copies.copies:
+            if isinstance(copy.env, RemoteCopy):
+                results.append(copy.env.call(name, *args, **kwargs))
+                continue
+            found = getattr(copy.env, name)
+            results.append(found(*args, **kwargs) if callable(found) else found)
+        return tuple(results)
 
     def close_extras(self, **kwargs: Any) -> None:
         self._copies.close()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from evtrain.run.curriculum import Curriculum
     from evtrain.run.training_status import TrainingStatus
     from evtrain.trainers.base import Trainer
+    from evtrain.trainers.ghost import GhostController
     from evtrain.world import World
 
 logger = logging.getLogger("evtrain")
@@ -133,7 +134,9 @@ def build_behavior(
     envs, reporter = _envs_and_reporter(options, name, settings, bus, curriculum)
     trainer_cls = trainer_type(settings.trainer_type).load()
     try:
+        _check_self_play(name, settings, envs)  # before the trainer says anything
         trainer = trainer_cls(name, settings, envs, reporter, seed=seed, device=_device(options))
+        self_play = _self_play(trainer, settings)
         if state is not None:
             try:
                 trainer.load_state_dict(state)
@@ -144,12 +147,33 @@ def build_behavior(
                 source = None if cs.resume else _init_source(options, name)
                 raise misfit(options, name, source or manager.checkpoint_path, error) from None
         trainer.synchronize()
+        if self_play is not None:
+            self_play.start()
     except BaseException:
         envs.close()
         raise
     if state is not None:
         logger.info("%s starts at step %d", name, trainer.step)
     return trainer, manager
+
+
+def _check_self_play(name: str, settings: Any, envs: Any) -> None:
+    """Refuse ``self_play`` on environments without two teams of the behavior (a
+    :class:`~evtrain.errors.ConfigError`)."""
+    if settings.self_play is not None:
+        from evtrain.trainers.ghost import team_slots
+
+        team_slots(name, envs)
+
+
+def _self_play(trainer: Trainer, settings: Any) -> GhostController | None:
+    """The behavior's ``self_play``, attached to its trainer before a checkpoint is loaded
+    (which restores it too)."""
+    if settings.self_play is None:
+        return None
+    from evtrain.trainers.ghost import GhostController
+
+    return GhostController(trainer, settings.self_play)
 
 
 def _envs_and_reporter(

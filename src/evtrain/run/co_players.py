@@ -6,7 +6,9 @@ the agents of behavior X in behavior Y's copies are acted for by a co-player: a 
 X's policy (the deterministic one it exports), refreshed after each turn of X in the run's
 loop, so at most once per update of X.  Until X's first refresh (made before the first step,
 from the policy X starts with) they act at random.  With ``threaded: true`` a refresh waits
-for X's update in flight: the copy holds a finished update.
+for X's update in flight: the copy holds a finished update.  Where X and Y self-play against
+each other (one team each), X's agents in Y's copies are X's self-play opponent instead
+(:func:`~evtrain.trainers.ghost.face_rivals` seats it), not its current policy.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ class CoPlayerWiring:
         """Per behavior X: the agent slots of the other behaviors in whose copies X plays."""
         for name, trainer in trainers.items():
             slots: Any = trainer.envs  # AgentSlots, or a Gymnasium vector env
+            rivals = getattr(slots, "rivals", ())  # self-play seats their opponents
             for other in getattr(slots, "co_player_behaviors", ()):
-                if other in trainers and other != name:
+                if other in trainers and other != name and other not in rivals:
                     self.targets.setdefault(other, []).append(slots)
         self.players: dict[str, PolicyCoPlayer] = {}
 

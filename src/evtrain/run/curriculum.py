@@ -9,7 +9,9 @@ every behavior's episode buffer at any lesson change, so does evtrain):
 - ``progress``: the behavior's step / ``max_steps`` exceeds ``threshold``;
 - ``reward``: the mean return of its last ``max(1, min_lesson_length)`` episodes, smoothed as
   0.25 x the previous measure + 0.75 x the new one when ``signal_smoothing``, exceeds
-  ``threshold``.
+  ``threshold``;
+- ``Elo``: the behavior's self-play ELO rating (``Self-play/ELO``, reported at each episode's
+  end) exceeds ``threshold`` (ML-Agents #5623; no smoothing: a rating is an average already).
 
 A change moves one lesson, emits ``lesson_changed``, logs one line, and reaches every
 sub-environment through its :class:`~evtrain.run.env_parameters.EnvironmentParameters`
@@ -33,7 +35,8 @@ from evtrain.config.environment_parameters import CompletionCriteria, Environmen
 from evtrain.events import signals
 from evtrain.events.payloads import LessonChanged, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsSummary
-from evtrain.run.env_parameters import EnvironmentParameters
+from evtrain.run.env_parameters import with_parameters
+from evtrain.trainers.ghost import ELO
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
@@ -73,6 +76,8 @@ class Curriculum:
         self.lessons: dict[str, int] = {}
         """Each parameter's current lesson (0-based)."""
         self._smoothed = dict.fromkeys(self.parameters, 0.0)
+        self._elo: dict[str, float] = {}
+        """Each self-playing behavior's latest ELO rating."""
         self._envs: list[Any] = []
         sizes: dict[str, int] = {}
         for name, parameter in self.parameters.items():
@@ -143,8 +148,9 @@ class Curriculum:
         }
 
     def wrapper(self) -> Callable[[Any], Any]:
-        """Wraps one sub-environment (picklable: async workers build their own)."""
-        return functools.partial(EnvironmentParameters, samplers=self.samplers())
+        """Wraps one sub-environment, or one copy of a PettingZoo environment (picklable: async
+        workers build their own)."""
+        return functools.partial(with_parameters, samplers=self.samplers())
 
     def attach(self, envs: Any, env_id: str) -> None:
         """Follow ``envs`` (built with :meth:`wrapper`): lesson changes reach them.  A parameter
@@ -179,6 +185,10 @@ class Curriculum:
         episodes = self._episodes.get(behavior)
         if episodes is not None:
             episodes.appendleft(reward)
+
+    def elo_changed(self, behavior: str, elo: float) -> None:
+        """``behavior``'s self-play ELO rating is now ``elo``."""
+        self._elo[behavior] = elo
 
     def summarised(self, behavior: str, step: int, max_steps: int) -> None:
         """``behavior`` wrote a summary at step ``step``: move the lessons that are done."""
@@ -218,6 +228,9 @@ class Curriculum:
             return False
         if criteria.measure == "progress":
             return progress > criteria.threshold
+        if criteria.measure == "Elo":
+            elo = self._elo.get(behavior)
+            return elo is not None and elo > criteria.threshold
         if not episodes:
             return False
         measure = sum(episodes) / len(episodes)
@@ -283,6 +296,8 @@ class _CurriculumReporter(StatsReporter):
         super().add_stat(key, value, aggregation)
         if key == CUMULATIVE_REWARD:
             self.curriculum.episode_ended(self.category, value)
+        elif key == ELO:
+            self.curriculum.elo_changed(self.category, value)
 
     def write_stats(
         self,

@@ -1,5 +1,6 @@
-"""How ``environment_parameters`` reach a Gymnasium environment: a wrapper around each
-sub-environment that sets every parameter at every episode reset.
+"""How ``environment_parameters`` reach an environment: a wrapper around each Gymnasium
+sub-environment, or each copy of a PettingZoo environment, that sets every parameter at every
+episode reset.
 
 At each ``reset`` the wrapper draws each parameter's value from the current lesson's sampler (a
 constant is its value) and
@@ -9,38 +10,49 @@ constant is its value) and
 - otherwise passes it to ``reset`` in ``options`` (``options["<name>"] = value``, merged over
   the caller's options), for environments that read their reset options.
 
-The draws come from a numpy Generator seeded with the seed the sub-environment is reset with
-(the trainer's first reset; a vector environment gives sub-environment ``i`` seed ``seed + i``),
-in a stream of its own: the environment's own ``np_random`` draws nothing alike.  A sampler
-with a ``seed`` of its own (ML-Agents' ``sampler_parameters.seed``, not -1) draws from a
-Generator seeded with that seed alone, restarted by every reset that passes a seed and when its
-lesson starts: every sub-environment, in every run, draws the same values.  The runner
-changes lessons with :meth:`EnvironmentParameters.set_environment_parameters`, through the
-vector environment's ``call``, which reaches ``AsyncVectorEnv``'s worker processes too; the new
-values apply from each sub-environment's next episode.
+The draws come from a numpy Generator seeded with the seed the environment is reset with
+(the trainer's first reset; a vector environment gives sub-environment ``i`` seed ``seed + i``,
+a behavior's :class:`~evtrain.multiagent.slots.AgentSlots` copy ``k`` seed ``seed + k``), in a
+stream of its own: the environment's own ``np_random`` draws nothing alike.  A sampler with a
+``seed`` of its own (ML-Agents' ``sampler_parameters.seed``, not -1) draws from a Generator
+seeded with that seed alone, restarted by every reset that passes a seed and when its lesson
+starts: every environment, in every run, draws the same values.  The runner changes lessons
+with ``set_environment_parameters``, through the vector environment's ``call``, which reaches
+``AsyncVectorEnv``'s worker processes and the copies behind ``AgentSlots`` too; the new values
+apply from each environment's next episode.
+
+:class:`EnvironmentParameters` wraps a Gymnasium environment;
+:mod:`evtrain.run.pettingzoo_parameters` wraps a PettingZoo one (the copies of an
+``AgentSlots``), with the same draws (:class:`~evtrain.run.parameter_draws.ParameterDraws`).
+:func:`with_parameters` picks the wrapper.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from evtrain.config.environment_parameters import Sampler
+from evtrain.run.parameter_draws import ParameterDraws, SetsParameters, Target
 
-_STREAM = 0x5EED_CE55
-"""Mixed into the reset seed: the parameters' draws are no copy of the environment's own."""
-
-Target = Literal["attribute", "option"]
+__all__ = ["EnvironmentParameters", "Target", "with_parameters"]
 
 
-def _own_rng(sampler: Sampler) -> np.random.Generator:
-    return np.random.default_rng([sampler.seed, _STREAM])
+def with_parameters(env: Any, samplers: Mapping[str, Sampler]) -> Any:
+    """``env`` wrapped to set ``samplers``' values at every reset: a Gymnasium environment in
+    :class:`EnvironmentParameters`, a PettingZoo one in the wrapper of its API
+    (:func:`evtrain.run.pettingzoo_parameters.pettingzoo_parameters`; PettingZoo is imported
+    only then)."""
+    if isinstance(env, gym.Env):
+        return EnvironmentParameters(env, samplers)
+    from evtrain.run.pettingzoo_parameters import pettingzoo_parameters
+
+    return pettingzoo_parameters(env, samplers)
 
 
-class EnvironmentParameters(gym.Wrapper[Any, Any, Any, Any]):
+class EnvironmentParameters(SetsParameters, gym.Wrapper[Any, Any, Any, Any]):
     """Sets ``samplers``' values on the wrapped environment at every reset (see the module).
 
     :param samplers: the current lesson's value of each parameter.
@@ -48,46 +60,9 @@ class EnvironmentParameters(gym.Wrapper[Any, Any, Any, Any]):
 
     def __init__(self, env: gym.Env[Any, Any], samplers: Mapping[str, Sampler]) -> None:
         super().__init__(env)
-        self.samplers: dict[str, Sampler] = dict(samplers)
-        self.rng = np.random.default_rng()
-        """Draws the values; reseeded by every ``reset`` that passes a seed."""
-        self.own_rngs = {name: _own_rng(s) for name, s in samplers.items() if s.seed != -1}
-        """The streams of the samplers that have a seed of their own, by parameter."""
-        self.values: dict[str, float] = {}
-        """The values the current episode started with."""
+        self.draws = ParameterDraws(env, samplers)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        if seed is not None:
-            self.rng = np.random.default_rng([seed, _STREAM])
-            self.own_rngs = {name: _own_rng(s) for name, s in self.samplers.items() if s.seed != -1}
-        self.values = {
-            name: s.sample(self.own_rngs.get(name, self.rng)) for name, s in self.samplers.items()
-        }
-        base = self.env.unwrapped
-        passed = dict(options or {})
-        for name, value in self.values.items():
-            if hasattr(base, name):
-                setattr(base, name, value)
-            else:
-                passed[name] = value
-        return self.env.reset(seed=seed, options=passed if passed else options)
-
-    def set_environment_parameters(self, samplers: Mapping[str, Sampler]) -> None:
-        """Use ``samplers`` from the next reset on (a lesson changed)."""
-        self.samplers.update(samplers)
-        for name, sampler in samplers.items():
-            if sampler.seed == -1:
-                self.own_rngs.pop(name, None)
-            else:
-                self.own_rngs[name] = _own_rng(sampler)
-
-    def environment_parameter_targets(self) -> dict[str, Target]:
-        """How each parameter reaches the environment: as an attribute, or in reset options."""
-        base = self.env.unwrapped
-        return {name: "attribute" if hasattr(base, name) else "option" for name in self.samplers}
-
-    def environment_class(self) -> str:
-        """The unwrapped environment's class name (for messages)."""
-        return type(self.env.unwrapped).__name__
+        return self.env.reset(seed=seed, options=self.draws.start_episode(seed, options))

@@ -42,6 +42,7 @@ from evtrain.run.save_schedule import SaveSchedule
 from evtrain.run.save_schedule import SavingProgress as SavingProgress
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
+from evtrain.trainers.ghost import face_rivals
 from evtrain.trainers.registry import trainer_type, use_trainer_types
 from evtrain.world import World
 
@@ -220,6 +221,7 @@ class _Run:
                 self.trainers[name], self.managers[name] = build_behavior(
                     options, name, settings, bus, seed + index, status_file, curriculum
                 )
+        face_rivals(self.trainers)  # self-play across behaviors: each other's opponents
         self.co_players = CoPlayerWiring(self.trainers)
         self.co_players.refresh_all()
         for name, trainer in self.trainers.items():
@@ -261,8 +263,11 @@ class _Run:
         return status
 
     def _after_turn(self, name: str, trainer: Trainer) -> None:
-        """After each turn of a behavior: its co-players in the other behaviors' copies take
-        its new policy, and a due checkpoint is saved."""
+        """After each turn of a behavior: what is attached to it acts (``self_play``: team,
+        snapshot, opponent), its co-players in the other behaviors' copies take its new
+        policy, and a due checkpoint is saved."""
+        for attachment in trainer.attachments.values():
+            attachment.after_turn()
         self.co_players.refresh(name, trainer)
         self.saves.checkpoint_if_due(name, trainer)
 

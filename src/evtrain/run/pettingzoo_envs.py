@@ -3,11 +3,14 @@ missing, and each behavior's :class:`~evtrain.multiagent.slots.AgentSlots` over 
 the environment's factory (:func:`evtrain.run.envs.make_envs` decides which environments are
 PettingZoo's).
 
-A behavior's copies are stepped in this process: the co-players' actions are batched across
-copies, one forward pass per step, which a subprocess per copy (``vectorization: async``)
-would undo; it is refused, as are ``environment_parameters`` (set on Gymnasium environments
-only) and ``network_settings.memory`` (an agent's memory would run on through the steps it is
-out of its episode).  PettingZoo is imported only here, and only when asked.
+With ``vectorization: async`` each copy of a Parallel environment lives in a process of its own
+(:mod:`evtrain.multiagent.remote`), made there by the factory, and the copies step at once;
+the co-players still act in this process, batched across the copies, one forward pass per
+step.  A turn-based (AEC) game with it is refused (every move would be a round trip to a
+process), as is ``network_settings.memory`` (an agent's memory would run on through the steps
+it is out of its episode).  ``environment_parameters`` wrap each copy
+(:mod:`evtrain.run.pettingzoo_parameters`).  PettingZoo is imported only here and in that
+module, and only when asked.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def pettingzoo_registered(env_id: str) -> Callable[..., Any] | None:
     if ":" in env_id:
         return None
     try:
-        import pettingzoo  # type: ignore[import-untyped]  # no type information
+        import pettingzoo
     except ImportError:
         return None
     for api, registry in (
@@ -103,30 +106,47 @@ def agent_slots(
     behaviors: Mapping[str, Any] | None,
 ) -> Any:
     """Behavior ``behavior``'s :class:`~evtrain.multiagent.slots.AgentSlots` over ``first`` and
-    ``num_envs - 1`` more copies from ``factory``.
+    ``num_envs - 1`` more copies from ``factory``, each wrapped in ``wrapper`` (the run's
+    ``environment_parameters``) when one is given.
+
+    With ``vectorization: async`` ``first`` is closed and every copy is made (and wrapped) in
+    a process of its own: ``factory`` and ``wrapper`` must pickle.
 
     :raises ConfigError: no behavior given (a command other than ``evtrain learn``),
-        ``vectorization: async``, ``environment_parameters`` (``wrapper``), the behavior's
+        ``vectorization: async`` with a turn-based game, the behavior's
         ``network_settings.memory``, or a mapping of agents that does not fit.
     """
-    from evtrain.multiagent.slots import AgentSlots
+    from evtrain.multiagent.remote import start_copies
+    from evtrain.multiagent.slots import AgentSlots, api_of
 
     env_id = settings.env_id
     own = None if behaviors is None or behavior is None else behaviors.get(behavior)
-    problems = _pettingzoo_problems(settings, behavior, own, wrapper)
+    problems = _pettingzoo_problems(settings, behavior, own, api_of(first))
     if problems:
         first.close()
         raise ConfigError(problems)
     copies = [first]
     try:
-        for _ in range(settings.num_envs - 1):
-            copies.append(call_factory(factory, env_id, settings.env_kwargs))
+        if settings.vectorization == "async":
+            first.close()
+            copies = []
+            make = functools.partial(call_factory, factory, env_id, dict(settings.env_kwargs))
+            copies = wrapped = start_copies(make, wrapper, settings.num_envs, repr(env_id))
+        else:
+            for _ in range(settings.num_envs - 1):
+                copies.append(call_factory(factory, env_id, settings.env_kwargs))
+            wrapped = copies if wrapper is None else [wrapper(copy) for copy in copies]
         return AgentSlots(
-            copies,
+            wrapped,
             str(behavior),
             agent_behaviors=settings.agent_behaviors,
             behaviors=None if behaviors is None else list(behaviors),
             self_play=getattr(own, "self_play", None) is not None,
+            self_play_behaviors=[
+                name
+                for name, other in (behaviors or {}).items()
+                if getattr(other, "self_play", None) is not None
+            ],
             env_name=repr(env_id),
         )
     except BaseException:
@@ -139,7 +159,7 @@ def _pettingzoo_problems(
     settings: EnvironmentSettings,
     behavior: str | None,
     own: Any,
-    wrapper: Callable[[Any], Any] | None,
+    api: str | None,
 ) -> list[str]:
     """What a PettingZoo environment cannot do (yet) that the options ask for."""
     env_id = settings.env_id
@@ -149,18 +169,11 @@ def _pettingzoo_problems(
             "does not support yet (evtrain learn trains on it)"
         ]
     problems = []
-    if settings.vectorization == "async":
+    if settings.vectorization == "async" and api == "aec":
         problems.append(
-            f"env_settings.vectorization: 'async' is not supported with a PettingZoo "
-            f"environment ({env_id!r}) yet: a behavior's copies are stepped in this process, "
-            "so that each co-player acts for all of them in one forward pass per step; use "
-            "vectorization: sync (the num_envs copies still step together)"
-        )
-    if wrapper is not None:
-        problems.append(
-            f"environment_parameters: not supported with a PettingZoo environment ({env_id!r}) "
-            "yet: the parameters are set on Gymnasium environments (as attributes or reset "
-            "options); remove environment_parameters"
+            f"env_settings.vectorization: 'async' is not supported with a turn-based (AEC) "
+            f"PettingZoo environment ({env_id!r}) yet: every move would be a round trip to the "
+            "copy's process; use vectorization: sync (the num_envs copies still step together)"
         )
     if own is not None and own.network_settings.memory is not None:
         problems.append(

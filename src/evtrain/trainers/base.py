@@ -29,7 +29,7 @@ behavior's update thread and returns, and acts with copies of its networks that
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
@@ -57,6 +57,22 @@ def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> flo
     floor = min(floor, initial)
     progress = min(step / max_steps, 1.0)
     return initial + (floor - initial) * progress
+
+
+class Attachment(Protocol):
+    """Something the runner attaches to a trainer (``self_play``'s
+    :class:`~evtrain.trainers.ghost.GhostController`): it acts after each of the trainer's
+    turns, and its state is saved in the trainer's checkpoint, so ``--resume`` restores it."""
+
+    def after_turn(self) -> None:
+        """Called by the runner after each :meth:`Trainer.advance`."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Its state: tensors and plain Python values only (``torch.load(weights_only=True)``
+        reads them)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
 
 
 class Trainer(Bookkeeping, abc.ABC):
@@ -112,6 +128,10 @@ class Trainer(Bookkeeping, abc.ABC):
         self._init_updates(behavior_name, settings.threaded)
         self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
         self._init_bookkeeping()
+        self.attachments: dict[str, Attachment] = {}
+        """What the runner attached, by name; saved with :meth:`state_dict` (under
+        ``"attachments"``) and restored by :meth:`load_state_dict` (not by
+        :meth:`load_weights`: it starts afresh)."""
         self._policy: nn.Module | StatefulPolicy | None = None
         """The deterministic policy :meth:`run_policy` acts with (a recurrent one with each
         environment's memory); ``None`` while training."""
@@ -204,6 +224,17 @@ class Trainer(Bookkeeping, abc.ABC):
         It shares parameters with the trainer; ``copy.deepcopy`` it for a frozen snapshot.
         """
 
+    def sampling_policy_module(self, generator: torch.Generator) -> torch.nn.Module:
+        """Like :meth:`policy_module`, but the actions are drawn from the policy as training
+        draws them, with ``generator``: what ``self_play``'s opponents act with
+        (:mod:`evtrain.trainers.ghost`).  Shares parameters with the trainer.
+
+        This default is :meth:`policy_module` itself (the most likely action); a trainer that
+        can sample says so by overriding it (PPO does).
+        """
+        del generator
+        return self.policy_module()
+
     def synchronize(self) -> None:
         """Start every rank from rank 0's networks and normaliser statistics (a collective;
         the runner calls it once the trainer is built and any checkpoint loaded).
@@ -235,7 +266,8 @@ class Trainer(Bookkeeping, abc.ABC):
         return list(tensors.values())
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: networks, optimizers, normaliser, step and RNG states.
+        """Everything needed to resume: networks, optimizers, normaliser, step and RNG states,
+        and the state of each of :attr:`attachments`.
 
         Tensors and plain Python values only, so ``torch.load(weights_only=True)`` reads it.
         The environments are not part of it: a resumed trainer starts fresh episodes.  With
@@ -255,7 +287,15 @@ class Trainer(Bookkeeping, abc.ABC):
             "rng": self.rng.bit_generator.state,
             **acting,
             **self._state_dict(),
+            **self._attachments_state(),
         }
+
+    def _attachments_state(self) -> dict[str, Any]:
+        """The attachments' part of :meth:`state_dict` (none without attachments: a state as
+        before there were any)."""
+        if not self.attachments:
+            return {}
+        return {"attachments": {name: a.state_dict() for name, a in self.attachments.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (``--resume``).
@@ -284,6 +324,10 @@ class Trainer(Bookkeeping, abc.ABC):
                     self.act_generator.set_state(state["act_generator"])
             self.rng.bit_generator.state = state["rng"]
         self._load_state_dict(state)
+        saved = state.get("attachments", {})
+        for name, attachment in self.attachments.items():
+            if name in saved:  # an attachment the checkpoint lacks starts afresh
+                attachment.load_state_dict(saved[name])
         self._loaded()
         self.reporter.set_stat("Step", float(self.step))
 

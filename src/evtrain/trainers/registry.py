@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from evtrain.trainers.settings import PPOSettings, SACSettings
+from evtrain.trainers.settings import MAPPOSettings, POCASettings, PPOSettings, SACSettings
 
 if TYPE_CHECKING:
     from evtrain.trainers.base import Trainer
@@ -50,6 +50,12 @@ class TrainerType:
 TRAINER_TYPES: dict[str, TrainerType] = {
     "ppo": TrainerType(name="ppo", settings=PPOSettings, trainer="evtrain.trainers.ppo:PPOTrainer"),
     "sac": TrainerType(name="sac", settings=SACSettings, trainer="evtrain.trainers.sac:SACTrainer"),
+    "poca": TrainerType(
+        name="poca", settings=POCASettings, trainer="evtrain.trainers.poca:POCATrainer"
+    ),
+    "mappo": TrainerType(
+        name="mappo", settings=MAPPOSettings, trainer="evtrain.trainers.mappo:MAPPOTrainer"
+    ),
 }
 """Every trainer type a config may name in ``trainer_type``."""
 

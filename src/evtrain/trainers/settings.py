@@ -6,7 +6,9 @@ validators.  Schedules follow ML-Agents: ``"linear"`` decays a value from its in
 towards a floor at ``max_steps``, ``"constant"`` keeps it.  When only ``learning_rate_schedule``
 is given, ``beta_schedule`` and ``epsilon_schedule`` follow it (ML-Agents'
 ``check_hyperparam_schedules``).  The networks' settings are in
-:mod:`evtrain.trainers.network_settings` (re-exported here).
+:mod:`evtrain.trainers.network_settings`, the group trainers' (``poca``, ``mappo``) in
+:mod:`evtrain.trainers.group_settings` and ``self_play``'s in
+:mod:`evtrain.trainers.self_play_settings` (all re-exported here).
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
+from evtrain.trainers.group_settings import MAPPOSettings as MAPPOSettings
+from evtrain.trainers.group_settings import POCASettings as POCASettings
+from evtrain.trainers.group_settings import group_trainer_refusals
 from evtrain.trainers.network_settings import ABSENT_WHEN_NONE as _ABSENT_WHEN_NONE
 from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
 from evtrain.trainers.network_settings import NetworkSettings as NetworkSettings
 from evtrain.trainers.network_settings import VisEncodeType as VisEncodeType
+from evtrain.trainers.self_play_settings import SelfPlaySettings as SelfPlaySettings
 
 Schedule = Literal["linear", "constant"]
 """How a hyperparameter changes over training: decayed linearly to its floor, or kept."""
@@ -245,7 +251,8 @@ class BehavioralCloningSettings:
 
 
 def _default_hyperparameters(instance: Any) -> object:
-    return SACSettings() if instance.trainer_type == "sac" else PPOSettings()
+    kinds = {"sac": SACSettings, "poca": POCASettings, "mappo": MAPPOSettings}
+    return kinds.get(instance.trainer_type, PPOSettings)()
 
 
 def _attrs_instance(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
@@ -261,8 +268,8 @@ class TrainerSettings:
     """Everything that configures the training of one behavior."""
 
     trainer_type: str = attrs.field(default="ppo", validator=v.instance_of(str))
-    """Key of :data:`~evtrain.trainers.registry.TRAINER_TYPES` (``"ppo"``, ``"sac"``, or a
-    plugin's)."""
+    """Key of :data:`~evtrain.trainers.registry.TRAINER_TYPES` (``"ppo"``, ``"sac"``,
+    ``"poca"``, ``"mappo"``, or a plugin's)."""
     hyperparameters: object = attrs.field(
         default=attrs.Factory(_default_hyperparameters, takes_self=True),
         validator=_attrs_instance,
@@ -275,6 +282,9 @@ class TrainerSettings:
         default=None, metadata=_ABSENT_WHEN_NONE
     )
     """Train the policy on demonstrations too (PPO and SAC)."""
+    self_play: SelfPlaySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    """Play against snapshots of the behavior's own policy (:mod:`evtrain.trainers.ghost`);
+    needs an environment whose agents of this behavior form two teams."""
     max_steps: int = attrs.field(default=500000, validator=_positive_int)
     """Environment steps (summed over environments) after which training stops."""
     time_horizon: int = attrs.field(default=64, validator=_positive_int)
@@ -331,6 +341,11 @@ class TrainerSettings:
                 "supported by evtrain yet: its critics step along with the environments; set "
                 "threaded: false or remove memory"
             )
+        if memory is not None and self.self_play is not None:
+            raise ValueError(
+                "self_play: the opponents of a recurrent policy (network_settings.memory) "
+                "are not supported by evtrain yet; remove memory or self_play"
+            )
         if memory is not None and getattr(self.hyperparameters, "shared_critic", False) is True:
             raise ValueError(
                 "hyperparameters: shared_critic: true with network_settings.memory is not "
@@ -342,3 +357,9 @@ class TrainerSettings:
                 "behavioral_cloning: cloning a recurrent policy (network_settings.memory) is "
                 "not supported by evtrain yet; remove behavioral_cloning or memory"
             )
+        group_trainer_refusals(
+            self.trainer_type,
+            memory=memory,
+            intrinsic=self.reward_signals.intrinsic,
+            behavioral_cloning=self.behavioral_cloning,
+        )

@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+import torch
 from torch import nn
 
 from evtrain.timers import hierarchical_timer
@@ -39,6 +40,7 @@ from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
 from evtrain.trainers.networks.mlp import flatten_parameters
 from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
+from evtrain.trainers.networks.sampled import SampledPolicy
 from evtrain.trainers.observations import behavior_layout
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
 from evtrain.trainers.ppo.gradients import supports
@@ -237,6 +239,13 @@ class PPOTrainer(PPOUpdate):
         if isinstance(self.agent, RecurrentActorCritic):
             return RecurrentPolicy(self.agent, self.action_space).eval()
         return DeterministicPolicy(self.agent, self.action_space).eval()
+
+    def sampling_policy_module(self, generator: torch.Generator) -> nn.Module:
+        """Raw observations to actions drawn from the policy (not recurrent: ``self_play``
+        refuses memory)."""
+        if not isinstance(self.agent, ActorCritic):
+            return self.policy_module()
+        return SampledPolicy(self.agent, self.action_space, generator).eval()
 
     def _state_dict(self) -> dict[str, Any]:
         state = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -1,0 +1,37 @@
+"""Self-play (``behaviors.<name>.self_play``): ML-Agents' ghost trainer for a behavior whose
+agents form two teams, or one team against another self-playing behavior's, with any trainer
+type.
+
+A room shared by every algorithm, as ``loops`` and ``signals`` are: it drives the trainer from
+outside (its weights, its environments' teams and co-players) and imports no algorithm.  The
+runner builds a :class:`GhostController` per self-playing behavior
+(:mod:`evtrain.run.build`), seats the behaviors' opponents in each other's copies
+(:func:`face_rivals`) and calls each controller after each turn; which environments can be
+played is :mod:`evtrain.trainers.ghost.teams`'s, the opponents and their seats
+:mod:`evtrain.trainers.ghost.seats`', the ratings :mod:`evtrain.trainers.ghost.elo`'s, the
+window of snapshots :mod:`evtrain.trainers.ghost.snapshots`'.
+"""
+
+from __future__ import annotations
+
+from evtrain.trainers.ghost.controller import ELO, SELF_PLAY, GhostController, face_rivals
+from evtrain.trainers.ghost.elo import ELO_K, expected_score, game_score, rating_change
+from evtrain.trainers.ghost.seats import Opponent, Seat
+from evtrain.trainers.ghost.snapshots import LATEST, SnapshotWindow
+from evtrain.trainers.ghost.teams import team_slots
+
+__all__ = [
+    "ELO",
+    "ELO_K",
+    "LATEST",
+    "SELF_PLAY",
+    "GhostController",
+    "Opponent",
+    "Seat",
+    "SnapshotWindow",
+    "expected_score",
+    "face_rivals",
+    "game_score",
+    "rating_change",
+    "team_slots",
+]

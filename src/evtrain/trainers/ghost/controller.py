@@ -1,0 +1,227 @@
+"""The ghost controller: the self-play of one behavior (ML-Agents' ``GhostTrainer`` and
+``GhostController``).
+
+Its agents form the two teams of a game (SoccerTwos), or one team against another
+self-playing behavior's (StrikersVsGoalie: :func:`~evtrain.trainers.ghost.teams.team_slots`).
+In the behavior's copies of the environment (its ``AgentSlots``) one team learns; the other
+team's agents are co-players acting with an *opponent*, a frozen copy of a policy that samples
+its actions, seated there (:class:`~evtrain.trainers.ghost.seats.Seat`): of the behavior's own
+policy in a game of two teams of it; across behaviors, of the other behavior's, drawn from that
+behavior's window by that behavior's rules (:func:`face_rivals` seats them).  After each turn of
+the trainer (:meth:`after_turn`), counted in the learning team's steps (the trainer's
+``step``):
+
+- with two teams of the behavior, every ``team_change`` steps the next team learns
+  (``set_learning_team``: each copy of the environment switches at its next episode), and the
+  opponent is drawn anew; a behavior of one team always learns, on its own copies;
+- every ``save_steps`` steps a snapshot of the policy joins the window (the oldest leaves);
+- every ``swap_steps`` the opponents of its seats are drawn anew: with probability
+  ``play_against_latest_model_ratio`` the policy as it is now, else a snapshot of the window,
+  uniformly.  ML-Agents counts these in the opponents' (ghost) steps: in its own copies, where
+  the two teams take as many steps, evtrain counts the learning team's; in another behavior's
+  copies, the steps its opponent took there.
+
+Every episode's end moves the ELO ratings (:mod:`evtrain.trainers.ghost.elo`): the learning
+policy's by the result, the rating of the opponent that played the other way (of the other
+behavior's window, across behaviors), and reports the policy's as ``Self-play/ELO``.  All of
+it is saved in the behavior's checkpoint (:meth:`state_dict`, through
+:attr:`~evtrain.trainers.base.Trainer.attachments`) and restored by ``--resume``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from evtrain.events.stats import StatsPropertyType
+from evtrain.trainers.ghost.elo import game_score, rating_change
+from evtrain.trainers.ghost.seats import Opponent, Seat
+from evtrain.trainers.ghost.snapshots import LATEST, SnapshotWindow
+from evtrain.trainers.ghost.teams import EpisodeOutcome, TeamSlots, rivals, team_slots
+
+if TYPE_CHECKING:
+    from evtrain.trainers.base import Trainer
+    from evtrain.trainers.self_play_settings import SelfPlaySettings
+
+logger = logging.getLogger("evtrain")
+
+ELO = "Self-play/ELO"
+"""Stat key (ML-Agents'): the learning policy's rating, at each episode's end."""
+SELF_PLAY = "self_play"
+"""The controller's name among the trainer's attachments (and in its checkpoint)."""
+
+
+class GhostController:
+    """The self-play of ``trainer``'s behavior on its environments (see the module).
+
+    Attaches itself: to the trainer (:attr:`~evtrain.trainers.base.Trainer.attachments`, so its
+    state is checkpointed), and to the environments' episode ends.  :meth:`start` begins the
+    play once the trainer has its starting weights; across behaviors, :func:`face_rivals`
+    then seats each behavior's opponent in the other's copies.
+
+    :raises ConfigError: the environments' self-playing agents do not form two teams
+        (:func:`~evtrain.trainers.ghost.teams.team_slots`).
+    """
+
+    def __init__(self, trainer: Trainer, settings: SelfPlaySettings) -> None:
+        self.trainer = trainer
+        self.settings = settings
+        self.envs = team_slots(trainer.behavior_name, trainer.envs)
+        self.window = SnapshotWindow(settings.window, settings.initial_elo)
+        self.rng = np.random.default_rng([trainer.seed, 0x5E1F])
+        """Draws the opponents."""
+        self.generator = torch.Generator(trainer.device).manual_seed(trainer.seed + 0x5E1F)
+        """Every draw of the opponents' actions."""
+        self.seats: dict[str, Seat] = {}
+        """Where the policy plays the opponent, by the behavior whose copies they are."""
+        self.facing: Seat | None = None
+        """The opponent in the behavior's own copies: its own seat with two teams, the other
+        behavior's across behaviors (none until :func:`face_rivals`)."""
+        if len(self.envs.teams) == 2:
+            self.facing = self.seat(self.envs, lambda: trainer.step)
+        self.learning_team = self.envs.teams[0]
+        self.last_save = self.last_team_change = trainer.step
+        self._restored = False
+        trainer.attachments[SELF_PLAY] = self
+        self.envs.episode_listeners.append(self.episode_ended)
+        trainer.reporter.add_property(StatsPropertyType.SELF_PLAY, True)
+
+    # -- what the runner calls ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin: the first snapshot (of the starting weights; a resumed window keeps its own),
+        the learning team, the opponents of its seats."""
+        if not self.window:
+            self._save_snapshot()
+        elif self._restored:
+            logger.info(
+                "%s: self-play resumes at ELO %.3f, %d snapshot(s), team %d learning",
+                self.trainer.behavior_name,
+                self.elo,
+                len(self.window),
+                self.learning_team,
+            )
+        self.envs.set_learning_team(self.learning_team)
+        for seat in self.seats.values():
+            self.draw(seat)
+
+    def after_turn(self) -> None:
+        """Change the learning team, save a snapshot, swap the opponents: whichever is due."""
+        step, settings = self.trainer.step, self.settings
+        teams = self.envs.teams
+        changed = len(teams) > 1 and step - self.last_team_change >= settings.team_change
+        if changed:
+            self.learning_team = teams[(teams.index(self.learning_team) + 1) % len(teams)]
+            self.envs.set_learning_team(self.learning_team)
+            self.last_team_change = step
+            logger.debug(
+                "%s: team %d learns from step %d",
+                self.trainer.behavior_name,
+                self.learning_team,
+                step,
+            )
+        if step - self.last_save >= settings.save_steps:
+            self._save_snapshot()
+        for seat in self.seats.values():
+            if (changed and seat.envs is self.envs) or seat.due(settings.swap_steps):
+                self.draw(seat)
+
+    def episode_ended(self, outcome: EpisodeOutcome) -> None:
+        """A copy's episode ended: the ratings move by its result (the sign of the learning
+        team's final reward), the opponent's the other way."""
+        seat = self.facing
+        if seat is None:  # across behaviors, before face_rivals
+            return
+        change = rating_change(self.window.elo, seat.rating, game_score(outcome.reward))
+        self.window.elo += change
+        seat.concede(change)
+        self.trainer.reporter.add_stat(ELO, self.window.elo)
+
+    @property
+    def elo(self) -> float:
+        """The learning policy's ELO rating."""
+        return self.window.elo
+
+    # -- seats, snapshots and opponents -----------------------------------------------------------
+
+    @property
+    def opponent(self) -> Opponent | None:
+        """The opponent in the behavior's own copies (its own, or the other behavior's)."""
+        return None if self.facing is None else self.facing.opponent
+
+    @property
+    def last_swap(self) -> int:
+        """When the opponent in its own copies was last drawn, on that seat's clock."""
+        return 0 if self.facing is None else self.facing.last_swap
+
+    def seat(self, envs: TeamSlots, clock: Callable[[], int] | None = None) -> Seat:
+        """A new seat of the policy's opponent in ``envs`` (its own, or another behavior's
+        copies, where its swaps count the opponent's steps unless ``clock`` says otherwise)."""
+        opponent = Opponent(self.trainer, self.generator)
+        name = self.trainer.behavior_name
+        seat = Seat(name, envs, opponent, self.window, clock or (lambda: opponent.steps))
+        key = name if envs is self.envs else getattr(envs, "behavior", name)
+        self.seats[key] = seat
+        return seat
+
+    def draw(self, seat: Seat) -> None:
+        """Draw the opponent of ``seat``: the policy now, or a snapshot of the window."""
+        if self.rng.random() < self.settings.play_against_latest_model_ratio:
+            seat.play(LATEST, self._current_weights())
+        else:
+            index = int(self.rng.integers(len(self.window)))
+            seat.play(index, self.window.snapshots[index])
+
+    def _current_weights(self) -> dict[str, torch.Tensor]:
+        """The policy's weights now (threaded: once the update in flight is done)."""
+        self.trainer.wait_for_update()
+        return self.trainer.sampling_policy_module(self.generator).state_dict()
+
+    def _save_snapshot(self) -> None:
+        self.window.save(self._current_weights())
+        self.last_save = self.trainer.step
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Ratings, snapshots, the learning team, the counters and the opponent draws."""
+        return {
+            "window": self.window.state_dict(),
+            "learning_team": self.learning_team,
+            "last_save": self.last_save,
+            "last_swap": self.last_swap,
+            "last_team_change": self.last_team_change,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (before :meth:`start`, which draws the opponents
+        afresh)."""
+        self.window.load_state_dict(state["window"])
+        team = int(state["learning_team"])
+        self.learning_team = team if team in self.envs.teams else self.envs.teams[0]
+        self.last_save = int(state["last_save"])
+        self.last_team_change = int(state["last_team_change"])
+        self.rng.bit_generator.state = state["rng"]
+        self._restored = True
+
+
+def face_rivals(trainers: Mapping[str, Trainer]) -> None:
+    """Across behaviors: seat each self-playing behavior's opponent in the copies of the
+    behavior whose team it plays, drawn from its window (after every controller's
+    :meth:`~GhostController.start`, before the first step)."""
+    controllers = {
+        name: found
+        for name, trainer in trainers.items()
+        if isinstance(found := trainer.attachments.get(SELF_PLAY), GhostController)
+    }
+    for controller in controllers.values():
+        for rival in rivals(controller.envs):
+            owner = controllers[rival]
+            seat = owner.seat(controller.envs)
+            controller.facing = seat
+            owner.draw(seat)

@@ -1,0 +1,83 @@
+"""The window of self-play: the last ``window`` snapshots of the learning policy, each with its
+ELO rating, and the learning policy's own rating."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Weights = dict[str, torch.Tensor]
+"""A policy module's ``state_dict``, on the CPU."""
+
+LATEST = -1
+"""The opponent index of the learning policy as it is now (not a snapshot of the window)."""
+
+
+class SnapshotWindow:
+    """Snapshots in a ring of ``size``: the oldest is replaced by each new one (ML-Agents'
+    ``policy_snapshots``), and the ratings that go with them.
+
+    :param initial_elo: the learning policy's rating before any game.
+    """
+
+    def __init__(self, size: int, initial_elo: float) -> None:
+        self.size = size
+        self.snapshots: list[Weights] = []
+        self.elos: list[float] = []
+        """The rating of each snapshot, in the order of :attr:`snapshots`."""
+        self.elo = initial_elo
+        """The learning policy's rating."""
+        self._next = 0
+        """Where the next snapshot goes once the window is full."""
+
+    def __len__(self) -> int:
+        return len(self.snapshots)
+
+    def save(self, weights: Weights) -> None:
+        """Keep ``weights`` (copied to the CPU), rated as the learning policy is now."""
+        copy = {key: value.detach().to("cpu", copy=True) for key, value in weights.items()}
+        if len(self.snapshots) < self.size:
+            self.snapshots.append(copy)
+            self.elos.append(self.elo)
+        else:
+            self.snapshots[self._next] = copy
+            self.elos[self._next] = self.elo
+        self._next = (self._next + 1) % self.size
+
+    def rating(self, index: int) -> float:
+        """The rating of snapshot ``index``, or the learning policy's (:data:`LATEST`)."""
+        return self.elo if index == LATEST else self.elos[index]
+
+    def record(self, index: int, change: float) -> None:
+        """The learning policy gained ``change`` points against opponent ``index``, which loses
+        them: against :data:`LATEST`, itself, the two cancel out (as in ML-Agents)."""
+        self.elo += change
+        self.concede(index, change)
+
+    def concede(self, index: int, change: float) -> None:
+        """Opponent ``index`` (:data:`LATEST`: the learning policy) lost ``change`` points."""
+        if index == LATEST:
+            self.elo -= change
+        else:
+            self.elos[index] -= change
+
+    def state_dict(self) -> dict[str, Any]:
+        """The snapshots, ratings and ring position (tensors and plain values)."""
+        return {
+            "snapshots": list(self.snapshots),
+            "elos": list(self.elos),
+            "elo": self.elo,
+            "next": self._next,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; from a larger window, the newest ``size``
+        snapshots are kept."""
+        snapshots, elos = list(state["snapshots"]), [float(e) for e in state["elos"]]
+        start = int(state["next"]) % max(len(snapshots), 1)  # the oldest, once full
+        kept = [*range(start, len(snapshots)), *range(start)][-self.size :]
+        self.snapshots = [snapshots[i] for i in kept]
+        self.elos = [elos[i] for i in kept]
+        self.elo = float(state["elo"])
+        self._next = len(kept) % self.size  # kept is oldest first

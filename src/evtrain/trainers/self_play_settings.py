@@ -1,0 +1,44 @@
+"""``self_play``: a behavior that plays against past versions of itself (ML-Agents' ghost
+trainer), with ML-Agents' names and defaults (re-exported by :mod:`evtrain.trainers.settings`).
+
+What the keys do is :mod:`evtrain.trainers.ghost`'s; here they are declared and range-checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from attrs import validators as v
+
+_positive_int = [v.instance_of(int), v.gt(0)]
+
+
+def _five_save_steps(instance: Any) -> int:
+    # ML-Agents' default: team_change is five times save_steps (100,000 by default).
+    return 5 * int(instance.save_steps)
+
+
+@attrs.define(kw_only=True)
+class SelfPlaySettings:
+    """ML-Agents' ``self_play``: one team of the behavior learns while the others play
+    snapshots of its policy, and an ELO rating follows its results."""
+
+    save_steps: int = attrs.field(default=20000, validator=_positive_int)
+    """Steps of the learning team between two snapshots of its policy."""
+    team_change: int = attrs.field(
+        default=attrs.Factory(_five_save_steps, takes_self=True), validator=_positive_int
+    )
+    """Steps of the learning team before the next team learns (ML-Agents' default: five
+    times ``save_steps``)."""
+    swap_steps: int = attrs.field(default=2000, validator=_positive_int)
+    """Steps between two draws of the opponent's snapshot."""
+    window: int = attrs.field(default=10, validator=_positive_int)
+    """Snapshots kept; the oldest is replaced by each new one."""
+    play_against_latest_model_ratio: float = attrs.field(
+        default=0.5, validator=[v.ge(0.0), v.le(1.0)]
+    )
+    """Probability that a swap draws the learning policy as it is now, instead of a snapshot
+    of the window (uniformly)."""
+    initial_elo: float = 1200.0
+    """The ELO rating the policy and every snapshot start from."""

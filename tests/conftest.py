@@ -10,6 +10,7 @@ import pytest
 
 from evtrain import Bus
 from tests.helpers import PLUGIN
+from tests.writers.mlflow_server import MlflowServer
 
 
 @pytest.fixture(autouse=True)
@@ -72,3 +73,25 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return site
+
+
+@pytest.fixture(scope="session")
+def shared_mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """One real ``mlflow server`` for the whole session: each start costs 10 to 20 s (its
+    store's tables are created, its workers import mlflow).  Tests take it through
+    :func:`mlflow_server` and log to experiments of their own names."""
+    pytest.importorskip("mlflow")
+    tracker = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    tracker.start()
+    yield tracker
+    # Killed, not stopped: a graceful stop waits seconds for the clients' idle keep-alive
+    # connections, and nothing reads its store afterwards.
+    tracker.kill()
+
+
+@pytest.fixture
+def mlflow_server(shared_mlflow_server: MlflowServer) -> MlflowServer:
+    """The session's ``mlflow server``, answering: a test before may have hung it or killed
+    it (on purpose) and failed before it brought it back."""
+    shared_mlflow_server.ensure_up()
+    return shared_mlflow_server

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import csv
 import functools
+import json
 import os
 import shutil
 import socket
@@ -24,6 +26,33 @@ from evtrain_writers._hparams import HParamValue
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 PLUGIN = EXAMPLES / "plugin"
+
+
+def csv_steps(path: Path) -> list[int]:
+    """The ``step`` column of a ``progress.csv``."""
+    with path.open(newline="", encoding="utf-8") as file:
+        return [int(row["step"]) for row in csv.DictReader(file)]
+
+
+def jsonl_steps(path: Path) -> list[int]:
+    """The steps of a ``stats.jsonl``'s summaries (its hyperparameters record has none)."""
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [record["step"] for record in records if "step" in record]
+
+
+def tensorboard_scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
+    """Every ``(step, value)`` of ``tag`` in the TensorBoard files of ``folder``, as
+    TensorBoard reads them (points past a restart's first step are purged)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return [(s.step, s.value) for s in accumulator.Scalars(tag)]
+
+
+def tensorboard_steps(folder: Path, tag: str) -> list[int]:
+    """The steps of :func:`tensorboard_scalars`."""
+    return [step for step, _ in tensorboard_scalars(folder, tag)]
 
 
 def stats_event(step: int, category: str = "CartPole", **values: float) -> StatsEvent:

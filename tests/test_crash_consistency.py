@@ -3,7 +3,6 @@ summary step is in TensorBoard, ``progress.csv`` and ``stats.jsonl`` exactly onc
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from evtrain import Bus, StatsEvent, StatsWriter, signals
 from evtrain.events.stats import StatsSummary
@@ -26,7 +24,14 @@ from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
-from tests.helpers import clean_env, isolated_python, stats_event
+from tests.helpers import (
+    clean_env,
+    csv_steps,
+    isolated_python,
+    jsonl_steps,
+    stats_event,
+    tensorboard_steps,
+)
 from tests.test_distributed import CARTPOLE, PROBE, TORCHRUN, ppo
 
 SUMMARY_FREQ = 256
@@ -54,22 +59,6 @@ def config(tmp_path: Path) -> dict[str, Any]:
         "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
         "writers": {"csv": {}, "jsonl": {}},
     }
-
-
-def tensorboard_steps(folder: Path) -> list[int]:
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0}, purge_orphaned_data=True)
-    acc.Reload()
-    return [s.step for s in acc.Scalars(TAG)]
-
-
-def csv_steps(path: Path) -> list[int]:
-    with path.open(newline="", encoding="utf-8") as file:
-        return [int(row["step"]) for row in csv.DictReader(file)]
-
-
-def jsonl_steps(path: Path) -> list[int]:
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    return [r["step"] for r in records if "step" in r]
 
 
 def kill_after_summaries_past_a_checkpoint(proc: subprocess.Popen[str], folder: Path) -> int:
@@ -128,7 +117,7 @@ def test_kill_9_after_a_checkpoint_then_resume_holds_each_summary_step_once(
     assert load_checkpoint(folder / "checkpoint.pt")["step"] >= 1024
     # Every summary up to the checkpoint survived the kill, in every writer.
     upto = list(range(SUMMARY_FREQ, durable + 1, SUMMARY_FREQ))
-    assert [s for s in tensorboard_steps(folder) if s <= durable] == upto
+    assert [s for s in tensorboard_steps(folder, TAG) if s <= durable] == upto
     assert [s for s in csv_steps(folder / "progress.csv") if s <= durable] == upto
     assert [s for s in jsonl_steps(folder / "stats.jsonl") if s <= durable] == upto
 
@@ -143,7 +132,7 @@ def test_kill_9_after_a_checkpoint_then_resume_holds_each_summary_step_once(
     )
     assert resumed.returncode == 0, resumed.stderr
     expected = list(range(SUMMARY_FREQ, MAX_STEPS + 1, SUMMARY_FREQ))
-    assert tensorboard_steps(folder) == expected
+    assert tensorboard_steps(folder, TAG) == expected
     assert csv_steps(folder / "progress.csv") == expected
     assert jsonl_steps(folder / "stats.jsonl") == expected
 
@@ -293,12 +282,8 @@ def test_a_rank_dies_under_torchrun_and_the_resumed_run_shows_each_step_once(
     assert died.returncode != 0
     folder = tmp_path / "results" / "run" / "Agent"
     assert load_checkpoint(folder / "checkpoint.pt")["step"] == 1024
-    before = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    before.Reload()
-    assert [s.step for s in before.Scalars(REWARD)][-2:] == [1280, 1536]
+    assert tensorboard_steps(folder, REWARD)[-2:] == [1280, 1536]
 
     resumed = torchrun(tmp_path, {**behavior, "max_steps": 2048}, CARTPOLE, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    after = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    after.Reload()
-    assert [s.step for s in after.Scalars(REWARD)] == list(range(256, 2049, 256))
+    assert tensorboard_steps(folder, REWARD) == list(range(256, 2049, 256))

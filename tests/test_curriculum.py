@@ -13,7 +13,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from evtrain import Bus, LessonChanged, RunOptions, StatsEvent
 from evtrain.config.environment_parameters import (
@@ -30,7 +29,7 @@ from evtrain.run.env_parameters import EnvironmentParameters
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.curriculum_envs import ParameterEnv
-from tests.helpers import clean_env, python
+from tests.helpers import clean_env, python, tensorboard_scalars
 
 REPO = Path(__file__).parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "mlagents" / "Sorter_curriculum.yaml"
@@ -463,12 +462,6 @@ def recorded_run(options: dict[str, Any]) -> Recorder:
     return recorder
 
 
-def scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
-    accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return [(s.step, s.value) for s in accumulator.Scalars(tag)]
-
-
 def check_curriculum_returns(periods: list[list[float]]) -> None:
     """Returns are 4 x (bonus + tilt 0.5).  A lesson applies from each environment's next
     reset: the episode it began in the step that ended the summary's last keeps the old one."""
@@ -505,13 +498,15 @@ def test_progress_moves_lessons_and_the_environments_see_the_values(
     ) in messages
     # the lesson each summary period was played in, read back from TensorBoard
     run = tmp_path / "results" / "run"
-    assert scalars(run / "B", "Environment/Lesson Number/bonus") == [
+    assert tensorboard_scalars(run / "B", "Environment/Lesson Number/bonus") == [
         (32, 0.0),
         (64, 1.0),
         (96, 1.0),
         (128, 2.0),
     ]
-    assert [v for _, v in scalars(run / "B", "Environment/Lesson Number/tilt")] == [0.0] * 4
+    assert [v for _, v in tensorboard_scalars(run / "B", "Environment/Lesson Number/tilt")] == [
+        0.0
+    ] * 4
     status = json.loads((run / "run_logs" / "training_status.json").read_text())
     assert status["bonus"] == {"lesson_num": 2} and status["tilt"] == {"lesson_num": 0}
 
@@ -523,7 +518,10 @@ def test_progress_moves_lessons_and_the_environments_see_the_values(
     assert [e.step for e in recorder.of(StatsEvent)] == [160, 192]
     assert all(14.0 <= r < 18.0 for period in returns(recorder) for r in period)
     assert recorder.of(LessonChanged) == []
-    assert scalars(run / "B", "Environment/Lesson Number/bonus")[-2:] == [(160, 2.0), (192, 2.0)]
+    assert tensorboard_scalars(run / "B", "Environment/Lesson Number/bonus")[-2:] == [
+        (160, 2.0),
+        (192, 2.0),
+    ]
 
     # --inference plays the recorded lesson and never moves on
     inference = run_options(tmp_path, CURRICULUM)

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import ROOT, isolated_python
+from tests.helpers import ROOT, isolated_python, tensorboard_scalars
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "evtrain"
 """The ``evtrain`` script pip installed next to this venv's python."""
@@ -371,25 +371,17 @@ def test_inference_without_a_trained_model_says_how_to_give_one(tmp_path: Path) 
     assert not (tmp_path / "results").exists()
 
 
-def scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return [(s.step, s.value) for s in accumulator.Scalars(tag)]
-
-
 def test_inference_summaries_stay_off_the_training_curve(tmp_path: Path) -> None:
     write(tmp_path / "run.yaml", tiny(tmp_path / "results"))
     assert evtrain("learn", "run.yaml", cwd=tmp_path).returncode == 0
     behavior = tmp_path / "results/run/CartPole"
-    trained = scalars(behavior, "Environment/Cumulative Reward")
+    trained = tensorboard_scalars(behavior, "Environment/Cumulative Reward")
     assert [step for step, _ in trained] == [128, 256]
     result = evtrain("learn", "run.yaml", "--inference", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "[INFO] CartPole/inference. Step: 256. Time Elapsed:" in result.stderr
-    assert scalars(behavior, "Environment/Cumulative Reward") == trained
-    inferred = scalars(behavior / "inference", "Environment/Cumulative Reward")
+    assert tensorboard_scalars(behavior, "Environment/Cumulative Reward") == trained
+    inferred = tensorboard_scalars(behavior / "inference", "Environment/Cumulative Reward")
     assert [step for step, _ in inferred] == [128, 256]
 
 

@@ -5,10 +5,9 @@ one line and leaves its last checkpoint loadable."""
 from __future__ import annotations
 
 import contextlib
-import csv
 import errno
-import json
 import logging
+import re
 import subprocess
 import threading
 import time
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from evtrain import Bus, SubscriberFailed, signals
 from evtrain.run.checkpoint import load_checkpoint
@@ -26,7 +24,14 @@ from evtrain.testing import Recorder
 from evtrain_writers import TensorboardWriter
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
-from tests.helpers import clean_env, isolated_python, stats_event
+from tests.helpers import (
+    clean_env,
+    csv_steps,
+    isolated_python,
+    jsonl_steps,
+    stats_event,
+    tensorboard_steps,
+)
 
 KEYS = {f"Stat/Key number {i}": float(i) for i in range(40)}
 """Forty keys: about a kilobyte a row, so that the writers soon need a new page."""
@@ -70,23 +75,10 @@ def wait_for(ready: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def csv_steps(path: Path) -> list[int]:
-    text = path.read_bytes()
-    assert text.endswith(b"\n")  # whole rows only
-    with path.open(newline="", encoding="utf-8") as file:
-        return [int(row["step"]) for row in csv.DictReader(file)]
-
-
-def jsonl_steps(path: Path) -> list[int]:
-    text = path.read_bytes()
-    assert text.endswith(b"\n")
-    return [json.loads(line)["step"] for line in text.splitlines()]
-
-
-def tensorboard_steps(folder: Path) -> list[int]:
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    acc.Reload()
-    return [s.step for s in acc.Scalars("Stat/Key number 7")]
+def whole(path: Path) -> Path:
+    """``path``, once it is seen to hold whole rows only (the last one ends its line)."""
+    assert path.read_bytes().endswith(b"\n")
+    return path
 
 
 def test_writers_pause_on_a_full_disk_and_write_everything_once_space_returns(
@@ -116,10 +108,10 @@ def test_writers_pause_on_a_full_disk_and_write_everything_once_space_returns(
         wait_for(lambda: reported("csv") and reported("jsonl"), "both files met the full disk")
         # While the disk is full: rows are whole and in order, and what the metrics count as
         # delivered is exactly what is in the file.
-        rows = csv_steps(disk / "CartPole" / "progress.csv")
+        rows = csv_steps(whole(disk / "CartPole" / "progress.csv"))
         assert rows == list(range(1, len(rows) + 1)) and len(rows) < 150
         assert bus.metrics()["csv"].delivered == len(rows)
-        lines = jsonl_steps(disk / "CartPole" / "stats.jsonl")
+        lines = jsonl_steps(whole(disk / "CartPole" / "stats.jsonl"))
         assert lines == list(range(1, len(lines) + 1)) and len(lines) < 150
         assert bus.metrics()["jsonl"].delivered == len(lines)
         [event] = [e for e in failed.of(SubscriberFailed) if e.subscriber == "csv"]
@@ -139,9 +131,9 @@ def test_writers_pause_on_a_full_disk_and_write_everything_once_space_returns(
         emit(range(151, 201))
         bus.flush(timeout=60)
         everything = list(range(1, 201))
-        assert csv_steps(disk / "CartPole" / "progress.csv") == everything
-        assert jsonl_steps(disk / "CartPole" / "stats.jsonl") == everything
-        assert tensorboard_steps(disk / "CartPole") == everything
+        assert csv_steps(whole(disk / "CartPole" / "progress.csv")) == everything
+        assert jsonl_steps(whole(disk / "CartPole" / "stats.jsonl")) == everything
+        assert tensorboard_steps(disk / "CartPole", "Stat/Key number 7") == everything
         for name in ("tensorboard", "csv", "jsonl"):
             metrics = bus.metrics()[name]
             assert (metrics.delivered, metrics.dropped, metrics.disabled) == (200, 0, False)
@@ -184,13 +176,22 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_its_last_checkpoint_loads(
     )
     assert proc.stderr is not None
     lines = []
-    for line in proc.stderr:  # a checkpoint is in place, and the run goes on
-        lines.append(line)
-        if "CartPole. Step: 768" in line:
-            break
-    assert (folder / "checkpoint.pt").exists(), "".join(lines)
-    filler = fill(disk)
-    _, err = proc.communicate(timeout=120)
+    try:
+        # A checkpoint is in place (its save runs on a thread of its own: under load it lands
+        # after later summaries), and the run goes on past it.
+        for line in proc.stderr:
+            lines.append(line)
+            step = re.search(r"CartPole\. Step: (\d+)", line)
+            if step and int(step[1]) >= 768 and (folder / "checkpoint.pt").exists():
+                break
+        else:
+            raise AssertionError("the run ended before its first checkpoint:\n" + "".join(lines))
+        filler = fill(disk)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # failed above: end the run, and close its pipes
+            proc.kill()
+            proc.communicate()
     stderr = "".join(lines) + err
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr and "Exception in thread" not in stderr
@@ -202,7 +203,7 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_its_last_checkpoint_loads(
     assert str(disk / "run") in line  # the path that met the full disk
     assert load_checkpoint(folder / "checkpoint.pt")["step"] >= 512
     assert not [p for p in (disk / "run").rglob("*.tmp")]  # no half-written file left
-    rows = csv_steps(folder / "progress.csv")
+    rows = csv_steps(whole(folder / "progress.csv"))
     assert rows == list(range(256, 256 * (len(rows) + 1), 256))
 
     # Space is freed and the run resumed: every summary step once, in every writer.
@@ -219,10 +220,8 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_its_last_checkpoint_loads(
     )
     assert resumed.returncode == 0, resumed.stderr
     everything = list(range(256, 3073, 256))
-    assert csv_steps(folder / "progress.csv") == everything
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    acc.Reload()
-    assert [s.step for s in acc.Scalars("Policy/Entropy")] == everything
+    assert csv_steps(whole(folder / "progress.csv")) == everything
+    assert tensorboard_steps(folder, "Policy/Entropy") == everything
 
 
 def test_closing_a_spool_whose_journal_disk_is_full_kills_no_thread(

@@ -32,7 +32,7 @@ from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
-from tests.helpers import hparams_dashboard, isolated_python
+from tests.helpers import hparams_dashboard, isolated_python, tensorboard_steps
 
 
 def config(tmp_path: Path, run_id: str = "run", **behavior: Any) -> dict[str, Any]:
@@ -55,10 +55,8 @@ def config(tmp_path: Path, run_id: str = "run", **behavior: Any) -> dict[str, An
     }
 
 
-def scalar_steps(folder: Path, tag: str) -> list[int]:
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    acc.Reload()
-    return [s.step for s in acc.Scalars(tag)]
+scalar_steps = tensorboard_steps
+"""Kept by this name for the modules that import it from here."""
 
 
 def test_run_emits_lifecycle_and_writes_the_run_folder(tmp_path: Path) -> None:

@@ -59,6 +59,15 @@ class MlflowServer:
                 raise RuntimeError(f"mlflow server not up within {UP_WITHIN_S:.0f} s")
             time.sleep(0.2)
 
+    def ensure_up(self) -> None:
+        """Continue it if it was hung, start it again if it was killed: how a test finds the
+        session's server (:func:`tests.conftest.mlflow_server`) whatever the one before did."""
+        if self.process is not None and self.process.poll() is None:
+            self.signal(signal.SIGCONT)
+            return
+        self._ended()
+        self.start()
+
     def healthy(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as response:

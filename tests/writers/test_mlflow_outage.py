@@ -14,7 +14,6 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,29 +35,19 @@ WRITER = "evtrain_writers.mlflow_writer.MlflowWriter"
 REWARD = "CartPole/Environment/Cumulative Reward"
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[MlflowServer]:
-    folder = tmp_path / "mlflow-server"
-    folder.mkdir()
-    tracker = MlflowServer(folder)
-    tracker.start()
-    yield tracker
-    tracker.stop()
-
-
-def tracked(tmp_path: Path, uri: str, **behavior: Any) -> dict[str, Any]:
+def tracked(tmp_path: Path, uri: str, experiment: str, **behavior: Any) -> dict[str, Any]:
     """A tiny PPO run (summary every 128 steps) logging to ``uri``, failing fast."""
     options = config(tmp_path, summary_freq=128, **behavior)
     options["writers"] = {
-        "mlflow": {"tracking_uri": uri, "experiment": "outage", "request_timeout": 1.0}
+        "mlflow": {"tracking_uri": uri, "experiment": experiment, "request_timeout": 1.0}
     }
     options["bus"] = {"stall_timeout": 0.5, "retry_backoff_s": 0.1, "retry_backoff_max_s": 0.5}
     return options
 
 
-def only_run(uri: str) -> Any:
+def only_run(uri: str, name: str) -> Any:
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("outage")
+    experiment = client.get_experiment_by_name(name)
     assert experiment is not None
     (run,) = client.search_runs([experiment.experiment_id])
     return run
@@ -73,10 +62,10 @@ def steps_logged(uri: str, run_id: str) -> dict[str, Counter[int]]:
 
 
 def test_a_server_hung_for_the_middle_third_loses_nothing_and_duplicates_nothing(
-    server: MlflowServer, tmp_path: Path
+    mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     max_steps = 4096
-    options = tracked(tmp_path, server.uri, max_steps=max_steps)
+    options = tracked(tmp_path, mlflow_server.uri, "outage-hung", max_steps=max_steps)
     sent: list[StatsEvent] = []
     trainer_steps: list[int] = []
     """The trainer's step when the server was stopped, and when it was continued."""
@@ -87,16 +76,17 @@ def test_a_server_hung_for_the_middle_third_loses_nothing_and_duplicates_nothing
         return metrics is not None and (metrics.failed > 0 or metrics.stalls > 0)
 
     def outage(bus: Bus) -> None:
-        # Hung until the writer has felt it (a request timed out, or a call stalled), and
-        # at least 3 s: the trainer goes on meanwhile.
-        server.signal(signal.SIGSTOP)
+        # Hung until the writer has felt it (a request timed out, or a call stalled) and the
+        # trainer has gone on for two more summaries meanwhile.
+        mlflow_server.signal(signal.SIGSTOP)
         trainer_steps.append(sent[-1].step)
         deadline = time.monotonic() + 30
-        time.sleep(3)
-        while not felt(bus) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while not (felt(bus) and sent[-1].step >= trainer_steps[0] + 2 * 128):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         trainer_steps.append(sent[-1].step)
-        server.signal(signal.SIGCONT)
+        mlflow_server.signal(signal.SIGCONT)
         outage_done.set()
 
     with Bus() as bus:
@@ -118,7 +108,7 @@ def test_a_server_hung_for_the_middle_third_loses_nothing_and_duplicates_nothing
             result = learn(options, bus)
         finally:
             outage_done.wait(60)
-            server.signal(signal.SIGCONT)
+            mlflow_server.signal(signal.SIGCONT)
         metrics = bus.metrics()
     assert sum(result.steps.values()) == max_steps
     assert len(trainer_steps) == 2
@@ -126,9 +116,9 @@ def test_a_server_hung_for_the_middle_third_loses_nothing_and_duplicates_nothing
     tracker = metrics[WRITER]
     assert tracker.failed > 0 or tracker.stalls > 0  # ...and the writer felt the outage
     assert tracker.dropped == 0 and tracker.journaled == 0  # nothing is left behind
-    run = only_run(server.uri)
+    run = only_run(mlflow_server.uri, "outage-hung")
     assert run.info.status == "FINISHED"
-    logged = steps_logged(server.uri, run.info.run_id)
+    logged = steps_logged(mlflow_server.uri, run.info.run_id)
     expected = Counter((f"{e.category}/{key}", e.step) for e in sent for key in e.values)
     got = Counter({(key, step): n for key, counts in logged.items() for step, n in counts.items()})
     assert {k: got[k] for k in expected} == dict.fromkeys(expected, 1)  # all there, once each
@@ -136,10 +126,12 @@ def test_a_server_hung_for_the_middle_third_loses_nothing_and_duplicates_nothing
 
 
 def test_kill_9_with_the_server_down_then_sync_and_resume_log_every_step_once(
-    server: MlflowServer, tmp_path: Path
+    mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
-    options = tracked(tmp_path, server.uri, max_steps=200_000, checkpoint_interval=512)
-    server.kill()  # down before the run starts
+    options = tracked(
+        tmp_path, mlflow_server.uri, "outage-killed", max_steps=200_000, checkpoint_interval=512
+    )
+    mlflow_server.kill()  # down before the run starts
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
     trainer = subprocess.Popen(
         [isolated_python(), "-m", "evtrain", "learn", "run.yaml"],
@@ -170,24 +162,24 @@ def test_kill_9_with_the_server_down_then_sync_and_resume_log_every_step_once(
     journaled = journal_backlog(journal, WRITER)
     assert journaled >= 10
 
-    server.start()  # the same store, the same port
+    mlflow_server.start()  # the same store, the same port
     synced = sync("run", "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
     assert synced.returncode == 0, synced.stderr
     assert synced.stdout.splitlines() == [
         f"{WRITER}: {journaled:,} of {journaled:,} journaled events delivered"
     ]
     assert journal_backlog(journal, WRITER) == 0
-    run = only_run(server.uri)
+    run = only_run(mlflow_server.uri, "outage-killed")
     assert run.info.status == "KILLED"  # the run was killed: sync ends its MLflow run so
-    after_sync = steps_logged(server.uri, run.info.run_id)[REWARD]
+    after_sync = steps_logged(mlflow_server.uri, run.info.run_id)[REWARD]
     last = max(after_sync)
     assert after_sync == Counter(range(128, last + 1, 128))  # every step up to the kill, once
 
     options["behaviors"]["CartPole"]["max_steps"] = last + 512
     resumed = run_config(tmp_path, options, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    again = only_run(server.uri)
+    again = only_run(mlflow_server.uri, "outage-killed")
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
-    logged = steps_logged(server.uri, run.info.run_id)
+    logged = steps_logged(mlflow_server.uri, run.info.run_id)
     assert logged[REWARD] == Counter(range(128, last + 512 + 1, 128))
     assert all(n == 1 for counts in logged.values() for n in counts.values())

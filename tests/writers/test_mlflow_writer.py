@@ -1,6 +1,6 @@
-"""MlflowWriter against a real MLflow: a tracking server started here (sqlite backend, on
-127.0.0.1) for real CLI runs, and a local ``sqlite:`` store for the mapping, fed through a real
-bus.  Everything is read back with ``MlflowClient``."""
+"""MlflowWriter against a real MLflow: the session's tracking server (sqlite backend, on
+127.0.0.1; ``tests/conftest.py``) for real CLI runs, and a local ``sqlite:`` store for the
+mapping, fed through a real bus.  Everything is read back with ``MlflowClient``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,17 +47,6 @@ MLFLOW = Path(sys.executable).parent / "mlflow"
 REWARD = "CartPole/Environment/Cumulative Reward"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``mlflow server`` on a free port of 127.0.0.1, up within 60 s, stopped at the end."""
-    tracker = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
-    tracker.start()
-    try:
-        yield tracker.uri
-    finally:
-        tracker.stop()
-
-
 def history(client: MlflowClient, run_id: str) -> dict[str, Counter[int]]:
     """How often each step was logged, per metric of the run."""
     run = client.get_run(run_id)
@@ -68,7 +56,10 @@ def history(client: MlflowClient, run_id: str) -> dict[str, Counter[int]]:
     }
 
 
-def test_a_cli_run_and_its_resume_log_one_mlflow_run(server: str, tmp_path: Path) -> None:
+def test_a_cli_run_and_its_resume_log_one_mlflow_run(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    server = mlflow_server.uri
     options = config(tmp_path)
     options["writers"] = {"mlflow": {"tracking_uri": server, "experiment": "cli"}}
     result = run_config(tmp_path, options)

@@ -9,7 +9,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,6 @@ from mlflow import MlflowClient
 from evtrain_writers.mlflow_writer import MlflowOptions, MlflowWriter
 
 WRITER = "evtrain_writers.mlflow_writer.MlflowWriter"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """One server for the module (each start costs seconds)."""
-    folder = tmp_path_factory.mktemp("mlflow-server")
-    tracker = MlflowServer(folder)
-    tracker.start()
-    yield tracker
-    tracker.stop()
 
 
 def tracked(tmp_path: Path, uri: str, experiment: str, **behavior: Any) -> dict[str, Any]:
@@ -81,11 +70,11 @@ def test_a_malformed_tracking_uri_stops_the_run_before_its_first_step(tmp_path: 
 
 
 def test_a_key_mlflow_rejects_is_dead_lettered_and_every_other_point_lands(
-    server: MlflowServer, tmp_path: Path
+    mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     run_logs = tmp_path / "run_logs"
     writer = MlflowWriter(
-        MlflowOptions(tracking_uri=server.uri, experiment="dead-letter"),
+        MlflowOptions(tracking_uri=mlflow_server.uri, experiment="dead-letter"),
         run_id="dl",
         run_logs=run_logs,
     )
@@ -109,8 +98,8 @@ def test_a_key_mlflow_rejects_is_dead_lettered_and_every_other_point_lands(
         report = bus.close(timeout=60)
     assert (metrics.dead_lettered, metrics.journaled, metrics.dropped) == (1, 0, 0)
     assert report.dead_lettered == {WRITER: 1}
-    run = only_run(server.uri, "dead-letter")
-    assert points(server.uri, run.info.run_id) == Counter(
+    run = only_run(mlflow_server.uri, "dead-letter")
+    assert points(mlflow_server.uri, run.info.run_id) == Counter(
         ("B/reward", e.step, int(e.time * 1000)) for e in sent
     )
     (record,) = [
@@ -126,21 +115,21 @@ def test_a_key_mlflow_rejects_is_dead_lettered_and_every_other_point_lands(
 
 
 def test_a_server_killed_and_restarted_mid_run_misses_nothing_at_exit_without_sync(
-    server: MlflowServer, tmp_path: Path
+    mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     max_steps = 4096
-    options = tracked(tmp_path, server.uri, "restart", max_steps=max_steps)
+    options = tracked(tmp_path, mlflow_server.uri, "restart", max_steps=max_steps)
     sent: list[StatsEvent] = []
     back = threading.Event()
     killed = threading.Event()
 
     def outage(bus: Bus) -> None:
-        server.kill()
+        mlflow_server.kill()
         killed.set()
         deadline = time.monotonic() + 60
         while bus.metrics()[WRITER].failed == 0 and time.monotonic() < deadline:
             time.sleep(0.05)  # the writer felt it; training goes on meanwhile
-        server.start()
+        mlflow_server.start()
         back.set()
 
     with Bus() as bus:
@@ -164,9 +153,9 @@ def test_a_server_killed_and_restarted_mid_run_misses_nothing_at_exit_without_sy
     assert sum(result.steps.values()) == max_steps
     assert back.is_set()
     assert metrics.failed > 0 and metrics.journaled == 0 and metrics.dropped == 0
-    run = only_run(server.uri, "restart")
+    run = only_run(mlflow_server.uri, "restart")
     assert run.info.status == "FINISHED"
-    stored = points(server.uri, run.info.run_id)
+    stored = points(mlflow_server.uri, run.info.run_id)
     expected = Counter(
         (f"{e.category}/{key}", e.step, int(e.time * 1000)) for e in sent for key in e.values
     )
@@ -175,12 +164,10 @@ def test_a_server_killed_and_restarted_mid_run_misses_nothing_at_exit_without_sy
 
 
 def test_a_server_down_for_the_whole_run_is_given_up_at_exit_and_sync_delivers_with_event_times(
-    tmp_path: Path,
+    mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "mlflow-server"
-    folder.mkdir()
-    down = MlflowServer(folder)  # not started: nothing listens on its port
-    options = tracked(tmp_path, down.uri, "down", max_steps=1024)
+    mlflow_server.kill()  # nothing listens on its port until it starts again, below
+    options = tracked(tmp_path, mlflow_server.uri, "down", max_steps=1024)
     # drain_timeout is 600 s: the run returns (within run_config's 120 s) only if it gives up.
     result = run_config(tmp_path, options)
     assert result.returncode == 0, result.stderr
@@ -204,21 +191,18 @@ def test_a_server_down_for_the_whole_run_is_given_up_at_exit_and_sync_delivers_w
     )
     assert "training" not in early.stderr and "Traceback" not in early.stderr
     started = time.time()
-    down.start()
-    try:
-        synced = sync("run", "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
-        assert synced.returncode == 0, synced.stderr
-        assert "training continues" not in synced.stderr
-        run = only_run(down.uri, "down")
-        assert run.info.status == "FINISHED"
-        stored = points(down.uri, run.info.run_id)
-    finally:
-        down.stop()
+    mlflow_server.start()
+    synced = sync("run", "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    assert "training continues" not in synced.stderr
+    run = only_run(mlflow_server.uri, "down")
+    assert run.info.status == "FINISHED"
+    stored = points(mlflow_server.uri, run.info.run_id)
     reward = sorted(
         (step, at) for (key, step, at) in stored if key == "CartPole/Environment/Cumulative Reward"
     )
     assert [step for step, _ in reward] == list(range(128, 1025, 128))
-    # Each point carries the time it was summarised: before the server existed.
+    # Each point carries the time it was summarised: while the server was down.
     assert all(at < started * 1000 for _, at in reward)
     assert [at for _, at in reward] == sorted(at for _, at in reward)
     assert all(n == 1 for n in stored.values())
@@ -269,12 +253,12 @@ def test_disconnecting_a_tracker_that_is_down_gives_up_and_keeps_its_journal(
 
 
 def test_a_hung_mlflow_request_is_reported_as_a_stall_before_it_times_out(
-    server: MlflowServer, tmp_path: Path
+    mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     from evtrain import SubscriberStalled
 
     writer = MlflowWriter(
-        MlflowOptions(tracking_uri=server.uri, experiment="hung", request_timeout=2.0),
+        MlflowOptions(tracking_uri=mlflow_server.uri, experiment="hung", request_timeout=2.0),
         run_id="hung",
         run_logs=tmp_path / "run_logs",
     )
@@ -288,12 +272,12 @@ def test_a_hung_mlflow_request_is_reported_as_a_stall_before_it_times_out(
     with Bus(journal_dir=tmp_path / "journal", retry_backoff_s=0.1) as bus:
         bus.connect(signals.subscriber_stalled, on_stall, name="stalls")
         bus.add_writer(writer)
-        server.signal(signal.SIGSTOP)
+        mlflow_server.signal(signal.SIGSTOP)
         try:
             values = {"r": StatsSummary(full_dist=[1.0])}
             bus.emit(signals.stats, StatsEvent(category="B", step=1, values=values))
             assert seen.wait(60)
         finally:
-            server.signal(signal.SIGCONT)
+            mlflow_server.signal(signal.SIGCONT)
         bus.flush(timeout=60)
     assert [(s.subscriber, s.signal, s.stall_timeout) for s in stalled] == [(WRITER, "stats", 1.0)]

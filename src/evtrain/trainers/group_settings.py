@@ -10,67 +10,20 @@ a group trainer is shared by construction), plus evtrain's own PPO keys ``normal
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from typing import Any, Literal
 
 import attrs
-from attrs import validators as v
 
-_schedule = v.in_(("linear", "constant"))
-_positive_int = [v.instance_of(int), v.gt(0)]
+from evtrain.trainers.on_policy_settings import OnPolicySettings
 
 GROUP_TRAINER_TYPES = ("poca", "mappo")
 """The trainer types whose critic sees a group of agents."""
 
 
-def _follow_learning_rate_schedule(instance: Any) -> Literal["linear", "constant"]:
-    # ML-Agents: a schedule left unset takes learning_rate_schedule's value.
-    return instance.learning_rate_schedule  # type: ignore[no-any-return]
-
-
 @attrs.define(kw_only=True)
-class GroupSettings:
-    """What :class:`POCASettings` and :class:`MAPPOSettings` share: PPO's keys and defaults."""
-
-    batch_size: int = attrs.field(default=1024, validator=_positive_int)
-    """Agent experiences per gradient step (minibatch size).  The update cuts whole group
-    steps (every agent of one environment copy at one step) into minibatches."""
-    buffer_size: int = attrs.field(default=10240, validator=_positive_int)
-    """Agent experiences (over all agent slots) collected before each update, rounded up as
-    PPO's is (:meth:`rollout_buffer_size`)."""
-    learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
-    """Adam step size at step 0 (policy and critic alike)."""
-    learning_rate_schedule: Literal["linear", "constant"] = attrs.field(
-        default="linear", validator=_schedule
-    )
-    beta: float = attrs.field(default=5.0e-3, validator=v.ge(0.0))
-    """Entropy bonus coefficient."""
-    beta_schedule: Literal["linear", "constant"] = attrs.field(
-        default=attrs.Factory(_follow_learning_rate_schedule, takes_self=True), validator=_schedule
-    )
-    epsilon: float = attrs.field(default=0.2, validator=[v.gt(0.0), v.le(1.0)])
-    """Clipping range of the probability ratio, and of the critic's change per update (the
-    trust region of ML-Agents' POCA value loss)."""
-    epsilon_schedule: Literal["linear", "constant"] = attrs.field(
-        default=attrs.Factory(_follow_learning_rate_schedule, takes_self=True), validator=_schedule
-    )
-    lambd: float = attrs.field(default=0.95, validator=[v.ge(0.0), v.le(1.0)])
-    """Lambda of the returns (POCA's lambda-returns, MAPPO's GAE)."""
-    num_epoch: int = attrs.field(default=3, validator=_positive_int)
-    """Passes over the buffer per update."""
-    normalize_advantage: bool = attrs.field(default=True, validator=v.instance_of(bool))
-    """Standardise the acting agents' advantages within each minibatch."""
-    max_grad_norm: float = attrs.field(default=0.5, validator=v.gt(0.0))
-    """Global gradient-norm clip (policy and critic together)."""
-    vf_coef: float = attrs.field(default=0.5, validator=v.ge(0.0))
-    """Weight of the critic's loss in the total loss (ML-Agents' fixed 0.5)."""
-
-    def rollout_buffer_size(self, num_envs: int) -> int:
-        """``buffer_size`` rounded up to a multiple of ``batch_size`` and of the number of
-        agent slots ``num_envs`` (PPO's rule)."""
-        step = math.lcm(self.batch_size, num_envs)
-        return -(-self.buffer_size // step) * step
+class GroupSettings(OnPolicySettings):
+    """What :class:`POCASettings` and :class:`MAPPOSettings` share: PPO's keys and defaults
+    (:class:`~evtrain.trainers.on_policy_settings.OnPolicySettings`), without ``shared_critic``."""
 
 
 @attrs.define(kw_only=True)

@@ -13,8 +13,7 @@ is given, ``beta_schedule`` and ``epsilon_schedule`` follow it (ML-Agents'
 
 from __future__ import annotations
 
-import math
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 from attrs import validators as v
@@ -27,67 +26,24 @@ from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
 from evtrain.trainers.network_settings import NetworkSettings as NetworkSettings
 from evtrain.trainers.network_settings import VisEncodeType as VisEncodeType
+from evtrain.trainers.on_policy_settings import POSITIVE_INT, SCHEDULES, OnPolicySettings
+from evtrain.trainers.on_policy_settings import Schedule as Schedule
 from evtrain.trainers.self_play_settings import SelfPlaySettings as SelfPlaySettings
 
-Schedule = Literal["linear", "constant"]
-"""How a hyperparameter changes over training: decayed linearly to its floor, or kept."""
-
-_schedule = v.in_(("linear", "constant"))
-_positive_int = [v.instance_of(int), v.gt(0)]
+_schedule = SCHEDULES
+_positive_int = POSITIVE_INT
 _unit_open = [v.gt(0.0), v.le(1.0)]
 
 
-def _follow_learning_rate_schedule(instance: Any) -> Schedule:
-    # ML-Agents: a schedule left unset takes learning_rate_schedule's value.
-    return instance.learning_rate_schedule  # type: ignore[no-any-return]
-
-
 @attrs.define(kw_only=True)
-class PPOSettings:
-    """PPO hyperparameters (``trainer_type: ppo``)."""
-
-    batch_size: int = attrs.field(default=1024, validator=_positive_int)
-    """Experiences per gradient step (minibatch size)."""
-    buffer_size: int = attrs.field(default=10240, validator=_positive_int)
-    """Experiences collected, over all environments, before each update.  Any positive value
-    is accepted, as in ML-Agents (which validates no relation to ``batch_size``): the rollout
-    uses :meth:`rollout_buffer_size`, this rounded up to a multiple of ``batch_size`` (so at
-    least one minibatch) and of the number of environments."""
-    learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
-    """Adam step size at step 0."""
-    learning_rate_schedule: Schedule = attrs.field(default="linear", validator=_schedule)
-    beta: float = attrs.field(default=5.0e-3, validator=v.ge(0.0))
-    """Entropy bonus coefficient."""
-    beta_schedule: Schedule = attrs.field(
-        default=attrs.Factory(_follow_learning_rate_schedule, takes_self=True), validator=_schedule
-    )
-    epsilon: float = attrs.field(default=0.2, validator=_unit_open)
-    """Clipping range of the probability ratio (``clip_coef`` in the paper's terms)."""
-    epsilon_schedule: Schedule = attrs.field(
-        default=attrs.Factory(_follow_learning_rate_schedule, takes_self=True), validator=_schedule
-    )
-    lambd: float = attrs.field(default=0.95, validator=[v.ge(0.0), v.le(1.0)])
-    """GAE lambda."""
-    num_epoch: int = attrs.field(default=3, validator=_positive_int)
-    """Passes over the buffer per update."""
-    normalize_advantage: bool = attrs.field(default=True, validator=v.instance_of(bool))
-    """Standardise advantages within each minibatch."""
-    max_grad_norm: float = attrs.field(default=0.5, validator=v.gt(0.0))
-    """Global gradient-norm clip."""
-    vf_coef: float = attrs.field(default=0.5, validator=v.ge(0.0))
-    """Weight of the value loss in the total loss."""
+class PPOSettings(OnPolicySettings):
+    """PPO hyperparameters (``trainer_type: ppo``): the on-policy keys
+    (:class:`~evtrain.trainers.on_policy_settings.OnPolicySettings`) and ``shared_critic``."""
 
     shared_critic: bool = attrs.field(default=False, validator=v.instance_of(bool))
     """ML-Agents' option: the value heads sit on the policy's network body (its image encoders
     and hidden layers) instead of a critic network of their own, so the policy and the value
     losses train one body (:class:`~evtrain.trainers.networks.policies.ActorCritic`)."""
-
-    def rollout_buffer_size(self, num_envs: int) -> int:
-        """``buffer_size`` rounded up to the next multiple of both ``batch_size`` (whole
-        minibatches; a ``buffer_size`` below ``batch_size`` becomes one or more of them) and
-        ``num_envs`` (every environment steps ``buffer_size / num_envs`` times per rollout)."""
-        step = math.lcm(self.batch_size, num_envs)
-        return -(-self.buffer_size // step) * step
 
 
 @attrs.define(kw_only=True)

@@ -23,14 +23,10 @@ from torch import nn
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.finite import finite_mean
 from evtrain.trainers.loops.group_rollout import GroupRollout
+from evtrain.trainers.loops.schedules import report_scheduled, scheduled
 from evtrain.trainers.networks.mlp import clip_grad_norm_, flatten_parameters, zero_grad_
 from evtrain.trainers.networks.policies import DeterministicPolicy, score_actions
-from evtrain.trainers.optim import LEARNING_RATE_FLOOR, FlatAdam, make_adam
-
-EPSILON_FLOOR = 0.1
-"""Where a linear clip-range schedule ends (ML-Agents' value, as PPO's)."""
-BETA_FLOOR = 1.0e-5
-"""Where a linear entropy-coefficient schedule ends (ML-Agents' value, as PPO's)."""
+from evtrain.trainers.optim import FlatAdam, make_adam
 
 
 class GroupBatch(NamedTuple):
@@ -126,26 +122,16 @@ class GroupOnPolicyTrainer(GroupRollout):
 
     def advance(self) -> None:
         """Collect one rollout, update the policy and the critic on it, report."""
-        hp = self.hp
-        with hierarchical_timer("rollout"):
-            next_value = self._collect_rollout()
-        self._sync_step()  # distributed: the schedules follow the global step
-        skip, self._skip_update = self._skip_update, False
-        if self.finite.policy == "skip" and self.world.any(skip):
-            self._end_period()
+        next_value = self._collect_for_update()
+        if next_value is None:
             return
-        lr = self._scheduled(hp.learning_rate, hp.learning_rate_schedule, LEARNING_RATE_FLOOR)
-        clip_coef = self._scheduled(hp.epsilon, hp.epsilon_schedule, EPSILON_FLOOR)
-        ent_coef = self._scheduled(hp.beta, hp.beta_schedule, BETA_FLOOR)
-        self.optimizer.lr = lr
+        values = scheduled(self.hp, self.step, self.settings.max_steps)
+        self.optimizer.lr = values.learning_rate
         # The update reads this batch only (threaded: the next rollout writes the arrays).
         b = self._targets(next_value)
         with hierarchical_timer("update"):
-            self._run_update(self._update, b, clip_coef, ent_coef)
-        report = self.reporter.add_stat
-        report("Policy/Learning Rate", lr)
-        report("Policy/Epsilon", clip_coef)
-        report("Policy/Beta", ent_coef)
+            self._run_update(self._update, b, values.epsilon, values.beta)
+        report_scheduled(self.reporter, values)
         self._report_estimates()
         self._end_period()
 

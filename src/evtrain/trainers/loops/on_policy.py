@@ -28,7 +28,8 @@ import numpy.typing as npt
 import torch
 from gymnasium import spaces
 
-from evtrain.trainers.base import Trainer, linear_decay
+from evtrain.timers import hierarchical_timer
+from evtrain.trainers.base import Trainer
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import zeroed
 from evtrain.trainers.loops.gae import compute_gae
@@ -109,10 +110,18 @@ class OnPolicyTrainer(Trainer):
         """One rollout: ``buffer_size`` steps of every rank."""
         return self.hp.buffer_size * self.world.size
 
-    def _scheduled(self, initial: float, schedule: str, floor: float) -> float:
-        if schedule == "constant":
-            return initial
-        return linear_decay(initial, floor, self.step, self.settings.max_steps)
+    def _collect_for_update(self) -> torch.Tensor | None:
+        """Collect one rollout (:meth:`_collect_rollout`) and agree on the global step; ``V`` of
+        the last observations, or ``None`` when a non-finite reward or observation skips this
+        update (``on_nonfinite: skip``; the ranks agree), the summary period then ended."""
+        with hierarchical_timer("rollout"):
+            next_value = self._collect_rollout()
+        self._sync_step()  # distributed: the schedules follow the global step
+        skip, self._skip_update = self._skip_update, False
+        if self.finite.policy == "skip" and self.world.any(skip):
+            self._end_period()
+            return None
+        return next_value
 
     @torch.no_grad()
     def _collect_rollout(self) -> torch.Tensor:
@@ -159,29 +168,6 @@ class OnPolicyTrainer(Trainer):
         # threaded: the values come from the critic the update in flight trains
         self.wait_for_update()
         return self._value_rollout(finals)
-
-    @torch.no_grad()
-    def _evaluate_signals(self) -> list[npt.NDArray[np.float32]]:
-        """Each intrinsic signal's ``(T, N)`` rewards of the rollout's transitions (0 on the
-        autoreset steps of NEXT_STEP mode); reports each signal's reward per finished episode
-        (``Policy/<Name> Reward``)."""
-        T, N = self.num_steps, self.num_envs
-        obs = self.b_obs.flatten(0, 1)
-        actions = self.b_actions.flatten(0, 1)
-        next_obs = self.b_next_obs.flatten(0, 1)
-        rewards = [
-            np.where(self.valid, s.evaluate(obs, actions, next_obs).reshape(T, N), 0.0)
-            for s in self.signals.values()
-        ]
-        ended = (self.terminated | self.truncated) & self.valid
-        report = self.reporter.add_stat
-        for t in range(T):
-            for i, signal in enumerate(self.signals.values()):
-                self._signal_returns[i] += rewards[i][t]
-                for n in np.flatnonzero(ended[t]):
-                    report(f"Policy/{signal.stat_name} Reward", float(self._signal_returns[i, n]))
-            self._signal_returns[:, ended[t]] = 0.0
-        return [r.astype(np.float32) for r in rewards]
 
     def _step_envs(self, t: int, action: torch.Tensor) -> Finals | None:
         """Step every environment with ``action``, record row ``t`` of the rollout; returns

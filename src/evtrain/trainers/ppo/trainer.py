@@ -37,12 +37,18 @@ from torch import nn
 
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
+from evtrain.trainers.loops.schedules import (
+    BETA_FLOOR,
+    EPSILON_FLOOR,
+    report_scheduled,
+    scheduled,
+)
 from evtrain.trainers.networks.mlp import flatten_parameters
 from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.networks.sampled import SampledPolicy
 from evtrain.trainers.observations import behavior_layout
-from evtrain.trainers.optim import LEARNING_RATE_FLOOR, make_adam
+from evtrain.trainers.optim import make_adam
 from evtrain.trainers.ppo.gradients import supports
 from evtrain.trainers.ppo.update import PPOUpdate, clipped_surrogate_loss
 from evtrain.trainers.settings import PPOSettings
@@ -54,11 +60,6 @@ from evtrain.trainers.signals.build import (
     make_reward_signals,
 )
 from evtrain.trainers.threaded import ActingCopy
-
-EPSILON_FLOOR = 0.1
-"""Where a linear clip-range schedule ends (ML-Agents' value)."""
-BETA_FLOOR = 1.0e-5
-"""Where a linear entropy-coefficient schedule ends (ML-Agents' value)."""
 
 logger = logging.getLogger("evtrain")
 
@@ -191,24 +192,11 @@ class PPOTrainer(PPOUpdate):
 
     def advance(self) -> None:
         """Collect one rollout, update the policy on it, report."""
-        hp = self.hp
-        with hierarchical_timer("rollout"):
-            next_value = self._collect_rollout()
-        self._sync_step()  # distributed: the schedules follow the global step
-        # A non-finite reward or observation (on_nonfinite: skip; the ranks agree): no update.
-        skip, self._skip_update = self._skip_update, False
-        if self.finite.policy == "skip" and self.world.any(skip):
-            self._end_period()
+        next_value = self._collect_for_update()
+        if next_value is None:
             return
-        # Scheduled values are taken at update time, from the step count that includes the
-        # rollout just collected, as ML-Agents' optimizer (``get_current_step()`` in
-        # ``update``) and SB3 (``progress_remaining`` after ``collect_rollouts``) both do: the
-        # first update already runs slightly decayed, the one that reaches max_steps at the
-        # floor.
-        lr = self._scheduled(hp.learning_rate, hp.learning_rate_schedule, LEARNING_RATE_FLOOR)
-        clip_coef = self._scheduled(hp.epsilon, hp.epsilon_schedule, EPSILON_FLOOR)
-        ent_coef = self._scheduled(hp.beta, hp.beta_schedule, BETA_FLOOR)
-        self.optimizer.lr = lr
+        values = scheduled(self.hp, self.step, self.settings.max_steps)
+        self.optimizer.lr = values.learning_rate
         if self.signals:
             self.signal_rewards = self._evaluate_signals()
         advantages, returns = self._advantages(next_value)
@@ -216,12 +204,10 @@ class PPOTrainer(PPOUpdate):
         # runs, writes the rollout's arrays).
         b = self._batch(advantages, returns)
         with hierarchical_timer("update"):
-            self._run_update(self._update, b, clip_coef, ent_coef)
+            self._run_update(self._update, b, values.epsilon, values.beta)
 
+        report_scheduled(self.reporter, values)
         report = self.reporter.add_stat
-        report("Policy/Learning Rate", lr)
-        report("Policy/Epsilon", clip_coef)
-        report("Policy/Beta", ent_coef)
         if not self.signals:
             report("Policy/Extrinsic Value Estimate", float(self.b_values.mean()))
         else:

@@ -12,6 +12,8 @@ on-policy loop's (:mod:`evtrain.trainers.loops.on_policy`).
 
 from __future__ import annotations
 
+import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -53,6 +55,29 @@ class PPOUpdate(OnPolicyTrainer):
     cloning: BehavioralCloning | None
     _analytic_gradients: bool
     """Whether the gradient step computes its gradients without autograd."""
+
+    @torch.no_grad()
+    def _evaluate_signals(self) -> list[npt.NDArray[np.float32]]:
+        """Each intrinsic signal's ``(T, N)`` rewards of the rollout's transitions (0 on the
+        autoreset steps of NEXT_STEP mode); reports each signal's reward per finished episode
+        (``Policy/<Name> Reward``)."""
+        T, N = self.num_steps, self.num_envs
+        obs = self.b_obs.flatten(0, 1)
+        actions = self.b_actions.flatten(0, 1)
+        next_obs = self.b_next_obs.flatten(0, 1)
+        rewards = [
+            np.where(self.valid, s.evaluate(obs, actions, next_obs).reshape(T, N), 0.0)
+            for s in self.signals.values()
+        ]
+        ended = (self.terminated | self.truncated) & self.valid
+        report = self.reporter.add_stat
+        for t in range(T):
+            for i, signal in enumerate(self.signals.values()):
+                self._signal_returns[i] += rewards[i][t]
+                for n in np.flatnonzero(ended[t]):
+                    report(f"Policy/{signal.stat_name} Reward", float(self._signal_returns[i, n]))
+            self._signal_returns[:, ended[t]] = 0.0
+        return [r.astype(np.float32) for r in rewards]
 
     def _update(self, b: Minibatch, clip_coef: float, ent_coef: float) -> None:
         """``num_epoch`` passes of minibatch gradient steps on the clipped objective over the

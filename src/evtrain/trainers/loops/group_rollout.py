@@ -42,7 +42,6 @@ from torch import nn
 from evtrain.events.stats import StatsAggregationMethod
 from evtrain.multiagent.copies import EPISODE_OVER, GROUP_REWARD
 from evtrain.trainers.envs import final_observations
-from evtrain.trainers.finite import zeroed
 from evtrain.trainers.group_settings import GroupSettings
 from evtrain.trainers.loops.gae import compute_gae
 from evtrain.trainers.loops.on_policy import Finals, OnPolicyTrainer
@@ -144,15 +143,7 @@ class GroupRollout(OnPolicyTrainer):
     def _step_envs(self, t: int, action: torch.Tensor) -> Finals | None:
         """Step every slot, record row ``t`` (``valid`` is ``active``); returns the normalised
         final observations of the agents still in a copy whose episode a time limit ended."""
-        env_action = action.cpu().numpy()
-        if self._clip_actions:
-            env_action = np.clip(env_action, self._action_low, self._action_high)
-            env_action = env_action.reshape(self._action_shape)
-        next_obs, reward, terminated, truncated, infos = self.envs.step(env_action)
-        finite = self.finite.step(self.step, reward, next_obs)
-        if not finite.all():  # on_nonfinite: skip; this rollout's update is skipped
-            reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
-            self._skip_update = True
+        next_obs, reward, terminated, truncated, infos = self._env_step(action)
         dones = terminated | truncated
         active = self.autoreset.observe(dones, infos)  # infos["active"], where given
         group_reward, over = self._group_infos(infos, dones)

@@ -169,9 +169,10 @@ class OnPolicyTrainer(Trainer):
         self.wait_for_update()
         return self._value_rollout(finals)
 
-    def _step_envs(self, t: int, action: torch.Tensor) -> Finals | None:
-        """Step every environment with ``action``, record row ``t`` of the rollout; returns
-        the normalised final observations of the episodes a time limit ended, if any."""
+    def _env_step(self, action: torch.Tensor) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """``envs.step`` with ``action`` (``Box`` actions clipped to their bounds); a non-finite
+        reward or observation is zeroed and skips this rollout's update (``on_nonfinite:
+        skip``; :class:`~evtrain.trainers.finite.FiniteGuard` stops the run otherwise)."""
         env_action = action.cpu().numpy()
         if self._clip_actions:
             env_action = np.clip(env_action, self._action_low, self._action_high)
@@ -181,6 +182,12 @@ class OnPolicyTrainer(Trainer):
         if not finite.all():  # on_nonfinite: skip; this rollout's update is skipped
             reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
             self._skip_update = True
+        return next_obs, reward, terminated, truncated, infos
+
+    def _step_envs(self, t: int, action: torch.Tensor) -> Finals | None:
+        """Step every environment with ``action``, record row ``t`` of the rollout; returns
+        the normalised final observations of the episodes a time limit ended, if any."""
+        next_obs, reward, terminated, truncated, infos = self._env_step(action)
         dones = terminated | truncated
         self.valid[t] = valid = self.autoreset.observe(dones, infos)
         self.rewards[t] = reward

@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
-from pettingzoo import AECEnv, ParallelEnv
-from pettingzoo.utils import AgentSelector
+from pettingzoo import ParallelEnv
+
+from tests.multiagent_envs import TurnGame
 
 EPISODE_LENGTH = 4
 
@@ -114,7 +115,7 @@ class ParameterGame(ParallelEnv):  # type: ignore[misc]  # an untyped base class
         return obs, rewards, terminations, truncations, infos
 
 
-class ParameterTurns(AECEnv):  # type: ignore[misc]  # an untyped base class
+class ParameterTurns(TurnGame):
     """:class:`ParameterEnv` for two players taking turns (PettingZoo's AEC API): 4 moves each,
     every move giving its player ``bonus`` + ``options["tilt"]``."""
 
@@ -141,13 +142,7 @@ class ParameterTurns(AECEnv):  # type: ignore[misc]  # an untyped base class
         self._tilt = self.log.start(self.bonus, options)
         self._moves = 0
         self.agents = list(self.possible_agents)
-        self.rewards = dict.fromkeys(self.agents, 0.0)
-        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
-        self.terminations = dict.fromkeys(self.agents, False)
-        self.truncations = dict.fromkeys(self.agents, False)
-        self.infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
-        self._selector = AgentSelector(self.agents)
-        self.agent_selection = self._selector.reset()
+        self._start_turns()
 
     def step(self, action: Any) -> None:
         agent = self.agent_selection

@@ -93,7 +93,26 @@ def walkers(**kwargs: Any) -> Walkers:
     return Walkers(**kwargs)
 
 
-class Countdown(AECEnv):  # type: ignore[misc]  # an untyped base class
+class TurnGame(AECEnv):  # type: ignore[misc]  # an untyped base class
+    """A turn-based (AEC) game's PettingZoo bookkeeping, typed, and how a game starts."""
+
+    agent_selection: str
+    terminations: dict[str, bool]
+    truncations: dict[str, bool]
+
+    def _start_turns(self) -> None:
+        """PettingZoo's per-agent rewards, flags and infos at their start for ``agents``, the
+        first agent to move selected."""
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
+        self._selector = AgentSelector(self.agents)
+        self.agent_selection = self._selector.reset()
+
+
+class Countdown(TurnGame):
     """A take-away game for two (see the module's docs)."""
 
     metadata: ClassVar[dict[str, Any]] = {"name": "countdown_v0", "is_parallelizable": False}
@@ -130,13 +149,7 @@ class Countdown(AECEnv):  # type: ignore[misc]  # an untyped base class
         self.agents = list(self.possible_agents)
         self.counter = self.start
         self.moves = []
-        self.rewards = dict.fromkeys(self.agents, 0.0)
-        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
-        self.terminations = dict.fromkeys(self.agents, False)
-        self.truncations = dict.fromkeys(self.agents, False)
-        self.infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
-        self._selector = AgentSelector(self.agents)
-        self.agent_selection = self._selector.reset()
+        self._start_turns()
 
     def step(self, action: Any) -> None:
         agent = self.agent_selection

@@ -18,6 +18,8 @@ def test_signals_in_lifecycle_order_with_payload_types() -> None:
         ("hyperparameters", "PropertyEvent"),
         ("stats", "StatsEvent"),
         ("lesson_changed", "LessonChanged"),
+        ("evaluation", "EvaluationEvent"),
+        ("artifact", "ArtifactEvent"),
         ("save", "SaveEvent"),
         ("export", "ExportEvent"),
         ("run_finished", "RunFinished"),

@@ -27,6 +27,8 @@ from evtrain.errors import (
 )
 from evtrain.events import signals
 from evtrain.events.payloads import (
+    ArtifactEvent,
+    EvaluationEvent,
     ExportEvent,
     LessonChanged,
     PropertyEvent,
@@ -35,6 +37,7 @@ from evtrain.events.payloads import (
     RunStatus,
     SaveEvent,
     StatsEvent,
+    StopRequested,
     SubscriberFailed,
     SubscriberStalled,
 )
@@ -44,12 +47,14 @@ from evtrain.run.learn import LearnResult, learn
 
 __all__ = [
     "ANY",
+    "ArtifactEvent",
     "Bus",
     "BusClosedError",
     "BusTimeoutError",
     "CheckpointError",
     "CloseReport",
     "ConfigError",
+    "EvaluationEvent",
     "EvtrainError",
     "ExportEvent",
     "FailurePolicy",
@@ -75,6 +80,7 @@ __all__ = [
     "StatsReporter",
     "StatsSummary",
     "StatsWriter",
+    "StopRequested",
     "SubscriberError",
     "SubscriberFailed",
     "SubscriberMetrics",

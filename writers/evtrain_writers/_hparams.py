@@ -38,7 +38,11 @@ from evtrain.events.payloads import RunStatus
 HParamValue = bool | float | str
 """What a session's hyperparameter holds: ``bool_value``, ``number_value`` or ``string_value``."""
 
-_END_STATUS = {RunStatus.COMPLETED: "STATUS_SUCCESS", RunStatus.FAILED: "STATUS_FAILURE"}
+_END_STATUS = {
+    RunStatus.COMPLETED: "STATUS_SUCCESS",
+    RunStatus.STOPPED: "STATUS_SUCCESS",
+    RunStatus.FAILED: "STATUS_FAILURE",
+}
 """The ``api_pb2.Status`` name written at a run's end; an interrupted run writes none."""
 
 

@@ -92,6 +92,7 @@ STATUS = {
     RunStatus.COMPLETED: "FINISHED",
     RunStatus.INTERRUPTED: "KILLED",
     RunStatus.FAILED: "FAILED",
+    RunStatus.STOPPED: "FINISHED",
 }
 """An evtrain run's end as an MLflow run status."""
 

@@ -55,8 +55,14 @@ logger = logging.getLogger(__name__)
 RECORD = "wandb"
 """``run_logs/wandb.json``: the wandb run this evtrain run writes to, and its last step."""
 
-EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.INTERRUPTED: 130, RunStatus.FAILED: 1}
-"""An evtrain run's end as the exit code wandb records (130: ended by Ctrl-C)."""
+EXIT_CODES = {
+    RunStatus.COMPLETED: 0,
+    RunStatus.STOPPED: 0,
+    RunStatus.INTERRUPTED: 130,
+    RunStatus.FAILED: 1,
+}
+"""An evtrain run's end as the exit code wandb records (130: ended by Ctrl-C; a run a
+subscriber stopped early ended normally)."""
 
 
 def _positive(_: Any, attribute: attrs.Attribute[float], value: float) -> None:

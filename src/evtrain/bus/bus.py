@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +28,7 @@ from evtrain.bus.routes import ANY
 from evtrain.bus.subscription import SubscriberMetrics
 from evtrain.bus.wiring import Wiring
 from evtrain.errors import BusClosedError, BusTimeoutError, SubscriberError
-from evtrain.events.payloads import SubscriberStalled
+from evtrain.events.payloads import StopRequested, SubscriberStalled
 from evtrain.events.signals import EventSignal, subscriber_failed, subscriber_stalled
 from evtrain.ranks import get_rank
 
@@ -118,6 +119,8 @@ class Bus(Wiring):
         self._closed = False
         self._report: CloseReport | None = None
         self._pending_error: BaseException | None = None
+        self._stop_request: StopRequested | None = None
+        self._stop_lock = threading.Lock()
         drain_at_exit(self)
 
     @property
@@ -261,6 +264,40 @@ class Bus(Wiring):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    # -- stop requests -----------------------------------------------------------------------
+
+    def request_stop(self, reason: str, *, by: str = "") -> None:
+        """Ask the run on this bus to stop: at the end of the update under way (the next turn
+        boundary), with its normal final save and export; ``run_finished`` then has status
+        ``stopped`` and ``reason``.  Callable from any thread, a subscriber's included; the
+        first request wins, later ones are logged.
+
+        :param reason: why, in words (it reaches ``run_finished`` and the trackers' run status).
+        :param by: who asks (a subscriber's name), for the log.
+        """
+        request = StopRequested(reason=reason, by=by, time=time.time())
+        with self._stop_lock:
+            first = self._stop_request is None
+            if first:
+                self._stop_request = request
+        who = f" by {by}" if by else ""
+        if first:
+            logger.info("Stop requested%s: %s", who, reason)
+        else:
+            logger.debug("Stop requested again%s (%s); the first request stands", who, reason)
+
+    @property
+    def stop_request(self) -> StopRequested | None:
+        """The first :meth:`request_stop` made on this bus and not yet taken, if any."""
+        return self._stop_request
+
+    def take_stop_request(self) -> StopRequested | None:
+        """:attr:`stop_request`, cleared: the runner takes it as its run ends, so a later run
+        on the same bus starts without it."""
+        with self._stop_lock:
+            request, self._stop_request = self._stop_request, None
+        return request
 
     # -- failures ----------------------------------------------------------------------------
 

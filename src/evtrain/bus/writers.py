@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Protocol
 
 from evtrain.bus.subscription import SubscriberMetrics
 from evtrain.events.payloads import (
+    ArtifactEvent,
+    EvaluationEvent,
     ExportEvent,
     PropertyEvent,
     RunFinished,
@@ -57,6 +59,22 @@ class StatsWriter(abc.ABC):
         A writer that needs the event's own time (``event.time``, when the period was
         summarised, also when it is delivered later from a journal) overrides this."""
         self.write_stats(event.category, event.values, event.step)
+
+    def on_evaluation(self, event: EvaluationEvent) -> None:
+        """An evaluation's episodes: by default recorded as the stats of its step
+        (``Evaluation/Mean Return``, ``Evaluation/Mean Episode Length``) through
+        :meth:`write_stats_event`, so every writer shows them like any stats."""
+        stats = StatsEvent(
+            category=event.category,
+            step=event.step,
+            values=event.stats(),
+            rank=event.rank,
+            time=event.time,
+        )
+        self.write_stats_event(stats)
+
+    def on_artifact(self, event: ArtifactEvent) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """A file made during the run (an evaluation video) is durable at ``event.path``."""
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Record a property (e.g. hyperparameters).  Writers need not support every type."""
@@ -113,6 +131,10 @@ class WriterAdapter:
             writer.write_stats_event(payload)
         elif kind is PropertyEvent:
             writer.add_property(payload.category, payload.property_type, payload.value)
+        elif kind is EvaluationEvent:
+            writer.on_evaluation(payload)
+        elif kind is ArtifactEvent:
+            writer.on_artifact(payload)
         elif kind is SaveEvent:
             writer.on_save(payload)
         elif kind is ExportEvent:

@@ -83,9 +83,11 @@ def run_learn(args: argparse.Namespace) -> int:
         print(f"TensorBoard: tensorboard --logdir {logdir}")
         if result.status is RunStatus.INTERRUPTED:
             print(interrupted_line(args, result.run_id, result.steps))
+        if result.status is RunStatus.STOPPED:
+            print(f"Stopped early at a subscriber's request: {result.stop_reason}")
         if result.journaled:
             print(_sync_line(options.checkpoint_settings.results_dir, result))
-    return 0 if result.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED) else 1
+    return 0 if result.status is not RunStatus.FAILED else 1
 
 
 def _sync_line(results_dir: str, result: LearnResult) -> str:

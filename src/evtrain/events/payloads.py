@@ -8,6 +8,7 @@ Fields a producer may omit (rank, wall time) have defaults.
 from __future__ import annotations
 
 import enum
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from evtrain.events.stats import StatsPropertyType, StatsSummary
+from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain.ranks import get_rank
 
 
@@ -25,6 +26,9 @@ class RunStatus(enum.Enum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+    STOPPED = "stopped"
+    """A subscriber asked the run to stop (:meth:`evtrain.Bus.request_stop`) before
+    ``max_steps``: it ended at an update boundary with its normal final save and export."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -79,6 +83,9 @@ class SaveEvent:
     step: int
     path: Path
     reward: float | None = None
+    best: bool = False
+    """The checkpoint of the best evaluation so far (``evaluation.best_model``), kept beside
+    the latest."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -89,15 +96,79 @@ class ExportEvent:
     step: int
     path: Path
     format: str = "onnx"
+    best: bool = False
+    """The policy of the best evaluation so far (``evaluation.best_model``), kept beside the
+    latest."""
+
+
+EVALUATION_MEAN_RETURN = "Evaluation/Mean Return"
+"""The stat key writers record an evaluation's episode returns under (mean, and histogram)."""
+EVALUATION_MEAN_LENGTH = "Evaluation/Mean Episode Length"
+"""The stat key of an evaluation's episode lengths."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class EvaluationEvent:
+    """Behavior ``category``'s policy as of step ``step`` played ``len(returns)`` evaluation
+    episodes (deterministic actions, the training run's normaliser of that step) on
+    environments of its own: each episode's return and length, in episode order."""
+
+    category: str
+    step: int
+    returns: tuple[float, ...] = attrs.field(converter=tuple)
+    lengths: tuple[int, ...] = attrs.field(converter=tuple)
+    deterministic: bool = True
+    rank: int = attrs.field(factory=get_rank)
+    time: float = attrs.field(factory=time.time)
+
+    @property
+    def mean_return(self) -> float:
+        """The mean of :attr:`returns` (0.0 with no episode)."""
+        return math.fsum(self.returns) / len(self.returns) if self.returns else 0.0
+
+    def stats(self) -> dict[str, StatsSummary]:
+        """What writers record of it, by stat key (:data:`EVALUATION_MEAN_RETURN`,
+        :data:`EVALUATION_MEAN_LENGTH`)."""
+        return {
+            EVALUATION_MEAN_RETURN: StatsSummary(
+                full_dist=self.returns, aggregation_method=StatsAggregationMethod.HISTOGRAM
+            ),
+            EVALUATION_MEAN_LENGTH: StatsSummary(full_dist=self.lengths),
+        }
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class ArtifactEvent:
+    """A file made during the run is durable at ``path``: e.g. the video of an evaluation
+    episode (``kind`` ``"video"``, ``media_type`` ``"image/gif"`` or ``"video/mp4"``)."""
+
+    category: str
+    step: int
+    path: Path
+    kind: str
+    media_type: str
+    description: str = ""
 
 
 @attrs.frozen(kw_only=True, slots=True)
 class RunFinished:
-    """A run ended with ``status`` after ``steps`` steps (summed over behaviors)."""
+    """A run ended with ``status`` after ``steps`` steps (summed over behaviors); ``reason``
+    says why a subscriber stopped it (:attr:`RunStatus.STOPPED`)."""
 
     run_id: str
     status: RunStatus
     steps: int = 0
+    reason: str | None = None
+    time: float = attrs.field(factory=time.time)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class StopRequested:
+    """A request that the run stop early (:meth:`evtrain.Bus.request_stop`): why, who asked
+    and when.  Not a signal's payload: the runner reads it from the bus."""
+
+    reason: str
+    by: str = ""
     time: float = attrs.field(factory=time.time)
 
 

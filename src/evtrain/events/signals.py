@@ -12,6 +12,8 @@ run_started        :class:`RunStarted`        the runner, once, before the first
 hyperparameters    :class:`PropertyEvent`     each trainer at start
 stats              :class:`StatsEvent`        each trainer every ``summary_freq`` steps
 lesson_changed     :class:`LessonChanged`     the curriculum, after a summary that ends a lesson
+evaluation         :class:`EvaluationEvent`   the evaluator, after each evaluation's episodes
+artifact           :class:`ArtifactEvent`     after a file made in the run (a video) is durable
 save               :class:`SaveEvent`         after a checkpoint file is durable
 export             :class:`ExportEvent`       after an exported model file is durable
 run_finished       :class:`RunFinished`       the runner, once, last
@@ -29,6 +31,8 @@ from typing import Any, Generic, TypeVar
 import blinker
 
 from evtrain.events.payloads import (
+    ArtifactEvent,
+    EvaluationEvent,
     ExportEvent,
     LessonChanged,
     PropertyEvent,
@@ -93,6 +97,18 @@ lesson_changed: EventSignal[LessonChanged] = _define(
     "the summary of the behavior whose completion criteria it met, once per parameter whose "
     "lesson changed; the sender is that behavior.",
 )
+evaluation: EventSignal[EvaluationEvent] = _define(
+    "evaluation",
+    EvaluationEvent,
+    "Emitted once per evaluation of a behavior (``evaluation:`` settings), with each episode's "
+    "return and length; writers record it as the ``Evaluation/...`` stats of its step.",
+)
+artifact: EventSignal[ArtifactEvent] = _define(
+    "artifact",
+    ArtifactEvent,
+    "Emitted after a file made during the run (an evaluation episode's video) is durable on "
+    "disk, on the rank that wrote it.",
+)
 save: EventSignal[SaveEvent] = _define(
     "save",
     SaveEvent,
@@ -131,6 +147,8 @@ ALL: tuple[EventSignal[Any], ...] = (
     hyperparameters,
     stats,
     lesson_changed,
+    evaluation,
+    artifact,
     save,
     export,
     run_finished,
@@ -143,6 +161,8 @@ WRITER_SIGNALS: tuple[EventSignal[Any], ...] = (
     run_started,
     hyperparameters,
     stats,
+    evaluation,
+    artifact,
     save,
     export,
     run_finished,

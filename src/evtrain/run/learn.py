@@ -69,6 +69,8 @@ class LearnResult:
     journaled: dict[str, int] = attrs.field(factory=dict)
     """Per tracker writer whose tracker did not take everything before the run ended: the
     events kept in its journal (``evtrain sync RUN_ID`` delivers them)."""
+    stop_reason: str | None = None
+    """Why a subscriber stopped the run (status ``stopped``), else ``None``."""
 
 
 def learn(
@@ -151,6 +153,8 @@ class _Run:
         self.world = world
         self.progress = progress
         self.status = RunStatus.FAILED
+        self.stop_reason: str | None = None
+        """Why a subscriber stopped the run (:meth:`Bus.request_stop`)."""
         self.rewards = _RewardTracker()
         self.trainers: dict[str, Trainer] = {}
         self.managers: dict[str, CheckpointManager] = {}
@@ -176,7 +180,11 @@ class _Run:
                 try:
                     self._start()
                     with hierarchical_timer("train"):
-                        self.status = self._steps(lambda: stop.requested is not None)
+                        self.status = self._steps(
+                            lambda: stop.requested is not None or self.bus.stop_request is not None
+                        )
+                    if self.status is RunStatus.INTERRUPTED and stop.requested is None:
+                        self._stopped_by_request()
                     if not cs.inference:
                         stop.phase = "saving"
                         self.saves.save_final(stop)
@@ -200,7 +208,16 @@ class _Run:
             write_path=cs.write_path,
             models=self.saves.models,
             journaled=self.run_bus.journaled,
+            stop_reason=self.stop_reason,
         )
+
+    def _stopped_by_request(self) -> None:
+        """The loop ended on a subscriber's :meth:`~evtrain.Bus.request_stop` (here, or on
+        another rank: the ranks stop together), not on a signal."""
+        request = self.bus.stop_request
+        self.status = RunStatus.STOPPED
+        self.stop_reason = "requested on another rank" if request is None else request.reason
+        logger.info("Stopping early: %s", self.stop_reason)
 
     def _start(self) -> None:
         """Plugins, ``run_started``, then one trainer per behavior (built, loaded, in sync)."""
@@ -286,8 +303,12 @@ class _Run:
             trainer.close()  # threaded: the update still running, if any, ends first
             trainer.envs.close()
         steps = sum(t.step for t in self.trainers.values())
+        self.bus.take_stop_request()  # a later run on the same bus starts without it
         finished = RunFinished(
-            run_id=self.options.checkpoint_settings.run_id, status=self.status, steps=steps
+            run_id=self.options.checkpoint_settings.run_id,
+            status=self.status,
+            steps=steps,
+            reason=self.stop_reason,
         )
         self.run_bus.finish(finished)
         logger.debug("Drained the bus in %.3f s", time.monotonic() - started)

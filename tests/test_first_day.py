@@ -287,6 +287,17 @@ def test_version_prints_evtrains_version(tmp_path: Path) -> None:
 
     result = evtrain("--version", cwd=tmp_path)
     assert (result.returncode, result.stdout) == (0, f"evtrain {__version__}\n")
+    # The command is also `python -m evtrain` and, as when it was one module, `-m evtrain.cli`.
+    for module in ("evtrain", "evtrain.cli"):
+        ran = subprocess.run(
+            [isolated_python(), "-m", module, "--version"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+        assert (ran.returncode, ran.stdout) == (0, f"evtrain {__version__}\n"), (module, ran)
 
 
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a torch without MPS")

@@ -84,6 +84,28 @@ def test_atomic_write_failure_keeps_old_content(tmp_path: Path, error: BaseExcep
     assert names(tmp_path) == ["f.bin"]
 
 
+def test_an_atomic_write_on_a_thread_cut_off_by_the_exit_leaves_no_temp(tmp_path: Path) -> None:
+    """A second Ctrl-C ends the process while a writer's daemon thread is inside
+    ``atomic_write`` (``timers.json``): its temporary file goes with the process; the target
+    keeps its old content."""
+    target = tmp_path / "timers.json"
+    target.write_text("old")
+    code = (
+        "import threading, time\n"
+        "from evtrain.atomic import atomic_write\n"
+        "started = threading.Event()\n"
+        "def hang(file):\n"
+        "    file.write(b'new'); started.set(); time.sleep(600)\n"
+        f"args = ({str(target)!r}, hang)\n"
+        "threading.Thread(target=atomic_write, args=args, daemon=True).start()\n"
+        "started.wait()\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["timers.json"]
+    assert target.read_text() == "old"
+
+
 def test_checkpoint_round_trip_loads_weights_only(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     rng.random(5)

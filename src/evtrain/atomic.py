@@ -3,12 +3,15 @@ the new complete one, never a torn one (temp file in the same folder, fsync, ``o
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
 import re
 import secrets
 import shutil
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -19,6 +22,13 @@ DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 """Write errors that last only until space is freed (a full disk, a full quota)."""
 
 _TEMP = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
+
+_EXIT_WAIT_S = 2.0
+"""How long the interpreter's exit waits for writes still in flight on other threads."""
+
+_in_flight: set[Path] = set()
+"""The temporary files of the writes under way in this process."""
+_in_flight_changed = threading.Condition()
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -36,6 +46,8 @@ def atomic_write(path: StrPath, write: Callable[[BinaryIO], object]) -> Path:
     path = Path(path)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     renamed = False
+    with _in_flight_changed:
+        _in_flight.add(temp)
     try:
         # O_EXCL: never share a temporary file with another writer.  Mode 0o666 lets the umask
         # decide, as for any file open() creates (mkstemp would make it 0o600).
@@ -54,8 +66,26 @@ def atomic_write(path: StrPath, write: Callable[[BinaryIO], object]) -> Path:
         if not renamed:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
+        with _in_flight_changed:
+            _in_flight.discard(temp)
+            _in_flight_changed.notify_all()
     _fsync_folder(path.parent)
     return path
+
+
+@atexit.register
+def _finish_in_flight_writes() -> None:
+    """At the interpreter's exit, writes on daemon threads (a writer's ``timers.json`` while a
+    second Ctrl-C ends the process) would be cut off where they stand, leaving their temporary
+    file: wait a moment for them, then remove the temporary files of those still running (their
+    targets keep the old content)."""
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    with _in_flight_changed:
+        while _in_flight and (left := deadline - time.monotonic()) > 0:
+            _in_flight_changed.wait(left)
+        for temp in list(_in_flight):
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
 
 def disk_full(error: BaseException) -> bool:

@@ -8,12 +8,15 @@ import struct
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from evtrain import StatsSummary
 from evtrain.bus.writers import StatsWriter
 from evtrain.cli import main
-from evtrain.compare.reading import read_stat
+from evtrain.compare.comparison import Settings, compare_group
+from evtrain.compare.reading import Series, read_stat
+from evtrain.compare.table import curve_table
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
 from evtrain_writers.tensorboard import TensorboardWriter
@@ -59,7 +62,10 @@ def test_compare_prints_the_hand_computed_aggregates(
     results: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["compare", "results/a-*", "b-*", "--target", "3"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    output = capsys.readouterr().out
+    assert main(["compare", "results/a-*", "b-*", "--target", "3"]) == 0
+    assert capsys.readouterr().out == output  # the same seed (0 by default): the same numbers
+    lines = output.splitlines()
     assert lines[:5] == [
         "Environment/Cumulative Reward: final score = each run's last value",
         "IQM, mean, median, optimality gap with 95% confidence intervals: stratified bootstrap "
@@ -111,6 +117,51 @@ def test_a_stat_is_read_from_tensorboard_then_progress_csv_then_stats_jsonl(resu
     )
     missing = read_stat(both / "CartPole", "Losses/Policy Loss")
     assert missing.source is None and missing.keys == {REWARD, "Policy/Entropy"}
+    for writer in ("csv", "jsonl"):  # NaN: "nan" in progress.csv, null in stats.jsonl
+        sink = WRITERS[writer](results / f"nan-{writer}")  # type: ignore[call-arg]
+        for step, value in ((100, 1.0), (200, float("nan")), (300, 3.0)):
+            sink.write_stats("CartPole", {REWARD: StatsSummary(full_dist=[value])}, step)
+        sink.close()
+        assert read_stat(results / f"nan-{writer}" / "CartPole", REWARD).points == {
+            100: 1.0,
+            300: 3.0,
+        }
+
+
+def test_each_behavior_of_a_run_is_a_task(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for seed, final in ((1, 1.0), (2, 2.0)):
+        write_run(results / f"m-{seed}", final, task="Attacker")
+        write_run(results / f"m-{seed}", 10 * final, task="Defender")
+    assert main(["compare", "m-*"]) == 0
+    # Scores 1 2 (Attacker) and 10 20 (Defender): mean 33 / 4; IQM (and median) of 1 2 10 20:
+    # (2 + 10) / 2.  Each resample draws two of each task, so its IQM, the mean of its best
+    # attacker and its worst defender, is between (1 + 10) / 2 and (2 + 20) / 2, and reaches
+    # both (1 / 16 and 3 / 16 of the resamples: more than the 2.5 % in each tail).
+    assert capsys.readouterr().out.splitlines()[5] == (
+        "m-*       2  Attacker, Defender  6.00 [5.50, 11.00]  8.25 [5.50, 11.00]"
+        "  6.00 [5.50, 11.00]"
+    )
+    assert main(["compare", "m-*", "--behavior", "Defender"]) == 0
+    assert capsys.readouterr().out.splitlines()[5] == (
+        "m-*       2  Defender  15.00 [10.00, 20.00]  15.00 [10.00, 20.00]  15.00 [10.00, 20.00]"
+    )
+
+
+def test_a_curve_prints_ten_of_its_steps_and_says_when_runs_share_none() -> None:
+    settings = Settings(stat=REWARD, reps=10)
+    steps = np.arange(0, 2000, 100)  # 20 steps
+    long = Series(run="a", task="T", source=Path("a"), steps=steps, values=steps / 100.0)
+    lines = curve_table(compare_group("long", [long], settings), settings)
+    assert [line.split()[0] for line in lines[2:]] == [
+        "0", "200", "400", "600", "800", "1,100", "1,300", "1,500", "1,700", "1,900",
+    ]  # fmt: skip
+    late = Series(run="b", task="T", source=Path("b"), steps=steps + 5000, values=steps / 1.0)
+    lines = curve_table(compare_group("apart", [long, late], settings), settings)
+    assert lines == [
+        "Learning curve of apart (mean of 2 curves, 95% interval): none, its runs share no steps"
+    ]
 
 
 def test_group_by_groups_the_runs_of_every_argument_by_their_run_ids(

@@ -11,6 +11,7 @@ so its intervals depend only on its runs, ``reps`` and ``seed``: not on the othe
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import attrs
@@ -64,12 +65,8 @@ class Settings:
 
 def compare_group(name: str, series: Sequence[Series], settings: Settings) -> GroupResult:
     """One group's final-score aggregates and learning curve."""
-    ordered = tuple(series)
-    sizes = [
-        sum(1 for s in ordered if s.task == task) for task in dict.fromkeys(s.task for s in ordered)
-    ]
-    if sum(sizes) != len(ordered):
-        raise ValueError("series must come task after task")
+    ordered = tuple(sorted(series, key=lambda s: s.task))  # stable: runs keep their order
+    sizes = [len(list(runs)) for _, runs in itertools.groupby(ordered, key=lambda s: s.task)]
     rng = np.random.default_rng(settings.seed)
     scores = final_scores(ordered, settings.last)
     final = bootstrap_aggregates(

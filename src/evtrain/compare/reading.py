@@ -28,6 +28,8 @@ JSONL_FILE = "stats.jsonl"
 
 Points = dict[int, float]
 """A stat's value at each step."""
+_Reader = Callable[[Path, str], tuple[set[str], Points]]
+"""A file's (or folder's) keys, and the points of one of them."""
 
 
 @attrs.frozen(kw_only=True)
@@ -69,15 +71,13 @@ def read_stat(folder: Path, stat: str) -> Found:
     """The points of ``stat`` in the first of TensorBoard, ``progress.csv``, ``stats.jsonl``
     of ``folder`` that holds it."""
     keys: set[str] = set()
-    readers: tuple[tuple[Path, Callable[[Path, str], tuple[set[str], Points]]], ...] = (
-        (folder, _tensorboard),
-        (folder / CSV_FILE, _csv),
-        (folder / JSONL_FILE, _jsonl),
+    readers: tuple[tuple[Path, bool, _Reader], ...] = (
+        (folder, _has_event_files(folder), _tensorboard),
+        (folder / CSV_FILE, (folder / CSV_FILE).is_file(), _csv),
+        (folder / JSONL_FILE, (folder / JSONL_FILE).is_file(), _jsonl),
     )
-    for source, reader in readers:
-        if source is folder and not _has_event_files(folder):
-            continue
-        if source is not folder and not source.is_file():
+    for source, present, reader in readers:
+        if not present:
             continue
         found, points = reader(source, stat)
         keys |= found
@@ -129,7 +129,8 @@ def _csv(path: Path, stat: str) -> tuple[set[str], Points]:
     with path.open(newline="", encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     keys = {key for row in rows for key in row if key is not None and key != "step"}
-    return keys, _finite((int(row["step"]), _float(row.get(stat))) for row in rows)
+    pairs = [(_float(row.get("step")), _float(row.get(stat))) for row in rows]
+    return keys, _finite((int(step), value) for step, value in pairs if step is not None)
 
 
 def _jsonl(path: Path, stat: str) -> tuple[set[str], Points]:

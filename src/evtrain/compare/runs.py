@@ -59,14 +59,14 @@ def _run_folders(pattern: str, results_dir: Path, problems: list[str]) -> list[P
         return []
     runs: list[Path] = []
     for candidate in candidates:
-        if any(has_data(child) for child in _children(candidate)):
+        if _is_run(candidate):
             runs.append(candidate)
             continue
         line = (
             f"RUN_OR_GLOB {pattern!r}: {str(candidate)!r} is not a run folder (none of its "
             "folders holds TensorBoard event files, progress.csv or stats.jsonl)"
         )
-        if any(_children(child) and _is_run(child) for child in _children(candidate)):
+        if any(_is_run(child) for child in _children(candidate)):
             line += f"; the folders in it are runs: give {str(candidate / '*')!r}"
         problems.append(line)
     return runs
@@ -91,6 +91,7 @@ def _children(folder: Path) -> list[Path]:
 
 
 def _is_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a behavior's folder of summaries."""
     return any(has_data(child) for child in _children(folder))
 
 

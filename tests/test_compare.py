@@ -16,6 +16,7 @@ from evtrain.bus.writers import StatsWriter
 from evtrain.cli import main
 from evtrain.compare.comparison import Settings, compare_group
 from evtrain.compare.reading import Series, read_stat
+from evtrain.compare.runs import find_groups
 from evtrain.compare.table import curve_table
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
@@ -93,6 +94,9 @@ def test_compare_prints_the_hand_computed_aggregates(
         "b-*             3  CartPole  5.00 [5.00, 5.00]  5.00 [5.00, 5.00]  5.00 [5.00, 5.00]"
         "  0.00 [0.00, 0.00]"
     )
+    # Another group, or another order, changes nothing of a group's numbers: own generator.
+    assert main(["compare", "b-*", "results/a-*", "--target", "3"]) == 0
+    assert capsys.readouterr().out.splitlines()[6].split() == lines[5].split()
     curve_of_b = lines[lines.index("Learning curve of b-* (mean of 3 curves, 95% interval):") :]
     assert curve_of_b[1:] == [
         "step  mean  interval",
@@ -126,6 +130,34 @@ def test_a_stat_is_read_from_tensorboard_then_progress_csv_then_stats_jsonl(resu
             100: 1.0,
             300: 3.0,
         }
+
+
+def test_a_resumed_runs_points_are_those_tensorboard_shows(results: Path) -> None:
+    # A run killed after step 300 and resumed from its checkpoint of step 100: the resumed
+    # writer's first summary (step 200) purges what the killed one wrote from there on.
+    killed = TensorboardWriter(results / "resumed")
+    for step in (100, 200, 300):
+        killed.write_stats("CartPole", {REWARD: StatsSummary(full_dist=[step / 100])}, step)
+    killed.close()
+    resumed = TensorboardWriter(results / "resumed")
+    resumed.write_stats("CartPole", {REWARD: StatsSummary(full_dist=[20.0])}, 200)
+    resumed.close()
+    found = read_stat(results / "resumed" / "CartPole", REWARD)
+    assert found.points == {100: 1.0, 200: 20.0}
+
+
+def test_group_by_takes_the_first_parenthesised_group_of_the_run_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for run in ("ppo-seed1", "sac-seed1", "ppo-seed2"):
+        write_run(tmp_path / "results" / run, 1.0)
+    (tmp_path / "results" / "plots").mkdir()  # not a run: a glob leaves it out
+    groups = find_groups(["results/*"], Path("results"), r"^(.*)-seed\d+$")
+    assert [(g.name, [r.name for r in g.runs]) for g in groups] == [
+        ("ppo", ["ppo-seed1", "ppo-seed2"]),
+        ("sac", ["sac-seed1"]),
+    ]
 
 
 def test_each_behavior_of_a_run_is_a_task(
@@ -183,7 +215,9 @@ def test_compare_errors_name_the_argument_and_the_fix(
 ) -> None:
     def error(*args: str) -> str:
         assert main(["compare", *args]) == 2
-        return capsys.readouterr().err.strip()
+        printed = capsys.readouterr()
+        assert printed.out == ""
+        return printed.err.strip()
 
     assert error("c-*") == (
         "evtrain: error: RUN_OR_GLOB 'c-*': no folder matches it, as a path or under "
@@ -194,6 +228,11 @@ def test_compare_errors_name_the_argument_and_the_fix(
         "evtrain: error: RUN_OR_GLOB 'results': 'results' is not a run folder (none of its "
         "folders holds TensorBoard event files, progress.csv or stats.jsonl); the folders in it "
         "are runs: give 'results/*'"
+    )
+    assert error("results/a-1/*") == (
+        "evtrain: error: RUN_OR_GLOB 'results/a-1/*': none of the folders it matches is a run "
+        "folder (none of their folders holds TensorBoard event files, progress.csv or "
+        "stats.jsonl): 'results/a-1/CartPole'"
     )
     assert error("a-1", "--stat", "Losses/Value Loss") == (
         "evtrain: error: --stat 'Losses/Value Loss': run 'results/a-1' holds no value of it "

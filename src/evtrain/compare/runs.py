@@ -1,7 +1,7 @@
 """Which runs ``evtrain compare`` reads, and how they are grouped.
 
 Each argument names run folders: a folder, or a glob of folders (``'results/ppo-*'``), taken
-as a path first and, when that matches nothing, under ``--results-dir`` (so ``ppo-*`` finds
+as a path first and, when that matches no run, under ``--results-dir`` (so ``ppo-*`` finds
 ``results/ppo-*``).  Each argument is a group (its seeds), named as it was given; with
 ``--group-by REGEX`` the runs of every argument are pooled and grouped by the regular
 expression's match in their run id instead (its first parenthesised group, or the whole
@@ -49,19 +49,33 @@ def find_groups(
 
 
 def _run_folders(pattern: str, results_dir: Path, problems: list[str]) -> list[Path]:
-    candidates = _matches(pattern) or _matches(str(results_dir / pattern))
+    """The run folders ``pattern`` matches as a path or, when none, under ``results_dir``.
+
+    A glob leaves out the folders it matches that are not runs (a ``plots`` folder beside
+    the runs); a folder named without a glob must be a run.
+    """
+    as_path = _matches(pattern)
+    under = _matches(str(results_dir / pattern))
+    for candidates in (as_path, under):
+        runs = [candidate for candidate in candidates if _is_run(candidate)]
+        if runs and (_is_glob(pattern) or len(runs) == len(candidates)):
+            return runs
+    candidates = as_path or under
     if not candidates:
         problems.append(
             f"RUN_OR_GLOB {pattern!r}: no folder matches it, as a path or under --results-dir "
             f"{str(results_dir)!r}; give a run folder, a run id under --results-dir, or a glob "
             "of them in quotes (e.g. 'results/ppo-*')"
         )
-        return []
-    runs: list[Path] = []
-    for candidate in candidates:
-        if _is_run(candidate):
-            runs.append(candidate)
-            continue
+    elif _is_glob(pattern):
+        shown = ", ".join(repr(str(c)) for c in candidates[:_SHOWN_KEYS])
+        problems.append(
+            f"RUN_OR_GLOB {pattern!r}: none of the folders it matches is a run folder (none "
+            f"of their folders holds TensorBoard event files, progress.csv or stats.jsonl): "
+            f"{shown}"
+        )
+    else:
+        (candidate,) = candidates
         line = (
             f"RUN_OR_GLOB {pattern!r}: {str(candidate)!r} is not a run folder (none of its "
             "folders holds TensorBoard event files, progress.csv or stats.jsonl)"
@@ -69,7 +83,11 @@ def _run_folders(pattern: str, results_dir: Path, problems: list[str]) -> list[P
         if any(_is_run(child) for child in _children(candidate)):
             line += f"; the folders in it are runs: give {str(candidate / '*')!r}"
         problems.append(line)
-    return runs
+    return []
+
+
+def _is_glob(pattern: str) -> bool:
+    return re.search(r"[*?[]", pattern) is not None
 
 
 def _matches(pattern: str) -> list[Path]:

@@ -39,21 +39,38 @@ def add_compare(commands: _Commands) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("runs", nargs="+", metavar="RUN_OR_GLOB", help="a group of runs")
-    compare.add_argument("--stat", default=DEFAULT_STAT, help=f"the stat (default {DEFAULT_STAT})")
     compare.add_argument(
-        "--results-dir", default="results", help="where run ids are looked up (default results)"
+        "--stat", default=DEFAULT_STAT, metavar="KEY", help=f"the stat (default {DEFAULT_STAT})"
     )
-    compare.add_argument("--behavior", help="only this behavior of each run (default: all)")
+    compare.add_argument(
+        "--results-dir",
+        default="results",
+        metavar="DIR",
+        help="where run ids are looked up (default results)",
+    )
+    compare.add_argument(
+        "--behavior", metavar="NAME", help="only this behavior of each run (default: all)"
+    )
     compare.add_argument("--group-by", metavar="REGEX", help="group runs by this match in run ids")
     compare.add_argument(
-        "--last", type=_positive, default=1, metavar="N", help="final score: mean of the last N"
+        "--last", type=_positive, default=1, metavar="N", help="final score: mean of the last N (1)"
     )
-    compare.add_argument("--target", type=float, help="also the optimality gap to this score")
-    compare.add_argument("--reps", type=_positive, default=2000, help="bootstrap resamples")
     compare.add_argument(
-        "--confidence", type=_fraction, default=0.95, help="interval's level (default 0.95)"
+        "--target", type=float, metavar="SCORE", help="also the optimality gap to this score"
     )
-    compare.add_argument("--seed", type=_natural, default=0, help="the resamples' seed (0)")
+    compare.add_argument(
+        "--reps", type=_positive, default=2000, metavar="N", help="bootstrap resamples (2000)"
+    )
+    compare.add_argument(
+        "--confidence",
+        type=_fraction,
+        default=0.95,
+        metavar="LEVEL",
+        help="the intervals' level (0.95)",
+    )
+    compare.add_argument(
+        "--seed", type=_natural, default=0, metavar="N", help="the resamples' seed (0)"
+    )
     compare.add_argument("--output", metavar="FILE.png", help="also draw curves and scores")
     compare.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="verbose logs"

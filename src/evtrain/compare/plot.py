@@ -78,7 +78,8 @@ def plot(results: Sequence[GroupResult], settings: Settings, path: Path) -> Path
         panel.set_yticks(range(len(results)), labels)
         panel.set_ylim(len(results) - 0.5, -0.5)  # the first group on top
         panel.set_title(name)
-        panel.set_xlabel("final score")
+        gap = name == "optimality gap"
+        panel.set_xlabel(f"short of {settings.target:g}" if gap else "final score")
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     path.parent.mkdir(parents=True, exist_ok=True)

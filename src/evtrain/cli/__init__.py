@@ -18,6 +18,7 @@ from typing import NoReturn
 from evtrain import plugins
 from evtrain.atomic import disk_full
 from evtrain.cli.commands import list_plugins, run_demo, run_learn, run_record, run_sync
+from evtrain.cli.compare import run_compare
 from evtrain.cli.overrides import cli_data, options_from_cli, parse_writer_flag
 from evtrain.cli.parser import LEARN_EPILOG, build_parser, parse
 from evtrain.errors import (
@@ -125,4 +126,6 @@ def _run(args: argparse.Namespace) -> int:
         return run_record(args)
     if args.command == "demo":
         return run_demo(args)
+    if args.command == "compare":
+        return run_compare(args)
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces choices

@@ -46,8 +46,10 @@ def emit_a_stopped_run(bus: Bus, folder: Path) -> Path:
     )
     bus.emit(signals.artifact, artifact)
     best = folder / "CartPole-best.pt"
+    best.write_bytes(b"checkpoint")
     bus.emit(signals.save, SaveEvent(category="CartPole", step=1000, path=best, best=True))
     onnx = folder / "CartPole-best.onnx"
+    onnx.write_bytes(b"onnx")
     bus.emit(signals.export, ExportEvent(category="CartPole", step=1000, path=onnx, best=True))
     finished = RunFinished(run_id="run", status=RunStatus.STOPPED, reason=REASON)
     bus.emit(signals.run_finished, finished)
@@ -61,7 +63,10 @@ def test_mlflow_logs_the_evaluation_uploads_its_video_and_keeps_the_stop_reason(
     from evtrain_writers.mlflow_writer import MlflowOptions, MlflowWriter
 
     options = MlflowOptions(
-        tracking_uri=mlflow_server.uri, experiment="evaluation", upload_videos=True
+        tracking_uri=mlflow_server.uri,
+        experiment="evaluation",
+        upload_videos=True,
+        upload_artifacts=True,
     )
     writer = MlflowWriter(options, run_id="run", run_logs=tmp_path / "run_logs")
     with Bus(on_error="raise") as bus:
@@ -82,6 +87,11 @@ def test_mlflow_logs_the_evaluation_uploads_its_video_and_keeps_the_stop_reason(
     assert uploaded.path == f"CartPole/videos/{video.name}"
     copy = client.download_artifacts(run.info.run_id, uploaded.path, str(tmp_path / "down"))
     assert Path(copy).read_bytes() == video.read_bytes()
+    best = client.list_artifacts(run.info.run_id, "CartPole/best")
+    assert sorted(a.path for a in best) == [
+        "CartPole/best/CartPole-best.onnx",
+        "CartPole/best/CartPole-best.pt",
+    ]
 
 
 def test_wandb_logs_the_evaluation_against_its_own_step_with_its_video(tmp_path: Path) -> None:
@@ -104,24 +114,34 @@ def test_wandb_logs_the_evaluation_against_its_own_step_with_its_video(tmp_path:
     assert json.loads(row[f"{video_key}/_type"]) == "video-file"
     (media,) = tmp_path.glob(f"wandb/offline-run-*/files/{json.loads(row[f'{video_key}/path'])}")
     assert (media.suffix, media.read_bytes()) == (".gif", video.read_bytes())
-    summary = summary_updates(tmp_path)
+    summary, axes, exit_code = summary_updates(tmp_path)
+    assert axes == {"CartPole/Evaluation/*": "CartPole/Evaluation/step"}
+    assert exit_code == 0
     assert (summary["evtrain.status"], summary["evtrain.stop_reason"]) == ("stopped", REASON)
     assert summary["CartPole/video"] == str(video)
     assert summary["CartPole/best_checkpoint"] == str(tmp_path / "CartPole-best.pt")
 
 
-def summary_updates(run_folder: Path) -> dict[str, Any]:
-    """The summary values the offline run's log records, the last of each key."""
+def summary_updates(run_folder: Path) -> tuple[dict[str, Any], dict[str, str], int]:
+    """What the offline run's log records: the summary (the last value of each key), the
+    x-axis of each ``define_metric`` glob, and the exit code."""
     from wandb.proto import wandb_internal_pb2
 
     from tests.writers.test_wandb_writer import records
 
     (log,) = run_folder.glob("wandb/offline-run-*/run-*.wandb")
     summary: dict[str, Any] = {}
+    axes: dict[str, str] = {}
+    exit_code = -1
     for data in records(log):
         record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "summary":
+        kind = record.WhichOneof("record_type")
+        if kind == "summary":
             for item in record.summary.update:
                 summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
-    return summary
+        elif kind == "metric" and record.metric.glob_name:
+            axes[record.metric.glob_name] = record.metric.step_metric
+        elif kind == "exit":
+            exit_code = record.exit.exit_code
+    return summary, axes, exit_code

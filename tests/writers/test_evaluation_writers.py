@@ -15,7 +15,16 @@ import pytest
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from evtrain import ArtifactEvent, Bus, EvaluationEvent, StatsEvent, StatsSummary, signals
+from evtrain import (
+    ArtifactEvent,
+    Bus,
+    EvaluationEvent,
+    RunFinished,
+    RunStatus,
+    StatsEvent,
+    StatsSummary,
+    signals,
+)
 from evtrain.evaluation.video import VideoSettings, media_type_of, write_video
 from evtrain_writers import ConsoleWriter, TensorboardWriter
 from evtrain_writers.csv_file import CsvWriter
@@ -64,6 +73,7 @@ def test_tensorboard_shows_a_gif_video_as_an_animated_image_at_its_step(tmp_path
         (1000, 25.0)
     ]
     assert "Evaluation/Mean Return_hist" in accumulator.Tags()["histograms"]
+    assert [e.value for e in accumulator.Scalars("Evaluation/Mean Episode Length")] == [25.0]
 
 
 def test_tensorboard_names_an_mp4_in_a_text_summary(tmp_path: Path) -> None:
@@ -143,12 +153,27 @@ def test_gauges_and_prometheus_keep_the_evaluation_without_moving_the_trainers_s
         writer.write_stats_event(training(1500, 2.0))
         writer.on_evaluation(EVALUATION)
         writer.on_artifact(video(tmp_path))
+    prometheus.on_run_finished(RunFinished(run_id="r", status=RunStatus.STOPPED, reason="enough"))
     gauges.close()
     prometheus.close()
 
     saved = json.loads((tmp_path / "timers.json").read_text())["gauges"]
     assert saved["CartPole.Evaluation.MeanReturn.mean"]["value"] == 25.0
+    assert saved["CartPole.Evaluation.MeanReturn.sum"]["value"] == 100.0
     sample = prometheus.registry.get_sample_value
     labels = {"behavior": "CartPole", "key": "Evaluation/Mean Return"}
     assert sample("evtrain_stat", labels) == 25.0
     assert sample("evtrain_step", {"behavior": "CartPole"}) == 1500
+    assert sample("evtrain_run_finished", {"status": "stopped"}) == 1
+
+
+def test_a_run_a_subscriber_stopped_is_a_success_in_tensorboards_hparams(tmp_path: Path) -> None:
+    from tensorboard.plugins.hparams import api_pb2, metadata
+
+    from tests.writers.test_tensorboard_hparams import hparams_content, run
+
+    run(tmp_path, "B", {"lr": 0.1}, [1.0], RunStatus.STOPPED)
+
+    content = hparams_content(tmp_path / "B")
+    end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
+    assert end.status == api_pb2.STATUS_SUCCESS

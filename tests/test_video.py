@@ -3,6 +3,9 @@ through PyAV, read back with the same libraries; bounded frames, atomic files, c
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +19,7 @@ from PIL import Image
 from evtrain.config.converter import structure
 from evtrain.errors import ConfigError
 from evtrain.evaluation.video import VideoSettings, media_type_of, write_video
+from tests.helpers import ROOT
 
 COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255)]
 
@@ -154,6 +158,12 @@ def test_media_types_by_suffix() -> None:
         media_type_of(Path("clip.webm"))
 
 
+def test_the_first_episodes_of_every_nth_evaluation_are_recorded() -> None:
+    settings = VideoSettings(episodes=2, every=5)
+    recorded = [(e, i) for e in range(12) for i in range(4) if settings.recorded(e, i)]
+    assert recorded == [(0, 0), (0, 1), (5, 0), (5, 1), (10, 0), (10, 1)]
+
+
 def test_video_settings_from_yaml_data_name_the_bad_key() -> None:
     settings = structure({"episodes": 2, "every": 5, "format": "mp4"}, VideoSettings)
     assert settings == VideoSettings(episodes=2, every=5, fps=30, format="mp4", max_frames=1000)
@@ -166,3 +176,20 @@ def test_video_settings_from_yaml_data_name_the_bad_key() -> None:
     with pytest.raises(ConfigError) as raised:
         structure({"fps": 0}, VideoSettings, root="evaluation.video")
     assert raised.value.problems == ("evaluation.video.fps: must be > 0, got 0",)
+
+
+def test_the_docs_example_writes_a_gif(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = (ROOT / "docs" / "video.md").read_text()
+    [example] = re.findall(r"^```python\n(.*?)^```$", doc, re.DOTALL | re.MULTILINE)
+    monkeypatch.chdir(tmp_path)
+
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(example, "docs/video.md", "exec"), {})
+    assert out.getvalue() == "videos/episode-0.gif image/gif\n"
+    with Image.open(tmp_path / "videos" / "episode-0.gif") as image:
+        assert image.size == (600, 400)
+        delays = []
+        for index in range(image.n_frames):
+            image.seek(index)
+            delays.append(image.info["duration"])
+    assert delays and all(delay % 20 == 0 for delay in delays)  # 50 fps; repeats merged

@@ -67,6 +67,11 @@ class VideoSettings:
     """At most this many frames per episode: a bound on memory and file size.  Later frames are
     not recorded, and the log says so once per video."""
 
+    def recorded(self, evaluation: int, episode: int) -> bool:
+        """Whether episode ``episode`` of a behavior's ``evaluation``-th evaluation (both
+        counted from 0) is recorded: the first :attr:`episodes` of every :attr:`every`-th."""
+        return evaluation % self.every == 0 and episode < self.episodes
+
 
 def media_type_of(path: Path) -> str:
     """The media type of a video file by its suffix: ``"image/gif"`` or ``"video/mp4"``."""

@@ -157,6 +157,8 @@ class WandbWriter(StatsWriter):
         """The step of each behavior's last evaluation logged (a re-delivered one is not)."""
         self.axes: set[tuple[str, str]] = set()
         """``(wandb run id, x-axis)`` of each ``define_metric`` made."""
+        self.videos: set[Path] = set()
+        """Videos logged (a re-delivered one is not logged again)."""
 
     def _open(self) -> Run:
         if self.run is not None:
@@ -305,13 +307,14 @@ class WandbWriter(StatsWriter):
         run = self._open()
         run.summary[f"{event.category}/{event.kind}"] = str(event.path)
         run.summary[f"{event.category}/{event.kind}_step"] = event.step
-        if event.kind != "video" or not self.options.upload_videos:
+        if event.kind != "video" or not self.options.upload_videos or event.path in self.videos:
             return
         data = self._evaluation_row(run, event.category, event.step)
         video_format: Literal["gif", "mp4"] = "mp4" if event.path.suffix == ".mp4" else "gif"
         video = wandb.Video(str(event.path), format=video_format)
         data[f"{event.category}/Evaluation/Video"] = video
         self._log_row(run, data, max(self.step, event.step), None)
+        self.videos.add(event.path)
 
     def on_run_finished(self, event: RunFinished) -> None:
         run = self._open()

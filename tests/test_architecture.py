@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "evtrain.timers",
             "evtrain.ranks",
             "evtrain.export",
+            "evtrain.evaluation.video",
         ),
     ),
     ("events", ("evtrain.events",)),
@@ -37,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("distributed", ("evtrain.distributed",)),
     ("writers", ("evtrain_writers",)),
     ("run", ("evtrain.run",)),
+    ("evaluation", ("evtrain.evaluation",)),
     ("compare", ("evtrain.compare",)),
     ("face", ("evtrain", "evtrain.__main__", "evtrain.cli", "evtrain.demo", "evtrain.testing")),
 )

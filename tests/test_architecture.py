@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bus", ("evtrain.bus",)),
     ("world", ("evtrain.world",)),
     ("multiagent", ("evtrain.multiagent",)),
+    ("evaluation", ("evtrain.evaluation",)),
     ("trainers", ("evtrain.trainers",)),
     ("config", ("evtrain.config",)),
     ("plugins", ("evtrain.plugins",)),

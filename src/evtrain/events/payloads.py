@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,14 @@ EVALUATION_MEAN_LENGTH = "Evaluation/Mean Episode Length"
 """The stat key of an evaluation's episode lengths."""
 
 
+def _floats(values: Iterable[float]) -> tuple[float, ...]:
+    return tuple(values)
+
+
+def _ints(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True, slots=True)
 class EvaluationEvent:
     """Behavior ``category``'s policy as of step ``step`` played ``len(returns)`` evaluation
@@ -115,8 +123,8 @@ class EvaluationEvent:
 
     category: str
     step: int
-    returns: tuple[float, ...] = attrs.field(converter=tuple)
-    lengths: tuple[int, ...] = attrs.field(converter=tuple)
+    returns: tuple[float, ...] = attrs.field(converter=_floats)
+    lengths: tuple[int, ...] = attrs.field(converter=_ints)
     deterministic: bool = True
     rank: int = attrs.field(factory=get_rank)
     time: float = attrs.field(factory=time.time)

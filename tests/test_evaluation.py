@@ -1,0 +1,159 @@
+"""``behaviors.<name>.evaluation``: evaluations at every multiple of ``every`` with the
+deterministic policy and the normaliser of that step, emitted as ``evaluation`` events; the
+best model kept beside the last (``save``/``export`` with ``best=True``) and kept by
+``--resume``; clear errors for bad settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import onnxruntime  # type: ignore[import-untyped]  # ships no type information
+import pytest
+
+from evtrain import Bus, ConfigError, EvaluationEvent, ExportEvent, RunOptions, SaveEvent
+from evtrain.run.learn import learn
+from evtrain.testing import Recorder
+from tests.test_learn import config
+
+EVALUATION = {"every": 512, "episodes": 3, "num_envs": 2, "seed": 5}
+
+
+def evaluated_run(tmp_path: Path, max_steps: int, **behavior: Any) -> Recorder:
+    """A tiny CartPole PPO run with a normaliser, evaluated every 512 steps (3 episodes)."""
+    settings = {
+        "evaluation": EVALUATION,
+        "network_settings": {"hidden_units": 32, "normalize": True},
+    }
+    options = config(tmp_path, max_steps=max_steps, **{**settings, **behavior})
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(options, bus)
+    return recorder
+
+
+def onnx_returns(path: Path, episodes: int, seed: int) -> list[float]:
+    """The return of each of ``episodes`` CartPole episodes of the exported policy at
+    ``path``, episode ``i`` reset with ``seed + i``, run in onnxruntime."""
+    session = onnxruntime.InferenceSession(str(path))
+    env = gym.make("CartPole-v1")
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            (action,) = session.run(["action"], {"obs": obs[None].astype(np.float32)})
+            obs, reward, terminated, truncated, _ = env.step(int(action[0]))
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+
+def best_saves(recorder: Recorder) -> list[SaveEvent | ExportEvent]:
+    return [e for e in recorder.events if isinstance(e, (SaveEvent, ExportEvent)) and e.best]
+
+
+def test_evaluations_at_every_multiple_and_the_best_model_beside_the_last(
+    tmp_path: Path,
+) -> None:
+    recorder = evaluated_run(tmp_path, 2048)
+    evaluations = recorder.of(EvaluationEvent)
+    assert [e.step for e in evaluations] == [512, 1024, 1536, 2048]
+    for event in evaluations:
+        assert (event.category, event.deterministic) == ("CartPole", True)
+        assert len(event.returns) == len(event.lengths) == 3
+        assert list(event.returns) == [float(n) for n in event.lengths]  # CartPole: 1 a step
+    # The best model is replaced exactly when an evaluation beats the best so far.
+    improved, best = [], float("-inf")
+    for event in evaluations:
+        if event.mean_return > best:
+            improved.append(event)
+            best = event.mean_return
+    run = tmp_path / "results" / "run"
+    expected: list[tuple[str, int, Path]] = []
+    for event in improved:
+        expected.append(("SaveEvent", event.step, run / "CartPole" / "best.pt"))
+        expected.append(("ExportEvent", event.step, run / "CartPole-best.onnx"))
+    assert [(type(e).__name__, e.step, e.path) for e in best_saves(recorder)] == expected
+    record = json.loads((run / "CartPole" / "best.json").read_text())
+    assert record == {
+        "step": improved[-1].step,
+        "mean_return": improved[-1].mean_return,
+        "episodes": 3,
+        "checkpoint": str(run / "CartPole" / "best.pt"),
+        "model": str(run / "CartPole-best.onnx"),
+    }
+
+
+def test_evaluation_returns_equal_a_rollout_of_the_exported_onnx(tmp_path: Path) -> None:
+    """With ``normalize: true`` the evaluation acts with the normaliser of its step: its
+    returns are those of the ONNX exported at that step, which carries it, replayed here in
+    onnxruntime with the same seeds (the final model is of the last evaluation's step, the
+    best model of the best one's)."""
+    recorder = evaluated_run(tmp_path, 1536)
+    evaluations = {e.step: e for e in recorder.of(EvaluationEvent)}
+    run = tmp_path / "results" / "run"
+    final = onnx_returns(run / "CartPole.onnx", 3, seed=5)
+    assert final == list(evaluations[1536].returns)
+    best_step = json.loads((run / "CartPole" / "best.json").read_text())["step"]
+    best = onnx_returns(run / "CartPole-best.onnx", 3, seed=5)
+    assert best == list(evaluations[best_step].returns)
+
+
+def test_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
+    evaluated_run(tmp_path, 1024)
+    record_path = tmp_path / "results" / "run" / "CartPole" / "best.json"
+    record = json.loads(record_path.read_text())
+    # A best of 500, CartPole's most, which no evaluation can beat: the resumed run keeps it.
+    record["mean_return"] = 500.0
+    record_path.write_text(json.dumps(record))
+    options = config(
+        tmp_path,
+        max_steps=2048,
+        evaluation=EVALUATION,
+        network_settings={"hidden_units": 32, "normalize": True},
+    )
+    options["checkpoint_settings"]["resume"] = True
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(options, bus)
+    assert [e.step for e in recorder.of(EvaluationEvent)] == [1536, 2048]
+    assert best_saves(recorder) == []
+    assert json.loads(record_path.read_text()) == record
+
+
+def test_no_best_model_without_best_model(tmp_path: Path) -> None:
+    recorder = evaluated_run(tmp_path, 512, evaluation={**EVALUATION, "best_model": False})
+    assert [e.step for e in recorder.of(EvaluationEvent)] == [512]
+    assert best_saves(recorder) == []
+    assert not (tmp_path / "results" / "run" / "CartPole-best.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("evaluation", "problem"),
+    [
+        ({"episodes": 3}, "behaviors.CartPole.evaluation.every: required key is missing"),
+        ({"every": 0}, "behaviors.CartPole.evaluation.every: must be > 0, got 0"),
+        ({"every": 10, "episodes": 0}, "behaviors.CartPole.evaluation.episodes: must be > 0"),
+        ({"every": 10, "frequency": 3}, "behaviors.CartPole.evaluation.frequency: unknown key"),
+    ],
+)
+def test_bad_evaluation_settings_name_the_key(evaluation: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        RunOptions.from_dict({"behaviors": {"CartPole": {"evaluation": evaluation}}})
+    assert problem in str(error.value)
+
+
+def test_a_pettingzoo_environment_is_refused_before_training(tmp_path: Path) -> None:
+    options = config(tmp_path, evaluation={"every": 512})
+    options["behaviors"] = {"agent": options["behaviors"]["CartPole"]}
+    options["env_settings"]["env_id"] = "mpe2.simple_spread_v3:parallel_env"
+    with pytest.raises(ConfigError) as error:
+        learn(options)
+    assert "behaviors.agent.evaluation: evaluating a PettingZoo environment" in str(error.value)

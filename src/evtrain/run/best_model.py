@@ -18,11 +18,21 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from evtrain.atomic import atomic_write
+from evtrain.events import signals
+from evtrain.events.payloads import ExportEvent, SaveEvent
+from evtrain.run.checkpoint_file import save_checkpoint
+from evtrain.trainers.finite import refuse_nonfinite_weights
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from evtrain.export import Example
+    from evtrain.run.checkpoint import CheckpointManager
 
 logger = logging.getLogger("evtrain.run.checkpoint")
 
@@ -63,3 +73,56 @@ class BestRecord:
             logger.warning("Ignoring %s (%s): the best model starts afresh", path, error)
             return None
         return record if math.isfinite(record.mean_return) else None
+
+
+def best_model_path(manager: CheckpointManager) -> Path:
+    """``results/<run_id>/<Behavior>-best.onnx``."""
+    return manager.run_folder / f"{manager.behavior}-best.onnx"
+
+
+def best_checkpoint_path(manager: CheckpointManager) -> Path:
+    """``results/<run_id>/<Behavior>/best.pt``."""
+    return manager.folder / "best.pt"
+
+
+def best_record_path(manager: CheckpointManager) -> Path:
+    """``results/<run_id>/<Behavior>/best.json``."""
+    return manager.folder / "best.json"
+
+
+def save_best(
+    manager: CheckpointManager,
+    record: BestRecord,
+    state: dict[str, Any],
+    policy: nn.Module,
+    example_obs: Example,
+) -> list[SaveEvent | ExportEvent]:
+    """Write the best model of ``record``'s evaluation through ``manager`` (on the run's
+    background saver, as its checkpoints are): ``best.pt`` → emit ``save``,
+    ``<Behavior>-best.onnx`` → emit ``export`` (both ``best=True``; an export failure is logged
+    and the record says ``model: null``), then ``best.json``.  Each file atomically; a second
+    Ctrl-C stops it before its next file (:meth:`CheckpointManager.cancel`)."""
+    if not manager.is_writer:
+        return []
+    step, progress = record.step, manager.progress
+    progress.begin("best model", step)
+    refuse_nonfinite_weights(manager.behavior, step, state, policy)
+    pt, onnx = best_checkpoint_path(manager), best_model_path(manager)
+    progress.writing(pt)
+    save_checkpoint(pt, state)
+    progress.wrote(pt)
+    saved = SaveEvent(
+        category=manager.behavior, step=step, path=pt, reward=record.mean_return, best=True
+    )
+    events: list[SaveEvent | ExportEvent] = [manager.emit(signals.save, saved)]
+    exported = manager.export(policy, example_obs, onnx, step)
+    if exported:
+        progress.wrote(onnx)
+        export = ExportEvent(category=manager.behavior, step=step, path=onnx, best=True)
+        events.append(manager.emit(signals.export, export))
+    path = best_record_path(manager)
+    progress.writing(path)
+    attrs.evolve(record, model=str(onnx) if exported else None).write(path)
+    progress.wrote(path)
+    progress.end()
+    return events

@@ -36,7 +36,6 @@ from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.events.signals import EventSignal
 from evtrain.export import Example, PolicyExporter
-from evtrain.run.best_model import BestRecord
 from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
 from evtrain.run.checkpoint_list import CheckpointList
 from evtrain.run.save_progress import SaveCancelled, SaveProgress
@@ -115,7 +114,7 @@ class CheckpointManager:
             # Nothing writes here yet: what looks like a temporary file is a killed write's.
             remove_stale_temps(self.folder)
             remove_stale_temps(self.run_folder, self.final_model_path.name)
-            remove_stale_temps(self.run_folder, self.best_model_path.name)
+            remove_stale_temps(self.run_folder, f"{behavior}-best.onnx")  # evaluation's best
             remove_stale_temps(self.status.path.parent, self.status.path.name)
             if resume:
                 self._list.reconcile()
@@ -129,16 +128,6 @@ class CheckpointManager:
     def final_model_path(self) -> Path:
         """``results/<run_id>/<Behavior>.onnx``."""
         return self.run_folder / f"{self.behavior}.onnx"
-
-    @property
-    def best_model_path(self) -> Path:
-        """``results/<run_id>/<Behavior>-best.onnx`` (:mod:`evtrain.run.best_model`)."""
-        return self.run_folder / f"{self.behavior}-best.onnx"
-
-    @property
-    def best_record_path(self) -> Path:
-        """``<Behavior>/best.json``: which evaluation the best model is."""
-        return self.folder / "best.json"
 
     @property
     def checkpoints(self) -> tuple[ModelCheckpoint, ...]:
@@ -230,7 +219,7 @@ class CheckpointManager:
             save_checkpoint(pt, state)
         self.progress.wrote(pt)
         events.append(
-            self._emit(
+            self.emit(
                 signals.save, SaveEvent(category=self.behavior, step=step, path=pt, reward=reward)
             )
         )
@@ -240,13 +229,11 @@ class CheckpointManager:
         if (
             policy is not None
             and example_obs is not None
-            and self._export(policy, example_obs, onnx, step)
+            and self.export(policy, example_obs, onnx, step)
         ):
             self.progress.wrote(onnx)
             events.append(
-                self._emit(
-                    signals.export, ExportEvent(category=self.behavior, step=step, path=onnx)
-                )
+                self.emit(signals.export, ExportEvent(category=self.behavior, step=step, path=onnx))
             )
 
         # An .onnx of this step from an earlier save stays part of the checkpoint if present.
@@ -298,7 +285,7 @@ class CheckpointManager:
                 self.progress.wrote(self.final_model_path)
                 final = attrs.evolve(latest, file_path=str(self.final_model_path))
                 events.append(
-                    self._emit(
+                    self.emit(
                         signals.export,
                         ExportEvent(category=self.behavior, step=step, path=self.final_model_path),
                     )
@@ -315,50 +302,8 @@ class CheckpointManager:
         self.progress.end()
         return events
 
-    def save_best(
-        self,
-        step: int,
-        state: dict[str, Any],
-        policy: nn.Module,
-        *,
-        example_obs: Example,
-        mean_return: float,
-        episodes: int,
-    ) -> list[SaveEvent | ExportEvent]:
-        """The best evaluation so far, at ``step``: ``<Behavior>/best.pt`` → emit ``save``,
-        ``<Behavior>-best.onnx`` → emit ``export`` (both ``best=True``; an export failure is
-        logged, as in :meth:`save`), then ``<Behavior>/best.json``.  Each file atomically."""
-        if not self.is_writer:
-            return []
-        self.progress.begin("best model", step)
-        refuse_nonfinite_weights(self.behavior, step, state, policy)
-        pt, onnx = self.folder / "best.pt", self.best_model_path
-        self.progress.writing(pt)
-        save_checkpoint(pt, state)
-        self.progress.wrote(pt)
-        saved = SaveEvent(category=self.behavior, step=step, path=pt, reward=mean_return, best=True)
-        events: list[SaveEvent | ExportEvent] = [self._emit(signals.save, saved)]
-        exported = self._export(policy, example_obs, onnx, step)
-        if exported:
-            self.progress.wrote(onnx)
-            export = ExportEvent(category=self.behavior, step=step, path=onnx, best=True)
-            events.append(self._emit(signals.export, export))
-        record = BestRecord(
-            step=step,
-            mean_return=mean_return,
-            episodes=episodes,
-            checkpoint=str(pt),
-            model=str(onnx) if exported else None,
-        )
-        self.progress.writing(self.best_record_path)
-        record.write(self.best_record_path)
-        self.progress.wrote(self.best_record_path)
-        self.progress.end()
-        return events
-
-    # -- internals -------------------------------------------------------------------------------
-
-    def _emit(self, signal: EventSignal[P], payload: P) -> P:
+    def emit(self, signal: EventSignal[P], payload: P) -> P:
+        """Emit ``payload`` on ``signal`` (a file now in place); a closed bus is logged."""
         if self.bus is not None:
             try:
                 self.bus.emit(signal, payload)
@@ -366,7 +311,9 @@ class CheckpointManager:
                 logger.warning("The bus is closed; %s was not emitted: %r", signal.name, payload)
         return payload
 
-    def _export(self, policy: nn.Module, example_obs: Example, path: Path, step: int) -> bool:
+    def export(self, policy: nn.Module, example_obs: Example, path: Path, step: int) -> bool:
+        """Export ``policy`` to ``path`` (atomically, checked); a failure is logged and
+        answered ``False``, never raised: a checkpoint is never lost over its export."""
         self.progress.writing(path)
         try:
             with hierarchical_timer("export"):

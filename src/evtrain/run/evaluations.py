@@ -28,9 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from evtrain.errors import ConfigError
 from evtrain.events import signals
 from evtrain.events.payloads import EvaluationEvent
-from evtrain.run.best_model import BestRecord
+from evtrain.run.best_model import (
+    BestRecord,
+    best_checkpoint_path,
+    best_model_path,
+    best_record_path,
+    save_best,
+)
 from evtrain.run.evaluator import Episodes, Evaluator
 from evtrain.run.save_schedule import SaveSchedule, example_obs
 from evtrain.run.saver import snapshot
@@ -93,11 +100,12 @@ class Evaluations:
             settings = trainer.settings.evaluation
             if settings is None:
                 continue
+            _refuse_agent_slots(name, trainer, self.options.env_settings.env_id)
             self.evaluators[name] = Evaluator(
                 name, settings, self.options.env_settings, self.options.behaviors
             )
             self.next_due[name] = (trainer.step // settings.every + 1) * settings.every
-            record = self.managers[name].best_record_path
+            record = best_record_path(self.managers[name])
             self.best[name] = BestRecord.read(record) if cs.resume else None
 
     def after_turn(self, name: str, trainer: Trainer) -> None:
@@ -154,27 +162,20 @@ class Evaluations:
 
     def _save_best(self, name: str, pending: _Pending, episodes: Episodes, mean: float) -> None:
         manager = self.managers[name]
-        self.best[name] = BestRecord(
+        record = BestRecord(
             step=pending.step,
             mean_return=mean,
             episodes=len(episodes.returns),
-            checkpoint=str(manager.folder / "best.pt"),
-            model=str(manager.best_model_path),
+            checkpoint=str(best_checkpoint_path(manager)),
+            model=str(best_model_path(manager)),
         )
-        state, policy, example, step = pending.state, pending.policy, pending.example, pending.step
+        self.best[name] = record
+        state, policy, example = pending.state, pending.policy, pending.example
         assert state is not None
-
-        def job() -> None:
-            manager.save_best(
-                step,
-                state,
-                policy,
-                example_obs=example,
-                mean_return=mean,
-                episodes=len(episodes.returns),
-            )
-
-        self.saves.saver.submit(f"best model of {name} at {step}", job)
+        self.saves.saver.submit(
+            f"best model of {name} at {record.step}",
+            lambda: save_best(manager, record, state, policy, example),
+        )
 
     def _note_wait(self, name: str, step: int, waited: float) -> None:
         noted = self.waited.get(name, 0.0) > _WAIT_NOTED_S
@@ -189,3 +190,17 @@ class Evaluations:
                 waited,
                 name,
             )
+
+
+def _refuse_agent_slots(name: str, trainer: Trainer, env_id: str) -> None:
+    """Refuse ``evaluation`` on a PettingZoo environment (a :class:`ConfigError`)."""
+    from evtrain.multiagent.slots import AgentSlots
+
+    if isinstance(trainer.envs, AgentSlots):
+        raise ConfigError(
+            [
+                f"behaviors.{name}.evaluation: evaluating a PettingZoo environment ({env_id!r}) "
+                "is not supported by evtrain yet; remove evaluation, or evaluate a Gymnasium "
+                "environment"
+            ]
+        )

@@ -1,23 +1,34 @@
-"""One behavior's evaluation episodes, played off the training thread.
+"""One behavior's evaluation episodes, played in a process of its own.
 
-An :class:`Evaluator` holds environments of its own, built as the training ones are
+An :class:`Evaluator` starts a worker process (``forkserver`` where there is one, else
+``spawn``: never ``fork``, which copies torch's threads and locks mid-flight) that builds
+environments of its own as the training ones are built
 (:func:`~evtrain.run.envs.make_envs`: the same ``env_id``, factory and ``env_kwargs``, with
-``evaluation.env_kwargs`` over them), and plays each evaluation on a thread of its own with a
-snapshot of the policy taken at the evaluation's step.  It steps its sub-environments one by
-one rather than through the vector environment, so that it decides each reset: episode ``i``
-starts from ``reset(seed=seed + i)`` on whichever environment is free, the policy acting on
-one batch of every environment's observation per step.
+``evaluation.env_kwargs`` over them) and keeps them for every evaluation.  Each evaluation
+sends it a snapshot of the policy taken at the evaluation's step (pickled, on the CPU) and
+later reads back each episode's return and length.  The worker steps its sub-environments one
+by one rather than through the vector environment, so that it decides each reset: episode
+``i`` starts from ``reset(seed=seed + i)`` on whichever environment is free, the policy acting
+on one batch of every environment's observation per step (:func:`play_episodes`).
 
-A thread, not a process: the snapshot needs no pickling, the environments are built once, and
-the work is small beside training's (tens of batched forward passes per episode, in which
-torch releases the GIL); ``benchmarks/bench_evaluation.py`` measures what it costs.
+A process, not a thread: an evaluation steps as many environments as a good part of the
+training does (10 CartPole episodes of 500 steps every 10,000 steps is half as many), in
+Python that holds the GIL; on a thread of the training process it took the training thread's
+turns (+32 % wall time in ``benchmarks/bench_evaluation.py``), in a process it runs on a
+core of its own.  The price: the worker's start (its imports, once, off the training thread)
+and its memory (a second Python with torch).  The worker ignores Ctrl-C: the run ends it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import multiprocessing
+import signal
 import threading
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.connection import Connection
 from typing import Any
 
 import attrs
@@ -25,16 +36,24 @@ import numpy as np
 import torch
 
 from evtrain.config.options import EnvironmentSettings
-from evtrain.errors import ConfigError
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.export import memory_size_of
-from evtrain.run.envs import make_envs
+from evtrain.run.envs import make_envs, working_folder_importable
 from evtrain.trainers.networks.memory import StatefulPolicy
 from evtrain.trainers.observations import policy_inputs
+
+logger = logging.getLogger("evtrain")
+
+_JOIN_S = 10.0
+"""How long :meth:`Evaluator.close` waits for the worker to end before it is terminated."""
 
 
 class EvaluationCancelled(Exception):
     """The run ended (or was interrupted) during an evaluation: its episodes are dropped."""
+
+
+class EvaluationFailed(RuntimeError):
+    """The evaluation worker raised, or ended without answering."""
 
 
 @attrs.frozen(kw_only=True)
@@ -47,10 +66,7 @@ class Episodes:
 
 
 class Evaluator:
-    """Plays one behavior's evaluations, one at a time, on a thread of its own.
-
-    :raises ConfigError: the environment is a PettingZoo one (not evaluated yet).
-    """
+    """Plays one behavior's evaluations, one at a time, in a worker process of its own."""
 
     def __init__(
         self,
@@ -59,70 +75,134 @@ class Evaluator:
         env_settings: EnvironmentSettings,
         behaviors: Mapping[str, Any],
     ) -> None:
-        from gymnasium.vector import SyncVectorEnv
-
         self.behavior = behavior
-        self.settings = settings
         kwargs = {**env_settings.env_kwargs, **settings.env_kwargs}
         built = attrs.evolve(
             env_settings,
             num_envs=min(settings.num_envs, settings.episodes),
-            vectorization="sync",  # stepped here, one by one, on the evaluation's thread
+            vectorization="sync",  # stepped one by one in the worker
             env_kwargs=kwargs,
         )
-        self.vector = make_envs(built, behavior=behavior, behaviors=behaviors)
-        if not isinstance(self.vector, SyncVectorEnv):
-            self.vector.close()
-            raise ConfigError(
-                [
-                    f"behaviors.{behavior}.evaluation: evaluating a PettingZoo environment "
-                    f"({env_settings.env_id!r}) is not supported by evtrain yet; remove "
-                    "evaluation, or evaluate a Gymnasium environment"
-                ]
-            )
-        self._cancelled = threading.Event()
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"evtrain-evaluation-{behavior}")
-        self.running: Future[Episodes] | None = None
-        """The evaluation in flight, if any."""
+        context = _context()
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_work,
+            args=(child, behavior, settings, built, dict(behaviors)),
+            name=f"evtrain-evaluation-{behavior}",
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        self.running: int | None = None
+        """The step of the evaluation in flight, if any."""
 
     def start(self, step: int, policy: torch.nn.Module) -> None:
-        """Play an evaluation with ``policy`` (a snapshot nothing else changes) on the thread.
+        """Send the worker an evaluation of ``policy`` (a snapshot nothing else changes).
 
         :raises RuntimeError: one is still in flight (take its :meth:`result` first).
         """
         if self.running is not None:
             raise RuntimeError(f"an evaluation of {self.behavior} is still running")
-        self.running = self._pool.submit(self._play, step, policy)
+        buffer = io.BytesIO()
+        on_cpu = policy if _device_of(policy).type == "cpu" else _cpu_copy(policy)
+        torch.save(on_cpu, buffer)
+        self._send((step, buffer.getvalue()))
+        self.running = step
 
     def result(self, *, wait: bool) -> Episodes | None:
         """The evaluation in flight once it is done (waited for with ``wait``), else ``None``.
 
-        :raises BaseException: what the evaluation raised.
+        :raises EvaluationFailed: the worker raised (its message), or ended.
         """
-        running = self.running
-        if running is None or (not wait and not running.done()):
+        if self.running is None or (not wait and not self._conn.poll()):
             return None
-        self.running = None
-        return running.result()
+        step, self.running = self.running, None
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError):
+            raise EvaluationFailed(self._ended()) from None
+        if kind == "error":
+            raise EvaluationFailed(f"the evaluation of {self.behavior} failed: {value}")
+        returns, lengths = value
+        return Episodes(step=step, returns=tuple(returns), lengths=tuple(lengths))
 
     def close(self) -> None:
-        """Stop the evaluation in flight (its episodes are dropped), end the thread, close the
-        environments."""
-        self._cancelled.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """End the worker (an evaluation in flight is dropped) and its environments."""
+        if self.running is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._conn.send(None)
+            self._process.join(_JOIN_S)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(_JOIN_S)
+        self._conn.close()
         self.running = None
-        self.vector.close()
 
-    def _play(self, step: int, policy: torch.nn.Module) -> Episodes:
-        with torch.no_grad():
-            returns, lengths = play_episodes(
-                policy,
-                self.vector,
-                episodes=self.settings.episodes,
-                seed=self.settings.seed,
-                cancelled=self._cancelled,
-            )
-        return Episodes(step=step, returns=tuple(returns), lengths=tuple(lengths))
+    def _send(self, message: Any) -> None:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError):
+            raise EvaluationFailed(self._ended()) from None
+
+    def _ended(self) -> str:
+        self._process.join(1.0)
+        return (
+            f"the evaluation process of {self.behavior} ended without answering (exit code "
+            f"{self._process.exitcode}); its error, if any, is in the log above"
+        )
+
+
+def _context() -> Any:
+    """``forkserver`` (its server imports this module once, torch with it: each worker forks
+    from there ready to run), else ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
+def _device_of(policy: torch.nn.Module) -> torch.device:
+    return next(iter(policy.parameters()), torch.empty(0)).device
+
+
+def _cpu_copy(policy: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(policy).cpu()
+
+
+def _work(
+    conn: Connection,
+    behavior: str,
+    settings: EvaluationSettings,
+    env_settings: EnvironmentSettings,
+    behaviors: dict[str, Any],
+) -> None:
+    """The worker: build the environments, then play each evaluation sent until ``None``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's to handle
+    torch.set_num_threads(1)
+    working_folder_importable()
+    vector = None
+    try:
+        vector = make_envs(env_settings, behavior=behavior, behaviors=behaviors)
+        if not hasattr(vector, "envs"):  # the parent refuses PettingZoo environments
+            raise TypeError(f"expected a SyncVectorEnv, got {type(vector).__name__}")
+        while (message := conn.recv()) is not None:
+            _, data = message
+            policy = torch.load(io.BytesIO(data), weights_only=False)  # our own snapshot
+            with torch.no_grad():
+                answer = play_episodes(
+                    policy, vector, episodes=settings.episodes, seed=settings.seed
+                )
+            conn.send(("done", answer))
+    except EOFError:  # the run ended
+        pass
+    except Exception as error:  # told to the run, which raises it
+        conn.send(("error", f"{type(error).__name__}: {error}"))
+    finally:
+        if vector is not None:
+            vector.close()
 
 
 def play_episodes(

@@ -26,7 +26,7 @@ import io
 import logging
 import multiprocessing
 import signal
-import threading
+import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
@@ -46,10 +46,6 @@ logger = logging.getLogger("evtrain")
 
 _JOIN_S = 10.0
 """How long :meth:`Evaluator.close` waits for the worker to end before it is terminated."""
-
-
-class EvaluationCancelled(Exception):
-    """The run ended (or was interrupted) during an evaluation: its episodes are dropped."""
 
 
 class EvaluationFailed(RuntimeError):
@@ -95,6 +91,8 @@ class Evaluator:
         child.close()
         self.running: int | None = None
         """The step of the evaluation in flight, if any."""
+        self.worker_cpu_s = 0.0
+        """The worker's CPU seconds as of its last evaluation (its start included)."""
 
     def start(self, step: int, policy: torch.nn.Module) -> None:
         """Send the worker an evaluation of ``policy`` (a snapshot nothing else changes).
@@ -123,7 +121,7 @@ class Evaluator:
             raise EvaluationFailed(self._ended()) from None
         if kind == "error":
             raise EvaluationFailed(f"the evaluation of {self.behavior} failed: {value}")
-        returns, lengths = value
+        returns, lengths, self.worker_cpu_s = value
         return Episodes(step=step, returns=tuple(returns), lengths=tuple(lengths))
 
     def close(self) -> None:
@@ -195,7 +193,7 @@ def _work(
                 answer = play_episodes(
                     policy, vector, episodes=settings.episodes, seed=settings.seed
                 )
-            conn.send(("done", answer))
+            conn.send(("done", (*answer, time.process_time())))
     except EOFError:  # the run ended
         pass
     except Exception as error:  # told to the run, which raises it
@@ -211,14 +209,11 @@ def play_episodes(
     *,
     episodes: int,
     seed: int,
-    cancelled: threading.Event | None = None,
 ) -> tuple[list[float], list[int]]:
     """Play ``episodes`` episodes of ``policy`` on the sub-environments of ``vector`` (a
     ``SyncVectorEnv``, its own reset never used): episode ``i`` starts from
     ``reset(seed=seed + i)`` on the next free sub-environment.  Returns each episode's return
     and length, in episode order.
-
-    :raises EvaluationCancelled: ``cancelled`` was set.
     """
     from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
@@ -237,8 +232,6 @@ def play_episodes(
         obs[j] = obs[0]
     batch: Any = create_empty_array(space, len(envs))  # an array, or a Dict space's dict
     while any(e is not None for e in playing):
-        if cancelled is not None and cancelled.is_set():
-            raise EvaluationCancelled
         stacked = concatenate(space, obs, batch)
         inputs = policy_inputs(space, stacked).values()
         tensors = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) for x in inputs]

@@ -15,8 +15,10 @@ import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 import pytest
 
 from evtrain import Bus, ConfigError, EvaluationEvent, ExportEvent, RunOptions, SaveEvent
+from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
+from tests.helpers import tensorboard_scalars
 from tests.test_learn import config
 
 EVALUATION = {"every": 512, "episodes": 3, "num_envs": 2, "seed": 5}
@@ -80,6 +82,9 @@ def test_evaluations_at_every_multiple_and_the_best_model_beside_the_last(
         expected.append(("SaveEvent", event.step, run / "CartPole" / "best.pt"))
         expected.append(("ExportEvent", event.step, run / "CartPole-best.onnx"))
     assert [(type(e).__name__, e.step, e.path) for e in best_saves(recorder)] == expected
+    # Every writer records it as the stats of its step (TensorBoard here).
+    means = [(e.step, pytest.approx(e.mean_return)) for e in evaluations]
+    assert tensorboard_scalars(run / "CartPole", "Evaluation/Mean Return") == means
     record = json.loads((run / "CartPole" / "best.json").read_text())
     assert record == {
         "step": improved[-1].step,
@@ -128,11 +133,34 @@ def test_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
     assert json.loads(record_path.read_text()) == record
 
 
-def test_no_best_model_without_best_model(tmp_path: Path) -> None:
-    recorder = evaluated_run(tmp_path, 512, evaluation={**EVALUATION, "best_model": False})
-    assert [e.step for e in recorder.of(EvaluationEvent)] == [512]
+def test_without_best_model_and_with_env_kwargs_of_its_own(tmp_path: Path) -> None:
+    """``env_kwargs`` over the training ones: CartPole's Sutton-Barto reward (0 a step, -1 at
+    the fall) in the evaluation only."""
+    evaluation = {**EVALUATION, "best_model": False, "env_kwargs": {"sutton_barto_reward": True}}
+    recorder = evaluated_run(tmp_path, 512, evaluation=evaluation)
+    (event,) = recorder.of(EvaluationEvent)
+    assert event.step == 512
+    assert all(r in (0.0, -1.0) for r in event.returns)
     assert best_saves(recorder) == []
     assert not (tmp_path / "results" / "run" / "CartPole-best.onnx").exists()
+
+
+def test_each_multiple_is_evaluated_when_evaluations_outlast_a_turn(tmp_path: Path) -> None:
+    """Due after every turn (128 steps), each before the last has ended: training waits for
+    the one in flight, so none is skipped."""
+    recorder = evaluated_run(tmp_path, 1024, evaluation={**EVALUATION, "every": 128})
+    assert [e.step for e in recorder.of(EvaluationEvent)] == list(range(128, 1025, 128))
+
+
+def test_the_defaults() -> None:
+    options = RunOptions.from_dict({"behaviors": {"A": {"evaluation": {"every": 1000}}}})
+    assert options.behaviors["A"].evaluation == EvaluationSettings(
+        every=1000, episodes=10, num_envs=8, seed=0, best_model=True, env_kwargs={}
+    )
+    few = RunOptions.from_dict({"behaviors": {"A": {"evaluation": {"every": 9, "episodes": 3}}}})
+    assert few.behaviors["A"].evaluation is not None
+    assert few.behaviors["A"].evaluation.num_envs == 3
+    assert RunOptions.from_dict({"behaviors": {"A": {}}}).behaviors["A"].evaluation is None
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,8 @@ def test_evaluations_at_every_multiple_and_the_best_model_beside_the_last(
         expected.append(("SaveEvent", event.step, run / "CartPole" / "best.pt"))
         expected.append(("ExportEvent", event.step, run / "CartPole-best.onnx"))
     assert [(type(e).__name__, e.step, e.path) for e in best_saves(recorder)] == expected
+    rewards = [e.reward for e in best_saves(recorder) if isinstance(e, SaveEvent)]
+    assert rewards == [pytest.approx(e.mean_return) for e in improved]
     # Every writer records it as the stats of its step (TensorBoard here).
     means = [(e.step, pytest.approx(e.mean_return)) for e in evaluations]
     assert tensorboard_scalars(run / "CartPole", "Evaluation/Mean Return") == means

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "evtrain.timers",
             "evtrain.ranks",
             "evtrain.export",
+            "evtrain.evaluation.video",
         ),
     ),
     ("events", ("evtrain.events",)),

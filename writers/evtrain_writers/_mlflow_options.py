@@ -35,6 +35,8 @@ class MlflowOptions:
     """Tags set on the MLflow run when it is created."""
     upload_artifacts: bool = False
     """Upload checkpoints and exported models as artifacts (their paths are logged anyway)."""
+    upload_videos: bool = False
+    """Upload evaluation videos as artifacts (their paths are logged anyway)."""
     hidden_keys: list[str] = attrs.field(factory=list)
     """Stat keys not logged."""
     request_timeout: float = attrs.field(default=5.0, validator=_positive)

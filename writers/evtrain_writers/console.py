@@ -14,6 +14,11 @@ Decisions where ML-Agents differs or is silent:
 * Hyperparameters are logged once per category (a resumed or re-sent property repeats nothing),
   and only by rank 0: every rank trains with the same ones.
 * Time elapsed counts from the writer's creation on a monotonic clock.
+* An evaluation (not in ML-Agents) is one line of its own, with the mean and standard
+  deviation of the episodes' returns: ``CartPole. Step: 10000. Evaluation of 10 episodes.
+  Mean Return: 475.300 ± 12.100. Mean Episode Length: 475.3.``; ``(stochastic actions)``
+  follows the episode count when they were not deterministic.  A video of one says where it
+  is: ``CartPole. Step: 10000. Video: results/run/CartPole/videos/....gif.``
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from evtrain.bus.writers import StatsWriter
+from evtrain.events.payloads import (
+    EVALUATION_MEAN_LENGTH,
+    EVALUATION_MEAN_RETURN,
+    ArtifactEvent,
+    EvaluationEvent,
+)
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsPropertyType, StatsSummary
 from evtrain.ranks import get_rank, get_world_size
 from evtrain_writers._format import render_nested
@@ -77,6 +88,28 @@ class ConsoleWriter(StatsWriter):
             parts.append("No episode was completed since last summary")
             parts.append(training)
         logger.info("%s.", ". ".join(parts))
+
+    def on_evaluation(self, event: EvaluationEvent) -> None:
+        """Log one line per evaluation: its episodes' mean return ± std and mean length."""
+        values = event.stats()
+        returns, lengths = values[EVALUATION_MEAN_RETURN], values[EVALUATION_MEAN_LENGTH]
+        how = "" if event.deterministic else " (stochastic actions)"
+        logger.info(
+            "%s. Step: %d. Evaluation of %d episodes%s. Mean Return: %0.3f \u00b1 %0.3f. "
+            "Mean Episode Length: %0.1f.",
+            event.category,
+            event.step,
+            len(event.returns),
+            how,
+            returns.mean,
+            returns.std,
+            lengths.mean,
+        )
+
+    def on_artifact(self, event: ArtifactEvent) -> None:
+        """Log where an evaluation's video is."""
+        if event.kind == "video":
+            logger.info("%s. Step: %d. Video: %s.", event.category, event.step, event.path)
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
         """Log hyperparameters (first time per category); SELF_PLAY turns on the ELO part.

@@ -10,8 +10,11 @@
 - the hyperparameters as params ``<Behavior>/<section>/<key>``, values cut to MLflow's length
   limit;
 - each checkpoint and export as the tags ``<Behavior>/checkpoint`` and ``<Behavior>/<format>``
-  (the latest path), uploaded as artifacts only with ``upload_artifacts: true``;
-- the end of the run as the run's status: FINISHED, KILLED (interrupted) or FAILED.
+  (the latest path; ``best_checkpoint``, ``best_<format>`` for the best evaluation's), uploaded
+  as artifacts only with ``upload_artifacts: true``; an evaluation video as ``<Behavior>/video``,
+  uploaded to ``<Behavior>/videos/`` only with ``upload_videos: true``;
+- the end of the run as the run's status: FINISHED (also when a subscriber stopped it), KILLED
+  (interrupted) or FAILED, with the tags ``evtrain.status`` and ``evtrain.stop_reason``.
 
 The MLflow run opens on the first event of any kind (a journal replay can deliver events
 before ``run_started``); its id is kept in ``run_logs/mlflow.json``, and ``--resume`` continues
@@ -40,13 +43,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
 from evtrain.bus.writers import StatsWriter
 from evtrain.errors import PermanentDeliveryError
 from evtrain.events.payloads import (
+    ArtifactEvent,
     ExportEvent,
     RunFinished,
     RunStarted,
@@ -54,7 +58,16 @@ from evtrain.events.payloads import (
     SaveEvent,
     StatsEvent,
 )
-from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
+from evtrain.events.stats import StatsPropertyType, StatsSummary
+from evtrain_writers._mlflow_batches import (
+    MAX_KEY,
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAMS_PER_BATCH,
+    chunks,
+    metric_values,
+    ms,
+)
+from evtrain_writers._mlflow_batches import MAX_PARAM_VALUE as MAX_PARAM_VALUE
 from evtrain_writers._mlflow_checks import check_at_start, permanent
 from evtrain_writers._mlflow_options import (
     MlflowOptions as MlflowOptions,  # re-exported: part of this module's API
@@ -95,32 +108,6 @@ STATUS = {
     RunStatus.STOPPED: "FINISHED",
 }
 """An evtrain run's end as an MLflow run status."""
-
-# MLflow's limits (mlflow.utils.validation), for servers of any version.
-MAX_PARAM_VALUE = 6000
-MAX_KEY = 250
-MAX_PARAMS_PER_BATCH = 100
-MAX_METRICS_PER_BATCH = 1000
-
-
-def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _ms(unix_time: float) -> int:
-    return int(unix_time * 1000)
-
-
-def metric_values(name: str, summary: StatsSummary) -> Iterator[tuple[str, float]]:
-    """The MLflow metrics of one stat key's summary: ``name`` holds the aggregated value; a
-    ``HISTOGRAM`` key adds ``name/std``, and ``name/min``, ``name/max`` when it has values."""
-    yield name, summary.aggregated_value
-    if summary.aggregation_method is StatsAggregationMethod.HISTOGRAM:
-        yield f"{name}/std", summary.std
-        if summary.full_dist:
-            yield f"{name}/min", min(summary.full_dist)
-            yield f"{name}/max", max(summary.full_dist)
 
 
 class MlflowWriter(StatsWriter):
@@ -233,7 +220,7 @@ class MlflowWriter(StatsWriter):
         }
         run = client.create_run(
             experiment_id,
-            start_time=_ms(start) if start is not None else None,
+            start_time=ms(start) if start is not None else None,
             tags=tags,
             run_name=self.options.run_name or self.evtrain_run_id,
         )
@@ -258,7 +245,7 @@ class MlflowWriter(StatsWriter):
 
     def write_stats_event(self, event: StatsEvent) -> None:
         """Each point carries the event's own time, also when delivered late."""
-        self._write(event.category, event.values, event.step, _ms(event.time))
+        self._write(event.category, event.values, event.step, ms(event.time))
 
     def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
         self._write(category, values, step, None)
@@ -275,14 +262,14 @@ class MlflowWriter(StatsWriter):
             if key not in self.hidden_keys
             for point in metric_values(f"{category}/{key}", summary)
         )
-        timestamp = _ms(self.logged.timestamp(category, step)) if at is None else at
+        timestamp = ms(self.logged.timestamp(category, step)) if at is None else at
         missing = self.logged.missing(points, step)
         refused = [key for key in missing if len(key) > MAX_KEY]
         metrics = [
             Metric(key, points[key], timestamp, step) for key in missing if key not in refused
         ]
         reasons = [f"metric key {key!r} is longer than MLflow's {MAX_KEY}" for key in refused]
-        for chunk in _chunks(metrics, MAX_METRICS_PER_BATCH):
+        for chunk in chunks(metrics, MAX_METRICS_PER_BATCH):
             try:
                 self._call(client.log_batch, run_id, metrics=list(chunk))
             except PermanentDeliveryError as error:
@@ -333,11 +320,13 @@ class MlflowWriter(StatsWriter):
                 continue
             params[key] = text
         batch = [Param(key, text) for key, text in params.items()]
-        for chunk in _chunks(batch, MAX_PARAMS_PER_BATCH):
+        for chunk in chunks(batch, MAX_PARAMS_PER_BATCH):
             self._call(client.log_batch, run_id, params=list(chunk))
             self.params.update((p.key, p.value) for p in chunk)
 
-    def _log_file(self, category: str, name: str, step: int, path: Path, folder: str) -> None:
+    def _log_file(
+        self, category: str, name: str, step: int, path: Path, folder: str, upload: bool
+    ) -> None:
         from mlflow.entities import RunTag
 
         client, run_id = self._open()
@@ -346,18 +335,33 @@ class MlflowWriter(StatsWriter):
             RunTag(f"{category}/{name}_step", str(step)),
         ]
         self._call(client.log_batch, run_id, tags=tags)
-        if self.options.upload_artifacts:
+        if upload:
             client.log_artifact(run_id, str(path), artifact_path=f"{category}/{folder}")
 
     def on_save(self, event: SaveEvent) -> None:
-        self._log_file(event.category, "checkpoint", event.step, event.path, "checkpoints")
+        name, folder = ("best_checkpoint", "best") if event.best else ("checkpoint", "checkpoints")
+        upload = self.options.upload_artifacts
+        self._log_file(event.category, name, event.step, event.path, folder, upload)
 
     def on_export(self, event: ExportEvent) -> None:
-        self._log_file(event.category, event.format, event.step, event.path, "models")
+        name, folder = (f"best_{event.format}", "best") if event.best else (event.format, "models")
+        upload = self.options.upload_artifacts
+        self._log_file(event.category, name, event.step, event.path, folder, upload)
+
+    def on_artifact(self, event: ArtifactEvent) -> None:
+        video = event.kind == "video"
+        upload = self.options.upload_videos if video else self.options.upload_artifacts
+        self._log_file(event.category, event.kind, event.step, event.path, f"{event.kind}s", upload)
 
     def on_run_finished(self, event: RunFinished) -> None:
+        from mlflow.entities import RunTag
+
         client, run_id = self._open()
-        status, end = STATUS[event.status], _ms(event.time)
+        tags = [RunTag("evtrain.status", event.status.value)]
+        if event.reason:
+            tags.append(RunTag("evtrain.stop_reason", event.reason[:MAX_PARAM_VALUE]))
+        self._call(client.log_batch, run_id, tags=tags)
+        status, end = STATUS[event.status], ms(event.time)
         self._call(client.set_terminated, run_id, status, end_time=end)
         self._finished = True
 

@@ -38,7 +38,7 @@ import attrs
 
 from evtrain.bus.writers import StatsWriter
 from evtrain.errors import ConfigError
-from evtrain.events.payloads import RunFinished, RunStarted
+from evtrain.events.payloads import EvaluationEvent, RunFinished, RunStarted
 from evtrain.events.stats import StatsSummary
 from evtrain_writers._options import writer_options
 from evtrain_writers._tracker import require
@@ -253,6 +253,13 @@ class PrometheusWriter(StatsWriter):
         self._last[category] = (step, now)
         self.step.labels(category).set(step)
         self.last_step_time.labels(category).set(now)
+
+    def on_evaluation(self, event: EvaluationEvent) -> None:
+        """Only the ``Evaluation/...`` stats: an evaluation's step lags the trainer's, and the
+        step gauges follow the trainer."""
+        for key, summary in event.stats().items():
+            if key not in self.hidden_keys:
+                self.stat.labels(event.category, key).set(summary.aggregated_value)
 
     def on_run_finished(self, event: RunFinished) -> None:
         self.finished.labels(event.status.value).set(1)

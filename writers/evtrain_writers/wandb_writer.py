@@ -9,9 +9,17 @@ Biases run, online or offline.
   as a ``wandb.Histogram`` of every value of the period;
 - the hyperparameters into ``run.config`` under the behavior's name;
 - each checkpoint and export as the summary values ``<Behavior>/checkpoint`` and
-  ``<Behavior>/<format>`` (the latest path), and as a ``model`` artifact only with
-  ``upload_artifacts: true``;
-- the end of the run as ``run.finish(exit_code=...)``: 0 completed, 130 interrupted, 1 failed.
+  ``<Behavior>/<format>`` (the latest path; ``best_checkpoint``, ``best_<format>`` for the best
+  evaluation's), and as a ``model`` artifact only with ``upload_artifacts: true``;
+- each evaluation as ``<Behavior>/Evaluation/...`` against its own step: wandb's step only
+  grows, and an evaluation ends after later training periods were logged, so its row is logged
+  at wandb's current step with ``<Behavior>/Evaluation/step``, the x-axis wandb plots
+  ``<Behavior>/Evaluation/*`` against (``define_metric``); an evaluation video the same way, as
+  ``<Behavior>/Evaluation/Video`` (a ``wandb.Video``) only with ``upload_videos: true``, its path
+  in the summary as ``<Behavior>/video`` anyway;
+- the end of the run as ``run.finish(exit_code=...)``: 0 completed or stopped by a subscriber,
+  130 interrupted, 1 failed; the summary's ``evtrain.status`` says which, and
+  ``evtrain.stop_reason`` why a subscriber stopped it.
 
 The wandb run starts on the first event of any kind; its id is kept in ``run_logs/wandb.json``
 with the last step logged, and ``--resume`` continues that run (``resume="allow"``).  wandb's
@@ -34,6 +42,8 @@ import attrs
 
 from evtrain.bus.writers import StatsWriter
 from evtrain.events.payloads import (
+    ArtifactEvent,
+    EvaluationEvent,
     ExportEvent,
     RunFinished,
     RunStarted,
@@ -91,6 +101,8 @@ class WandbOptions:
     upload_artifacts: bool = False
     """Log checkpoints and exported models as ``model`` artifacts (their paths are in the
     summary anyway)."""
+    upload_videos: bool = False
+    """Log evaluation videos as ``wandb.Video`` (their paths are in the summary anyway)."""
     hidden_keys: list[str] = attrs.field(factory=list)
     """Stat keys not logged."""
     init_timeout: float = attrs.field(default=90.0, validator=_positive)
@@ -141,6 +153,12 @@ class WandbWriter(StatsWriter):
         self.at_step: set[str] | None = set()
         """Keys logged at :attr:`step`; ``None``: all of them (a resumed run's last step)."""
         self.finished = False
+        self.evaluated: dict[str, int] = {}
+        """The step of each behavior's last evaluation logged (a re-delivered one is not)."""
+        self.axes: set[tuple[str, str]] = set()
+        """``(wandb run id, x-axis)`` of each ``define_metric`` made."""
+        self.videos: set[Path] = set()
+        """Videos logged (a re-delivered one is not logged again)."""
 
     def _open(self) -> Run:
         if self.run is not None:
@@ -210,6 +228,10 @@ class WandbWriter(StatsWriter):
             histogram = histogram_values(summary)
             if histogram is not None:
                 data[f"{name}/histogram"] = wandb.Histogram(histogram)
+        self._log_row(run, data, step, at)
+
+    def _log_row(self, run: Run, data: dict[str, Any], step: int, at: float | None) -> None:
+        """``run.log(data, step=step)`` but for the keys already logged at ``step``."""
         if step == self.step:
             done = self.at_step
             data = {} if done is None else {k: v for k, v in data.items() if k not in done}
@@ -245,13 +267,60 @@ class WandbWriter(StatsWriter):
             run.log_artifact(artifact)
 
     def on_save(self, event: SaveEvent) -> None:
-        self._log_file(event.category, "checkpoint", event.step, event.path)
+        name = "best_checkpoint" if event.best else "checkpoint"
+        self._log_file(event.category, name, event.step, event.path)
 
     def on_export(self, event: ExportEvent) -> None:
-        self._log_file(event.category, event.format, event.step, event.path)
+        name = f"best_{event.format}" if event.best else event.format
+        self._log_file(event.category, name, event.step, event.path)
+
+    def _evaluation_row(self, run: Run, category: str, step: int) -> dict[str, Any]:
+        """The start of a row of ``category``'s evaluation at ``step``: its x-axis value."""
+        axis = f"{category}/Evaluation/step"
+        if (run.id, axis) not in self.axes:
+            run.define_metric(f"{category}/Evaluation/*", step_metric=axis)
+            self.axes.add((run.id, axis))
+        return {axis: step}
+
+    def on_evaluation(self, event: EvaluationEvent) -> None:
+        """The ``Evaluation/...`` stats, against the evaluation's own step (module doc)."""
+        import wandb
+
+        run = self._open()
+        if self.evaluated.get(event.category, -1) >= event.step:
+            return
+        data = self._evaluation_row(run, event.category, event.step)
+        for key, summary in event.stats().items():
+            if key not in self.hidden_keys:
+                name = f"{event.category}/{key}"
+                data[name] = summary.aggregated_value
+                histogram = histogram_values(summary)
+                if histogram is not None:
+                    data[f"{name}/histogram"] = wandb.Histogram(histogram)
+        self._log_row(run, data, max(self.step, event.step), event.time)
+        self.evaluated[event.category] = event.step
+
+    def on_artifact(self, event: ArtifactEvent) -> None:
+        """An evaluation video: its path in the summary; a ``wandb.Video`` when asked."""
+        import wandb
+
+        run = self._open()
+        run.summary[f"{event.category}/{event.kind}"] = str(event.path)
+        run.summary[f"{event.category}/{event.kind}_step"] = event.step
+        if event.kind != "video" or not self.options.upload_videos or event.path in self.videos:
+            return
+        data = self._evaluation_row(run, event.category, event.step)
+        video_format: Literal["gif", "mp4"] = "mp4" if event.path.suffix == ".mp4" else "gif"
+        video = wandb.Video(str(event.path), format=video_format)
+        data[f"{event.category}/Evaluation/Video"] = video
+        self._log_row(run, data, max(self.step, event.step), None)
+        self.videos.add(event.path)
 
     def on_run_finished(self, event: RunFinished) -> None:
         run = self._open()
+        run.summary["evtrain.status"] = event.status.value
+        if event.reason:
+            run.summary["evtrain.stop_reason"] = event.reason
         run.finish(exit_code=EXIT_CODES[event.status])
         self.run = None
         self.finished = True

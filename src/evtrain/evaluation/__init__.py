@@ -1,3 +1,4 @@
-"""Evaluation of a behavior's policy during training: its settings (``settings``) and the
-videos of its episodes (``video``).  The evaluator itself runs in the run layer
-(:mod:`evtrain.run.evaluator`)."""
+"""Evaluation of a training run's policies: what ``behaviors.<name>.evaluation`` says
+(:mod:`~evtrain.evaluation.settings`) and videos of selected episodes
+(:mod:`~evtrain.evaluation.video`).  The evaluator itself runs in the run layer
+(:mod:`evtrain.run.evaluations`, :mod:`evtrain.run.evaluator`)."""

@@ -108,6 +108,8 @@ EVALUATION_MEAN_LENGTH = "Evaluation/Mean Episode Length"
 
 
 def _floats(values: Iterable[float]) -> tuple[float, ...]:
+    # A typed converter: with ``converter=tuple`` mypy sees the parameter as Iterable[_T_co]
+    # and refuses every argument.
     return tuple(values)
 
 

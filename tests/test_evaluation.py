@@ -14,7 +14,15 @@ import numpy as np
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 import pytest
 
-from evtrain import Bus, ConfigError, EvaluationEvent, ExportEvent, RunOptions, SaveEvent
+from evtrain import (
+    ArtifactEvent,
+    Bus,
+    ConfigError,
+    EvaluationEvent,
+    ExportEvent,
+    RunOptions,
+    SaveEvent,
+)
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
@@ -85,8 +93,9 @@ def test_evaluations_at_every_multiple_and_the_best_model_beside_the_last(
     rewards = [e.reward for e in best_saves(recorder) if isinstance(e, SaveEvent)]
     assert rewards == [pytest.approx(e.mean_return) for e in improved]
     # Every writer records it as the stats of its step (TensorBoard here).
-    means = [(e.step, pytest.approx(e.mean_return)) for e in evaluations]
-    assert tensorboard_scalars(run / "CartPole", "Evaluation/Mean Return") == means
+    scalars = tensorboard_scalars(run / "CartPole", "Evaluation/Mean Return")
+    assert [step for step, _ in scalars] == [e.step for e in evaluations]
+    assert [value for _, value in scalars] == pytest.approx([e.mean_return for e in evaluations])
     record = json.loads((run / "CartPole" / "best.json").read_text())
     assert record == {
         "step": improved[-1].step,
@@ -163,6 +172,26 @@ def test_the_defaults() -> None:
     assert few.behaviors["A"].evaluation is not None
     assert few.behaviors["A"].evaluation.num_envs == 3
     assert RunOptions.from_dict({"behaviors": {"A": {}}}).behaviors["A"].evaluation is None
+
+
+def test_videos_of_the_recorded_episodes_are_artifacts(tmp_path: Path) -> None:
+    """``evaluation.video``: the first episode of every second evaluation, rendered in the
+    worker, written as a GIF and announced as an ``artifact`` at the evaluation's step."""
+    from PIL import Image
+
+    video = {"episodes": 1, "every": 2, "max_frames": 12}
+    recorder = evaluated_run(tmp_path, 1536, evaluation={**EVALUATION, "video": video})
+    assert [e.step for e in recorder.of(EvaluationEvent)] == [512, 1024, 1536]
+    folder = tmp_path / "results" / "run" / "CartPole" / "videos"
+    artifacts = recorder.of(ArtifactEvent)
+    assert [(a.category, a.step, a.path, a.kind, a.media_type) for a in artifacts] == [
+        ("CartPole", step, folder / f"CartPole-{step}-episode-0.gif", "video", "image/gif")
+        for step in (512, 1536)
+    ]
+    for artifact in artifacts:
+        with Image.open(artifact.path) as gif:
+            assert (gif.format, gif.size) == ("GIF", (600, 400))
+            assert 2 <= gif.n_frames <= 12
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,8 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from evtrain.evaluation.video import VideoSettings
+
 _positive_int = [v.instance_of(int), v.gt(0)]
 _MAX_DEFAULT_ENVS = 8
 
@@ -45,3 +47,6 @@ class EvaluationSettings:
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
     """Keyword arguments of the evaluation environments over ``env_settings.env_kwargs``
     (a key given here replaces the training one; e.g. another ``render_mode``)."""
+    video: VideoSettings | None = attrs.field(default=None, metadata={"absent_when_none": True})
+    """Record some episodes as videos (:mod:`evtrain.evaluation.video`): the environments are
+    built with ``render_mode="rgb_array"`` unless ``env_kwargs`` says otherwise."""

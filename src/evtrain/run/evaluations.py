@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from evtrain.errors import ConfigError
+from evtrain.evaluation.video import media_type_of
 from evtrain.events import signals
-from evtrain.events.payloads import EvaluationEvent
+from evtrain.events.payloads import ArtifactEvent, EvaluationEvent
 from evtrain.run.best_model import (
     BestRecord,
     best_checkpoint_path,
@@ -102,7 +103,11 @@ class Evaluations:
                 continue
             _refuse_agent_slots(name, trainer, self.options.env_settings.env_id)
             self.evaluators[name] = Evaluator(
-                name, settings, self.options.env_settings, self.options.behaviors
+                name,
+                settings,
+                self.options.env_settings,
+                self.options.behaviors,
+                videos=self.managers[name].folder / "videos",
             )
             self.next_due[name] = (trainer.step // settings.every + 1) * settings.every
             record = best_record_path(self.managers[name])
@@ -156,6 +161,16 @@ class Evaluations:
             category=name, step=episodes.step, returns=episodes.returns, lengths=episodes.lengths
         )
         self.bus.emit(signals.evaluation, event)
+        for number, path in episodes.videos:
+            artifact = ArtifactEvent(
+                category=name,
+                step=episodes.step,
+                path=path,
+                kind="video",
+                media_type=media_type_of(path),
+                description=f"evaluation episode {number} at step {episodes.step}",
+            )
+            self.bus.emit(signals.artifact, artifact)
         best = self.best.get(name)
         if pending.state is not None and (best is None or event.mean_return > best.mean_return):
             self._save_best(name, pending, episodes, event.mean_return)

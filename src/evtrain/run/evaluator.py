@@ -29,6 +29,7 @@ import signal
 import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -59,6 +60,8 @@ class Episodes:
     step: int
     returns: tuple[float, ...]
     lengths: tuple[int, ...]
+    videos: tuple[tuple[int, Path], ...] = ()
+    """The video of each recorded episode: its number and its file."""
 
 
 class Evaluator:
@@ -70,9 +73,13 @@ class Evaluator:
         settings: EvaluationSettings,
         env_settings: EnvironmentSettings,
         behaviors: Mapping[str, Any],
+        videos: Path,
     ) -> None:
+        """:param videos: the folder of the videos (``evaluation.video``)."""
         self.behavior = behavior
         kwargs = {**env_settings.env_kwargs, **settings.env_kwargs}
+        if settings.video is not None:
+            kwargs.setdefault("render_mode", "rgb_array")
         built = attrs.evolve(
             env_settings,
             num_envs=min(settings.num_envs, settings.episodes),
@@ -83,7 +90,7 @@ class Evaluator:
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=_work,
-            args=(child, behavior, settings, built, dict(behaviors)),
+            args=(child, behavior, settings, built, dict(behaviors), videos),
             name=f"evtrain-evaluation-{behavior}",
             daemon=True,
         )
@@ -121,8 +128,13 @@ class Evaluator:
             raise EvaluationFailed(self._ended()) from None
         if kind == "error":
             raise EvaluationFailed(f"the evaluation of {self.behavior} failed: {value}")
-        returns, lengths, self.worker_cpu_s = value
-        return Episodes(step=step, returns=tuple(returns), lengths=tuple(lengths))
+        returns, lengths, videos, self.worker_cpu_s = value
+        return Episodes(
+            step=step,
+            returns=tuple(returns),
+            lengths=tuple(lengths),
+            videos=tuple((episode, Path(path)) for episode, path in videos),
+        )
 
     def close(self) -> None:
         """End the worker (an evaluation in flight is dropped) and its environments."""
@@ -176,8 +188,10 @@ def _work(
     settings: EvaluationSettings,
     env_settings: EnvironmentSettings,
     behaviors: dict[str, Any],
+    videos: Path,
 ) -> None:
-    """The worker: build the environments, then play each evaluation sent until ``None``."""
+    """The worker: build the environments, then play each evaluation sent until ``None``
+    (and record its videos)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's to handle
     torch.set_num_threads(1)
     working_folder_importable()
@@ -186,14 +200,17 @@ def _work(
         vector = make_envs(env_settings, behavior=behavior, behaviors=behaviors)
         if not hasattr(vector, "envs"):  # the parent refuses PettingZoo environments
             raise TypeError(f"expected a SyncVectorEnv, got {type(vector).__name__}")
+        evaluation = 0
         while (message := conn.recv()) is not None:
-            _, data = message
+            step, data = message
             policy = torch.load(io.BytesIO(data), weights_only=False)  # our own snapshot
             with torch.no_grad():
                 answer = play_episodes(
                     policy, vector, episodes=settings.episodes, seed=settings.seed
                 )
-            conn.send(("done", (*answer, time.process_time())))
+            recorded = _videos(policy, vector, settings, evaluation, videos, behavior, step)
+            conn.send(("done", (*answer, recorded, time.process_time())))
+            evaluation += 1
     except EOFError:  # the run ended
         pass
     except Exception as error:  # told to the run, which raises it
@@ -201,6 +218,32 @@ def _work(
     finally:
         if vector is not None:
             vector.close()
+
+
+def _videos(
+    policy: torch.nn.Module,
+    vector: Any,
+    settings: EvaluationSettings,
+    evaluation: int,
+    folder: Path,
+    behavior: str,
+    step: int,
+) -> list[tuple[int, str]]:
+    if settings.video is None:
+        return []
+    from evtrain.run.evaluation_videos import record_videos
+
+    return record_videos(
+        policy,
+        vector,
+        settings=settings.video,
+        evaluation=evaluation,
+        episodes=settings.episodes,
+        seed=settings.seed,
+        folder=folder,
+        behavior=behavior,
+        step=step,
+    )
 
 
 def play_episodes(

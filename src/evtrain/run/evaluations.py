@@ -42,6 +42,7 @@ from evtrain.run.best_model import (
 from evtrain.run.evaluator import Episodes, Evaluator
 from evtrain.run.save_schedule import SaveSchedule, example_obs
 from evtrain.run.saver import snapshot
+from evtrain.timers import hierarchical_timer
 
 if TYPE_CHECKING:
     import torch
@@ -145,11 +146,12 @@ class Evaluations:
         settings = trainer.settings.evaluation
         assert settings is not None
         trainer.wait_for_update()  # threaded: the policy of every update of the steps so far
-        policy = snapshot(trainer.policy_module())
-        state = snapshot(trainer.state_dict()) if settings.best_model else None
-        example = example_obs(trainer.envs.single_observation_space, trainer.next_obs)
-        self.pending[name] = _Pending(trainer.step, policy, state, example)
-        self.evaluators[name].start(trainer.step, policy)
+        with hierarchical_timer("evaluation_snapshot"):
+            policy = snapshot(trainer.policy_module())
+            state = snapshot(trainer.state_dict()) if settings.best_model else None
+            example = example_obs(trainer.envs.single_observation_space, trainer.next_obs)
+            self.pending[name] = _Pending(trainer.step, policy, state, example)
+            self.evaluators[name].start(trainer.step, policy)
         return settings.every
 
     def _collect(self, name: str, *, wait: bool) -> None:

@@ -216,3 +216,20 @@ def test_a_pettingzoo_environment_is_refused_before_training(tmp_path: Path) -> 
     with pytest.raises(ConfigError) as error:
         learn(options)
     assert "behaviors.agent.evaluation: evaluating a PettingZoo environment" in str(error.value)
+
+
+def test_evaluation_environments_that_cannot_be_built_fail_the_run_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    options = config(tmp_path, evaluation={"every": 512, "env_kwargs": {"gravity_x": 1}})
+    with pytest.raises(ConfigError) as error:
+        learn(options)
+    (problem,) = error.value.problems
+    assert problem.startswith(
+        "behaviors.CartPole.evaluation: the evaluation environments could not be built: "
+        "env_settings.env_kwargs: "
+    )
+    assert "gravity_x" in problem
+    assert problem.endswith(
+        "(check behaviors.CartPole.evaluation.env_kwargs over env_settings.env_kwargs)"
+    )

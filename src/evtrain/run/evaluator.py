@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from evtrain.config.options import EnvironmentSettings
+from evtrain.errors import ConfigError
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.export import memory_size_of
 from evtrain.run.envs import make_envs, working_folder_importable
@@ -108,6 +109,8 @@ class Evaluator:
         """
         if self.running is not None:
             raise RuntimeError(f"an evaluation of {self.behavior} is still running")
+        if self._conn.poll():  # the worker failed on its own (building its environments)
+            self._raise(*self._conn.recv())
         buffer = io.BytesIO()
         on_cpu = policy if _device_of(policy).type == "cpu" else _cpu_copy(policy)
         torch.save(on_cpu, buffer)
@@ -126,8 +129,7 @@ class Evaluator:
             kind, value = self._conn.recv()
         except (EOFError, OSError):
             raise EvaluationFailed(self._ended()) from None
-        if kind == "error":
-            raise EvaluationFailed(f"the evaluation of {self.behavior} failed: {value}")
+        self._raise(kind, value)
         returns, lengths, videos, self.worker_cpu_s = value
         return Episodes(
             step=step,
@@ -152,7 +154,25 @@ class Evaluator:
         try:
             self._conn.send(message)
         except (OSError, ValueError):
+            with contextlib.suppress(EOFError, OSError):
+                if self._conn.poll():  # why it ended
+                    self._raise(*self._conn.recv())
             raise EvaluationFailed(self._ended()) from None
+
+    def _raise(self, kind: str, value: Any) -> None:
+        """Raise what the worker reported, if it is an error: a :class:`ConfigError` for the
+        environments' options, else :class:`EvaluationFailed`."""
+        if kind == "config":
+            where = f"behaviors.{self.behavior}.evaluation"
+            raise ConfigError(
+                [
+                    f"{where}: the evaluation environments could not be built: {problem} "
+                    f"(check {where}.env_kwargs over env_settings.env_kwargs)"
+                    for problem in value
+                ]
+            )
+        if kind == "error":
+            raise EvaluationFailed(f"the evaluation of {self.behavior} failed: {value}")
 
     def _ended(self) -> str:
         self._process.join(1.0)
@@ -213,7 +233,9 @@ def _work(
             evaluation += 1
     except EOFError:  # the run ended
         pass
-    except Exception as error:  # told to the run, which raises it
+    except ConfigError as error:  # told to the run, which raises it
+        conn.send(("config", list(error.problems)))
+    except Exception as error:
         conn.send(("error", f"{type(error).__name__}: {error}"))
     finally:
         if vector is not None:

@@ -22,6 +22,7 @@ from evtrain import (
     ExportEvent,
     RunOptions,
     SaveEvent,
+    StatsEvent,
 )
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.run.learn import learn
@@ -233,3 +234,19 @@ def test_evaluation_environments_that_cannot_be_built_fail_the_run_naming_the_ke
     assert problem.endswith(
         "(check behaviors.CartPole.evaluation.env_kwargs over env_settings.env_kwargs)"
     )
+
+
+def test_an_inference_run_does_not_evaluate(tmp_path: Path) -> None:
+    evaluated_run(tmp_path, 512)
+    settings = {
+        "evaluation": EVALUATION,
+        "network_settings": {"hidden_units": 32, "normalize": True},
+    }
+    options = config(tmp_path, max_steps=512, **settings)
+    options["checkpoint_settings"]["inference"] = True
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(options, bus)
+    assert recorder.of(StatsEvent) != []
+    assert recorder.of(EvaluationEvent) == []

@@ -30,8 +30,8 @@ class EvaluationSettings:
 
     every: int = attrs.field(validator=_positive_int)
     """Environment steps (global, as ``max_steps``) between two evaluations; required.  An
-    evaluation is due at each multiple of it the training reaches (at the end of the update
-    that reaches it), the last one included."""
+    evaluation is due at the end of the update that reaches the next multiple of it (the
+    last update included); an update that passes several multiples starts one."""
     episodes: int = attrs.field(default=10, validator=_positive_int)
     """Episodes per evaluation."""
     num_envs: int = attrs.field(

@@ -21,8 +21,10 @@ from evtrain import (
     EvaluationEvent,
     ExportEvent,
     RunOptions,
+    RunStatus,
     SaveEvent,
     StatsEvent,
+    signals,
 )
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.run.learn import learn
@@ -250,3 +252,18 @@ def test_an_inference_run_does_not_evaluate(tmp_path: Path) -> None:
         learn(options, bus)
     assert recorder.of(StatsEvent) != []
     assert recorder.of(EvaluationEvent) == []
+
+
+def test_a_stopped_run_waits_for_the_evaluation_in_flight(tmp_path: Path) -> None:
+    """A subscriber stops the run on the first evaluation: the one started after the last
+    turn is still emitted, before the final save."""
+    settings = {"evaluation": {**EVALUATION, "every": 128}, "max_steps": 100_000}
+    with Bus() as bus:
+        recorder = Recorder()
+        recorder.connect(bus)
+        bus.connect(signals.evaluation, lambda e: bus.request_stop(f"evaluated at {e.step}"))
+        result = learn(config(tmp_path, **settings), bus)
+        bus.flush()
+    assert result.status is RunStatus.STOPPED
+    final = result.steps["CartPole"]
+    assert [e.step for e in recorder.of(EvaluationEvent)] == list(range(128, final + 1, 128))

@@ -240,7 +240,7 @@ def test_evaluation_environments_that_cannot_be_built_fail_the_run_naming_the_ke
 
 def test_an_inference_run_does_not_evaluate(tmp_path: Path) -> None:
     evaluated_run(tmp_path, 512)
-    settings = {
+    settings: dict[str, Any] = {
         "evaluation": EVALUATION,
         "network_settings": {"hidden_units": 32, "normalize": True},
     }
@@ -257,7 +257,7 @@ def test_an_inference_run_does_not_evaluate(tmp_path: Path) -> None:
 def test_a_stopped_run_waits_for_the_evaluation_in_flight(tmp_path: Path) -> None:
     """A subscriber stops the run on the first evaluation: the one started after the last
     turn is still emitted, before the final save."""
-    settings = {"evaluation": {**EVALUATION, "every": 128}, "max_steps": 100_000}
+    settings: dict[str, Any] = {"evaluation": {**EVALUATION, "every": 128}, "max_steps": 100_000}
     with Bus() as bus:
         recorder = Recorder()
         recorder.connect(bus)

@@ -27,6 +27,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_cooperation.py": ["--steps", "--seeds", "--variants", "--envs", "--game"],
     "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
+    "bench_evaluation.py": ["--steps", "--repeats", "--every", "--episodes"],
     "bench_imitation.py": ["--steps", "--seeds", "--variants", "--demo"],
     "bench_isolation.py": ["--events", "--keys", "--work-us", "--hold-us", "--repeats"],
     "bench_memory.py": ["--steps", "--seeds", "--envs", "--policies"],
@@ -133,6 +134,29 @@ def test_bus_overhead_end_to_end(tmp_path: Path) -> None:
         assert run["variant"] == variant
         assert run["steps"] == {"CartPole": 512}
     assert sorted(report["median_s"]) == ["defaults+slow", "none"]
+
+
+def test_evaluation_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "1024", "--repeats", "1", "--every", "512", "--episodes", "2"]
+    done = _run("bench_evaluation.py", *args, out=tmp_path)
+    assert re.search(r"^overhead of evaluation: [+-]\d+\.\d % wall time", done.stdout, re.M)
+    report = _report(tmp_path, "evaluation.json")
+    assert sorted(report) == [
+        "args",
+        "machine",
+        "main_cpu_overhead_pct",
+        "median_main_cpu_s",
+        "median_other_cpu_s",
+        "median_wall_s",
+        "median_worker_cpu_s",
+        "overhead_pct",
+        "paired_overhead_pct",
+        "runs",
+    ]
+    (none,), (evaluated,) = report["runs"]["none"], report["runs"]["evaluation"]
+    assert (none["evaluations"], none["worker_cpu_s"]) == ([], 0)
+    assert [e[0] for e in evaluated["evaluations"]] == [512, 1024]
+    assert evaluated["worker_cpu_s"] > 0
 
 
 def test_writers_end_to_end(tmp_path: Path) -> None:

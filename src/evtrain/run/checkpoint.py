@@ -114,6 +114,7 @@ class CheckpointManager:
             # Nothing writes here yet: what looks like a temporary file is a killed write's.
             remove_stale_temps(self.folder)
             remove_stale_temps(self.run_folder, self.final_model_path.name)
+            remove_stale_temps(self.run_folder, f"{behavior}-best.onnx")  # evaluation's best
             remove_stale_temps(self.status.path.parent, self.status.path.name)
             if resume:
                 self._list.reconcile()
@@ -218,7 +219,7 @@ class CheckpointManager:
             save_checkpoint(pt, state)
         self.progress.wrote(pt)
         events.append(
-            self._emit(
+            self.emit(
                 signals.save, SaveEvent(category=self.behavior, step=step, path=pt, reward=reward)
             )
         )
@@ -228,13 +229,11 @@ class CheckpointManager:
         if (
             policy is not None
             and example_obs is not None
-            and self._export(policy, example_obs, onnx, step)
+            and self.export(policy, example_obs, onnx, step)
         ):
             self.progress.wrote(onnx)
             events.append(
-                self._emit(
-                    signals.export, ExportEvent(category=self.behavior, step=step, path=onnx)
-                )
+                self.emit(signals.export, ExportEvent(category=self.behavior, step=step, path=onnx))
             )
 
         # An .onnx of this step from an earlier save stays part of the checkpoint if present.
@@ -286,7 +285,7 @@ class CheckpointManager:
                 self.progress.wrote(self.final_model_path)
                 final = attrs.evolve(latest, file_path=str(self.final_model_path))
                 events.append(
-                    self._emit(
+                    self.emit(
                         signals.export,
                         ExportEvent(category=self.behavior, step=step, path=self.final_model_path),
                     )
@@ -303,9 +302,8 @@ class CheckpointManager:
         self.progress.end()
         return events
 
-    # -- internals -------------------------------------------------------------------------------
-
-    def _emit(self, signal: EventSignal[P], payload: P) -> P:
+    def emit(self, signal: EventSignal[P], payload: P) -> P:
+        """Emit ``payload`` on ``signal`` (a file now in place); a closed bus is logged."""
         if self.bus is not None:
             try:
                 self.bus.emit(signal, payload)
@@ -313,7 +311,9 @@ class CheckpointManager:
                 logger.warning("The bus is closed; %s was not emitted: %r", signal.name, payload)
         return payload
 
-    def _export(self, policy: nn.Module, example_obs: Example, path: Path, step: int) -> bool:
+    def export(self, policy: nn.Module, example_obs: Example, path: Path, step: int) -> bool:
+        """Export ``policy`` to ``path`` (atomically, checked); a failure is logged and
+        answered ``False``, never raised: a checkpoint is never lost over its export."""
         self.progress.writing(path)
         try:
             with hierarchical_timer("export"):

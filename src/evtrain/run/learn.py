@@ -31,6 +31,7 @@ from evtrain.run.build import build_behavior, configure_torch, rank_seed, traini
 from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.co_players import CoPlayerWiring
 from evtrain.run.curriculum import Curriculum
+from evtrain.run.evaluations import Evaluations
 from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
 from evtrain.run.interrupt import stop_on_signals
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
@@ -161,6 +162,8 @@ class _Run:
         self.saves = SaveSchedule(
             self.trainers, self.managers, self.rewards.mean, self.run_bus, progress
         )
+        self.evaluations = Evaluations(options, self.trainers, self.managers, self.saves, bus)
+        """The behaviors' ``evaluation``: episodes off the training thread, the best model."""
         self.aborted = False
         """A second signal aborted the run."""
         self.co_players = CoPlayerWiring(self.trainers)
@@ -185,6 +188,8 @@ class _Run:
                         )
                     if self.status is RunStatus.INTERRUPTED and stop.requested is None:
                         self._stopped_by_request()
+                    if self.status is not RunStatus.INTERRUPTED:
+                        self.evaluations.finish()  # its best model before the final save
                     if not cs.inference:
                         stop.phase = "saving"
                         self.saves.save_final(stop)
@@ -239,6 +244,7 @@ class _Run:
                     options, name, settings, bus, seed + index, status_file, curriculum
                 )
         face_rivals(self.trainers)  # self-play across behaviors: each other's opponents
+        self.evaluations.start(rank=get_rank())
         self.co_players = CoPlayerWiring(self.trainers)
         self.co_players.refresh_all()
         for name, trainer in self.trainers.items():
@@ -287,6 +293,7 @@ class _Run:
             attachment.after_turn()
         self.co_players.refresh(name, trainer)
         self.saves.checkpoint_if_due(name, trainer)
+        self.evaluations.after_turn(name, trainer)
 
     def _abort(self) -> None:
         """A second signal: the file being written is completed, saves not yet started are
@@ -298,6 +305,7 @@ class _Run:
     def _close(self) -> None:
         """Finish the saves, close the environments, emit ``run_finished``, drain the bus."""
         started = time.monotonic()
+        self.evaluations.close()  # an evaluation still in flight (interrupted) is dropped
         self.saves.close()  # save and export are emitted before run_finished
         for trainer in self.trainers.values():
             trainer.close()  # threaded: the update still running, if any, ends first

@@ -111,7 +111,7 @@ class SaveSchedule:
         with hierarchical_timer("snapshot"):
             state = snapshot(trainer.state_dict())
             policy = snapshot(trainer.policy_module())
-            example = _example_obs(trainer.envs.single_observation_space, trainer.next_obs)
+            example = example_obs(trainer.envs.single_observation_space, trainer.next_obs)
         step, reward = trainer.step, self.rewards.get(name)
         save = manager.save_final if final else manager.save
         if final:  # a moment to wait for (tests signal during the final save)
@@ -145,7 +145,7 @@ class SaveSchedule:
             manager.cancel()
 
 
-def _example_obs(space: Any, next_obs: Any) -> Any:
+def example_obs(space: Any, next_obs: Any) -> Any:
     """A float32 copy of the first observation, as a batch of one, to export with: one per
     input of the policy (the ``Box``, or each key of a ``Dict``), by input name."""
     import numpy as np

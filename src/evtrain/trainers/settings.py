@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from evtrain.evaluation.settings import EvaluationSettings as EvaluationSettings
 from evtrain.trainers.group_settings import MAPPOSettings as MAPPOSettings
 from evtrain.trainers.group_settings import POCASettings as POCASettings
 from evtrain.trainers.group_settings import group_trainer_refusals
@@ -241,6 +242,9 @@ class TrainerSettings:
     self_play: SelfPlaySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     """Play against snapshots of the behavior's own policy (:mod:`evtrain.trainers.ghost`);
     needs an environment whose agents of this behavior form two teams."""
+    evaluation: EvaluationSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    """evtrain's own: evaluate the deterministic policy every ``evaluation.every`` steps on
+    environments of its own, and keep the best model (:mod:`evtrain.run.evaluations`)."""
     max_steps: int = attrs.field(default=500000, validator=_positive_int)
     """Environment steps (summed over environments) after which training stops."""
     time_horizon: int = attrs.field(default=64, validator=_positive_int)

@@ -1,0 +1,52 @@
+"""``behaviors.<name>.evaluation``: evtrain's own key (ML-Agents has none), declared and
+range-checked here; what it does is :mod:`evtrain.run.evaluations`'.
+
+Every ``every`` steps the behavior's deterministic policy as of that step (observation
+normaliser included) plays ``episodes`` episodes on environments of its own, off the training
+thread; episode ``i`` of every evaluation starts from ``reset(seed=seed + i)``, so evaluations
+are comparable with each other and can be repeated outside the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from attrs import validators as v
+
+from evtrain.evaluation.video import VideoSettings
+
+_positive_int = [v.instance_of(int), v.gt(0)]
+_MAX_DEFAULT_ENVS = 8
+
+
+def _default_num_envs(instance: Any) -> int:
+    return min(int(instance.episodes), _MAX_DEFAULT_ENVS)
+
+
+@attrs.define(kw_only=True)
+class EvaluationSettings:
+    """When and how a behavior's policy is evaluated, and whether its best is kept."""
+
+    every: int = attrs.field(validator=_positive_int)
+    """Environment steps (global, as ``max_steps``) between two evaluations; required.  An
+    evaluation is due at the end of the update that reaches the next multiple of it (the
+    last update included); an update that passes several multiples starts one."""
+    episodes: int = attrs.field(default=10, validator=_positive_int)
+    """Episodes per evaluation."""
+    num_envs: int = attrs.field(
+        default=attrs.Factory(_default_num_envs, takes_self=True), validator=_positive_int
+    )
+    """Environments the episodes are played on side by side (one batch through the policy
+    per step); default ``min(episodes, 8)``."""
+    seed: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    """Episode ``i`` of every evaluation starts from ``reset(seed=seed + i)``."""
+    best_model: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    """Keep the checkpoint and ONNX of the evaluation with the highest mean return so far
+    (``<Behavior>-best.onnx`` beside ``<Behavior>.onnx``, ``<Behavior>/best.pt``)."""
+    env_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    """Keyword arguments of the evaluation environments over ``env_settings.env_kwargs``
+    (a key given here replaces the training one; e.g. another ``render_mode``)."""
+    video: VideoSettings | None = attrs.field(default=None, metadata={"absent_when_none": True})
+    """Record some episodes as videos (:mod:`evtrain.evaluation.video`): the environments are
+    built with ``render_mode="rgb_array"`` unless ``env_kwargs`` says otherwise."""

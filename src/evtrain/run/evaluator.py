@@ -1,0 +1,320 @@
+"""One behavior's evaluation episodes, played in a process of its own.
+
+An :class:`Evaluator` starts a worker process (``forkserver`` where there is one, else
+``spawn``: never ``fork``, which copies torch's threads and locks mid-flight) that builds
+environments of its own as the training ones are built
+(:func:`~evtrain.run.envs.make_envs`: the same ``env_id``, factory and ``env_kwargs``, with
+``evaluation.env_kwargs`` over them) and keeps them for every evaluation.  Each evaluation
+sends it a snapshot of the policy taken at the evaluation's step (pickled, on the CPU) and
+later reads back each episode's return and length.  The worker steps its sub-environments one
+by one rather than through the vector environment, so that it decides each reset: episode
+``i`` starts from ``reset(seed=seed + i)`` on whichever environment is free, the policy acting
+on one batch of every environment's observation per step (:func:`play_episodes`).
+
+A process, not a thread: an evaluation steps as many environments as a good part of the
+training does (10 CartPole episodes of 500 steps every 10,000 steps is half as many), in
+Python that holds the GIL; on a thread of the training process it took the training thread's
+turns (+32 % wall time in ``benchmarks/bench_evaluation.py``), in a process it runs on a
+core of its own.  The price: the worker's start (its imports, once, off the training thread)
+and its memory (a second Python with torch).  The worker ignores Ctrl-C: the run ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import multiprocessing
+import signal
+import time
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from evtrain.config.options import EnvironmentSettings
+from evtrain.errors import ConfigError
+from evtrain.evaluation.settings import EvaluationSettings
+from evtrain.export import memory_size_of
+from evtrain.run.envs import make_envs, working_folder_importable
+from evtrain.trainers.networks.memory import StatefulPolicy
+from evtrain.trainers.observations import policy_inputs
+
+logger = logging.getLogger("evtrain")
+
+_JOIN_S = 10.0
+"""How long :meth:`Evaluator.close` waits for the worker to end before it is terminated."""
+
+
+class EvaluationFailed(RuntimeError):
+    """The evaluation worker raised, or ended without answering."""
+
+
+@attrs.frozen(kw_only=True)
+class Episodes:
+    """What one evaluation's episodes gave, in episode order."""
+
+    step: int
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    videos: tuple[tuple[int, Path], ...] = ()
+    """The video of each recorded episode: its number and its file."""
+
+
+class Evaluator:
+    """Plays one behavior's evaluations, one at a time, in a worker process of its own."""
+
+    def __init__(
+        self,
+        behavior: str,
+        settings: EvaluationSettings,
+        env_settings: EnvironmentSettings,
+        behaviors: Mapping[str, Any],
+        videos: Path,
+    ) -> None:
+        """:param videos: the folder of the videos (``evaluation.video``)."""
+        self.behavior = behavior
+        kwargs = {**env_settings.env_kwargs, **settings.env_kwargs}
+        if settings.video is not None:
+            kwargs.setdefault("render_mode", "rgb_array")
+        built = attrs.evolve(
+            env_settings,
+            num_envs=min(settings.num_envs, settings.episodes),
+            vectorization="sync",  # stepped one by one in the worker
+            env_kwargs=kwargs,
+        )
+        context = _context()
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_work,
+            args=(child, behavior, settings, built, dict(behaviors), videos),
+            name=f"evtrain-evaluation-{behavior}",
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        self.running: int | None = None
+        """The step of the evaluation in flight, if any."""
+        self.worker_cpu_s = 0.0
+        """The worker's CPU seconds as of its last evaluation (its start included)."""
+
+    def start(self, step: int, policy: torch.nn.Module) -> None:
+        """Send the worker an evaluation of ``policy`` (a snapshot nothing else changes).
+
+        :raises RuntimeError: one is still in flight (take its :meth:`result` first).
+        """
+        if self.running is not None:
+            raise RuntimeError(f"an evaluation of {self.behavior} is still running")
+        if self._conn.poll():  # the worker failed on its own (building its environments)
+            self._raise(*self._conn.recv())
+        buffer = io.BytesIO()
+        on_cpu = policy if _device_of(policy).type == "cpu" else _cpu_copy(policy)
+        torch.save(on_cpu, buffer)
+        self._send((step, buffer.getvalue()))
+        self.running = step
+
+    def result(self, *, wait: bool) -> Episodes | None:
+        """The evaluation in flight once it is done (waited for with ``wait``), else ``None``.
+
+        :raises EvaluationFailed: the worker raised (its message), or ended.
+        """
+        if self.running is None or (not wait and not self._conn.poll()):
+            return None
+        step, self.running = self.running, None
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError):
+            raise EvaluationFailed(self._ended()) from None
+        self._raise(kind, value)
+        returns, lengths, videos, self.worker_cpu_s = value
+        return Episodes(
+            step=step,
+            returns=tuple(returns),
+            lengths=tuple(lengths),
+            videos=tuple((episode, Path(path)) for episode, path in videos),
+        )
+
+    def close(self) -> None:
+        """End the worker (an evaluation in flight is dropped) and its environments."""
+        if self.running is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._conn.send(None)
+            self._process.join(_JOIN_S)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(_JOIN_S)
+        self._conn.close()
+        self.running = None
+
+    def _send(self, message: Any) -> None:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError):
+            with contextlib.suppress(EOFError, OSError):
+                if self._conn.poll():  # why it ended
+                    self._raise(*self._conn.recv())
+            raise EvaluationFailed(self._ended()) from None
+
+    def _raise(self, kind: str, value: Any) -> None:
+        """Raise what the worker reported, if it is an error: a :class:`ConfigError` for the
+        environments' options, else :class:`EvaluationFailed`."""
+        if kind == "config":
+            where = f"behaviors.{self.behavior}.evaluation"
+            raise ConfigError(
+                [
+                    f"{where}: the evaluation environments could not be built: {problem} "
+                    f"(check {where}.env_kwargs over env_settings.env_kwargs)"
+                    for problem in value
+                ]
+            )
+        if kind == "error":
+            raise EvaluationFailed(f"the evaluation of {self.behavior} failed: {value}")
+
+    def _ended(self) -> str:
+        self._process.join(1.0)
+        return (
+            f"the evaluation process of {self.behavior} ended without answering (exit code "
+            f"{self._process.exitcode}); its error, if any, is in the log above"
+        )
+
+
+def _context() -> Any:
+    """``forkserver`` (its server imports this module once, torch with it: each worker forks
+    from there ready to run), else ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
+def _device_of(policy: torch.nn.Module) -> torch.device:
+    return next(iter(policy.parameters()), torch.empty(0)).device
+
+
+def _cpu_copy(policy: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(policy).cpu()
+
+
+def _work(
+    conn: Connection,
+    behavior: str,
+    settings: EvaluationSettings,
+    env_settings: EnvironmentSettings,
+    behaviors: dict[str, Any],
+    videos: Path,
+) -> None:
+    """The worker: build the environments, then play each evaluation sent until ``None``
+    (and record its videos)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's to handle
+    torch.set_num_threads(1)
+    working_folder_importable()
+    vector = None
+    try:
+        vector = make_envs(env_settings, behavior=behavior, behaviors=behaviors)
+        if not hasattr(vector, "envs"):  # the parent refuses PettingZoo environments
+            raise TypeError(f"expected a SyncVectorEnv, got {type(vector).__name__}")
+        evaluation = 0
+        while (message := conn.recv()) is not None:
+            step, data = message
+            policy = torch.load(io.BytesIO(data), weights_only=False)  # our own snapshot
+            with torch.no_grad():
+                answer = play_episodes(
+                    policy, vector, episodes=settings.episodes, seed=settings.seed
+                )
+            recorded = _videos(policy, vector, settings, evaluation, videos, behavior, step)
+            conn.send(("done", (*answer, recorded, time.process_time())))
+            evaluation += 1
+    except EOFError:  # the run ended
+        pass
+    except ConfigError as error:  # told to the run, which raises it
+        conn.send(("config", list(error.problems)))
+    except Exception as error:
+        conn.send(("error", f"{type(error).__name__}: {error}"))
+    finally:
+        if vector is not None:
+            vector.close()
+
+
+def _videos(
+    policy: torch.nn.Module,
+    vector: Any,
+    settings: EvaluationSettings,
+    evaluation: int,
+    folder: Path,
+    behavior: str,
+    step: int,
+) -> list[tuple[int, str]]:
+    if settings.video is None:
+        return []
+    from evtrain.run.evaluation_videos import record_videos
+
+    return record_videos(
+        policy,
+        vector,
+        settings=settings.video,
+        evaluation=evaluation,
+        episodes=settings.episodes,
+        seed=settings.seed,
+        folder=folder,
+        behavior=behavior,
+        step=step,
+    )
+
+
+def play_episodes(
+    policy: torch.nn.Module,
+    vector: Any,
+    *,
+    episodes: int,
+    seed: int,
+) -> tuple[list[float], list[int]]:
+    """Play ``episodes`` episodes of ``policy`` on the sub-environments of ``vector`` (a
+    ``SyncVectorEnv``, its own reset never used): episode ``i`` starts from
+    ``reset(seed=seed + i)`` on the next free sub-environment.  Returns each episode's return
+    and length, in episode order.
+    """
+    from gymnasium.vector.utils import concatenate, create_empty_array, iterate
+
+    envs = vector.envs
+    space = vector.single_observation_space
+    device = next(iter(policy.parameters()), torch.empty(0)).device
+    act = StatefulPolicy(policy) if memory_size_of(policy) else policy
+    returns, lengths = [0.0] * episodes, [0] * episodes
+    playing: list[int | None] = [None] * len(envs)  # the episode each environment plays
+    obs: list[Any] = [None] * len(envs)
+    started = 0
+    for j, env in enumerate(envs[:episodes]):
+        obs[j], _ = env.reset(seed=seed + j)
+        playing[j], started = j, j + 1
+    for j in range(started, len(envs)):  # more environments than episodes: never stepped
+        obs[j] = obs[0]
+    batch: Any = create_empty_array(space, len(envs))  # an array, or a Dict space's dict
+    while any(e is not None for e in playing):
+        stacked = concatenate(space, obs, batch)
+        inputs = policy_inputs(space, stacked).values()
+        tensors = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) for x in inputs]
+        actions = list(iterate(vector.action_space, act(*tensors).cpu().numpy()))
+        ended = np.zeros(len(envs), dtype=np.bool_)
+        for j, env in enumerate(envs):
+            episode = playing[j]
+            if episode is None:
+                continue
+            obs[j], reward, terminated, truncated, _ = env.step(actions[j])
+            returns[episode] += float(reward)
+            lengths[episode] += 1
+            if terminated or truncated:
+                ended[j] = True
+                playing[j] = started if started < episodes else None
+                if started < episodes:
+                    obs[j], _ = env.reset(seed=seed + started)
+                    started += 1
+        if isinstance(act, StatefulPolicy):
+            act.forget(ended)
+    return returns, lengths

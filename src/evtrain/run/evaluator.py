@@ -25,6 +25,7 @@ import contextlib
 import io
 import logging
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Mapping
@@ -213,6 +214,9 @@ def _work(
     """The worker: build the environments, then play each evaluation sent until ``None``
     (and record its videos)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's to handle
+    # Frames are drawn off-screen: without a display SDL (pygame, which renders Gymnasium's
+    # classic-control and box2d environments) would print an error for each worker.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     torch.set_num_threads(1)
     working_folder_importable()
     vector = None

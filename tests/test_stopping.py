@@ -10,7 +10,6 @@ from typing import Any
 
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 import pytest
-import yaml
 
 from evtrain import (
     Bus,
@@ -30,7 +29,7 @@ from evtrain.events.stats import CUMULATIVE_REWARD as REWARD
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers import TrainerSettings
-from tests.helpers import ROOT, clean_env, python, stats_event
+from tests.helpers import ROOT, clean_env, python, stats_event, tensorboard_scalars
 from tests.test_learn import config
 
 
@@ -166,17 +165,22 @@ def test_stop_reward_in_the_config_stops_the_run_with_its_reason(tmp_path: Path)
     onnxruntime.InferenceSession(str(result.models["CartPole"]))
 
 
-def test_the_cli_stopped_by_stop_reward_exits_0_and_prints_why(tmp_path: Path) -> None:
-    options = config(tmp_path, max_steps=100_000, stop={"reward": 9.0})
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+def test_the_corridor_example_stops_once_every_episode_succeeds(tmp_path: Path) -> None:
+    # the CLI, from the repository root, as the example's comment says
+    example = "examples/custom_env/corridor_stop.yaml"
+    assert f"#   evtrain learn {example}" in (ROOT / example).read_text()
     path = os.pathsep.join(str(p) for p in (ROOT / "src", ROOT / "writers", ROOT))
     result = python(
-        "-m", "evtrain", "learn", "run.yaml", cwd=tmp_path, env=clean_env(PYTHONPATH=path)
-    )
+        "-m", "evtrain", "learn", example, "--results-dir", str(tmp_path),
+        cwd=ROOT, env=clean_env(PYTHONPATH=path),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    printed = "Stopped early at a subscriber's request: CartPole: Environment/Cumulative Reward"
-    assert printed in result.stdout
-    assert "(stop.reward 9) at step 256" in result.stdout
-    model = tmp_path / "results" / "run" / "CartPole.onnx"
-    session = onnxruntime.InferenceSession(str(model))
-    assert session.get_inputs()[0].shape[-1] == 4
+    reason = "Corridor: Environment/Success Rate reached 1 (stop.reward 1) at step "
+    assert f"Stopped early at a subscriber's request: {reason}" in result.stdout
+    run = tmp_path / "corridor_stop"
+    # the info's is_success, one value per episode: a success rate that reached 1
+    rates = tensorboard_scalars(run / "Corridor", "Environment/Success Rate")
+    assert max(rate for _, rate in rates) == 1.0 and min(rate for _, rate in rates) >= 0.0
+    assert rates[-1][0] < 50_000  # max_steps: stopped long before
+    session = onnxruntime.InferenceSession(str(run / "Corridor.onnx"))
+    assert session.get_inputs()[0].shape[-1] == 1

@@ -9,6 +9,9 @@ episode, and ``label`` = ``"tally"`` (not a number).  A reset's info says ``coin
 
 :class:`TallyWalkers` (PettingZoo Parallel): :class:`~tests.multiagent_envs.Walkers` whose
 agents' infos also carry ``coins`` = 10 x step + the agent's index.
+
+:class:`TallyCountdown` (PettingZoo AEC): :class:`~tests.multiagent_envs.Countdown` whose
+players' infos carry ``left``, the counter after each move.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from tests.multiagent_envs import Walkers
+from tests.multiagent_envs import Countdown, Walkers
 
 RESET_COINS = 1000
 
@@ -70,3 +73,12 @@ class TallyWalkers(Walkers):
 
 def tally_walkers(**kwargs: Any) -> TallyWalkers:
     return TallyWalkers(**kwargs)
+
+
+class TallyCountdown(Countdown):
+    """:class:`~tests.multiagent_envs.Countdown` with ``left`` in every player's info."""
+
+    def step(self, action: Any) -> None:
+        super().step(action)
+        for info in self.infos.values():
+            info["left"] = self.counter

@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
@@ -21,7 +22,7 @@ from evtrain.trainers.base import Trainer
 from evtrain.trainers.info_stat_settings import InfoStat
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.sac import SACTrainer
-from tests.info_envs import Tally, tally_walkers
+from tests.info_envs import Tally, TallyCountdown, tally_walkers
 from tests.test_poca import TRAINERS
 from tests.test_poca import settings as group_settings
 from tests.trainers.helpers import Recording, small_ppo, small_sac
@@ -157,6 +158,18 @@ def test_group_trainers_record_the_info_keys_of_their_agents(
     trainer.advance()  # six steps of two copies of three slots: one episode of each copy
     event = summary(trainer, recording)
     assert sorted(event.values["Walkers/Coins"].full_dist) == sorted(WALKER_COINS * 2)
+
+
+def test_turn_based_agents_infos_reach_their_slots() -> None:
+    # player_1 learns; player_0 (random) moves first.  Each step is player_1's move and
+    # player_0's answer: the info then says the counter after the answer.
+    env = TallyCountdown(start=30)
+    slots = AgentSlots([env], "player", agent_behaviors={"player_0": "p0"})
+    slots.reset(seed=0)
+    for _ in range(3):
+        _, _, _, _, infos = slots.step(np.zeros(1, dtype=np.int64))  # take 1
+        assert (infos["left"].tolist(), infos["_left"].tolist()) == ([env.counter], [True])
+    assert 30 - 3 * 4 <= env.counter <= 30 - 3 * 2
 
 
 def test_info_stats_settings_from_yaml_and_their_errors() -> None:

@@ -4,6 +4,7 @@ process-isolated, spool), ``StopOnReward`` and ``StopOnPlateau`` on crafted even
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from evtrain.config.converter import structure
 from evtrain.errors import ConfigError
 from evtrain.events.stats import CUMULATIVE_REWARD as REWARD
 from evtrain.run.learn import learn
+from evtrain.run.stops import connect_stops
 from evtrain.testing import Recorder
 from evtrain.trainers import TrainerSettings
 from tests.helpers import ROOT, clean_env, python, stats_event, tensorboard_scalars
@@ -184,3 +186,35 @@ def test_the_corridor_example_stops_once_every_episode_succeeds(tmp_path: Path) 
     assert rates[-1][0] < 50_000  # max_steps: stopped long before
     session = onnxruntime.InferenceSession(str(run / "Corridor.onnx"))
     assert session.get_inputs()[0].shape[-1] == 1
+
+
+def test_stop_plateau_on_a_stats_key_in_the_config(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the first summary sets the best; the second cannot beat it by 1000
+    stop = {"plateau": {"patience": 1, "min_delta": 1000, "stat": REWARD}}
+    with caplog.at_level(logging.WARNING, logger="evtrain.run"):
+        result = learn(config(tmp_path, max_steps=100_000, stop=stop))
+    assert result.status is RunStatus.STOPPED
+    assert result.stop_reason is not None
+    assert result.stop_reason.startswith(f"CartPole: {REWARD} did not improve on its best ")
+    assert "(step 256) by more than 1000 in 1 summaries (stop.plateau patience 1)" in (
+        result.stop_reason
+    )
+    assert result.stop_reason.endswith("at step 512")
+    assert not [r for r in caplog.records if "stop.plateau" in r.getMessage()]
+
+
+def test_a_stop_on_evaluations_without_evaluation_settings_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = structure({"stop": {"plateau": {"patience": 2}}}, TrainerSettings)
+    with Bus() as bus, caplog.at_level(logging.WARNING, logger="evtrain.run"):
+        handles = connect_stops(bus, "CartPole", settings)
+    assert len(handles) == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "behaviors.CartPole.stop.plateau.stat is 'Evaluation/Mean Return', but behavior "
+        "CartPole has no evaluation settings: that stat is never reported, and this condition "
+        "never stops the run. Set behaviors.CartPole.evaluation, or watch a stats key "
+        "(plateau.stat: Environment/Cumulative Reward)."
+    ]

@@ -231,7 +231,7 @@ class _Run:
         rewards = bus.connect(signals.stats, self.rewards, name="evtrain.learn.rewards")
         self.run_bus.handles.append(rewards)
         for name, settings in options.behaviors.items():
-            self.run_bus.handles.extend(connect_stops(bus, name, settings.stop))
+            self.run_bus.handles.extend(connect_stops(bus, name, settings))
         configure_torch(options)
         seed = rank_seed(options, self.world)
         status_file = training_status(options)

@@ -15,6 +15,7 @@ the stat, its value and the step.
 
 from __future__ import annotations
 
+import abc
 import math
 
 import attrs
@@ -40,7 +41,7 @@ def _what(event: StatsEvent | EvaluationEvent) -> str:
     return "summaries" if isinstance(event, StatsEvent) else "evaluations"
 
 
-class _Watcher:
+class _Watcher(abc.ABC):
     """A subscriber of one stat of one behavior (or of every behavior)."""
 
     kind = ""
@@ -66,9 +67,9 @@ class _Watcher:
         value = _observed(event, self.stat)
         return None if value is None else self.observe(event, value)
 
+    @abc.abstractmethod
     def observe(self, event: StatsEvent | EvaluationEvent, value: float) -> StopRun | None:
-        """``value`` of :attr:`stat` arrived with ``event``: whether to stop."""
-        raise NotImplementedError
+        """``value`` of :attr:`stat` arrived with ``event``: the stop request, if it stops."""
 
 
 class StopOnReward(_Watcher):

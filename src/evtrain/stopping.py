@@ -113,10 +113,10 @@ class StopOnPlateau(_Watcher):
 
     :param patience: values in a row without improvement that stop the run (at least 1).
     :param min_delta: how much better than the best so far a value must be to count.
-    :param stat: ``Evaluation/Mean Return`` (one value per evaluation, the default) or a stats
-        key (one value per summary period).
     :param behavior: watch this behavior only; ``None``: each behavior on its own, the first
         on a plateau stops the run.
+    :param stat: ``Evaluation/Mean Return`` (one value per evaluation, the default) or a stats
+        key (one value per summary period).
     :raises ValueError: ``patience`` below 1, or ``min_delta`` negative.
     """
 
@@ -126,8 +126,8 @@ class StopOnPlateau(_Watcher):
         self,
         patience: int,
         min_delta: float = 0.0,
-        stat: str = EVALUATION_MEAN_RETURN,
         behavior: str | None = None,
+        stat: str = EVALUATION_MEAN_RETURN,
     ) -> None:
         if patience < 1:
             raise ValueError(f"StopOnPlateau: patience must be at least 1, got {patience}")

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("events", ("evtrain.events",)),
-    ("bus", ("evtrain.bus",)),
+    ("bus", ("evtrain.bus", "evtrain.stopping")),
     ("world", ("evtrain.world",)),
     ("multiagent", ("evtrain.multiagent",)),
     ("evaluation", ("evtrain.evaluation",)),

@@ -1,7 +1,9 @@
 """A Gymnasium environment of your own, for ``evtrain learn`` (see docs/environments.md).
 
 The agent starts at the left end of a corridor of ``length`` cells and is paid 1 for reaching
-the right end, less a small cost per step.  ``env_settings.env_id`` names either the class
+the right end, less a small cost per step; its ``info`` says ``is_success`` (whether it just
+arrived), which ``behaviors.<name>.info_stats`` can record (``corridor_stop.yaml``).
+``env_settings.env_id`` names either the class
 (``examples.custom_env.corridor:Corridor``) or the factory below, which adds wrappers; the
 keys of ``env_settings.env_kwargs`` are passed to either as keyword arguments.
 """
@@ -39,7 +41,8 @@ class Corridor(gym.Env[Observation, np.int64]):
     def step(self, action: np.int64) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         self._position = max(0, self._position + (1 if action == 1 else -1))
         arrived = self._position >= self.length
-        return self._observation(), 1.0 if arrived else -0.01, arrived, False, {}
+        info = {"is_success": arrived}
+        return self._observation(), 1.0 if arrived else -0.01, arrived, False, info
 
 
 def make_corridor(length: int = 5, max_episode_steps: int = 50) -> gym.Env[Any, Any]:

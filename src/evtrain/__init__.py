@@ -38,12 +38,14 @@ from evtrain.events.payloads import (
     SaveEvent,
     StatsEvent,
     StopRequested,
+    StopRun,
     SubscriberFailed,
     SubscriberStalled,
 )
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain.ranks import get_rank
 from evtrain.run.learn import LearnResult, learn
+from evtrain.stopping import StopOnPlateau, StopOnReward
 
 __all__ = [
     "ANY",
@@ -80,7 +82,10 @@ __all__ = [
     "StatsReporter",
     "StatsSummary",
     "StatsWriter",
+    "StopOnPlateau",
+    "StopOnReward",
     "StopRequested",
+    "StopRun",
     "SubscriberError",
     "SubscriberFailed",
     "SubscriberMetrics",

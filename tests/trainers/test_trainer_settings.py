@@ -66,6 +66,8 @@ def test_ml_agents_defaults() -> None:
         "init_path": None,
         "threaded": False,
         "on_nonfinite": "stop",
+        "info_stats": None,
+        "stop": None,
     }
 
 

@@ -113,7 +113,9 @@ class Bus(Wiring):
         self._route_cache = self._routes.cache
         """The same dict, one attribute lookup nearer for ``emit``."""
         self._internal_emits = 0
-        failures = settings.failures(report=self.emit_internal, raise_later=self.raise_later)
+        failures = settings.failures(
+            report=self.emit_internal, raise_later=self.raise_later, request_stop=self._stop_by
+        )
         self._dispatcher = Dispatcher(self._on_fatal, failures)
         self._open = True
         self._closed = False
@@ -286,6 +288,10 @@ class Bus(Wiring):
             logger.info("Stop requested%s: %s", who, reason)
         else:
             logger.debug("Stop requested again%s (%s); the first request stands", who, reason)
+
+    def _stop_by(self, reason: str, subscriber: str) -> None:
+        """A subscriber returned ``StopRun(reason)``."""
+        self.request_stop(reason, by=subscriber)
 
     @property
     def stop_request(self) -> StopRequested | None:

@@ -49,10 +49,14 @@ class BusSettings:
     journal_max_bytes: int = attrs.field(default=1 << 30, validator=_at_least_one)
 
     def failures(
-        self, report: Callable[[Any], None], raise_later: Callable[[str, str, BaseException], None]
+        self,
+        report: Callable[[Any], None],
+        raise_later: Callable[[str, str, BaseException], None],
+        request_stop: Callable[[str, str], None],
     ) -> FailureContext:
         """What the isolation wrapper applies when a subscriber raises or stalls: this bus's
-        policy, and where it reports (``subscriber_failed``/``subscriber_stalled``)."""
+        policy, and where it reports (``subscriber_failed``/``subscriber_stalled``); and where
+        a subscriber's returned ``StopRun`` goes."""
         return FailureContext(
             policy=self.on_error,
             max_consecutive_failures=self.max_consecutive_failures,
@@ -60,4 +64,5 @@ class BusSettings:
             raise_later=raise_later,
             report_stall=report,
             retry_backoff_s=min(self.retry_backoff_s, self.retry_backoff_max_s),
+            request_stop=request_stop,
         )

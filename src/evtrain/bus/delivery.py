@@ -16,6 +16,10 @@ most once per :data:`LOG_EVERY_S` per subscriber, with the number suppressed), e
 only as a :class:`FailureContext`: the policy and a few callables.  The counters it changes
 belong to the :class:`~evtrain.bus.subscription.Subscription` and change through its methods.
 
+A subscriber that returns :class:`~evtrain.events.payloads.StopRun` asks the run to stop: the
+delivery hands its reason to ``Bus.request_stop`` (:attr:`FailureContext.request_stop`), by
+the subscriber's name.
+
 A ``spool`` subscriber is never disabled: its delivery (:mod:`evtrain.bus.spool_delivery`)
 retries a failing event on a short fixed interval, dead-letters a permanently refused one,
 and logs each outage once instead of through :func:`record_failure`.
@@ -42,7 +46,7 @@ import attrs
 from evtrain.atomic import disk_full
 from evtrain.bus.inbox import Item, Marker
 from evtrain.bus.subscription import Subscription
-from evtrain.events.payloads import SubscriberFailed, SubscriberStalled
+from evtrain.events.payloads import StopRun, SubscriberFailed, SubscriberStalled
 
 logger = logging.getLogger("evtrain.bus")
 
@@ -80,6 +84,9 @@ class FailureContext:
     """Queues ``subscriber_stalled`` without ever blocking (``Bus.emit_internal``)."""
     retry_backoff_s: float = 0.5
     """How often a spool subscriber whose sink is down is probed (or its event retried)."""
+    request_stop: Callable[[str, str], None] = lambda reason, by: None
+    """``(reason, subscriber)``: a subscriber returned :class:`~evtrain.events.payloads.StopRun`
+    (``Bus.request_stop``)."""
 
 
 _ON_MAIN: tuple[type[BaseException], ...] = (Exception,)
@@ -170,10 +177,7 @@ async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureC
             continue
         sub.begin(payload)
         try:
-            if awaited:
-                await call(payload)
-            else:
-                call(payload)
+            result = (await call(payload)) if awaited else call(payload)
         except isolable() as error:
             if disk_full(error):
                 left = await _until_space(sub, failures, payload, error)
@@ -189,6 +193,8 @@ async def deliver_async(sub: Subscription, batch: list[Item], failures: FailureC
             sub.handled(t, ok=False)
         else:
             sub.handled(t, ok=True)
+            if type(result) is StopRun:
+                failures.request_stop(result.reason, sub.name)
 
 
 async def _until_space(
@@ -253,12 +259,14 @@ async def _isolated(
     try:
         result = fn()
         if sub.is_async and hasattr(result, "__await__"):
-            await result
+            result = await result
     except isolable() as error:
         sub.end()
         record_failure(sub, failures, hook, error)
         return False
     sub.end()
+    if type(result) is StopRun:  # a process-isolated subscriber's, read while flushing
+        failures.request_stop(result.reason, sub.name)
     return True
 
 

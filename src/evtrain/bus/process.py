@@ -25,7 +25,10 @@ GIL, leaks, or crashes in a C extension then costs the trainer nothing but that 
 
 An exception the subscriber raises in the child is raised in the parent as a
 :class:`~evtrain.errors.SubscriberProcessError`, by the call (or flush) that finds its report:
-the bus's failure policy applies to it as to any subscriber's.
+the bus's failure policy applies to it as to any subscriber's.  A
+:class:`~evtrain.events.payloads.StopRun` it returns comes back with the event's
+acknowledgement and is returned by the parent's call that reads it (that event's call, the
+next one's when the window let it run ahead, or a flush's): the bus then asks the run to stop.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import attrs
 
 from evtrain.bus.inbox import SubscriberSettings
 from evtrain.errors import SubscriberProcessError
+from evtrain.events.payloads import StopRun
 
 logger = logging.getLogger("evtrain.bus")
 
@@ -134,7 +138,7 @@ def child_main(data: bytes, events: Queue[Any], acks: Connection, max_rss: int |
     # ``data`` is what this child's parent pickled from its own live subscriber
     # (:func:`pickled`), handed over in memory at spawn: never read from a file.
     subscriber = pickle.loads(data)
-    acks.send((READY, os.getpid()))
+    acks.send((READY, os.getpid(), None))
     while True:
         try:
             kind, seq, payload = events.get(timeout=PARENT_CHECK_S)
@@ -142,15 +146,16 @@ def child_main(data: bytes, events: Queue[Any], acks: Connection, max_rss: int |
             if parent is not None and not parent.is_alive():
                 return
             continue
-        error = None
+        error = stop = None
         try:
             if kind == EVENT:
-                subscriber(payload)
+                result = subscriber(payload)
+                stop = result.reason if type(result) is StopRun else None
             else:
                 _hook(subscriber, kind)
         except Exception as exc:  # reported to the parent, whose failure policy applies
             error = f"{type(exc).__name__}: {exc}"
-        acks.send((seq, error))
+        acks.send((seq, error, stop))
         if kind == CLOSE:
             return
         if max_rss is not None and _rss() > max_rss:
@@ -172,6 +177,8 @@ class ProcessSubscriber:
         """Sent, not acknowledged, by seq (insertion order is seq order)."""
         self._seq = 0
         self._error: str | None = None
+        self._stop: str | None = None
+        """The reason of a ``StopRun`` the child's subscriber returned, not yet passed on."""
         self.restarts = 0
         """Children started after the first one."""
         self.pid = 0
@@ -207,16 +214,28 @@ class ProcessSubscriber:
         self._window[self._seq] = (kind, payload)
         self._events.put((kind, self._seq, payload))
 
-    def __call__(self, payload: Any) -> None:
+    def __call__(self, payload: Any) -> StopRun | None:
+        """Send ``payload``; the ``StopRun`` the child's subscriber returned for an event, if
+        any came back since the last call (the acknowledgements of a window of events
+        arrive later: with the next event at the latest)."""
         self._send(EVENT, payload)
         self._wait(self._most)
+        return self._stop_run()
 
-    def flush(self) -> None:
-        """The child flushed everything sent before (restarts included)."""
+    def _stop_run(self) -> StopRun | None:
+        if self._stop is None:
+            return None
+        stop, self._stop = self._stop, None
+        return StopRun(stop)
+
+    def flush(self) -> StopRun | None:
+        """The child flushed everything sent before (restarts included); a ``StopRun`` it
+        returned for one of those events and no call passed on yet."""
         if not self._started:
-            return
+            return None
         self._send(FLUSH)
         self._wait(0)
+        return self._stop_run()
 
     def close(self) -> None:
         """Flush, close the subscriber in the child, and let the child end."""
@@ -251,13 +270,15 @@ class ProcessSubscriber:
         try:
             while acks.poll(timeout):
                 timeout = 0.0
-                seq, error = acks.recv()
+                seq, error, stop = acks.recv()
                 self._progress = time.monotonic()
                 if seq == READY:
                     self._ready, self.pid = True, error
                     logger.info("Subscriber %r runs in process %d.", self.name, error)
                     continue
                 self._window.pop(seq, None)
+                if stop is not None and self._stop is None:
+                    self._stop = stop
                 if error is not None and self._error is None:
                     self._error = error
         except (EOFError, OSError):  # the child is gone; _check restarts it

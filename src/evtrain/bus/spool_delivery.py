@@ -43,6 +43,7 @@ from evtrain.bus.journal import Entry
 from evtrain.bus.spool import Replay, SpoolInbox, SpoolItem
 from evtrain.bus.subscription import Subscription
 from evtrain.errors import PermanentDeliveryError
+from evtrain.events.payloads import StopRun
 
 logger = logging.getLogger("evtrain.bus")
 
@@ -107,10 +108,7 @@ async def _until_delivered(
     while not (inbox.abandoned or sub.finished):
         sub.begin(payload)
         try:
-            if awaited:
-                await call(payload)
-            else:
-                call(payload)
+            result = (await call(payload)) if awaited else call(payload)
         except PermanentDeliveryError as refused:
             sub.end()
             _dead_letter(sub, inbox, seq, payload, refused)
@@ -127,6 +125,8 @@ async def _until_delivered(
             continue
         else:
             sub.handled(t, ok=True)
+            if type(result) is StopRun:
+                failures.request_stop(result.reason, sub.name)
         if "flush" in sub.hooks:
             unsynced.append((seq, replayed))
         else:

@@ -37,6 +37,7 @@ from evtrain.config.problems import Problem, choices, problems
 from evtrain.errors import ConfigError
 from evtrain.trainers.registry import trainer_type
 from evtrain.trainers.settings import (
+    InfoStat,
     NetworkSettings,
     RewardSignals,
     RewardSignalSettings,
@@ -229,6 +230,23 @@ def _present_fields(instance: Any, fields: tuple[attrs.Attribute[Any], ...]) -> 
         for a in fields
         if absent_when_none(a, getattr(instance, a.name))
     }
+
+
+def _structure_info_stat(value: Any, _: Any) -> InfoStat:
+    """An ``info_stats`` entry: an aggregation's name, or the full mapping."""
+    if isinstance(value, str):
+        value = {"aggregation": value}
+    elif not isinstance(value, dict):
+        raise TypeError(
+            "expected an aggregation (average, most_recent, sum, histogram) or a mapping "
+            f"{{aggregation, stat, at}}, got {value!r}"
+        )
+    stat: InfoStat = _INFO_STAT(value, InfoStat)
+    return stat
+
+
+_INFO_STAT = _strict_options(InfoStat, converter)
+converter.register_structure_hook(InfoStat, _structure_info_stat)
 
 
 def _structure_sampler(value: Any, _: Any) -> Sampler:

@@ -182,6 +182,15 @@ class StopRequested:
     time: float = attrs.field(factory=time.time)
 
 
+@attrs.frozen(slots=True)
+class StopRun:
+    """What a subscriber may return to stop the run: ``return StopRun("why")`` makes the bus
+    call :meth:`evtrain.Bus.request_stop` with ``reason`` and the subscriber's name (sync,
+    async and process-isolated subscribers alike).  Any other return value is ignored."""
+
+    reason: str
+
+
 @attrs.frozen(kw_only=True, slots=True)
 class SubscriberFailed:
     """A subscriber raised; the bus isolated it.

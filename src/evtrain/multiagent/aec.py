@@ -51,6 +51,7 @@ class AECCopies(Copies):
             copy.since_move = 0.0
             info = env.infos.get(learner, {})
             record.group_reward[k] = float(info.get(GROUP_REWARD, 0.0))
+            record.add_info(k, info)
             if not _done(copy):
                 continue
             terminated = bool(env.terminations.get(learner, False))

@@ -27,6 +27,10 @@ GROUP_REWARD = "group_reward"
 """``infos`` key (and PettingZoo per-agent infos key): the copy's group reward this step."""
 EPISODE_OVER = "episode_over"
 """``infos`` key: the slot's copy ended its episode in this step, and was reset."""
+RESERVED = frozenset({ACTIVE, GROUP_REWARD, EPISODE_OVER, "final_obs"})
+"""The ``infos`` keys :class:`~evtrain.multiagent.slots.AgentSlots` sets itself; an agent's
+info keys of these names are not passed on (``group_reward`` is, as the copy's group
+reward)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -113,6 +117,25 @@ class StepRecord:
         self.episode_over = np.zeros(num_slots, dtype=np.bool_)
         self.final_obs = np.full(num_slots, None, dtype=object)
         self.has_final = np.zeros(num_slots, dtype=np.bool_)
+        self.agent_infos: dict[str, tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]] = {}
+        """The agents' own info keys: per key, (value per slot, mask of the slots with one)."""
+
+    def add_info(self, i: int, info: Any) -> None:
+        """Slot ``i``'s agent reported ``info`` (its PettingZoo info) in this step: each key
+        becomes a vector info key, as Gymnasium's vector environments lay them out (the slots'
+        own keys, :data:`ACTIVE` and the others, win over an agent's)."""
+        if not isinstance(info, Mapping) or not info:
+            return
+        for key, value in info.items():
+            if not isinstance(key, str) or key in RESERVED or key.startswith("_"):
+                continue
+            found = self.agent_infos.get(key)
+            if found is None:
+                n = len(self.obs)
+                found = np.full(n, None, dtype=object), np.zeros(n, dtype=np.bool_)
+                self.agent_infos[key] = found
+            found[0][i] = value
+            found[1][i] = True
 
     def infos(self) -> dict[str, Any]:
         """The vector step's ``infos``."""
@@ -124,6 +147,9 @@ class StepRecord:
         if self.has_final.any():
             infos["final_obs"] = self.final_obs
             infos["_final_obs"] = self.has_final
+        for key, (values, mask) in self.agent_infos.items():
+            infos[key] = values
+            infos["_" + key] = mask
         return infos
 
 

@@ -120,6 +120,7 @@ class ParallelCopies(Copies):
             if not record.active[i]:
                 continue
             record.rewards[i] = float(rewards.get(agent, 0.0))
+            record.add_info(i, infos.get(agent))
             terminated = bool(terminations.get(agent, False))
             truncated = bool(truncations.get(agent, False))
             if terminated or truncated or agent not in live:

@@ -23,6 +23,11 @@ slot:
 ``episode_over``
     the slot's copy ended its episode in this step, and was reset; every slot still active
     in it then has terminated or truncated set.
+
+Each key of an agent's own PettingZoo info (but these names) is a key of ``infos`` too, laid
+out as Gymnasium's vector environments do: a value per slot and a mask ``_<key>`` of the
+slots whose agent reported it in this step (the info of the step that ended an agent's
+episode included; what a behavior's ``info_stats`` read, :mod:`evtrain.trainers.info_stats`).
 """
 
 from __future__ import annotations

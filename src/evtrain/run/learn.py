@@ -41,6 +41,7 @@ from evtrain.run.run_bus import RunBus
 from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
 from evtrain.run.save_schedule import SaveSchedule
 from evtrain.run.save_schedule import SavingProgress as SavingProgress
+from evtrain.run.stops import connect_stops
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
 from evtrain.trainers.ghost import face_rivals
@@ -234,6 +235,8 @@ class _Run:
         bus.emit(signals.run_started, started)
         rewards = bus.connect(signals.stats, self.rewards, name="evtrain.learn.rewards")
         self.run_bus.handles.append(rewards)
+        for name, settings in options.behaviors.items():
+            self.run_bus.handles.extend(connect_stops(bus, name, settings))
         configure_torch(options)
         seed = rank_seed(options, self.world)
         status_file = training_status(options)

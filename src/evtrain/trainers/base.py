@@ -200,6 +200,7 @@ class Trainer(Bookkeeping, abc.ABC):
         dones = terminated | truncated
         valid = self.autoreset.observe(dones, infos)
         self._record_step(rewards, dones, valid)
+        self._record_infos(infos, dones, valid)
         if isinstance(self._policy, StatefulPolicy):
             # a new episode starts without memory (NEXT_STEP mode: after the autoreset step)
             self._policy.forget(dones | ~valid)

@@ -2,13 +2,14 @@
 run), episodes' returns and lengths reported, and one summary per ``summary_freq`` steps,
 labelled with the boundary step, as ML-Agents' ``RLTrainer`` does.  :class:`Bookkeeping` is
 the part of :class:`~evtrain.trainers.base.Trainer` an algorithm calls, not overrides:
-``_record_step`` for each vector step, ``_sync_step`` before a schedule reads :attr:`step`,
-``_end_period`` at the end of every ``advance``.
+``_record_step`` and ``_record_infos`` for each vector step, ``_sync_step`` before a schedule
+reads :attr:`step`, ``_end_period`` at the end of every ``advance``.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy.typing as npt
 from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod
 from evtrain.trainers.envs import AutoresetTracker
+from evtrain.trainers.info_stats import InfoStats
 from evtrain.trainers.settings import TrainerSettings
 from evtrain.trainers.threaded import ThreadedUpdates
 from evtrain.world import World
@@ -27,6 +29,7 @@ HISTOGRAM = StatsAggregationMethod.HISTOGRAM
 class Bookkeeping(ThreadedUpdates):
     """Steps, episodes and summaries (see the module's docstring)."""
 
+    behavior_name: str
     settings: TrainerSettings
     reporter: StatsReporter
     world: World
@@ -55,6 +58,8 @@ class Bookkeeping(ThreadedUpdates):
         self._episode_reward = np.zeros(self.num_envs, dtype=np.float64)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self._recent_rewards: deque[float] = deque(maxlen=100)
+        self.info_stats = InfoStats(self.settings.info_stats, self.reporter, self.behavior_name)
+        """Records the behavior's ``info_stats`` (:mod:`evtrain.trainers.info_stats`)."""
 
     def write_final_summary(self) -> None:
         """End of training (``max_steps`` reached or a stop requested): report the period still
@@ -103,6 +108,16 @@ class Bookkeeping(ThreadedUpdates):
                 self.reporter.add_stat("Environment/Episode Length", float(self._episode_length[i]))
             self._episode_reward[finished] = 0.0
             self._episode_length[finished] = 0
+
+    def _record_infos(
+        self,
+        infos: Mapping[str, Any],
+        dones: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_],
+    ) -> None:
+        """Record the ``info_stats`` keys of one vector step's ``infos`` (after
+        :meth:`_record_step`, with the same ``dones`` and ``valid``)."""
+        self.info_stats.record(infos, dones, valid)
 
     def _sync_step(self) -> None:
         """Distributed: make :attr:`step` global, adding every rank's transitions since the last

@@ -22,6 +22,7 @@ from evtrain.evaluation.settings import EvaluationSettings as EvaluationSettings
 from evtrain.trainers.group_settings import MAPPOSettings as MAPPOSettings
 from evtrain.trainers.group_settings import POCASettings as POCASettings
 from evtrain.trainers.group_settings import group_trainer_refusals
+from evtrain.trainers.info_stat_settings import InfoStat as InfoStat
 from evtrain.trainers.network_settings import ABSENT_WHEN_NONE as _ABSENT_WHEN_NONE
 from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
@@ -30,6 +31,7 @@ from evtrain.trainers.network_settings import VisEncodeType as VisEncodeType
 from evtrain.trainers.on_policy_settings import POSITIVE_INT, SCHEDULES, OnPolicySettings
 from evtrain.trainers.on_policy_settings import Schedule as Schedule
 from evtrain.trainers.self_play_settings import SelfPlaySettings as SelfPlaySettings
+from evtrain.trainers.stop_settings import StopSettings as StopSettings
 
 _schedule = SCHEDULES
 _positive_int = POSITIVE_INT
@@ -272,6 +274,11 @@ class TrainerSettings:
     (:mod:`evtrain.trainers.finite`): ``stop`` the run with an error naming it, the behavior
     and the step, or ``skip`` the update it would enter and count it
     (``Policy/Non-finite Updates Skipped``)."""
+    info_stats: dict[str, InfoStat] | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    """Keys of the environment's ``info`` recorded as statistics, each with its aggregation
+    (:mod:`evtrain.trainers.info_stat_settings`); ``None``: none."""
+    stop: StopSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
+    """Conditions that stop the run early (:mod:`evtrain.trainers.stop_settings`)."""
 
     @property
     def checkpoint_every(self) -> int:

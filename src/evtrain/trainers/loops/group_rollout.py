@@ -154,6 +154,7 @@ class GroupRollout(OnPolicyTrainer):
         self.group_rewards[t] = group_reward
         self.episode_over[t] = over
         self._record_step(reward, dones, active)
+        self._record_infos(infos, dones, active)
         self._record_groups(group_reward, over)
         slot_over = np.repeat(over, self.group_size)
         self._alive = (active & ~dones) | slot_over

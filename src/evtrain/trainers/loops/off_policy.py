@@ -176,6 +176,7 @@ class OffPolicyTrainer(Trainer):
         strength = self.settings.reward_signals.extrinsic.strength
         self._store((obs, action, reward * strength, real_next, terminated, dones), keep, obs_t)
         self._record_step(reward, dones, valid)
+        self._record_infos(infos, dones, valid)
         self._observed(obs, action, real_next, dones, valid)
         self.next_obs = next_obs
 

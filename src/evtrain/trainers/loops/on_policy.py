@@ -194,6 +194,7 @@ class OnPolicyTrainer(Trainer):
         self.terminated[t] = terminated
         self.truncated[t] = truncated
         self._record_step(reward, dones, valid)
+        self._record_infos(infos, dones, valid)
         self.next_obs = next_obs
         # A time-limited episode is worth V(final observation): keep it to value later.
         # (In NEXT_STEP mode the next step observes it; see _advantages.)  Intrinsic signals

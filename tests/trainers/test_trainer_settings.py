@@ -57,6 +57,7 @@ def test_ml_agents_defaults() -> None:
         },
         "behavioral_cloning": None,
         "self_play": None,
+        "evaluation": None,
         "max_steps": 500000,
         "time_horizon": 64,
         "summary_freq": 50000,

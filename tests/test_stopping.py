@@ -218,3 +218,24 @@ def test_a_stop_on_evaluations_without_evaluation_settings_is_warned_about(
         "never stops the run. Set behaviors.CartPole.evaluation, or watch a stats key "
         "(plateau.stat: Environment/Cumulative Reward)."
     ]
+
+
+def test_stop_plateau_on_evaluations_stops_the_run_after_patience_evaluations(
+    tmp_path: Path,
+) -> None:
+    # The first evaluation sets the best; the next cannot beat it by 1000.
+    stop = {"plateau": {"patience": 1, "min_delta": 1000}}
+    evaluation = {"every": 256, "episodes": 2, "num_envs": 2, "best_model": False}
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus, signals.evaluation, signals.run_finished)
+        result = learn(config(tmp_path, max_steps=100_000, stop=stop, evaluation=evaluation), bus)
+    evaluations = recorder.of(EvaluationEvent)
+    assert [e.step for e in evaluations[:2]] == [256, 512]
+    assert result.status is RunStatus.STOPPED
+    assert result.stop_reason is not None
+    assert result.stop_reason.startswith("CartPole: Evaluation/Mean Return did not improve")
+    assert "(step 256) by more than 1000 in 1 evaluations" in result.stop_reason
+    (finished,) = recorder.of(RunFinished)
+    assert finished.reason == result.stop_reason
+    assert result.steps["CartPole"] < 100_000

@@ -7,7 +7,7 @@ with the step of its policy), and one is started when the behavior's step reache
 multiple of ``every``.  Starting one takes, on the training thread, a snapshot of the
 deterministic policy (its observation normaliser inside, as of that step: never stale) and,
 with ``best_model``, of the trainer's state; the :class:`~evtrain.run.evaluator.Evaluator`
-plays the episodes on its own thread meanwhile.  At most one evaluation per behavior is in
+plays the episodes in its worker process meanwhile.  At most one evaluation per behavior is in
 flight: if the next is due before the last has finished, training waits for it (and says so
 once), so that every multiple of ``every`` is evaluated.
 

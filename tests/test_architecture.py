@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("distributed", ("evtrain.distributed",)),
     ("writers", ("evtrain_writers",)),
     ("run", ("evtrain.run",)),
+    ("sweep", ("evtrain.sweep",)),
     ("face", ("evtrain", "evtrain.__main__", "evtrain.cli", "evtrain.demo", "evtrain.testing")),
 )
 """From the bottom up.  ``evtrain`` itself is the package's ``__init__``: the public face."""

@@ -20,6 +20,7 @@ from evtrain.atomic import disk_full
 from evtrain.cli.commands import list_plugins, run_demo, run_learn, run_record, run_sync
 from evtrain.cli.overrides import cli_data, options_from_cli, parse_writer_flag
 from evtrain.cli.parser import LEARN_EPILOG, build_parser, parse
+from evtrain.cli.sweep import run_sweep
 from evtrain.errors import (
     CheckpointError,
     ConfigError,
@@ -125,4 +126,6 @@ def _run(args: argparse.Namespace) -> int:
         return run_record(args)
     if args.command == "demo":
         return run_demo(args)
+    if args.command == "sweep":
+        return run_sweep(args)
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces choices

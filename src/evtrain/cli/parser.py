@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from evtrain import plugins
+from evtrain.cli.sweep import add_sweep
 
 LEARN_EPILOG = """\
 signals: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec = _add_record(commands)
     sync = _add_sync(commands)
     demo = _add_demo(commands)
-    for command in (learn, rec, sync, demo):
+    sweep = add_sweep(commands)
+    for command in (learn, rec, sync, demo, sweep):
         # Also after the command (evtrain learn --debug ...); SUPPRESS: when absent here, the
         # value given before the command stands.
         command.add_argument(

@@ -33,6 +33,8 @@ ERROR = "evtrain.error"
 """User attribute: why a failed trial failed."""
 RUN = "evtrain.run"
 """User attribute: the trial's run folder."""
+WORKER = "evtrain.worker"
+"""User attribute: the worker that ran the trial, ``host:pid``."""
 CONFIG_DIGEST = "evtrain.config_sha256"
 """Study user attribute: the digest of the config the study was started from."""
 

@@ -16,6 +16,8 @@ the objective's stat (the reason in the trial's ``evtrain.error``; the sweep goe
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +28,7 @@ from evtrain.config.sweep import SweepSettings
 from evtrain.events.payloads import RunStatus
 from evtrain.sweep.objective import TrialReporter
 from evtrain.sweep.space import suggest, trial_data
-from evtrain.sweep.study import ERROR, INTERRUPTED, RUN, STEPS, next_trial, open_study
+from evtrain.sweep.study import ERROR, INTERRUPTED, RUN, STEPS, WORKER, next_trial, open_study
 
 if TYPE_CHECKING:
     import optuna
@@ -82,6 +84,7 @@ def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial) -> bool:
 
     run_id = f"trial-{trial.number:04d}"
     trial.set_user_attr(RUN, str(sweep.folder / run_id))
+    trial.set_user_attr(WORKER, f"{socket.gethostname()}:{os.getpid()}")
     values = {path: suggest(trial, path, p) for path, p in sweep.settings.parameters.items()}
     data = trial_data(sweep.data, values)
     checkpoints = data.setdefault("checkpoint_settings", {})

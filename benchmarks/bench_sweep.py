@@ -4,11 +4,13 @@ Runs ``evtrain sweep examples/configs/pendulum_sac_sweep.yaml --trials N --worke
 steps a trial, as rl-zoo trains Pendulum-v1; TPE; Optuna's median pruner after 5 trials and
 6k steps) in a fresh results folder, then reads the study's journal with Optuna: each
 trial's state, score (the mean return of its last 10 training episodes), steps and values;
-the best trial against rl-zoo's published -157 +/- 89 for its tuned SAC (its benchmark:
-deterministic evaluation episodes); and the share of steps pruning saved, 1 - (steps run) /
-(trials x steps a trial).  The best trial's score is the maximum over the trials, biased
-upwards: ``--seeds`` trains ``best.yaml`` again with each seed (one process each) and
-reports the mean return of its last 10 episodes.  Writes ``benchmarks/out/sweep.json``::
+the best trial against rl-zoo's published -157 +/- 89 for its tuned SAC (the mean and
+standard deviation of deterministic evaluation episodes), here as the mean return of 50
+episodes of the best trial's exported policy, deterministic (``evtrain record``'s way); and
+the share of steps pruning saved, 1 - (steps run) / (trials x steps a trial).  The best
+trial is the best of many, biased upwards: ``--seeds`` trains ``best.yaml`` again with each
+seed (one process each, ``--workers`` at a time) and evaluates it the same way.  Writes
+``benchmarks/out/sweep.json``::
 
     python benchmarks/bench_sweep.py --trials 20 --workers 2 --seeds 10 11 12
 """
@@ -16,6 +18,7 @@ reports the mean return of its last 10 episodes.  Writes ``benchmarks/out/sweep.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import statistics
 import subprocess
@@ -33,7 +36,6 @@ from common import (
     bench_env,
     episode_returns,
     header,
-    learn_here,
     machine,
     make_parser,
     one_torch_thread,
@@ -48,6 +50,8 @@ STUDY = "bench-sweep"
 RL_ZOO = (-157.0, 89.0)
 """rl-zoo's published mean and standard deviation of SAC on Pendulum-v1 (20k steps)."""
 LAST = 10
+EPISODES = 50
+"""Deterministic evaluation episodes of a trained policy."""
 COLUMNS = (
     Column("trial", 6),
     Column("state", 10),
@@ -107,29 +111,53 @@ def read_trials(folder: Path) -> list[dict[str, Any]]:
                 "state": t.state.name,
                 "score": score,
                 "steps": t.user_attrs.get("evtrain.steps", 0),
-                "seconds": (t.datetime_complete - t.datetime_start).total_seconds()
-                if t.datetime_complete and t.datetime_start
-                else None,
+                "start": t.datetime_start.timestamp() if t.datetime_start else None,
+                "end": t.datetime_complete.timestamp() if t.datetime_complete else None,
                 "params": params,
             }
         )
     return rows
 
 
+def evaluate(config: dict[str, Any], folder: Path, run_id: str, seed: int) -> dict[str, float]:
+    """:data:`EPISODES` deterministic episodes of the policy run ``run_id`` in ``folder``
+    exported (``evtrain record``'s way: the ONNX file, environments seeded ``seed``)."""
+    from evtrain.run.options import options_from_data
+    from evtrain.run.record import record
+
+    config = {**config, "checkpoint_settings": {"run_id": run_id, "results_dir": str(folder)}}
+    config["env_settings"] = {**config["env_settings"], "seed": seed}
+    with tempfile.TemporaryDirectory() as tmp:
+        done = record(options_from_data(config), episodes=EPISODES, output=Path(tmp) / "e.npz")
+    returns = list(done.returns)
+    return {"eval_mean": statistics.mean(returns), "eval_std": statistics.pstdev(returns)}
+
+
 def confirm(best: Path, seed: int) -> dict[str, Any]:
     """``best.yaml`` trained again with ``seed``, in this process: the mean return of its
-    last 10 episodes."""
+    last 10 episodes, and of :data:`EPISODES` deterministic ones."""
+    from evtrain import Bus, signals
+    from evtrain.run.learn import learn
+
     one_torch_thread()
     options = yaml.safe_load(best.read_text())
     options["env_settings"]["seed"] = seed
     options["plugins"] = {"disabled": ["evtrain.stats_writer:default"]}
     returns: list[float] = []
-    result, seconds = learn_here(options, lambda event: returns.extend(episode_returns(event)))
+    with tempfile.TemporaryDirectory() as tmp:
+        options["checkpoint_settings"] = {"run_id": "confirm", "results_dir": tmp}
+        with Bus() as bus:
+            bus.connect(signals.stats, lambda event: returns.extend(episode_returns(event)))
+            start = time.perf_counter()
+            result = learn(options, bus)
+            seconds = time.perf_counter() - start
+        evaluation = evaluate(options, Path(tmp), "confirm", 10_000 + seed)
     return {
         "seed": seed,
         "steps": result.steps["Pendulum"],
         "seconds": seconds,
         "final_mean_return": statistics.mean(returns[-LAST:]),
+        **evaluation,
     }
 
 
@@ -154,6 +182,23 @@ def summary(rows: list[dict[str, Any]], trials: int, steps: int, seconds: float)
     }
 
 
+def print_trials(rows: list[dict[str, Any]]) -> None:
+    print(header(COLUMNS))
+    for r in sorted(rows, key=lambda r: r["trial"]):
+        p = r["params"]
+        values = [p.get(key, "") for key in KEYS]
+        score = r["score"] if r["score"] is not None else ""
+        print(row(COLUMNS, [r["trial"], r["state"], score, r["steps"], *values]))
+
+
+def confirm_all(best: Path, seeds: list[int], workers: int) -> list[dict[str, Any]]:
+    """:func:`confirm` of each seed, each in a process of its own, ``workers`` at a time."""
+    command = [sys.executable, __file__, "--worker", str(best)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        runs = [pool.submit(run_worker, [*command, str(seed)], bench_env()) for seed in seeds]
+        return [run.result() for run in runs]
+
+
 def main() -> None:
     parser = make_parser(__doc__)
     parser.add_argument("--trials", type=int, default=20, help="trials of the study")
@@ -163,40 +208,47 @@ def main() -> None:
         "--seeds", type=int, nargs="*", default=[], help="train best.yaml again with each"
     )
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    # the folder of a sweep this script ran before: report on it, without running it again
+    parser.add_argument("--from-folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(confirm(Path(args.worker[0]), int(args.worker[1]))))
         return
-    out_dir().mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="sweep-", dir=out_dir()))
-    seconds = run_sweep(sweep_config(args.steps, folder), folder, args.trials, args.workers)
+    if args.from_folder is None:
+        out_dir().mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="sweep-", dir=out_dir()))
+        seconds = run_sweep(sweep_config(args.steps, folder), folder, args.trials, args.workers)
+    else:
+        folder, seconds = args.from_folder, 0.0
     rows = read_trials(folder)
-    print(header(COLUMNS))
-    for r in sorted(rows, key=lambda r: r["trial"]):
-        p = r["params"]
-        values = [p.get(key, "") for key in KEYS]
-        score = r["score"] if r["score"] is not None else ""
-        print(row(COLUMNS, [r["trial"], r["state"], score, r["steps"], *values]))
+    if args.from_folder is not None:  # from the first trial's start to the last one's end
+        seconds = max(r["end"] or 0 for r in rows) - min(r["start"] or 0 for r in rows)
+    print_trials(rows)
     report = summary(rows, args.trials, args.steps, seconds)
-    best = folder / "results" / STUDY / "best.yaml"
-    confirmed = [
-        run_worker([sys.executable, __file__, "--worker", str(best), str(seed)], bench_env())
-        for seed in args.seeds
-    ]
+    study = folder / "results" / STUDY
+    if report["best_trial"] is not None:
+        config = yaml.safe_load((study / "best.yaml").read_text())
+        run_id = f"trial-{report['best_trial']:04d}"
+        report["best_eval"] = evaluate(config, study, run_id, 10_000)
+        print(
+            f"best trial {report['best_trial']}: last {LAST} episodes {report['best_score']:.1f}; "
+            f"{EPISODES} deterministic episodes {report['best_eval']['eval_mean']:.1f} +/- "
+            f"{report['best_eval']['eval_std']:.1f}; rl-zoo {RL_ZOO[0]} +/- {RL_ZOO[1]}"
+        )
+    confirmed = confirm_all(study / "best.yaml", args.seeds, args.workers)
     for c in confirmed:
         print(
-            f"best.yaml, seed {c['seed']}: mean return of the last {LAST} episodes "
-            f"{c['final_mean_return']:.1f}"
+            f"best.yaml, seed {c['seed']}: last {LAST} episodes {c['final_mean_return']:.1f}; "
+            f"{EPISODES} deterministic episodes {c['eval_mean']:.1f} +/- {c['eval_std']:.1f}"
         )
     print(
-        f"best trial {report['best_trial']}: {report['best_score']}; rl-zoo {RL_ZOO[0]} +/- "
-        f"{RL_ZOO[1]}; steps run {report['steps_run']:,} of {report['steps_budget']:,} "
-        f"({report['steps_saved_share']:.1%} saved by pruning); {seconds:.0f} s"
+        f"steps run {report['steps_run']:,} of {report['steps_budget']:,} "
+        f"({report['steps_saved_share']:.1%} saved by pruning); sweep {seconds:.0f} s"
     )
     write_json(
         "sweep.json",
         {
-            "args": vars(args),
+            "args": {**vars(args), "from_folder": str(args.from_folder)},
             "machine": machine(),
             "folder": str(folder),
             "trials": rows,

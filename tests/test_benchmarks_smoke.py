@@ -378,7 +378,9 @@ def test_sweep_end_to_end(tmp_path: Path) -> None:
     summary = report["summary"]
     assert summary["steps_budget"] == 800 and summary["rl_zoo"] == {"mean": -157.0, "std": 89.0}
     assert summary["steps_saved_share"] == 1 - summary["steps_run"] / 800
+    assert sorted(summary["best_eval"]) == ["eval_mean", "eval_std"]
     assert [c["seed"] for c in report["confirm"]] == [0]
+    assert isinstance(report["confirm"][0]["eval_mean"], float)
 
 
 @pytest.mark.slow

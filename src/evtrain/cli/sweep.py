@@ -78,7 +78,12 @@ def prepare(args: argparse.Namespace) -> Sweep:
 
     data = read_config(args.config)
     if args.results_dir is not None:
-        data.setdefault("checkpoint_settings", {})["results_dir"] = args.results_dir
+        checkpoints = data.setdefault("checkpoint_settings", {})
+        if not isinstance(checkpoints, dict):
+            raise ConfigError(
+                [f"checkpoint_settings: expected a mapping of options, got {checkpoints!r}"]
+            )
+        checkpoints["results_dir"] = args.results_dir
     options, _ = options_and_types(data)
     settings = options.sweep
     if settings is None:

@@ -58,13 +58,15 @@ def config_digest(data: Mapping[str, Any]) -> str:
 
 def sampler(settings: SweepSettings, worker: int) -> optuna.samplers.BaseSampler:
     """The sampler of worker ``worker``: seeded ``seed + worker``, so that two workers do not
-    draw the same values for their first (random) trials."""
+    draw the same values for their first (random) trials; TPE with ``constant_liar`` (Optuna's
+    advice for parallel workers: a running trial counts as a poor one, so that workers asking
+    at once do not all try the same region)."""
     import optuna
 
     seed = settings.seed + worker
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
 
 
 def pruner(settings: SweepSettings) -> optuna.pruners.BasePruner:

@@ -212,6 +212,8 @@ def test_the_reporter_scores_and_prunes_from_the_bus() -> None:
         bus.flush()
         assert done.values == [(100, 10.0), (200, 30.0), (300, 50.0)]
         assert done.score() == 40.0
+        # the pruner sees the score so far: here the mean of the last two values
+        assert study.trials[0].intermediate_values == {100: 10.0, 200: 20.0, 300: 40.0}
         assert bus.stop_request is None
         study.tell(done.trial, done.score())
         # Below the median of the completed trial at step 100: pruned, the run asked to stop.

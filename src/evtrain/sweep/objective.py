@@ -3,8 +3,11 @@ when the pruner says so.
 
 Each ``stats`` event of the objective's behavior that holds the objective's stat is one value
 (its mean over the summary period) at the event's step; so is each ``evaluation`` event whose
-stats hold it (``Evaluation/Mean Return`` with ``evaluation:`` settings).  Each value goes to
-``trial.report``; when ``trial.should_prune()`` says so, the subscriber calls
+stats hold it (``Evaluation/Mean Return`` with ``evaluation:`` settings).  At each value,
+``trial.report`` gets the objective's aggregate so far (the mean of the last ``k`` values for
+``mean_last_k``, the best so far for ``best``): the pruner compares trials by what they are
+scored by, and a noisy summary (Pendulum's 5 episodes a period) prunes no trial on its own
+when the score smooths it.  When ``trial.should_prune()`` says so, the subscriber calls
 :meth:`~evtrain.Bus.request_stop`, and the run ends at its next turn boundary with its normal
 final save and export (status ``stopped``).  It runs on the bus's delivery thread, never on
 the training thread: the run does not wait for Optuna's storage.
@@ -80,12 +83,14 @@ class TrialReporter:
             if self.values and step <= self.values[-1][0]:
                 return  # one value per step: Optuna keeps the first and warns about the rest
             self.values.append((step, summary.mean))
-            self.trial.report(summary.mean, step)
+            reported = self.score()
+            assert reported is not None  # a value was just added
+            self.trial.report(reported, step)
             if self.pruner is None or self.pruned_at is not None:
                 return
             if self.trial.should_prune():
                 self.pruned_at = step
-                self._stop(step, summary.mean)
+                self._stop(step, reported)
 
     def _stop(self, step: int, value: float) -> None:
         reason = (

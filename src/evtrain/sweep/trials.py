@@ -104,7 +104,9 @@ def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial) -> bool:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
     except Exception as error:  # a failed trial is recorded, and the sweep goes on
-        logger.warning("Trial %d failed: %s", trial.number, error, exc_info=logger.isEnabledFor(10))
+        logger.warning(
+            "Trial %d failed: %s", trial.number, error, exc_info=logger.isEnabledFor(logging.DEBUG)
+        )
         return _fail(study, trial, f"{type(error).__name__}: {error}")
     trial.set_user_attr(STEPS, result.steps.get(sweep.behavior, 0))
     return _tell(study, trial, result, reporter)

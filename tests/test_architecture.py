@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("writers", ("evtrain_writers",)),
     ("run", ("evtrain.run",)),
     ("compare", ("evtrain.compare",)),
+    ("sweep", ("evtrain.sweep",)),
     ("face", ("evtrain", "evtrain.__main__", "evtrain.cli", "evtrain.demo", "evtrain.testing")),
 )
 """From the bottom up.  ``evtrain`` itself is the package's ``__init__``: the public face."""

@@ -38,6 +38,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_sac_discrete.py": ["--steps", "--seeds", "--updates"],
     "bench_selfplay.py": ["--steps", "--seeds", "--games", "--envs"],
     "bench_startup.py": ["--repeats", "--sb3"],
+    "bench_sweep.py": ["--trials", "--workers", "--steps", "--seeds"],
     "bench_threaded.py": ["--cases", "--seeds", "--steps", "--scale", "--segment"],
     "bench_trackers.py": ["--steps", "--repeats", "--variants"],
     "bench_vector.py": ["--steps", "--num-envs", "--delay-ms", "--repeats"],
@@ -388,6 +389,22 @@ def test_sac_workers(script: str, worker: list[str], tmp_path: Path) -> None:
     assert result["steps"] == int(worker[1])
     assert result["seed"] == 0
     assert isinstance(result["final_mean_return"], float)
+
+
+@pytest.mark.slow
+def test_sweep_end_to_end(tmp_path: Path) -> None:
+    args = ["--trials", "2", "--workers", "2", "--steps", "400", "--seeds", "0"]
+    done = _run("bench_sweep.py", *args, out=tmp_path)
+    assert done.stdout.split()[:4] == ["trial", "state", "score", "steps"]
+    report = _report(tmp_path, "sweep.json")
+    assert sorted(report) == ["args", "confirm", "folder", "machine", "summary", "trials"]
+    assert sorted(r["trial"] for r in report["trials"]) == [0, 1]
+    summary = report["summary"]
+    assert summary["steps_budget"] == 800 and summary["rl_zoo"] == {"mean": -157.0, "std": 89.0}
+    assert summary["steps_saved_share"] == 1 - summary["steps_run"] / 800
+    assert sorted(summary["best_eval"]) == ["eval_mean", "eval_std"]
+    assert [c["seed"] for c in report["confirm"]] == [0]
+    assert isinstance(report["confirm"][0]["eval_mean"], float)
 
 
 @pytest.mark.slow

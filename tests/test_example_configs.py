@@ -19,6 +19,7 @@ CONFIGS = sorted((Path(__file__).parent.parent / "examples" / "configs").glob("*
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_example_config_runs(path: Path, tmp_path: Path) -> None:
     options: dict[str, Any] = yaml.safe_load(path.read_text())
+    options.pop("sweep", None)  # a sweep's config trains like any without it (test_sweep.py)
     slots = options["env_settings"]["num_envs"] * slots_per_copy(options)
     # Three summaries: every 200 steps, or every rollout's worth rounded up to 200 when the
     # environment has more slots than a 200-step rollout holds (agent slots of PettingZoo).

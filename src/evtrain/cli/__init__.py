@@ -21,6 +21,7 @@ from evtrain.cli.commands import list_plugins, run_demo, run_learn, run_record, 
 from evtrain.cli.compare import run_compare
 from evtrain.cli.overrides import cli_data, options_from_cli, parse_writer_flag
 from evtrain.cli.parser import LEARN_EPILOG, build_parser, parse
+from evtrain.cli.sweep import run_sweep
 from evtrain.errors import (
     CheckpointError,
     ConfigError,
@@ -128,4 +129,6 @@ def _run(args: argparse.Namespace) -> int:
         return run_demo(args)
     if args.command == "compare":
         return run_compare(args)
+    if args.command == "sweep":
+        return run_sweep(args)
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces choices

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from evtrain import plugins
 from evtrain.cli.compare import add_compare
+from evtrain.cli.sweep import add_sweep
 
 LEARN_EPILOG = """\
 signals: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     sync = _add_sync(commands)
     demo = _add_demo(commands)
     add_compare(commands)  # adds its own --debug
-    for command in (learn, rec, sync, demo):
+    sweep = add_sweep(commands)
+    for command in (learn, rec, sync, demo, sweep):
         # Also after the command (evtrain learn --debug ...); SUPPRESS: when absent here, the
         # value given before the command stands.
         command.add_argument(

@@ -16,6 +16,7 @@ from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.inbox import Overflow, SubscriberSettings
 from evtrain.config.environment_parameters import EnvironmentParameter
 from evtrain.config.names import behavior_names, folder_name
+from evtrain.config.sweep import SweepSettings
 from evtrain.multiagent.mapping import spec_problem
 from evtrain.trainers.settings import TrainerSettings
 
@@ -231,6 +232,9 @@ class RunOptions:
     writers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     """Optional writers to run, by the name of their ``evtrain.stats_writer`` plugin, each with
     its own options: ``{csv: {}, jsonl: {}}`` (``--writer NAME[:key=value,...]``)."""
+    sweep: SweepSettings | None = None
+    """What ``evtrain sweep`` searches (:mod:`evtrain.config.sweep`); a config with it is a
+    sweep's, which ``evtrain learn`` refuses.  Absent from :meth:`as_dict` when unset."""
     debug: bool = False
 
     @classmethod
@@ -271,4 +275,6 @@ class RunOptions:
         from evtrain.config.converter import converter
 
         data: dict[str, Any] = converter.unstructure(self)
+        if self.sweep is None:
+            del data["sweep"]  # a run's configuration reads as it did before sweeps
         return data

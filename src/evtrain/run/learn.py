@@ -99,6 +99,14 @@ def learn(
 
 
 def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:
+    if options.sweep is not None:
+        raise ConfigError(
+            [
+                "sweep: this config describes a sweep, which trains many runs; run it with "
+                "evtrain sweep CONFIG --study NAME --trials N (docs/sweeps.md), or remove the "
+                "sweep section to train once"
+            ]
+        )
     _check_behaviors(options)
     options.torch_settings.check_device()
     check_trained_model(options)

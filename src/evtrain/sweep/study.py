@@ -1,0 +1,157 @@
+"""The study every worker shares: Optuna's journal file storage, and which trial runs next.
+
+The storage is one append-only file (``JournalFileBackend``, file locks, no server), so
+workers in several processes, or on several machines that share a disk, work on one study.
+A worker takes its next trial under a lock of its own beside the journal
+(``<journal>.lock`` of Optuna's ``JournalFileOpenLock``, NFS-safe), after counting the
+trials the study already has: so the study gets exactly ``--trials`` trials however many
+workers ask at once, and no trial runs twice (Optuna numbers each trial once).
+
+A trial interrupted by Ctrl-C is recorded ``FAIL`` with the user attribute
+``evtrain.interrupted``, and does not count: ``--resume`` runs another in its place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evtrain.config.sweep import SweepSettings
+from evtrain.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+INTERRUPTED = "evtrain.interrupted"
+"""User attribute of a trial a signal interrupted (recorded ``FAIL``; not counted)."""
+STEPS = "evtrain.steps"
+"""User attribute: the environment steps the trial's behavior took."""
+ERROR = "evtrain.error"
+"""User attribute: why a failed trial failed."""
+RUN = "evtrain.run"
+"""User attribute: the trial's run folder."""
+WORKER = "evtrain.worker"
+"""User attribute: the worker that ran the trial, ``host:pid``."""
+CONFIG_DIGEST = "evtrain.config_sha256"
+"""Study user attribute: the digest of the config the study was started from."""
+
+
+def storage(path: Path) -> optuna.storages.JournalStorage:
+    """Optuna's journal storage in the file ``path`` (its folder created)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def config_digest(data: Mapping[str, Any]) -> str:
+    """A digest of what a sweep trains and searches: the config less ``checkpoint_settings``
+    (where a run writes, which a worker on another machine may name differently)."""
+    kept = {key: value for key, value in data.items() if key != "checkpoint_settings"}
+    text = json.dumps(kept, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sampler(settings: SweepSettings, worker: int) -> optuna.samplers.BaseSampler:
+    """The sampler of worker ``worker``: seeded ``seed + worker``, so that two workers do not
+    draw the same values for their first (random) trials; TPE with ``constant_liar`` (Optuna's
+    advice for parallel workers: a running trial counts as a poor one, so that workers asking
+    at once do not all try the same region)."""
+    import optuna
+
+    seed = settings.seed + worker
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def pruner(settings: SweepSettings) -> optuna.pruners.BasePruner:
+    import optuna
+
+    p = settings.pruner
+    if p is None or p.type == "none":
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=p.n_startup_trials,
+        n_warmup_steps=p.n_warmup_steps,
+        interval_steps=p.interval_steps,
+    )
+
+
+def open_study(
+    name: str,
+    path: Path,
+    settings: SweepSettings,
+    digest: str,
+    *,
+    worker: int,
+    create: bool,
+) -> optuna.Study:
+    """The study ``name`` in the journal ``path``: created (``create``, or when it is not
+    there yet), else loaded; either way with this worker's sampler.
+
+    :raises ConfigError: ``create`` without ``--resume`` and the study exists, or the study
+        was started from another config.
+    """
+    import optuna
+
+    store = storage(path)
+    exists = name in {s.study_name for s in store.get_all_studies()}
+    if exists and create:
+        raise ConfigError(
+            [
+                f"--study {name}: the study already exists in {path}; continue it with "
+                "--resume, or choose another --study"
+            ]
+        )
+    if not exists:
+        direction = settings.objective.direction
+        study = optuna.create_study(
+            study_name=name,
+            storage=store,
+            direction=direction,
+            sampler=sampler(settings, worker),
+            pruner=pruner(settings),
+            load_if_exists=True,  # another machine's worker may create it at the same moment
+        )
+        if CONFIG_DIGEST not in study.user_attrs:
+            study.set_user_attr(CONFIG_DIGEST, digest)
+    study = optuna.load_study(
+        study_name=name, storage=store, sampler=sampler(settings, worker), pruner=pruner(settings)
+    )
+    if study.user_attrs.get(CONFIG_DIGEST, digest) != digest:
+        raise ConfigError(
+            [
+                f"--study {name}: the study in {path} was started from another config (its "
+                "sweep or training options differ); use the config it was started with, or "
+                "choose another --study"
+            ]
+        )
+    return study
+
+
+def counted(study: optuna.Study) -> int:
+    """The trials that count towards ``--trials``: all but those interrupted."""
+    trials = study.get_trials(deepcopy=False)
+    return sum(1 for t in trials if not t.user_attrs.get(INTERRUPTED))
+
+
+def next_trial(study: optuna.Study, path: Path, wanted: int) -> optuna.Trial | None:
+    """A new trial of ``study``, or ``None`` once it has ``wanted`` trials that count.
+
+    :param path: the journal: its lock is taken while counting and asking.
+    """
+    from optuna.storages.journal import JournalFileOpenLock
+
+    lock = JournalFileOpenLock(str(path.with_name(path.name + ".next")))
+    lock.acquire()
+    try:
+        if counted(study) >= wanted:
+            return None
+        return study.ask()
+    finally:
+        lock.release()

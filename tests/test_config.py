@@ -107,9 +107,9 @@ def odd_memory(size: int) -> dict[str, Any]:
             [
                 "behaviors.B.checkpoint_freq: unknown key (valid keys: trainer_type, "
                 "hyperparameters, network_settings, reward_signals, behavioral_cloning, "
-                "self_play, evaluation, max_steps, time_horizon, summary_freq, checkpoint_interval, "
-                "keep_checkpoints, even_checkpoints, init_path, threaded, on_nonfinite, "
-                "info_stats, stop)"
+                "self_play, evaluation, max_steps, time_horizon, summary_freq, "
+                "checkpoint_interval, keep_checkpoints, even_checkpoints, init_path, threaded, "
+                "on_nonfinite, info_stats, stop)"
             ],
         ),
         (

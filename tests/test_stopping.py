@@ -41,10 +41,8 @@ def summary(step: int, key: str, value: float, category: str = "CartPole") -> St
 
 
 def evaluation(step: int, mean: float, category: str = "CartPole") -> EvaluationEvent:
-    # (the ignore: mypy's attrs plugin reads the fields' converter=tuple as an unsolved generic)
-    returns: Any = (mean - 1, mean + 1)  # Any: mypy reads converter=tuple as unsolved
-    lengths: Any = (9, 9)
-    return EvaluationEvent(category=category, step=step, returns=returns, lengths=lengths)
+    returns = (mean - 1, mean + 1)
+    return EvaluationEvent(category=category, step=step, returns=returns, lengths=(9, 9))
 
 
 def test_a_handler_that_returns_stop_run_stops_the_run() -> None:

@@ -230,12 +230,11 @@ def test_the_reporter_scores_and_prunes_from_the_bus() -> None:
         # Evaluation events carry the objective too; best is the best of its values.
         evaluated = reporter_on(bus, study, stat="Evaluation/Mean Return", aggregate="best")
         for step, returns in ((100, (20.0, 40.0)), (200, (10.0, 10.0))):
-            # (mypy reads attrs' converter=tuple as Iterable[_T_co]: an unsolved type variable)
             event = EvaluationEvent(
                 category="CartPole",
                 step=step,
-                returns=returns,  # type: ignore[arg-type]
-                lengths=(9, 9),  # type: ignore[arg-type]
+                returns=returns,
+                lengths=(9, 9),
             )
             bus.emit(signals.evaluation, event)
         bus.flush()

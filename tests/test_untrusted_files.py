@@ -249,8 +249,14 @@ def test_journal_records_hold_plain_values_and_name_only_registered_types() -> N
     assert encode(RunFinished(run_id="r", status=RunStatus.FAILED, steps=1, time=0.0)) == (
         b'{"attrs":"evtrain.events.payloads:RunFinished","fields":{"run_id":"r",'
         b'"status":{"enum":"evtrain.events.payloads:RunStatus","member":"FAILED"},'
-        b'"steps":1,"time":0.0}}'
+        b'"steps":1,"reason":null,"time":0.0}}'
     )
+    # A record journaled before a field was added (RunFinished.reason) still decodes.
+    assert decode(
+        b'{"attrs":"evtrain.events.payloads:RunFinished","fields":{"run_id":"r",'
+        b'"status":{"enum":"evtrain.events.payloads:RunStatus","member":"FAILED"},'
+        b'"steps":1,"time":0.0}}'
+    ) == RunFinished(run_id="r", status=RunStatus.FAILED, steps=1, time=0.0)
     with pytest.raises(ValueError) as refused:
         decode(b'{"attrs":"os:system","fields":{"command":"touch marker"}}')
     assert str(refused.value) == (

@@ -317,6 +317,7 @@ def _named(parameter: Any, index: int, lesson: Any) -> Any:
 _RUN_SECTIONS = (
     *("behaviors", "default_settings", "env_settings", "checkpoint_settings", "torch_settings"),
     *("bus", "plugins", "environment_parameters", "writers", "debug", "engine_settings"),
+    "sweep",
 )
 """The top-level keys that are no behavior in an old trainer config: RunOptions' fields (not
 imported: :mod:`evtrain.config.options` imports this module)."""

@@ -27,6 +27,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
@@ -96,12 +97,35 @@ class Evaluator:
             name=f"evtrain-evaluation-{behavior}",
             daemon=True,
         )
-        self._process.start()
-        child.close()
+        # Started on a thread of its own: the first start of a forkserver waits for the server
+        # to import torch and the environments (more than a second), which would hold the
+        # training thread back; the first evaluation is due later anyway.
+        self._start_error: BaseException | None = None
+        self._starter = threading.Thread(
+            target=self._start_process, args=(child,), name=f"evtrain-evaluation-start-{behavior}"
+        )
+        self._starter.start()
         self.running: int | None = None
         """The step of the evaluation in flight, if any."""
         self.worker_cpu_s = 0.0
         """The worker's CPU seconds as of its last evaluation (its start included)."""
+
+    def _start_process(self, child: Connection) -> None:
+        try:
+            self._process.start()
+        except BaseException as error:  # raised on the training thread, at the first start()
+            self._start_error = error
+        finally:
+            child.close()
+
+    def _started(self) -> None:
+        """Wait until the worker process is started.
+
+        :raises BaseException: what starting it raised.
+        """
+        self._starter.join()
+        if self._start_error is not None:
+            raise self._start_error
 
     def start(self, step: int, policy: torch.nn.Module) -> None:
         """Send the worker an evaluation of ``policy`` (a snapshot nothing else changes).
@@ -110,6 +134,7 @@ class Evaluator:
         """
         if self.running is not None:
             raise RuntimeError(f"an evaluation of {self.behavior} is still running")
+        self._started()
         if self._conn.poll():  # the worker failed on its own (building its environments)
             self._raise(*self._conn.recv())
         buffer = io.BytesIO()
@@ -141,6 +166,10 @@ class Evaluator:
 
     def close(self) -> None:
         """End the worker (an evaluation in flight is dropped) and its environments."""
+        self._starter.join()
+        if self._start_error is not None:  # no worker to end
+            self._conn.close()
+            return
         if self.running is None:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(None)

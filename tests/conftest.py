@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,6 +12,16 @@ import pytest
 from evtrain import Bus
 from tests.helpers import PLUGIN
 from tests.writers.mlflow_server import MlflowServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start, however pytest was started: a shell runs a
+    background job (``cmd &``, ``nohup``) with SIGINT ignored, a child inherits that, and a
+    Python started so never raises KeyboardInterrupt — the Ctrl-C tests then hung.  A handler
+    (unlike an ignored signal) is reset to the default in a child at ``exec``."""
+    del config
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -365,14 +365,20 @@ BARE_BUS = textwrap.dedent(
 )
 
 
-def read_until(stream: IO[str], *texts: str, seen: list[str]) -> None:
-    """Read lines until each of ``texts`` was in one (in any order)."""
+def read_until(proc: subprocess.Popen[str], stream: IO[str], *texts: str, seen: list[str]) -> None:
+    """Read lines of ``proc``'s ``stream`` until each of ``texts`` was in one (in any order);
+    a process that says none of them within 300 s is killed, which fails the test."""
     waiting = set(texts)
-    for line in stream:
-        seen.append(line)
-        waiting = {text for text in waiting if text not in line}
-        if not waiting:
-            return
+    watchdog = threading.Timer(300, proc.kill)
+    watchdog.start()
+    try:
+        for line in stream:
+            seen.append(line)
+            waiting = {text for text in waiting if text not in line}
+            if not waiting:
+                return
+    finally:
+        watchdog.cancel()
     raise AssertionError(f"{waiting} never came; got {''.join(seen)}")
 
 
@@ -389,9 +395,9 @@ def test_ctrl_c_stops_a_blocked_emit_then_a_draining_close(tmp_path: Path) -> No
     out: list[str] = []
     err: list[str] = []
     try:
-        read_until(proc.stdout, "subscriber hangs", "emitting 3", seen=out)
+        read_until(proc, proc.stdout, "subscriber hangs", "emitting 3", seen=out)
         proc.send_signal(signal.SIGINT)  # out of the blocked emit, into close()
-        read_until(proc.stderr, "Closing the bus: waiting up to", seen=err)
+        read_until(proc, proc.stderr, "Closing the bus: waiting up to", seen=err)
         proc.send_signal(signal.SIGINT)  # out of the draining close
         rest_out, rest_err = proc.communicate(timeout=WAIT_S)
     finally:
@@ -466,9 +472,9 @@ def test_ctrl_c_stops_a_run_whose_subscriber_hangs_and_it_saves(tmp_path: Path) 
     out: list[str] = []
     err: list[str] = []
     try:
-        read_until(proc.stdout, "subscriber hangs at step 128", seen=out)
+        read_until(proc, proc.stdout, "subscriber hangs at step 128", seen=out)
         # 256 fills its inbox; the emit of 384 gives up after block_timeout: training goes on
-        read_until(proc.stderr, "took nothing from its full inbox", seen=err)
+        read_until(proc, proc.stderr, "took nothing from its full inbox", seen=err)
         proc.send_signal(signal.SIGINT)
         rest_out, rest_err = proc.communicate(timeout=WAIT_S)
     finally:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evtrain.cli.arguments import fraction, natural_int, positive_int
 from evtrain.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -53,23 +54,27 @@ def add_compare(commands: _Commands) -> argparse.ArgumentParser:
     )
     compare.add_argument("--group-by", metavar="REGEX", help="group runs by this match in run ids")
     compare.add_argument(
-        "--last", type=_positive, default=1, metavar="N", help="final score: mean of the last N (1)"
+        "--last",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="final score: mean of the last N (1)",
     )
     compare.add_argument(
         "--target", type=float, metavar="SCORE", help="also the optimality gap to this score"
     )
     compare.add_argument(
-        "--reps", type=_positive, default=2000, metavar="N", help="bootstrap resamples (2000)"
+        "--reps", type=positive_int, default=2000, metavar="N", help="bootstrap resamples (2000)"
     )
     compare.add_argument(
         "--confidence",
-        type=_fraction,
+        type=fraction,
         default=0.95,
         metavar="LEVEL",
         help="the intervals' level (0.95)",
     )
     compare.add_argument(
-        "--seed", type=_natural, default=0, metavar="N", help="the resamples' seed (0)"
+        "--seed", type=natural_int, default=0, metavar="N", help="the resamples' seed (0)"
     )
     compare.add_argument("--output", metavar="FILE.png", help="also draw curves and scores")
     compare.add_argument(
@@ -117,24 +122,3 @@ def run_compare(args: argparse.Namespace) -> int:
         return 1
     print(f"\nPlot: {written}")
     return 0
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text}")
-    return value
-
-
-def _natural(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text}")
-    return value

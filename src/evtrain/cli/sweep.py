@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evtrain.cli.arguments import positive_int
 from evtrain.config.names import name_problem
 from evtrain.errors import ConfigError
 
@@ -39,10 +40,10 @@ def add_sweep(commands: _Commands) -> argparse.ArgumentParser:
     sweep.add_argument("config", help="YAML config with a sweep: section (docs/sweeps.md)")
     sweep.add_argument("--study", required=True, help="the study's name (its results folder)")
     sweep.add_argument(
-        "--trials", type=_positive, required=True, help="trials the study should have in all"
+        "--trials", type=positive_int, required=True, help="trials the study should have in all"
     )
     sweep.add_argument(
-        "--workers", type=_positive, default=1, help="processes running trials (default 1)"
+        "--workers", type=positive_int, default=1, help="processes running trials (default 1)"
     )
     sweep.add_argument(
         "--storage",
@@ -56,13 +57,6 @@ def add_sweep(commands: _Commands) -> argparse.ArgumentParser:
     sweep.add_argument("--results-dir", help="checkpoint_settings.results_dir")
     sweep.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     return sweep
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
 
 
 def prepare(args: argparse.Namespace) -> Sweep:

@@ -25,14 +25,21 @@ from typing import Any
 
 import yaml
 
-from common import CONFIGS, add_run_args, log_to_file, make_parser, run_child, write_json
+from common import (
+    CONFIGS,
+    add_run_args,
+    log_to_file,
+    make_parser,
+    run_child,
+    timed_learn,
+    write_json,
+)
 
 CONFIG = CONFIGS / "cartpole_ppo.yaml"
 
 
 def child(variant: str, steps: int, out: Path) -> None:
     from evtrain import Bus, signals
-    from evtrain.run.learn import learn
 
     options: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
     behavior = options["behaviors"]["CartPole"]
@@ -50,22 +57,13 @@ def child(variant: str, steps: int, out: Path) -> None:
                     time.sleep(0.010)
 
                 bus.connect(signals.ALL, slow_plugin, name="slow-plugin")
-            start = time.perf_counter()
-            cpu_start, main_start = time.process_time(), time.thread_time()
-            result = learn(options, bus)
-            wall = time.perf_counter() - start
-            cpu = time.process_time() - cpu_start
-            main_cpu = time.thread_time() - main_start
+            result, times = timed_learn(options, bus)
         events = sum(m.delivered for m in bus.metrics().values())
     out.write_text(
         json.dumps(
             {
                 "variant": variant,
-                "wall_s": wall,
-                # CPU inside learn(): the training (main) thread, and every other thread of the
-                # process (the bus's dispatcher and subscriber threads, torch's, gymnasium's)
-                "main_cpu_s": main_cpu,
-                "other_cpu_s": cpu - main_cpu,
+                **times,  # wall, and CPU of the training thread and of the others
                 "steps": result.steps,
                 "events_delivered": events,
             }

@@ -21,13 +21,21 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from common import CONFIGS, add_run_args, log_to_file, machine, make_parser, run_child, write_json
+from common import (
+    CONFIGS,
+    add_run_args,
+    log_to_file,
+    machine,
+    make_parser,
+    run_child,
+    timed_learn,
+    write_json,
+)
 
 CONFIG = CONFIGS / "cartpole_ppo.yaml"
 VARIANTS = ("none", "evaluation")
@@ -36,7 +44,6 @@ VARIANTS = ("none", "evaluation")
 def child(variant: str, args: argparse.Namespace, out: Path) -> None:
     from evtrain import Bus, EvaluationEvent, signals
     from evtrain.run import evaluator
-    from evtrain.run.learn import learn
 
     worker_cpu = []
     close = evaluator.Evaluator.close
@@ -60,18 +67,11 @@ def child(variant: str, args: argparse.Namespace, out: Path) -> None:
         log_to_file(Path(tmp) / "console.log")
         with Bus() as bus:
             bus.connect(signals.evaluation, evaluations.append, name="bench")
-            start = time.perf_counter()
-            cpu_start, main_start = time.process_time(), time.thread_time()
-            result = learn(options, bus)
-            wall = time.perf_counter() - start
-            cpu = time.process_time() - cpu_start
-            main_cpu = time.thread_time() - main_start
+            result, times = timed_learn(options, bus)
             bus.flush()
     record = {
         "variant": variant,
-        "wall_s": wall,
-        "main_cpu_s": main_cpu,
-        "other_cpu_s": cpu - main_cpu,
+        **times,
         "worker_cpu_s": sum(worker_cpu),
         "steps": result.steps["CartPole"],
         "evaluations": [[e.step, e.mean_return, sum(e.lengths)] for e in evaluations],

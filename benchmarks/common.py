@@ -277,6 +277,22 @@ def learn_here(
     return result, elapsed
 
 
+def timed_learn(options: dict[str, Any], bus: Bus) -> tuple[LearnResult, dict[str, float]]:
+    """``learn(options, bus)``, timed: its wall seconds (``wall_s``), and the CPU seconds
+    inside it of the calling thread, which trains (``main_cpu_s``), and of every other thread
+    of the process — the bus's dispatcher and subscribers, torch's, gymnasium's
+    (``other_cpu_s``)."""
+    from evtrain.run.learn import learn
+
+    start = time.perf_counter()
+    cpu_start, main_start = time.process_time(), time.thread_time()
+    result = learn(options, bus)
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    main_cpu = time.thread_time() - main_start
+    return result, {"wall_s": wall, "main_cpu_s": main_cpu, "other_cpu_s": cpu - main_cpu}
+
+
 # -- episode returns -------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ of PyTorch's ONNX exporters (or reuse a traced graph), check it, and write it at
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import io
 import logging
@@ -88,17 +89,19 @@ def export_onnx(
     The file appears (atomically replacing an older one) only once the model passes
     ``onnx.checker`` and onnxruntime computes the module's actions on a batch derived from
     ``example_obs``; on any failure nothing is written and the old file, if any, is intact.
-    The module is exported in eval mode and left in the modes it came in.  The graph is
-    written as traced: its initializers are the module's parameters and buffers, by name
-    (onnxruntime folds constants when it loads the model).
+    The module is exported in eval mode and left in the modes it came in.  A module on another
+    device (a GPU) is exported from a copy on the CPU, where onnxruntime checks it: the graph
+    and its check are the same whatever device trained the policy.  The graph is written as
+    traced: its initializers are the module's parameters and buffers, by name (onnxruntime
+    folds constants when it loads the model).
 
     To export the same policy again and again (every checkpoint), use a
     :class:`PolicyExporter`: after the first export it only puts the new weights in.
 
     :param module: maps float32 observations ``[B, *obs_shape]`` to one action tensor ``[B, ...]``
         (several observations: one positional argument each).
-    :param example_obs: a batch of observations to trace with (moved to the module's device,
-        as float32), or a mapping of input names to such batches, in ``forward``'s order.
+    :param example_obs: a batch of observations to trace with (moved to the CPU, as float32),
+        or a mapping of input names to such batches, in ``forward``'s order.
     :param input_name: name of the graph input of a single ``example_obs``; its first axis is
         the dynamic ``batch`` (a mapping's inputs are named by its keys).
     :param output_name: name of the graph output.
@@ -171,7 +174,11 @@ class PolicyExporter:
             if isinstance(example_obs, Mapping)
             else {self.input_name: example_obs}
         )
-        device = device_of(module)
+        if device_of(module).type != "cpu":
+            # Traced and checked from a CPU copy: onnxruntime answers on the CPU, and a GPU's
+            # arithmetic (TF32 convolutions, other kernels) can tip a discrete policy's argmax
+            # between near-equal logits, failing the exact comparison for no fault of the graph.
+            module = copy.deepcopy(module).cpu()
         example: Inputs = {}
         for name, x in parts.items():
             tensor = torch.as_tensor(x)
@@ -180,7 +187,7 @@ class PolicyExporter:
                     f"example_obs must be a batch [B, *obs_shape] with B >= 1, got shape "
                     f"{tuple(tensor.shape)}" + ("" if len(parts) == 1 else f" for {name!r}")
                 )
-            example[name] = tensor.detach().to(device=device, dtype=torch.float32)
+            example[name] = tensor.detach().to(device="cpu", dtype=torch.float32)
         if len({x.shape[0] for x in example.values()}) != 1:
             shapes = {name: tuple(x.shape) for name, x in example.items()}
             raise ValueError(f"example_obs must be batches of one size, got shapes {shapes}")

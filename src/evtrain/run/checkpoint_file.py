@@ -2,6 +2,10 @@
 :func:`atomic_write`, and read back with ``torch.load(weights_only=True)``, which builds only
 tensors and plain data.
 
+Checkpoints are device-independent: the file holds CPU tensors only (those of a run on a GPU
+are copied there as they are written), and :func:`load_checkpoint` maps whatever it reads to
+the CPU; a trainer copies a state into its tensors wherever they live.
+
 :func:`save_checkpoint` refuses a state :func:`load_checkpoint` could not read back, before
 anything is written.
 """
@@ -51,14 +55,31 @@ def _check_loadable(value: object, where: str) -> None:
 
 
 def save_checkpoint(path: StrPath, state: dict[str, Any]) -> Path:
-    """``torch.save`` ``state`` to ``path`` through :func:`atomic_write`.
+    """``torch.save`` ``state`` to ``path`` through :func:`atomic_write`, its tensors on the
+    CPU whatever device they are on.
 
     :raises TypeError: ``state`` holds a value :func:`load_checkpoint` could not read back;
         checked before anything is written, so the mistake shows at the first save, not at
         ``--resume``.
     """
     _check_loadable(state, "state")
-    return atomic_write(path, lambda file: torch.save(state, file))
+    on_cpu = _on_cpu(state)
+    return atomic_write(path, lambda file: torch.save(on_cpu, file))
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with every tensor on the CPU (a CPU tensor as it is, views and all).
+
+    A checkpoint of a run on a GPU then loads anywhere, even with a plain ``torch.load`` that
+    gives no ``map_location``, on a machine whose torch has no CUDA.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: _on_cpu(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_on_cpu(item) for item in value)
+    return value
 
 
 def load_checkpoint(path: StrPath, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -34,10 +34,12 @@ class Opponent:
         self.generator = generator
         """Every draw of the opponent's actions."""
         module = trainer.sampling_policy_module(generator)
-        # the copy shares the generator, not the trainer's parameters
-        self.module = copy.deepcopy(module, memo={id(generator): generator}).requires_grad_(False)
-        self.space = trainer.envs.single_observation_space
+        # the copy shares the generator, not the trainer's parameters; the buffers a view
+        # makes (action bounds) start on the CPU: all of it goes where the observations go
         self.device = trainer.device
+        copied = copy.deepcopy(module, memo={id(generator): generator})
+        self.module = copied.requires_grad_(False).to(self.device)
+        self.space = trainer.envs.single_observation_space
         self.steps = 0
         """Actions taken: one per agent it acted for, per step."""
 

@@ -28,6 +28,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
     "bench_evaluation.py": ["--steps", "--repeats", "--every", "--episodes"],
+    "bench_gpu.py": ["--cases", "--updates", "--warmup", "--budget", "--threads"],
     "bench_imitation.py": ["--steps", "--seeds", "--variants", "--demo"],
     "bench_isolation.py": ["--events", "--keys", "--work-us", "--hold-us", "--repeats"],
     "bench_memory.py": ["--steps", "--seeds", "--envs", "--policies"],
@@ -158,6 +159,29 @@ def test_evaluation_end_to_end(tmp_path: Path) -> None:
     assert (none["evaluations"], none["worker_cpu_s"]) == ([], 0)
     assert [e[0] for e in evaluated["evaluations"]] == [512, 1024]
     assert evaluated["worker_cpu_s"] > 0
+
+
+def test_gpu_end_to_end(tmp_path: Path) -> None:
+    import torch
+
+    args = ["--cases", "ppo-cartpole", "sac-pendulum", "--updates", "2", "--warmup", "1"]
+    done = _run("bench_gpu.py", *args, out=tmp_path)
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    if devices == ["cpu"]:
+        assert done.stdout.startswith("no CUDA device for torch ")
+        assert "CUDA: not measured (no CUDA device)" in done.stdout
+    assert re.search(r"^ppo-cartpole +cpu +2 +\d+\.\d\d +20 +\d+\.\d{3} +$", done.stdout, re.M)
+    report = _report(tmp_path, "gpu.json")
+    assert sorted(report) == ["args", "cuda", "machine", "rows", "speedups", "torch"]
+    assert [(r["case"], r["device"]) for r in report["rows"]] == [
+        (case, device) for case in ("ppo-cartpole", "sac-pendulum") for device in devices
+    ]
+    for r in report["rows"]:
+        assert r["updates"] == len(r["ms_per_update_all"]) == 2
+        assert r["gradient_steps_per_update"] == (20 if r["case"] == "ppo-cartpole" else 1)
+    assert sorted(report["speedups"]) == (
+        [] if devices == ["cpu"] else ["ppo-cartpole", "sac-pendulum"]
+    )
 
 
 def test_writers_end_to_end(tmp_path: Path) -> None:

@@ -184,6 +184,29 @@ def test_gpu_end_to_end(tmp_path: Path) -> None:
     )
 
 
+def test_gpu_check_without_cuda_stops_at_once_saying_why(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: benchmarks/gpu_check.sh would run in full")
+    env = {**_env(tmp_path), "PYTHON": sys.executable, "OUT": str(tmp_path)}
+    env.pop("EVTRAIN_TEST_ACCELERATOR", None)
+    done = subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (
+        2,
+        "gpu_check: torch sees no CUDA device here; nothing to check "
+        "(EVTRAIN_TEST_ACCELERATOR=cpu runs the same steps on the CPU)",
+    )
+    assert f"torch {torch.__version__} CUDA None" in (tmp_path / "device.txt").read_text()
+
+
 def test_writers_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "writers.json"
     args = ["--events", "100", "--torch-events", "100", "--cases", "no-subscribers"]

@@ -216,3 +216,27 @@ def test_last_mean_reward_averages_the_last_hundred_episodes(recording: Recordin
     )
     resumed.load_state_dict(saved(trainer))
     assert resumed.last_mean_reward == trainer.last_mean_reward
+
+
+def test_a_state_from_another_kind_of_device_keeps_the_generator_seeded(
+    recording: Recording,
+) -> None:
+    """A CUDA generator's state cannot be set on a CPU generator (nor the reverse): a state
+    saved on the other kind of device leaves the sampling generator as the seed made it, and
+    restores everything else (here the numpy generator)."""
+    settings = small_ppo(network_settings=NetworkSettings(hidden_units=16, num_layers=1))
+    original = PPOTrainer(
+        "Test", settings, make_vector_env("CartPole-v1", 2), recording.reporter, seed=0
+    )
+    original.advance()
+    state = {**saved(original), "generator_device": "cuda"}  # as a run on CUDA saves it
+    resumed = PPOTrainer(
+        "Test", settings, make_vector_env("CartPole-v1", 2), recording.reporter, seed=7
+    )
+    resumed.load_state_dict(state)
+    assert resumed.step == original.step == 64
+    assert torch.equal(resumed.generator.get_state(), torch.Generator().manual_seed(7).get_state())
+    assert not torch.equal(resumed.generator.get_state(), original.generator.get_state())
+    assert resumed.rng.bit_generator.state == original.rng.bit_generator.state
+    for trainer in (original, resumed):
+        trainer.envs.close()

@@ -19,6 +19,7 @@ every loss.  :func:`sequence_layout` computes where each step goes.
 
 from __future__ import annotations
 
+import warnings
 from typing import cast
 
 import attrs
@@ -31,6 +32,9 @@ from torch import nn
 from evtrain.export import memory_size_of
 from evtrain.trainers.networks.mlp import ACTIVATIONS, hidden_layers, layer_init
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
+
+_NOT_CUDNN_LAYOUT = "RNN module weights are not part of single contiguous chunk of memory"
+"""The start of what cuDNN's LSTM says at every call whose weights are not in its layout."""
 
 FORGET_BIAS = 1.0
 """Added to the forget gate's biases at initialisation, so that a new LSTM remembers by
@@ -67,7 +71,17 @@ class LSTMMemory(nn.Module):
         ``(outputs [B, L, memory_size / 2], memory after the last step)``."""
         h0 = memory[:, : self.hidden_size].unsqueeze(0).contiguous()
         c0 = memory[:, self.hidden_size :].unsqueeze(0).contiguous()
-        out, (h, c) = self.lstm(x, (h0, c0))
+        if not x.is_cuda:
+            out, (h, c) = self.lstm(x, (h0, c0))
+            return out, torch.cat([h[0], c[0]], dim=-1)
+        with warnings.catch_warnings():
+            # The trainers keep every weight in one flat buffer (flatten_parameters, for the
+            # fused Adam), so the LSTM's are not cuDNN's own chunk at the start of a storage:
+            # cuDNN copies them into its layout at each call (kilobytes to a few MB for RL's
+            # LSTMs) and warns each time.  That copy is the flat buffer's price, paid knowingly.
+            # catch_warnings swaps the process-wide filters, as the exporter's does (see there).
+            warnings.filterwarnings("ignore", message=_NOT_CUDNN_LAYOUT, category=UserWarning)
+            out, (h, c) = self.lstm(x, (h0, c0))
         return out, torch.cat([h[0], c[0]], dim=-1)
 
     def step(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

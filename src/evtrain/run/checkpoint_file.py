@@ -12,6 +12,7 @@ anything is written.
 
 from __future__ import annotations
 
+import copy
 import pickle
 import warnings
 from pathlib import Path
@@ -68,17 +69,27 @@ def save_checkpoint(path: StrPath, state: dict[str, Any]) -> Path:
 
 
 def _on_cpu(value: Any) -> Any:
-    """``value`` with every tensor on the CPU (a CPU tensor as it is, views and all).
+    """``value`` with every tensor on the CPU; a container holding none elsewhere is returned
+    as it is (a CPU run saves exactly what it saved before), one that does is copied with
+    ``copy.copy`` (a module's ``state_dict`` keeps its ``_metadata``).
 
     A checkpoint of a run on a GPU then loads anywhere, even with a plain ``torch.load`` that
     gives no ``map_location``, on a machine whose torch has no CUDA.
     """
     if isinstance(value, torch.Tensor):
-        return value.cpu()
+        return value.cpu()  # the tensor itself when it is on the CPU already
     if isinstance(value, dict):
-        return {key: _on_cpu(item) for key, item in value.items()}
+        moved = {key: _on_cpu(item) for key, item in value.items()}
+        if all(moved[key] is item for key, item in value.items()):
+            return value
+        copied = copy.copy(value)
+        copied.update(moved)
+        return copied
     if type(value) in (list, tuple):
-        return type(value)(_on_cpu(item) for item in value)
+        items = [_on_cpu(item) for item in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items)
     return value
 
 

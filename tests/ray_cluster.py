@@ -3,16 +3,19 @@ it, each a ``ray start ... --block`` process this module started and alone stops
 terminating those processes: ``ray stop`` would stop every Ray process of the machine, other
 tests' too).
 
-Both nodes run on this machine, so every port a second node would share with the head (the
-dashboard agent's, the client server's, the metrics') is a free port of its own.  Their
-processes inherit this process's environment: ``PYTHONPATH`` makes the actors import evtrain
-from where the tests do.
+The commands are those of docs/distributed.md's walk-through (:func:`walkthrough`), with what
+that page says the tests change: a free port for the head's, ``--block``, a ``--temp-dir``, and
+(both nodes run on this machine) free ports for what a second node would share with the head.
+The nodes inherit this process's environment: ``PYTHONPATH`` makes the actors import evtrain
+from where the tests do; ``RAY_AUTH_TOKEN`` is the cluster's token.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,20 +31,42 @@ STARTUP_S = 120.0
 """How long the nodes may take to be up (Ray starts slowly on 2 busy cores)."""
 
 
+DOC = ROOT / "docs" / "distributed.md"
+DOC_PORT = "6379"
+"""The head's port in the walk-through; the tests take a free one instead."""
+
+
+def walkthrough() -> list[list[str]]:
+    """The commands of docs/distributed.md's "Two nodes, step by step", split as a shell
+    would: the head, the second node, ``evtrain learn``, ``torchrun ... evtrain learn``."""
+    text = DOC.read_text()
+    section = text[text.index("### Two nodes, step by step") :]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    assert block is not None, "docs/distributed.md: the walk-through has no sh block"
+    return [shlex.split(line) for line in block.group(1).splitlines() if line.strip()]
+
+
+def _with_port(command: list[str], port: int) -> list[str]:
+    return [arg.replace(DOC_PORT, str(port)) for arg in command]
+
+
 def head_command(port: int, temp_dir: Path) -> list[str]:
-    return [
-        str(RAY), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-        "--num-cpus", "2", "--include-dashboard", "false", "--temp-dir", str(temp_dir),
-        "--disable-usage-stats", "--block", *_own_ports(), "--ray-client-server-port",
-        str(free_port()),
-    ]  # fmt: skip
+    """The walk-through's head, on ``port``: blocking, in ``temp_dir``, on ports of its own."""
+    command = _with_port(walkthrough()[0], port)
+    assert command[:3] == ["ray", "start", "--head"], command
+    extra = ["--temp-dir", str(temp_dir), "--ray-client-server-port", str(free_port())]
+    return [str(RAY), *command[1:], *_blocking(), *extra]
 
 
 def node_command(port: int) -> list[str]:
-    return [
-        str(RAY), "start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.1",
-        "--num-cpus", "2", "--disable-usage-stats", "--block", *_own_ports(),
-    ]  # fmt: skip
+    """The walk-through's second node, joining the head on ``port``."""
+    command = _with_port(walkthrough()[1], port)
+    assert command[:3] == ["ray", "start", "--address"], command
+    return [str(RAY), *command[1:], *_blocking()]
+
+
+def _blocking() -> list[str]:
+    return ["--block", "--disable-usage-stats", *_own_ports()]
 
 
 def _own_ports() -> list[str]:

@@ -26,9 +26,23 @@ from evtrain.config.options import EnvironmentSettings, RaySettings
 from evtrain.errors import ConfigError, EnvWorkerError
 from evtrain.run.envs import make_envs
 from tests.helpers import ROOT, tensorboard_scalars
-from tests.ray_cluster import AUTH, Cluster, ray_env
+from tests.ray_cluster import AUTH, Cluster, ray_env, walkthrough
+from tests.test_curriculum import (
+    CURRICULUM,
+    check_curriculum_returns,
+    recorded_run,
+    returns,
+    run_options,
+)
 
-TORCHRUN = Path(sys.executable).parent / "torchrun"
+SCRIPTS = {name: Path(sys.executable).parent / name for name in ("evtrain", "torchrun")}
+
+
+def doc_command(index: int, config: Path) -> list[str]:
+    """Command ``index`` of docs/distributed.md's walk-through, its script this venv's and
+    ``config.yaml`` the test's ``config``."""
+    name, *args = walkthrough()[index]
+    return [str(SCRIPTS[name]), *(str(config) if arg == "config.yaml" else arg for arg in args)]
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +110,17 @@ def test_sync_and_ray_step_through_the_same_trajectories(cluster: Cluster, ray: 
     finally:
         ray_envs.close()
         sync_envs.close()
+
+
+def test_ray_workers_get_the_values_and_lesson_changes(
+    cluster: Cluster, ray: Any, tmp_path: Path
+) -> None:
+    workers = {"address": cluster.address, "workers": 2, "cpus_per_worker": 0.5}
+    options = run_options(tmp_path, CURRICULUM, vectorization="ray", ray=workers)
+    periods = returns(recorded_run(options))
+    check_curriculum_returns(periods)
+    # the same seeded draws, the same lessons, as in this process
+    assert periods == returns(recorded_run(run_options(tmp_path / "sync", CURRICULUM)))
 
 
 def test_a_lost_worker_is_restarted_and_its_episodes_truncated(
@@ -223,7 +248,7 @@ WORKERS = re.compile(
 def test_learn_on_the_cluster_finishes_past_a_lost_worker(cluster: Cluster, tmp_path: Path) -> None:
     config = learn_config(tmp_path, cluster, max_steps=512)
     done = subprocess.run(
-        [sys.executable, "-m", "evtrain", "learn", str(config)],
+        doc_command(2, config),
         capture_output=True,
         text=True,
         env={**ray_env(), "OMP_NUM_THREADS": "1"},
@@ -247,16 +272,7 @@ def test_learn_on_the_cluster_finishes_past_a_lost_worker(cluster: Cluster, tmp_
 def test_torchrun_learners_each_with_ray_workers(cluster: Cluster, tmp_path: Path) -> None:
     config = learn_config(tmp_path, cluster, max_steps=512)
     done = subprocess.run(
-        [
-            str(TORCHRUN),
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "evtrain",
-            "learn",
-            str(config),
-        ],
+        doc_command(3, config),
         capture_output=True,
         text=True,
         env={**ray_env(), "OMP_NUM_THREADS": "1"},

@@ -25,6 +25,7 @@ import yaml
 from evtrain.config.options import EnvironmentSettings, RaySettings
 from evtrain.errors import ConfigError, EnvWorkerError
 from evtrain.run.envs import make_envs
+from evtrain.run.ray_envs import worker_count
 from tests.helpers import ROOT, tensorboard_scalars
 from tests.ray_cluster import AUTH, Cluster, ray_env, walkthrough
 from tests.test_curriculum import (
@@ -133,6 +134,7 @@ def test_a_lost_worker_is_restarted_and_its_episodes_truncated(
     )
     try:
         obs, _ = envs.reset(seed=1)
+        envs.set_attr("tag", ["a", "b", "c", "d"])
         for _ in range(2):
             obs, *_ = envs.step(np.zeros(4, dtype=np.int64))
         with caplog.at_level(logging.WARNING, logger="evtrain"):
@@ -155,6 +157,8 @@ def test_a_lost_worker_is_restarted_and_its_episodes_truncated(
         ]
         assert envs.take_worker_restarts() == 1
         assert envs.take_worker_restarts() == 0
+        # what changed the environments before was replayed on the new ones
+        assert envs.get_attr("tag") == ("a", "b", "c", "d")
         for _ in range(5):  # the new environments step on
             envs.step(np.ones(4, dtype=np.int64))
     finally:
@@ -181,6 +185,21 @@ def test_a_worker_lost_more_often_than_max_restarts_stops_the_run(
         )
     finally:
         envs.close()
+
+
+def test_workers_are_one_per_cpu_of_the_cluster_unless_set(cluster: Cluster, ray: Any) -> None:
+    # the cluster: 2 nodes of 2 CPUs
+    assert worker_count(EnvironmentSettings(num_envs=16, vectorization="ray"), ray) == 4
+    half = RaySettings(cpus_per_worker=0.5)
+    assert worker_count(EnvironmentSettings(num_envs=16, ray=half), ray) == 8
+    assert worker_count(EnvironmentSettings(num_envs=3, ray=half), ray) == 3
+    too_many = EnvironmentSettings(num_envs=2, ray=RaySettings(workers=3))
+    with pytest.raises(ConfigError) as raised:
+        worker_count(too_many, ray)
+    assert raised.value.problems == (
+        "env_settings.ray.workers: 3 workers for num_envs 2: each worker needs at least one "
+        "environment; set workers to at most num_envs (or null: one per CPU of the cluster)",
+    )
 
 
 def test_pettingzoo_environments_are_refused_by_name() -> None:

@@ -187,6 +187,19 @@ def test_a_worker_lost_more_often_than_max_restarts_stops_the_run(
         envs.close()
 
 
+def test_a_worker_that_cannot_make_its_environments_says_so(cluster: Cluster, ray: Any) -> None:
+    settings = ray_settings(cluster, env_kwargs={"no_such_argument": 1}, num_envs=2)
+    with pytest.raises(EnvWorkerError) as raised:
+        make_envs(settings)
+    message = str(raised.value)
+    assert message.startswith(
+        "Ray environment worker 0 (environments 0) failed during construction (the "
+        "environment's module and packages must be importable on every node; what happened "
+        "there is in its Ray logs): "
+    )
+    assert "no_such_argument" in message
+
+
 def test_workers_are_one_per_cpu_of_the_cluster_unless_set(cluster: Cluster, ray: Any) -> None:
     # the cluster: 2 nodes of 2 CPUs
     assert worker_count(EnvironmentSettings(num_envs=16, vectorization="ray"), ray) == 4

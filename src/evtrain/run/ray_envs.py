@@ -141,7 +141,12 @@ class RayVectorEnv(VectorEnv[Any, Any, Any]):
             scheduling_strategy="SPREAD",
         )
         self.workers = [actor.remote(maker, len(share)) for share in self.shares]
-        described = self._gather([w.describe.remote() for w in self.workers], "making")
+        try:
+            described = self._gather([w.describe.remote() for w in self.workers], "construction")
+        except EnvWorkerError:
+            for worker in self.workers:
+                ray.kill(worker, no_restart=True)
+            raise
         self.nodes = [node for node, *_ in described]
         """The Ray node id of each worker."""
         _, _, self.single_observation_space, self.single_action_space = described[0]
@@ -319,7 +324,8 @@ class RayVectorEnv(VectorEnv[Any, Any, Any]):
             except self._ray.exceptions.RayActorError as error:
                 raise EnvWorkerError(
                     f"Ray environment worker {w} (environments {_span(self.shares[w])}) failed "
-                    f"during {doing}: {error}"
+                    f"during {doing} (the environment's module and packages must be importable "
+                    f"on every node; what happened there is in its Ray logs): {error}"
                 ) from None
         return answers
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import yaml
@@ -138,7 +139,7 @@ def test_a_lost_worker_is_restarted_and_its_episodes_truncated(
         for _ in range(2):
             obs, *_ = envs.step(np.zeros(4, dtype=np.int64))
         with caplog.at_level(logging.WARNING, logger="evtrain"):
-            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            new_obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
         assert marker.exists()
         lost = [w for w, share in enumerate(envs.shares) if truncated[share.start]]
         assert len(lost) == 1
@@ -150,6 +151,9 @@ def test_a_lost_worker_is_restarted_and_its_episodes_truncated(
         assert (rewards[expected] == 0).all()
         for i in share:  # the final observation is the last one the trainer saw
             np.testing.assert_array_equal(infos["final_obs"][i], obs[i])
+            # the new environment reset with a seed drawn from its own (1 + i) and restart 1
+            seed = int(np.random.SeedSequence([1 + i, 1]).generate_state(1)[0])
+            np.testing.assert_array_equal(new_obs[i], gym.make("CartPole-v1").reset(seed=seed)[0])
         assert [r.getMessage() for r in caplog.records if r.name == "evtrain"] == [
             f"Ray environment worker {lost[0]} (environments {share.start}-{share.stop - 1}) "
             "was lost; restarted (1 of env_settings.ray.max_restarts 1): its episodes end "

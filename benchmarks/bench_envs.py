@@ -114,3 +114,21 @@ def _write_returns() -> None:
 def returns_cartpole(num_envs: int = 8, **kwargs: Any) -> gym.Env[Any, Any]:
     """CartPole-v1 whose episode returns are written at exit (see :data:`RETURNS_FILE`)."""
     return _Returns(gym.make("CartPole-v1", **kwargs), num_envs)
+
+
+class _Sleeping(gym.Wrapper[Any, Any, Any, Any]):
+    """Waits ``delay_s`` (sleeping, not computing) on every step: a simulator that runs
+    elsewhere (a game engine, a remote service) and answers after a while."""
+
+    def __init__(self, env: gym.Env[Any, Any], delay_s: float) -> None:
+        super().__init__(env)
+        self.delay_s = delay_s
+
+    def step(self, action: Any) -> Any:
+        time.sleep(self.delay_s)
+        return self.env.step(action)
+
+
+def sleeping_cartpole(delay_s: float = 0.001, **kwargs: Any) -> gym.Env[Any, Any]:
+    """CartPole-v1 whose every step waits ``delay_s`` more (sleeping)."""
+    return _Sleeping(gym.make("CartPole-v1", **kwargs), delay_s)

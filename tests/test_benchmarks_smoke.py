@@ -35,6 +35,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_multiagent_speed.py": ["--steps", "--repeats", "--cases"],
     "bench_pixels.py": ["--steps", "--seeds", "--size", "--kinds"],
     "bench_ppo.py": ["--steps", "--seeds", "--summary-freq", "--sb3", "--whole-process"],
+    "bench_ray.py": ["--steps", "--num-envs", "--delays-ms", "--workers", "--address", "--repeats"],
     "bench_sac.py": ["--steps", "--seeds", "--updates"],
     "bench_sac_discrete.py": ["--steps", "--seeds", "--updates"],
     "bench_selfplay.py": ["--steps", "--seeds", "--games", "--envs"],
@@ -91,6 +92,16 @@ def test_help_lists_the_documented_options(script: str, tmp_path: Path) -> None:
     listed = re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", text, flags=re.MULTILINE)
     assert listed == ["--help", *OPTIONS[script]]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ray_end_to_end(tmp_path: Path) -> None:
+    args = ["--steps", "5", "--num-envs", "2", "--delays-ms", "1", "--workers", "2"]
+    done = _run("bench_ray.py", *args, out=tmp_path)
+    assert re.search(r"^\| 1 ms \| 2 \| [\d,]+ \| [\d,]+ \(2\) \|", done.stdout, flags=re.MULTILINE)
+    report = _report(tmp_path, "ray.json")
+    (case,) = report["summary"]
+    assert set(case["ray"]) == {"steps_per_s", "ms_per_step", "overhead_ms_per_step", "workers"}
+    assert [run["mode"] for run in report["runs"]] == ["async", "ray"]
 
 
 def test_isolation_end_to_end(tmp_path: Path) -> None:

@@ -156,7 +156,7 @@ def test_unity_only_ml_agents_options_are_ignored_with_one_warning_each(
     [
         (
             {"env_settings": {"vectorization": "threads"}},
-            ["env_settings.vectorization: expected one of 'sync', 'async', got 'threads'"],
+            ["env_settings.vectorization: expected one of 'sync', 'async', 'ray', got 'threads'"],
         ),
         (
             {"behaviors": {"B": {"network_settings": {"activation": "gelu"}}}},

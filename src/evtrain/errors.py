@@ -16,6 +16,7 @@
     ├── SubscriberError(RuntimeError)     a subscriber raised under the ``raise`` failure policy
     ├── SubscriberProcessError(RuntimeError)  a process-isolated subscriber raised in its child
     ├── CopyProcessError(RuntimeError)    a copy of an environment failed in its own process
+    ├── EnvWorkerError(RuntimeError)      a Ray environment worker failed past its restarts
     └── NonFiniteError(ArithmeticError)   a NaN or infinity in a behavior's numbers or weights
 
 Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
@@ -140,6 +141,12 @@ class CopyProcessError(EvtrainError, RuntimeError):
             f"copy {copy} of {env_name} failed in its process during {doing}: {error} (run it "
             "with env_settings.vectorization: sync to debug it in-process)"
         )
+
+
+class EnvWorkerError(EvtrainError, RuntimeError):
+    """An environment worker of ``vectorization: ray`` (a Ray actor holding some of the
+    environments) could not make its environments, or was lost more often than
+    ``env_settings.ray.max_restarts`` allows."""
 
 
 class NonFiniteError(EvtrainError, ArithmeticError):

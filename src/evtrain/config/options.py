@@ -131,6 +131,39 @@ class PluginSettings:
     do)."""
 
 
+def _natural(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"expected an integer of at least 0, got {value}", attribute)
+
+
+def _workers(_: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"expected null or an integer of at least 1, got {value}", attribute)
+
+
+def _cpus(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value >= 0:
+        raise ValueError(f"expected a number of CPUs of 0 or more, got {value}", attribute)
+
+
+@attrs.define(kw_only=True)
+class RaySettings:
+    """Where ``vectorization: ray`` runs the environments: Ray actors ("workers"), each
+    stepping its share of ``num_envs`` in one remote call per vector step
+    (:mod:`evtrain.run.ray_envs`)."""
+
+    address: str | None = None
+    """The cluster, as ``ray.init(address=...)`` takes it: ``auto`` (the one ``ray start``
+    started on this machine, or ``RAY_ADDRESS``), ``host:port`` of its head; ``null`` starts a
+    Ray of its own in this process."""
+    workers: int | None = attrs.field(default=None, validator=_workers)
+    """Actors per rank; ``null``: one per CPU the cluster has, at most ``num_envs``."""
+    cpus_per_worker: float = attrs.field(default=1.0, validator=_cpus)
+    """CPUs each actor reserves in Ray's scheduler (``num_cpus``)."""
+    max_restarts: int = attrs.field(default=3, validator=_natural)
+    """Times each actor is restarted after its process died; once more is an error."""
+
+
 @attrs.define(kw_only=True)
 class EnvironmentSettings:
     """The Gymnasium environments every behavior trains on."""
@@ -141,8 +174,11 @@ class EnvironmentSettings:
     """Keyword arguments for ``gymnasium.make`` (or the callable)."""
     num_envs: int = attrs.field(default=1, validator=_positive)
     """Sub-environments stepped together (per rank in a distributed run)."""
-    vectorization: Literal["sync", "async"] = "sync"
-    """``sync`` steps them in this process; ``async`` in one subprocess each."""
+    vectorization: Literal["sync", "async", "ray"] = "sync"
+    """``sync`` steps them in this process; ``async`` in one subprocess each; ``ray`` in Ray
+    actors (``ray`` below; ``pip install 'evtrain[ray]'``)."""
+    ray: RaySettings = attrs.field(factory=RaySettings)
+    """Ray's cluster and workers, for ``vectorization: ray``."""
     seed: int = attrs.field(default=-1, validator=_seed)
     """Seeds environments, networks and sampling; -1 draws one (and logs it), as in ML-Agents;
     other negative values are refused."""

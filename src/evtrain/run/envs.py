@@ -59,7 +59,7 @@ def make_envs(
     :class:`~evtrain.multiagent.slots.AgentSlots` over ``num_envs`` copies.
 
     :param wrapper: applied to each sub-environment, in its own process when vectorization is
-        async (so it must pickle): the run's ``environment_parameters``
+        async or ray (so it must pickle): the run's ``environment_parameters``
         (:mod:`evtrain.run.env_parameters`).
     :param behavior: the behavior they are for (a PettingZoo environment needs it).
     :param behaviors: every behavior's settings: a PettingZoo environment's agents must fit.
@@ -80,6 +80,9 @@ def make_envs(
         return _factory_envs(settings, factory, wrapper, behavior, behaviors)
     _no_agents(settings)
     try:
+        if settings.vectorization == "ray":
+            gym.spec(settings.env_id)  # unknown ids are said here, not by every worker
+            return _ray_envs(settings, None, wrapper)
         return make_vector_env(
             settings.env_id,
             settings.num_envs,
@@ -90,23 +93,28 @@ def make_envs(
     except (gym.error.DependencyNotInstalled, ImportError) as error:
         raise ConfigError([_missing_dependency(settings.env_id, error)]) from None
     except gym.error.Error as error:
-        registered = sorted(gym.registry)
-        close = difflib.get_close_matches(settings.env_id, registered, n=5, cutoff=0.5)
-        close = close or difflib.get_close_matches(settings.env_id, pettingzoo_ids(), n=5)
-        hint = (
-            f"did you mean {', '.join(close)}?"
-            if close
-            else (f"registered ids include {', '.join(registered[:12])}, ...")
-        )
-        raise ConfigError(
-            [
-                f"env_settings.env_id: {settings.env_id!r} is not a Gymnasium environment "
-                f"({type(error).__name__}: {error}); {hint} Or give module:callable."
-                + pettingzoo_hint(settings.env_id)
-            ]
-        ) from None
+        raise ConfigError([_not_registered(settings.env_id, error)]) from None
     except TypeError as error:
         raise ConfigError([f"env_settings.env_kwargs: {error}"]) from None
+
+
+def _not_registered(env_id: str, error: Exception) -> str:
+    """The error of an id Gymnasium does not know, with the registered ids closest to it."""
+    import gymnasium as gym
+
+    registered = sorted(gym.registry)
+    close = difflib.get_close_matches(env_id, registered, n=5, cutoff=0.5)
+    close = close or difflib.get_close_matches(env_id, pettingzoo_ids(), n=5)
+    hint = (
+        f"did you mean {', '.join(close)}?"
+        if close
+        else (f"registered ids include {', '.join(registered[:12])}, ...")
+    )
+    return (
+        f"env_settings.env_id: {env_id!r} is not a Gymnasium environment "
+        f"({type(error).__name__}: {error}); {hint} Or give module:callable."
+        + pettingzoo_hint(env_id)
+    )
 
 
 def _factory_envs(
@@ -128,6 +136,7 @@ def _factory_envs(
     first = call_factory(factory, env_id, kwargs)
     if not isinstance(first, gym.Env):
         if api_of(first) is not None:
+            _no_ray(settings, first)
             return agent_slots(settings, first, factory, wrapper, behavior, behaviors)
         raise ConfigError([_not_an_env(env_id, first)])
     _no_agents(settings)
@@ -138,12 +147,44 @@ def _factory_envs(
             raise ConfigError([_not_an_env(env_id, env)])
         return env if wrapper is None else wrapper(env)
 
+    if settings.vectorization == "ray":  # each copy is made in its worker
+        first.close()
+        return _ray_envs(settings, factory, wrapper)
     fns = [make for _ in range(settings.num_envs)]
     if settings.vectorization == "async":  # each copy is made in its own process
         first.close()
         return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     fns[0] = lambda: first if wrapper is None else wrapper(first)
     return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def _ray_envs(
+    settings: EnvironmentSettings,
+    factory: Callable[..., Any] | None,
+    wrapper: Callable[[Any], Any] | None,
+) -> Any:
+    """:func:`make_envs` with ``vectorization: ray`` (:mod:`evtrain.run.ray_envs`; Ray is
+    imported only then)."""
+    from evtrain.run.ray_envs import make_ray_envs
+    from evtrain.run.ray_worker import EnvMaker
+
+    maker = EnvMaker(
+        env_id=settings.env_id, env_kwargs=settings.env_kwargs, factory=factory, wrapper=wrapper
+    )
+    return make_ray_envs(settings, maker)
+
+
+def _no_ray(settings: EnvironmentSettings, env: Any) -> None:
+    """Refuse ``vectorization: ray`` for a PettingZoo environment."""
+    if settings.vectorization == "ray":
+        env.close()
+        raise ConfigError(
+            [
+                f"env_settings.vectorization: 'ray' runs Gymnasium environments only; "
+                f"{settings.env_id!r} is a PettingZoo environment: use vectorization: async "
+                "(each copy in a process of its own) or sync"
+            ]
+        )
 
 
 def _no_agents(settings: EnvironmentSettings) -> None:

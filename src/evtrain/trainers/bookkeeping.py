@@ -24,6 +24,7 @@ from evtrain.trainers.threaded import ThreadedUpdates
 from evtrain.world import World
 
 HISTOGRAM = StatsAggregationMethod.HISTOGRAM
+SUM = StatsAggregationMethod.SUM
 
 
 class Bookkeeping(ThreadedUpdates):
@@ -34,6 +35,7 @@ class Bookkeeping(ThreadedUpdates):
     reporter: StatsReporter
     world: World
     num_envs: int
+    envs: Any
     autoreset: AutoresetTracker
     step: int
     local_step: int
@@ -150,6 +152,10 @@ class Bookkeeping(ThreadedUpdates):
 
     def _write_summary(self, label: int) -> None:
         self.reporter.add_stat("Is Training", 0.0 if self._policy is not None else 1.0)
+        # vectorization: ray's workers lost (and restarted) in the period
+        take_restarts = getattr(self.envs, "take_worker_restarts", None)
+        if take_restarts is not None:
+            self.reporter.add_stat("Environment/Worker Restarts", float(take_restarts()), SUM)
         merge = self.world.merge_stats if self.world.size > 1 else None
         self.reporter.write_stats(label, merge=merge)
         self._last_summary = label

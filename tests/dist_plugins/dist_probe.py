@@ -10,7 +10,9 @@
   gate: it creates ``exporting`` there and waits until ``release`` exists (120 s at most), so
   that a test can hold a save in flight;
 * environment ``dist_probe:dying_cartpole``: CartPole whose process kills itself with SIGKILL
-  on its ``die_at``-th step when it runs as rank ``dying_rank``;
+  on its ``die_at``-th step when it runs as rank ``dying_rank`` (with ``attempt``: only in
+  the group torchrun started after that many restarts, ``TORCHELASTIC_RESTART_COUNT``; with
+  ``wait_for``, a path, it first waits there until that file exists: a checkpoint in place);
 * environment ``dist_probe:counting_cartpole``: CartPole that adds the steps it took to
   ``$EVTRAIN_PROBE_OUT/env-steps-rank<R>.txt`` (a line per environment) when closed.
 """
@@ -157,22 +159,30 @@ EVTRAIN_PLUGINS = {
 
 
 class _DieAt(gym.Wrapper[Any, Any, Any, Any]):
-    def __init__(self, env: gym.Env[Any, Any], die_at: int) -> None:
+    def __init__(self, env: gym.Env[Any, Any], die_at: int, wait_for: str | None) -> None:
         super().__init__(env)
         self.die_at = die_at
+        self.wait_for = None if wait_for is None else Path(wait_for)
         self.steps = 0
 
     def step(self, action: Any) -> Any:
         self.steps += 1
         if self.steps == self.die_at:
+            deadline = time.monotonic() + 120
+            while self.wait_for is not None and not self.wait_for.exists():
+                assert time.monotonic() < deadline, f"{self.wait_for} never appeared"
+                time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGKILL)
         return super().step(action)
 
 
-def dying_cartpole(die_at: int, dying_rank: int) -> gym.Env[Any, Any]:
+def dying_cartpole(
+    die_at: int, dying_rank: int, attempt: int | None = None, wait_for: str | None = None
+) -> gym.Env[Any, Any]:
     env = gym.make("CartPole-v1")
-    if int(os.environ.get("RANK", "0")) == dying_rank:
-        return _DieAt(env, die_at)
+    started = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if int(os.environ.get("RANK", "0")) == dying_rank and attempt in (None, started):
+        return _DieAt(env, die_at, wait_for)
     return env
 
 

@@ -1,0 +1,217 @@
+"""Elastic ``torchrun``: a rank dies, torchrun starts the group again (``--max-restarts 1``),
+and the run resumes from its checkpoint by itself — every writer holding every summary step
+exactly once, one MLflow run, FINISHED (docs/distributed.md, "Elastic restarts").
+
+Each run is 2 ranks x 4 CartPoles, a summary every 256 global steps and a checkpoint every
+1024; in the first attempt only, the dying rank kills itself with SIGKILL at its 200th vector
+step (global step 1600), once the checkpoint of 1024 is on disk (a save waits for the writers
+to take its summaries, and for its export): rank 0 has written the summaries of 1280 and 1536
+past it, which the restarted group writes again and no writer may hold twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import yaml
+
+from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.elastic import RECORD
+from tests.helpers import clean_env, csv_steps, tensorboard_steps
+from tests.test_distributed import PROBE, TORCHRUN, ppo
+from tests.writers.mlflow_server import MlflowServer
+
+MAX_STEPS = 2048
+EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))
+REWARD = "Environment/Cumulative Reward"
+
+
+@attrs.frozen
+class Restarted:
+    """A finished elastic run, and where it wrote."""
+
+    folder: Path
+    result: subprocess.CompletedProcess[str]
+    experiment: str
+
+    @property
+    def run(self) -> Path:
+        return self.folder / "results" / "run"
+
+    def probe(self, rank: int) -> dict[str, Any]:
+        record: dict[str, Any] = json.loads(
+            (self.folder / "probe" / f"trainer-rank{rank}.json").read_text()
+        )
+        return record
+
+
+def config(folder: Path, tracking_uri: str, experiment: str, dying_rank: int) -> Path:
+    """A 2-rank PPO run with CSV and MLflow writers (TensorBoard is a default one)."""
+    options = {
+        "behaviors": {
+            "Agent": {**ppo(MAX_STEPS), "checkpoint_interval": 1024, "keep_checkpoints": 2}
+        },
+        "env_settings": {
+            "env_id": "dist_probe:dying_cartpole",
+            "env_kwargs": {
+                "die_at": 200,
+                "dying_rank": dying_rank,
+                "attempt": 0,
+                "wait_for": str(folder / "results" / "run" / "Agent" / "checkpoint.pt"),
+            },
+            "num_envs": 4,
+            "seed": 5,
+        },
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(folder / "results")},
+        "plugins": {"paths": [str(PROBE)]},
+        "torch_settings": {"distributed_timeout": 60},
+        "writers": {
+            "csv": {},
+            "mlflow": {"tracking_uri": tracking_uri, "experiment": experiment},
+        },
+    }
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(options))
+    return path
+
+
+def run_env(folder: Path) -> dict[str, str]:
+    """The probe plugins first, then the evtrain under test; one OpenMP thread per rank; and
+    torchrun's rendezvous store kept from the workers, as docs/distributed.md says to."""
+    paths = [str(PROBE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return clean_env(
+        EVTRAIN_PROBE_OUT=str(folder / "probe"),
+        PYTHONPATH=os.pathsep.join(paths),
+        OMP_NUM_THREADS="1",
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+    )
+
+
+@pytest.fixture(scope="module")
+def restarted(
+    tmp_path_factory: pytest.TempPathFactory, shared_mlflow_server: MlflowServer
+) -> Iterator[Callable[[int], Restarted]]:
+    """The run whose rank ``dying_rank`` died, made once per module for each rank."""
+    made: dict[int, Restarted] = {}
+
+    def make(dying_rank: int) -> Restarted:
+        if dying_rank not in made:
+            shared_mlflow_server.ensure_up()
+            folder = tmp_path_factory.mktemp(f"rank{dying_rank}-dies")
+            experiment = f"elastic-{folder.name}"
+            path = config(folder, shared_mlflow_server.uri, experiment, dying_rank)
+            command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2"]
+            result = subprocess.run(
+                [*command, "--max-restarts", "1", "-m", "evtrain", "learn", str(path)],
+                capture_output=True,
+                text=True,
+                env=run_env(folder),
+                timeout=400,
+                check=False,
+            )
+            (folder / "torchrun.log").write_text(result.stderr)  # to read when a test fails
+            made[dying_rank] = Restarted(folder, result, experiment)
+        return made[dying_rank]
+
+    yield make
+
+
+def mlflow_steps(uri: str, experiment: str, key: str) -> tuple[list[str], Counter[int]]:
+    """The statuses of the experiment's runs, and how often each step of ``key`` was logged
+    in its first run."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id])
+    history = client.get_metric_history(runs[0].info.run_id, key)
+    return [run.info.status for run in runs], Counter(metric.step for metric in history)
+
+
+@pytest.mark.parametrize("dying_rank", [1, 0])
+def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
+    restarted: Callable[[int], Restarted], shared_mlflow_server: MlflowServer, dying_rank: int
+) -> None:
+    run = restarted(dying_rank)
+    stderr = run.result.stderr
+    assert run.result.returncode == 0, stderr[-4000:]
+    # The ranks left stopped saying what comes next; torchrun started the group again, and
+    # rank 0 said what it does.
+    assert "torchrun starts the workers again, restart 1 of 1, to resume it" in stderr
+    record = json.loads((run.run / "run_logs" / RECORD).read_text())
+    elastic_id = record["torchelastic_run_id"]
+    assert record == {"torchelastic_run_id": elastic_id, "restart_count": 1, "world_size": 2}
+    line = re.compile(
+        rf"^\[INFO\] torchrun restarted the workers \(restart 1 of run {elastic_id}; 2 ranks\): "
+        rf"resuming from step (\d+) of {re.escape(str(run.run))}$",
+        re.MULTILINE,
+    )
+    (resumed_at,) = [int(step) for step in line.findall(stderr)]
+    assert resumed_at == 1024
+    # The restarted group finished the run from there, its ranks in step.
+    rank0, rank1 = run.probe(0), run.probe(1)
+    assert rank0["step"] == rank1["step"] == MAX_STEPS
+    assert rank0["local_step"] == rank1["local_step"] == (MAX_STEPS - resumed_at) // 2
+    assert rank0["checksum"] == rank1["checksum"]
+    assert load_checkpoint(run.run / "Agent" / "checkpoint.pt")["step"] == MAX_STEPS
+    # Rank 0's bus carried the summaries past the checkpoint twice, once from each group ...
+    events = (run.folder / "probe" / "events-rank0.jsonl").read_text().splitlines()
+    emitted = [e["step"] for e in map(json.loads, events) if e["signal"] == "stats"]
+    again = list(range(1280, MAX_STEPS + 1, 256))
+    assert emitted[-len(again) :] == again
+    if dying_rank == 1:  # a rank 0 that lived on delivered every summary of the first group
+        assert emitted[: -len(again)] == list(range(256, 1537, 256))
+    # ... and every writer holds every summary step once.
+    folder = run.run / "Agent"
+    assert tensorboard_steps(folder, REWARD) == EVERY_SUMMARY
+    assert csv_steps(folder / "progress.csv") == EVERY_SUMMARY
+    statuses, logged = mlflow_steps(shared_mlflow_server.uri, run.experiment, f"Agent/{REWARD}")
+    assert statuses == ["FINISHED"]
+    assert sorted(logged) == EVERY_SUMMARY and set(logged.values()) == {1}
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_rank(
+    restarted: Callable[[int], Restarted], shared_mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    """What an elastic group that lost a node does: the global step, the schedules and the
+    writers go on; the one rank steps its 4 environments for the rest of ``max_steps``."""
+    first = restarted(1)
+    assert first.result.returncode == 0, first.result.stderr[-4000:]
+    shutil.copytree(first.run.parent, tmp_path / "results")
+    options = yaml.safe_load((first.folder / "config.yaml").read_text())
+    options["behaviors"]["Agent"]["max_steps"] = MAX_STEPS + 512
+    options["checkpoint_settings"]["results_dir"] = str(tmp_path / "results")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
+    shared_mlflow_server.ensure_up()
+    result = subprocess.run(
+        [sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=run_env(tmp_path),
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
+    assert probe["world_size"] == 1
+    assert probe["step"] == MAX_STEPS + 512 and probe["local_step"] == 512
+    folder = tmp_path / "results" / "run" / "Agent"
+    expected = list(range(256, MAX_STEPS + 513, 256))
+    assert tensorboard_steps(folder, REWARD) == expected
+    assert csv_steps(folder / "progress.csv") == expected
+    statuses, logged = mlflow_steps(shared_mlflow_server.uri, first.experiment, f"Agent/{REWARD}")
+    assert statuses == ["FINISHED"]
+    assert sorted(logged) == expected and set(logged.values()) == {1}

@@ -16,8 +16,11 @@ import logging
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,13 +34,16 @@ from evtrain.errors import RunFolderError
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.elastic import RECORD
 from evtrain.run.learn import learn
-from tests.helpers import clean_env, csv_steps, tensorboard_steps
+from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
 from tests.test_distributed import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer
 
 MAX_STEPS = 2048
 EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))
 REWARD = "Environment/Cumulative Reward"
+RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2"
+"""An elastic rendezvous that gives up on a lost node after 2 s instead of 15 (and waits 1 s,
+not 30, for more nodes once it has the fewest it needs)."""
 
 
 @attrs.frozen
@@ -59,19 +65,25 @@ class Restarted:
         return record
 
 
-def config(folder: Path, tracking_uri: str, experiment: str, dying_rank: int) -> Path:
-    """A 2-rank PPO run with CSV and MLflow writers (TensorBoard is a default one)."""
+def config(
+    folder: Path,
+    dying: dict[str, Any],
+    writers: dict[str, Any],
+    max_steps: int = MAX_STEPS,
+) -> Path:
+    """A 2-rank PPO run with ``writers`` (TensorBoard is a default one); ``dying``: the dying
+    environment's settings, but for the step, the attempt and the checkpoint to wait for."""
     options = {
         "behaviors": {
-            "Agent": {**ppo(MAX_STEPS), "checkpoint_interval": 1024, "keep_checkpoints": 2}
+            "Agent": {**ppo(max_steps), "checkpoint_interval": 1024, "keep_checkpoints": 2}
         },
         "env_settings": {
             "env_id": "dist_probe:dying_cartpole",
             "env_kwargs": {
                 "die_at": 200,
-                "dying_rank": dying_rank,
                 "attempt": 0,
                 "wait_for": str(folder / "results" / "run" / "Agent" / "checkpoint.pt"),
+                **dying,
             },
             "num_envs": 4,
             "seed": 5,
@@ -79,10 +91,7 @@ def config(folder: Path, tracking_uri: str, experiment: str, dying_rank: int) ->
         "checkpoint_settings": {"run_id": "run", "results_dir": str(folder / "results")},
         "plugins": {"paths": [str(PROBE)]},
         "torch_settings": {"distributed_timeout": 60},
-        "writers": {
-            "csv": {},
-            "mlflow": {"tracking_uri": tracking_uri, "experiment": experiment},
-        },
+        "writers": writers,
     }
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(options))
@@ -113,7 +122,8 @@ def restarted(
             shared_mlflow_server.ensure_up()
             folder = tmp_path_factory.mktemp(f"rank{dying_rank}-dies")
             experiment = f"elastic-{folder.name}"
-            path = config(folder, shared_mlflow_server.uri, experiment, dying_rank)
+            mlflow = {"tracking_uri": shared_mlflow_server.uri, "experiment": experiment}
+            path = config(folder, {"dying_rank": dying_rank}, {"csv": {}, "mlflow": mlflow})
             command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2"]
             result = subprocess.run(
                 [*command, "--max-restarts", "1", "-m", "evtrain", "learn", str(path)],
@@ -218,6 +228,72 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(
     statuses, logged = mlflow_steps(shared_mlflow_server.uri, first.experiment, f"Agent/{REWARD}")
     assert statuses == ["FINISHED"]
     assert sorted(logged) == expected and set(logged.values()) == {1}
+
+
+def listening(port: int, process: subprocess.Popen[str]) -> None:
+    """Wait (60 s at most) until something accepts connections on ``port`` of 127.0.0.1."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            time.sleep(0.05)
+
+
+def agent(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """One torchrun agent (a node), in a session of its own."""
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Path) -> None:
+    """``torchrun --nnodes 1:2`` on two agents over c10d: once the checkpoint of 1024 is in
+    place, the agent that does not host the rendezvous is killed with its worker at global
+    step 1600 (a node lost); the other agent starts its worker again, alone, which resumes on
+    1 rank and finishes the run."""
+    max_steps = 4096
+    path = config(tmp_path, {"dying_node": "lost"}, {"csv": {}}, max_steps)
+    port = free_port()
+    elastic = [
+        *("--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1"),
+        *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"),
+        *("--rdzv-id", "lost-node", "--rdzv-conf", RDZV_CONF),
+    ]
+    command = [str(TORCHRUN), *elastic, "-m", "evtrain", "learn", str(path)]
+    # The first agent hosts the rendezvous store: the one that stays.
+    host = agent(command, run_env(tmp_path))
+    try:
+        listening(port, host)
+        lost = agent(command, {**run_env(tmp_path), "EVTRAIN_PROBE_NODE": "lost"})
+        try:
+            _, stderr = host.communicate(timeout=300)
+            lost.communicate(timeout=60)
+        finally:
+            lost.kill()
+    finally:
+        host.kill()
+    assert host.returncode == 0, stderr[-4000:]
+    assert lost.returncode == -signal.SIGKILL
+    run = tmp_path / "results" / "run"
+    assert (
+        "torchrun restarted the workers (restart 1 of run lost-node; 1 rank, 2 before): "
+        f"resuming from step 1024 of {run}"
+    ) in stderr
+    probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
+    assert probe["world_size"] == 1
+    assert probe["step"] == max_steps and probe["local_step"] == max_steps - 1024
+    expected = list(range(256, max_steps + 1, 256))
+    assert tensorboard_steps(run / "Agent", REWARD) == expected
+    assert csv_steps(run / "Agent" / "progress.csv") == expected
 
 
 # -- the decision, in one process: torchrun's variables set by hand ------------------------------

@@ -12,7 +12,9 @@
 * environment ``dist_probe:dying_cartpole``: CartPole whose process kills itself with SIGKILL
   on its ``die_at``-th step when it runs as rank ``dying_rank`` (with ``attempt``: only in
   the group torchrun started after that many restarts, ``TORCHELASTIC_RESTART_COUNT``; with
-  ``wait_for``, a path, it first waits there until that file exists: a checkpoint in place);
+  ``wait_for``, a path, it first waits there until that file exists: a checkpoint in place;
+  with ``dying_node``, it is the worker of the torchrun agent whose ``$EVTRAIN_PROBE_NODE``
+  is that name, whatever its rank, and kills that agent too: a node lost);
 * environment ``dist_probe:counting_cartpole``: CartPole that adds the steps it took to
   ``$EVTRAIN_PROBE_OUT/env-steps-rank<R>.txt`` (a line per environment) when closed.
 """
@@ -159,10 +161,13 @@ EVTRAIN_PLUGINS = {
 
 
 class _DieAt(gym.Wrapper[Any, Any, Any, Any]):
-    def __init__(self, env: gym.Env[Any, Any], die_at: int, wait_for: str | None) -> None:
+    def __init__(
+        self, env: gym.Env[Any, Any], die_at: int, wait_for: str | None, node: bool
+    ) -> None:
         super().__init__(env)
         self.die_at = die_at
         self.wait_for = None if wait_for is None else Path(wait_for)
+        self.node = node
         self.steps = 0
 
     def step(self, action: Any) -> Any:
@@ -172,17 +177,27 @@ class _DieAt(gym.Wrapper[Any, Any, Any, Any]):
             while self.wait_for is not None and not self.wait_for.exists():
                 assert time.monotonic() < deadline, f"{self.wait_for} never appeared"
                 time.sleep(0.01)
+            if self.node:  # the torchrun agent that started this worker goes first
+                os.kill(os.getppid(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
         return super().step(action)
 
 
 def dying_cartpole(
-    die_at: int, dying_rank: int, attempt: int | None = None, wait_for: str | None = None
+    die_at: int,
+    dying_rank: int | None = None,
+    attempt: int | None = None,
+    wait_for: str | None = None,
+    dying_node: str | None = None,
 ) -> gym.Env[Any, Any]:
     env = gym.make("CartPole-v1")
     started = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if int(os.environ.get("RANK", "0")) == dying_rank and attempt in (None, started):
-        return _DieAt(env, die_at, wait_for)
+    rank = int(os.environ.get("RANK", "0"))
+    node = os.environ.get("EVTRAIN_PROBE_NODE")
+    if attempt not in (None, started):
+        return env
+    if rank == dying_rank or (dying_node is not None and node == dying_node):
+        return _DieAt(env, die_at, wait_for, node=dying_node is not None)
     return env
 
 

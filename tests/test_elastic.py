@@ -12,7 +12,6 @@ past it, which the restarted group writes again and no writer may hold twice.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
@@ -30,10 +29,8 @@ import attrs
 import pytest
 import yaml
 
-from evtrain.errors import RunFolderError
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.elastic import RECORD
-from evtrain.run.learn import learn
 from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
 from tests.test_distributed import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer
@@ -296,106 +293,56 @@ def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Pat
     assert csv_steps(run / "Agent" / "progress.csv") == expected
 
 
-# -- the decision, in one process: torchrun's variables set by hand ------------------------------
-
-
-def tiny(tmp_path: Path, max_steps: int, **checkpoint_settings: Any) -> dict[str, Any]:
-    """A CartPole PPO run of a few hundred steps: a summary every 128, a checkpoint every 256."""
-    return {
-        "behaviors": {
-            "CartPole": {
-                "trainer_type": "ppo",
-                "hyperparameters": {"batch_size": 32, "buffer_size": 64, "num_epoch": 1},
-                "network_settings": {"hidden_units": 16},
-                "max_steps": max_steps,
-                "time_horizon": 16,
-                "summary_freq": 128,
-                "checkpoint_interval": 256,
-            }
+def test_a_two_rank_sac_checkpoint_and_its_replay_buffer_resume_on_one_rank(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's replay buffer (``save_replay_buffer``) and generator states are the
+    checkpoint's; one rank takes them and goes on collecting into that buffer."""
+    sac = {
+        "trainer_type": "probe_sac",
+        "hyperparameters": {
+            "batch_size": 32,
+            "buffer_init_steps": 64,
+            "buffer_size": 1000,
+            "save_replay_buffer": True,
         },
-        "env_settings": {"env_id": "CartPole-v1", "num_envs": 2, "seed": 1},
-        "checkpoint_settings": {
-            "run_id": "run",
-            "results_dir": str(tmp_path / "results"),
-            **checkpoint_settings,
-        },
-        "writers": {"csv": {}},
+        "network_settings": {"hidden_units": 16, "normalize": True},
+        "max_steps": 256,
+        "summary_freq": 128,
+        "checkpoint_interval": 10**6,
     }
-
-
-def torchrun_start(monkeypatch: pytest.MonkeyPatch, run_id: str, restart: int) -> None:
-    """What torchrun sets in a worker's environment about its elastic run (no ``WORLD_SIZE``:
-    one process, no process group)."""
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", run_id)
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(restart))
-    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "3")
-
-
-def test_a_start_of_the_same_elastic_run_resumes_even_with_force(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    torchrun_start(monkeypatch, "job-1", 0)
-    learn(tiny(tmp_path, 512))
-    run = tmp_path / "results" / "run"
-    record = json.loads((run / "run_logs" / RECORD).read_text())
-    assert record == {"torchelastic_run_id": "job-1", "restart_count": 0, "world_size": 1}
-    torchrun_start(monkeypatch, "job-1", 1)
-    with caplog.at_level(logging.INFO, logger="evtrain"):
-        result = learn(tiny(tmp_path, 768, force=True))
-    assert result.steps == {"CartPole": 768}
-    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("torchrun")]
-    assert said == [
-        f"torchrun restarted the workers (restart 1 of run job-1; 1 rank): resuming from step "
-        f"512 of {run}"
-    ]
-    # --force removed nothing: the curves go on.
-    assert csv_steps(run / "CartPole" / "progress.csv") == list(range(128, 769, 128))
-    assert tensorboard_steps(run / "CartPole", REWARD) == list(range(128, 769, 128))
-
-
-def test_a_membership_change_resumes_and_says_the_world_size_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    torchrun_start(monkeypatch, "job-1", 0)
-    learn(tiny(tmp_path, 256))
-    run = tmp_path / "results" / "run"
-    # As a group of 2 would have left it; a node left, torchrun started 1 rank, count unchanged.
-    record = {"torchelastic_run_id": "job-1", "restart_count": 0, "world_size": 2}
-    (run / "run_logs" / RECORD).write_text(json.dumps(record))
-    with caplog.at_level(logging.INFO, logger="evtrain"):
-        result = learn(tiny(tmp_path, 512))
-    assert result.steps == {"CartPole": 512}
-    assert (
-        f"torchrun restarted the workers (a membership change of run job-1; 1 rank, 2 before): "
-        f"resuming from step 256 of {run}"
-    ) in [r.getMessage() for r in caplog.records]
-
-
-def test_a_new_elastic_run_is_refused_the_folder_of_another(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A fresh ``torchrun --standalone`` draws a new run id: an existing run is refused
-    without ``--resume`` or ``--force``, as outside torchrun."""
-    torchrun_start(monkeypatch, "job-1", 0)
-    learn(tiny(tmp_path, 256))
-    torchrun_start(monkeypatch, "job-2", 0)
-    with pytest.raises(RunFolderError, match=r"run 'run' already exists in .* Use --resume"):
-        learn(tiny(tmp_path, 512))
-
-
-def test_without_a_rendezvous_id_a_restart_does_not_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """``none``, torchrun's id when given no ``--rdzv-id``, is every such job's: it cannot
-    say that a folder is this job's."""
-    torchrun_start(monkeypatch, "none", 0)
-    with caplog.at_level(logging.WARNING, logger="evtrain"):
-        learn(tiny(tmp_path, 256))
-    assert [r.getMessage() for r in caplog.records if "--rdzv-id" in r.getMessage()] == [
-        "torchrun was given no --rdzv-id: a restart cannot tell this job's run folder from an "
-        f"earlier job's, so it will not resume {tmp_path / 'results' / 'run'} by itself; give "
-        "each job its own --rdzv-id (docs/distributed.md, Elastic restarts)"
-    ]
-    torchrun_start(monkeypatch, "none", 1)
-    with pytest.raises(RunFolderError, match="already exists"):
-        learn(tiny(tmp_path, 512))
+    options = {
+        "behaviors": {"Agent": sac},
+        "env_settings": {"env_id": "Pendulum-v1", "num_envs": 2, "seed": 1},
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
+        "plugins": {"paths": [str(PROBE)]},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
+    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
+    two = subprocess.run(
+        [*command, "config.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=run_env(tmp_path),
+        timeout=300,
+        check=False,
+    )
+    assert two.returncode == 0, two.stderr[-4000:]
+    checkpoint = tmp_path / "results" / "run" / "Agent" / "checkpoint.pt"
+    assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128  # rank 0's steps
+    sac["max_steps"] = 384
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
+    one = subprocess.run(
+        [sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=run_env(tmp_path),
+        timeout=300,
+        check=False,
+    )
+    assert one.returncode == 0, one.stderr[-4000:]
+    probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
+    assert probe["world_size"] == 1 and probe["step"] == 384 and probe["local_step"] == 128
+    assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128 + 128

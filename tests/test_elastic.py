@@ -189,14 +189,17 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
     assert csv_steps(folder / "progress.csv") == EVERY_SUMMARY
     statuses, logged = mlflow_steps(shared_mlflow_server.uri, run.experiment, f"Agent/{REWARD}")
     assert statuses == ["FINISHED"]
-    assert sorted(logged) == EVERY_SUMMARY and set(logged.values()) == {1}
+    # (steps past MAX_STEPS: the test below continues this run on one rank)
+    this_run = Counter({step: n for step, n in logged.items() if step <= MAX_STEPS})
+    assert sorted(this_run) == EVERY_SUMMARY and set(this_run.values()) == {1}
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_rank(
     restarted: Callable[[int], Restarted], shared_mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     """What an elastic group that lost a node does: the global step, the schedules and the
-    writers go on; the one rank steps its 4 environments for the rest of ``max_steps``."""
+    writers go on (the MLflow run of the 2-rank run too); the one rank steps its 4
+    environments for the rest of ``max_steps``."""
     first = restarted(1)
     assert first.result.returncode == 0, first.result.stderr[-4000:]
     shutil.copytree(first.run.parent, tmp_path / "results")

@@ -38,9 +38,10 @@ from tests.writers.mlflow_server import MlflowServer
 MAX_STEPS = 2048
 EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))
 REWARD = "Environment/Cumulative Reward"
-RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2"
-"""An elastic rendezvous that gives up on a lost node after 2 s instead of 15 (and waits 1 s,
-not 30, for more nodes once it has the fewest it needs)."""
+RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=5"
+"""An elastic rendezvous that gives up on a lost node after 5 s instead of 15 (and waits 1 s,
+not 30, for more nodes once it has the fewest it needs); shorter, and a node that is only slow
+(two busy cores) is given up on too."""
 
 
 @attrs.frozen

@@ -297,6 +297,76 @@ def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Pat
     assert csv_steps(run / "Agent" / "progress.csv") == expected
 
 
+def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
+    tmp_path: Path,
+) -> None:
+    """``torchrun --nnodes 1:2``: one agent trains alone (its worker held at a step); a second
+    agent joins, and the first stops its worker (SIGTERM: the run saves where it is) and starts
+    the group again on both nodes, the restart count unchanged.  The two ranks resume from the
+    save by themselves."""
+    release = tmp_path / "release"
+    path = config(tmp_path, {}, {"csv": {}})
+    options = yaml.safe_load(path.read_text())
+    options["env_settings"].update(
+        env_id="dist_probe:holding_cartpole",
+        env_kwargs={"hold_at": 100, "release": str(release)},
+    )
+    path.write_text(yaml.safe_dump(options))
+    port = free_port()
+    command = [
+        str(TORCHRUN),
+        *("--nnodes", "1:2", "--nproc-per-node", "1"),
+        *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"),
+        *("--rdzv-id", "join", "--rdzv-conf", RDZV_CONF),
+        *("-m", "evtrain", "learn", str(path)),
+    ]
+    first = agent(command, run_env(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not release.with_name("release.held").exists():  # trains alone, then holds
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with (tmp_path / "joined.log").open("w") as log:
+            joined = subprocess.Popen(
+                command, env=run_env(tmp_path), stdout=log, stderr=log, start_new_session=True
+            )
+        try:
+            assert first.stderr is not None
+            seen = []
+            for said in first.stderr:  # the joining node made the first agent stop its worker
+                seen.append(said)
+                if "SIGTERM received" in said:
+                    break
+            release.touch()
+            stderr = "".join(seen) + first.communicate(timeout=300)[1]
+            joined.wait(timeout=60)
+        finally:
+            joined.kill()
+    finally:
+        first.kill()
+    assert [first.returncode, joined.returncode] == [0, 0], stderr[-4000:]
+    run = tmp_path / "results" / "run"
+    line = re.compile(
+        r"^\[INFO\] torchrun restarted the workers \(a membership change of run join; 2 ranks, "
+        rf"1 before\): resuming from step (\d+) of {re.escape(str(run))}$",
+        re.MULTILINE,
+    )
+    (resumed_at,) = [int(step) for step in line.findall(stderr)]
+    rank0, rank1 = (
+        json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text()),
+        json.loads((tmp_path / "probe" / "trainer-rank1.json").read_text()),
+    )
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    assert rank0["checksum"] == rank1["checksum"]
+    # Updates of 128 global steps from the save: the run ends at the first one past max_steps.
+    assert rank0["step"] - resumed_at == 2 * rank0["local_step"] == 2 * rank1["local_step"]
+    assert MAX_STEPS <= rank0["step"] < MAX_STEPS + 128
+    steps = tensorboard_steps(run / "Agent", REWARD)
+    assert steps == sorted(set(steps))  # none twice
+    assert set(EVERY_SUMMARY) <= set(steps) <= {*EVERY_SUMMARY, resumed_at}
+
+
 def test_a_two_rank_sac_checkpoint_and_its_replay_buffer_resume_on_one_rank(
     tmp_path: Path,
 ) -> None:

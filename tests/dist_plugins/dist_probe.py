@@ -15,6 +15,8 @@
   ``wait_for``, a path, it first waits there until that file exists: a checkpoint in place;
   with ``dying_node``, it is the worker of the torchrun agent whose ``$EVTRAIN_PROBE_NODE``
   is that name, whatever its rank, and kills that agent too: a node lost);
+* environment ``dist_probe:holding_cartpole``: CartPole that waits at its ``hold_at``-th step
+  (having created ``<release>.held``) until the file ``release`` exists, unless it does already;
 * environment ``dist_probe:counting_cartpole``: CartPole that adds the steps it took to
   ``$EVTRAIN_PROBE_OUT/env-steps-rank<R>.txt`` (a line per environment) when closed.
 """
@@ -199,6 +201,29 @@ def dying_cartpole(
     if rank == dying_rank or (dying_node is not None and node == dying_node):
         return _DieAt(env, die_at, wait_for, node=dying_node is not None)
     return env
+
+
+class _HoldAt(gym.Wrapper[Any, Any, Any, Any]):
+    def __init__(self, env: gym.Env[Any, Any], hold_at: int, release: Path) -> None:
+        super().__init__(env)
+        self.hold_at = hold_at
+        self.release = release
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps == self.hold_at:
+            self.release.with_name(self.release.name + ".held").touch()
+            deadline = time.monotonic() + 120
+            while not self.release.exists():
+                assert time.monotonic() < deadline, f"{self.release} never appeared"
+                time.sleep(0.01)
+        return super().step(action)
+
+
+def holding_cartpole(hold_at: int, release: str) -> gym.Env[Any, Any]:
+    env = gym.make("CartPole-v1")
+    return env if Path(release).exists() else _HoldAt(env, hold_at, Path(release))
 
 
 class _CountSteps(gym.Wrapper[Any, Any, Any, Any]):

@@ -182,6 +182,7 @@ def test_rank_zero_writes_the_only_tensorboard_file_without_duplicates(ppo_run: 
     steps = sorted(step for tag, step in points if tag == "Environment/Cumulative Reward")
     assert steps == [256, 512, 768, 1024]
     assert sorted(p.name for p in (ppo_run.run / "run_logs").iterdir()) == [
+        "elastic.json",  # which torchrun run started it (docs/distributed.md, Elastic restarts)
         "timers.json",
         "training_status.json",
     ]

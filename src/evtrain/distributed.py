@@ -100,7 +100,13 @@ class TorchInitializer(Initializer):
             self.device = str(device)
             backend = "nccl"
         timeout = datetime.timedelta(seconds=options.torch_settings.distributed_timeout)
-        dist.init_process_group(backend, timeout=timeout)
+        _warn_of_shared_store(rank)
+        try:
+            dist.init_process_group(backend, timeout=timeout)
+        except RuntimeError:  # DistBackendError, DistNetworkError and gloo's are RuntimeErrors
+            if _shares_agent_store() and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+                logger.error("Rank %d: %s", rank, SHARED_STORE)
+            raise
         self._owns_group = True
         if options.env_settings.seed >= 0:
             torch.manual_seed(options.env_settings.seed + 1000 * rank)
@@ -120,6 +126,28 @@ class TorchInitializer(Initializer):
         if dist.is_initialized():
             dist.destroy_process_group()
         self._owns_group = False
+
+
+SHARED_STORE = (
+    "torchrun shares its rendezvous TCPStore with the workers, and a group it starts again can "
+    "read the addresses of the group before it and fail to connect (pytorch/pytorch#135712): "
+    "set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment for --max-restarts "
+    "or --nnodes MIN:MAX (docs/distributed.md, Elastic restarts)"
+)
+
+
+def _shares_agent_store() -> bool:
+    """Whether the workers' process group goes through the torchrun agent's own TCPStore."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
+def _warn_of_shared_store(rank: int) -> None:
+    """On rank 0 of a first start with restarts allowed: say that a restart would fail to
+    connect with the agent's shared store (torch's default), and how to avoid it."""
+    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if rank == 0 and first and restarts not in ("", "0") and _shares_agent_store():
+        logger.warning("%s", SHARED_STORE)
 
 
 def torch_initializer() -> Initializer:

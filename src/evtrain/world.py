@@ -11,6 +11,7 @@ torch is imported only when a method needs it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -63,7 +64,7 @@ class World:
             message = (
                 f"rank {self.rank}: {what} across {self.size} ranks failed, most likely because "
                 f"another rank stopped ({type(error).__name__}: {error}). This rank stops too; "
-                "the last checkpoint on disk is complete (resume with --resume)."
+                f"the last checkpoint on disk is complete ({_how_to_resume()})."
             )
             # Logged here, at once: torchrun terminates the surviving ranks moments after one
             # dies, possibly before the error reaches anyone who would print it.
@@ -188,3 +189,16 @@ class World:
             key: StatsSummary(full_dist=values, aggregation_method=StatsAggregationMethod(method))
             for key, (method, values) in merged.items()
         }
+
+
+def _how_to_resume() -> str:
+    """How the run goes on after a rank failed: torchrun restarts the group while it has
+    restarts left (which then resumes by itself, :mod:`evtrain.run.elastic`), else by hand."""
+    try:
+        used = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        allowed = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    except ValueError:
+        used = allowed = 0
+    if used < allowed:
+        return f"torchrun starts the workers again, restart {used + 1} of {allowed}, to resume it"
+    return "resume with --resume"

@@ -10,7 +10,13 @@
   gate: it creates ``exporting`` there and waits until ``release`` exists (120 s at most), so
   that a test can hold a save in flight;
 * environment ``dist_probe:dying_cartpole``: CartPole whose process kills itself with SIGKILL
-  on its ``die_at``-th step when it runs as rank ``dying_rank``;
+  on its ``die_at``-th step when it runs as rank ``dying_rank`` (with ``attempt``: only in
+  the group torchrun started after that many restarts, ``TORCHELASTIC_RESTART_COUNT``; with
+  ``wait_for``, a path, it first waits there until that file exists: a checkpoint in place;
+  with ``dying_node``, it is the worker of the torchrun agent whose ``$EVTRAIN_PROBE_NODE``
+  is that name, whatever its rank, and kills that agent too: a node lost);
+* environment ``dist_probe:holding_cartpole``: CartPole that waits at its ``hold_at``-th step
+  (having created ``<release>.held``) until the file ``release`` exists, unless it does already;
 * environment ``dist_probe:counting_cartpole``: CartPole that adds the steps it took to
   ``$EVTRAIN_PROBE_OUT/env-steps-rank<R>.txt`` (a line per environment) when closed.
 """
@@ -157,23 +163,67 @@ EVTRAIN_PLUGINS = {
 
 
 class _DieAt(gym.Wrapper[Any, Any, Any, Any]):
-    def __init__(self, env: gym.Env[Any, Any], die_at: int) -> None:
+    def __init__(
+        self, env: gym.Env[Any, Any], die_at: int, wait_for: str | None, node: bool
+    ) -> None:
         super().__init__(env)
         self.die_at = die_at
+        self.wait_for = None if wait_for is None else Path(wait_for)
+        self.node = node
         self.steps = 0
 
     def step(self, action: Any) -> Any:
         self.steps += 1
         if self.steps == self.die_at:
+            deadline = time.monotonic() + 120
+            while self.wait_for is not None and not self.wait_for.exists():
+                assert time.monotonic() < deadline, f"{self.wait_for} never appeared"
+                time.sleep(0.01)
+            if self.node:  # the torchrun agent that started this worker goes first
+                os.kill(os.getppid(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
         return super().step(action)
 
 
-def dying_cartpole(die_at: int, dying_rank: int) -> gym.Env[Any, Any]:
+def dying_cartpole(
+    die_at: int,
+    dying_rank: int | None = None,
+    attempt: int | None = None,
+    wait_for: str | None = None,
+    dying_node: str | None = None,
+) -> gym.Env[Any, Any]:
     env = gym.make("CartPole-v1")
-    if int(os.environ.get("RANK", "0")) == dying_rank:
-        return _DieAt(env, die_at)
+    started = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    rank = int(os.environ.get("RANK", "0"))
+    node = os.environ.get("EVTRAIN_PROBE_NODE")
+    if attempt not in (None, started):
+        return env
+    if rank == dying_rank or (dying_node is not None and node == dying_node):
+        return _DieAt(env, die_at, wait_for, node=dying_node is not None)
     return env
+
+
+class _HoldAt(gym.Wrapper[Any, Any, Any, Any]):
+    def __init__(self, env: gym.Env[Any, Any], hold_at: int, release: Path) -> None:
+        super().__init__(env)
+        self.hold_at = hold_at
+        self.release = release
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps == self.hold_at:
+            self.release.with_name(self.release.name + ".held").touch()
+            deadline = time.monotonic() + 120
+            while not self.release.exists():
+                assert time.monotonic() < deadline, f"{self.release} never appeared"
+                time.sleep(0.01)
+        return super().step(action)
+
+
+def holding_cartpole(hold_at: int, release: str) -> gym.Env[Any, Any]:
+    env = gym.make("CartPole-v1")
+    return env if Path(release).exists() else _HoldAt(env, hold_at, Path(release))
 
 
 class _CountSteps(gym.Wrapper[Any, Any, Any, Any]):

@@ -82,6 +82,10 @@ def check_at_start(options: MlflowOptions) -> None:
                 try:
                     client.create_experiment(options.experiment)
                 except MlflowException as error:
+                    # Another process (another rank of this run) created it meanwhile.
+                    made = client.get_experiment_by_name(options.experiment)
+                    if made is not None and made.lifecycle_stage == "active":
+                        return
                     if error.error_code in PERMANENT_CODES:
                         raise ConfigError(
                             [

@@ -31,6 +31,7 @@ from evtrain.run.build import build_behavior, configure_torch, rank_seed, traini
 from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.co_players import CoPlayerWiring
 from evtrain.run.curriculum import Curriculum
+from evtrain.run.elastic import record_start, resumed_after_restart
 from evtrain.run.evaluations import Evaluations
 from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
 from evtrain.run.interrupt import stop_on_signals
@@ -93,9 +94,13 @@ def learn(
     """
     with console_logging():  # the notes of reading the config too
         options, types = load_options(config)
-        # The configurations its checkpoints were saved with, before the run rewrites its own.
-        with use_trainer_types(types), initialized(options), saved_configurations(options):
-            return _learn(options, bus, progress)
+        with use_trainer_types(types), initialized(options):
+            # A group torchrun started again continues its run (every rank alike).
+            options = resumed_after_restart(options, World.current())
+            # The configurations its checkpoints were saved with, before the run rewrites its
+            # own.
+            with saved_configurations(options):
+                return _learn(options, bus, progress)
 
 
 def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) -> LearnResult:
@@ -349,6 +354,7 @@ def _prepare_run_folder(options: RunOptions, world: World, rank: int) -> RunFold
             # An inference run must not overwrite what the model was trained with.
             try:
                 write_configuration(options)
+                record_start(options, world)
             except RunFolderError as problem:
                 error = problem
         message = world.broadcast_object(None if error is None else str(error))

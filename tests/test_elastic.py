@@ -1,0 +1,422 @@
+"""Elastic ``torchrun``: a rank dies, torchrun starts the group again (``--max-restarts 1``),
+and the run resumes from its checkpoint by itself — every writer holding every summary step
+exactly once, one MLflow run, FINISHED (docs/distributed.md, "Elastic restarts").
+
+Each run is 2 ranks x 4 CartPoles, a summary every 256 global steps and a checkpoint every
+1024; in the first attempt only, the dying rank kills itself with SIGKILL at its 200th vector
+step (global step 1600), once the checkpoint of 1024 is on disk (a save waits for the writers
+to take its summaries, and for its export): rank 0 has written the summaries of 1280 and 1536
+past it, which the restarted group writes again and no writer may hold twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import yaml
+
+from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.elastic import RECORD
+from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
+from tests.test_distributed import PROBE, TORCHRUN, ppo
+from tests.writers.mlflow_server import MlflowServer
+
+MAX_STEPS = 2048
+EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))
+REWARD = "Environment/Cumulative Reward"
+RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=5"
+"""An elastic rendezvous that gives up on a lost node after 5 s instead of 15 (and waits 1 s,
+not 30, for more nodes once it has the fewest it needs); shorter, and a node that is only slow
+(two busy cores) is given up on too."""
+
+
+@attrs.frozen
+class Restarted:
+    """A finished elastic run, and where it wrote."""
+
+    folder: Path
+    result: subprocess.CompletedProcess[str]
+    experiment: str
+
+    @property
+    def run(self) -> Path:
+        return self.folder / "results" / "run"
+
+    def probe(self, rank: int) -> dict[str, Any]:
+        record: dict[str, Any] = json.loads(
+            (self.folder / "probe" / f"trainer-rank{rank}.json").read_text()
+        )
+        return record
+
+
+def config(
+    folder: Path,
+    dying: dict[str, Any],
+    writers: dict[str, Any],
+    max_steps: int = MAX_STEPS,
+) -> Path:
+    """A 2-rank PPO run with ``writers`` (TensorBoard is a default one); ``dying``: the dying
+    environment's settings, but for the step, the attempt and the checkpoint to wait for."""
+    options = {
+        "behaviors": {
+            "Agent": {**ppo(max_steps), "checkpoint_interval": 1024, "keep_checkpoints": 2}
+        },
+        "env_settings": {
+            "env_id": "dist_probe:dying_cartpole",
+            "env_kwargs": {
+                "die_at": 200,
+                "attempt": 0,
+                "wait_for": str(folder / "results" / "run" / "Agent" / "checkpoint.pt"),
+                **dying,
+            },
+            "num_envs": 4,
+            "seed": 5,
+        },
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(folder / "results")},
+        "plugins": {"paths": [str(PROBE)]},
+        "torch_settings": {"distributed_timeout": 60},
+        "writers": writers,
+    }
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(options))
+    return path
+
+
+def run_env(folder: Path) -> dict[str, str]:
+    """The probe plugins first, then the evtrain under test; one OpenMP thread per rank; and
+    torchrun's rendezvous store kept from the workers, as docs/distributed.md says to."""
+    paths = [str(PROBE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return clean_env(
+        EVTRAIN_PROBE_OUT=str(folder / "probe"),
+        PYTHONPATH=os.pathsep.join(paths),
+        OMP_NUM_THREADS="1",
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+    )
+
+
+@pytest.fixture(scope="module")
+def restarted(
+    tmp_path_factory: pytest.TempPathFactory, shared_mlflow_server: MlflowServer
+) -> Iterator[Callable[[int], Restarted]]:
+    """The run whose rank ``dying_rank`` died, made once per module for each rank."""
+    made: dict[int, Restarted] = {}
+
+    def make(dying_rank: int) -> Restarted:
+        if dying_rank not in made:
+            shared_mlflow_server.ensure_up()
+            folder = tmp_path_factory.mktemp(f"rank{dying_rank}-dies")
+            experiment = f"elastic-{folder.name}"
+            mlflow = {"tracking_uri": shared_mlflow_server.uri, "experiment": experiment}
+            path = config(folder, {"dying_rank": dying_rank}, {"csv": {}, "mlflow": mlflow})
+            command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2"]
+            result = subprocess.run(
+                [*command, "--max-restarts", "1", "-m", "evtrain", "learn", str(path)],
+                capture_output=True,
+                text=True,
+                env=run_env(folder),
+                timeout=400,
+                check=False,
+            )
+            (folder / "torchrun.log").write_text(result.stderr)  # to read when a test fails
+            made[dying_rank] = Restarted(folder, result, experiment)
+        return made[dying_rank]
+
+    yield make
+
+
+def mlflow_steps(uri: str, experiment: str, key: str) -> tuple[list[str], Counter[int]]:
+    """The statuses of the experiment's runs, and how often each step of ``key`` was logged
+    in its first run."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id])
+    history = client.get_metric_history(runs[0].info.run_id, key)
+    return [run.info.status for run in runs], Counter(metric.step for metric in history)
+
+
+@pytest.mark.parametrize("dying_rank", [1, 0])
+def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
+    restarted: Callable[[int], Restarted], shared_mlflow_server: MlflowServer, dying_rank: int
+) -> None:
+    run = restarted(dying_rank)
+    stderr = run.result.stderr
+    assert run.result.returncode == 0, stderr[-4000:]
+    # The ranks left stopped saying what comes next; torchrun started the group again, and
+    # rank 0 said what it does.
+    assert "torchrun starts the workers again, restart 1 of 1, to resume it" in stderr
+    record = json.loads((run.run / "run_logs" / RECORD).read_text())
+    elastic_id = record["torchelastic_run_id"]
+    assert record == {"torchelastic_run_id": elastic_id, "restart_count": 1, "world_size": 2}
+    line = re.compile(
+        rf"^\[INFO\] torchrun restarted the workers \(restart 1 of run {elastic_id}; 2 ranks\): "
+        rf"resuming from step (\d+) of {re.escape(str(run.run))}$",
+        re.MULTILINE,
+    )
+    (resumed_at,) = [int(step) for step in line.findall(stderr)]
+    assert resumed_at == 1024
+    # The restarted group finished the run from there, its ranks in step.
+    rank0, rank1 = run.probe(0), run.probe(1)
+    assert rank0["step"] == rank1["step"] == MAX_STEPS
+    assert rank0["local_step"] == rank1["local_step"] == (MAX_STEPS - resumed_at) // 2
+    assert rank0["checksum"] == rank1["checksum"]
+    assert load_checkpoint(run.run / "Agent" / "checkpoint.pt")["step"] == MAX_STEPS
+    # Rank 0's bus carried the summaries past the checkpoint twice, once from each group ...
+    events = (run.folder / "probe" / "events-rank0.jsonl").read_text().splitlines()
+    emitted = [e["step"] for e in map(json.loads, events) if e["signal"] == "stats"]
+    again = list(range(1280, MAX_STEPS + 1, 256))
+    assert emitted[-len(again) :] == again
+    if dying_rank == 1:  # a rank 0 that lived on delivered every summary of the first group
+        assert emitted[: -len(again)] == list(range(256, 1537, 256))
+    # ... and every writer holds every summary step once.
+    folder = run.run / "Agent"
+    assert tensorboard_steps(folder, REWARD) == EVERY_SUMMARY
+    assert csv_steps(folder / "progress.csv") == EVERY_SUMMARY
+    statuses, logged = mlflow_steps(shared_mlflow_server.uri, run.experiment, f"Agent/{REWARD}")
+    assert statuses == ["FINISHED"]
+    # (steps past MAX_STEPS: the test below continues this run on one rank)
+    this_run = Counter({step: n for step, n in logged.items() if step <= MAX_STEPS})
+    assert sorted(this_run) == EVERY_SUMMARY and set(this_run.values()) == {1}
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_rank(
+    restarted: Callable[[int], Restarted], shared_mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    """What an elastic group that lost a node does: the global step, the schedules and the
+    writers go on (the MLflow run of the 2-rank run too); the one rank steps its 4
+    environments for the rest of ``max_steps``."""
+    first = restarted(1)
+    assert first.result.returncode == 0, first.result.stderr[-4000:]
+    shutil.copytree(first.run.parent, tmp_path / "results")
+    options = yaml.safe_load((first.folder / "config.yaml").read_text())
+    options["behaviors"]["Agent"]["max_steps"] = MAX_STEPS + 512
+    options["checkpoint_settings"]["results_dir"] = str(tmp_path / "results")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
+    shared_mlflow_server.ensure_up()
+    result = subprocess.run(
+        [sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=run_env(tmp_path),
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
+    assert probe["world_size"] == 1
+    assert probe["step"] == MAX_STEPS + 512 and probe["local_step"] == 512
+    folder = tmp_path / "results" / "run" / "Agent"
+    expected = list(range(256, MAX_STEPS + 513, 256))
+    assert tensorboard_steps(folder, REWARD) == expected
+    assert csv_steps(folder / "progress.csv") == expected
+    statuses, logged = mlflow_steps(shared_mlflow_server.uri, first.experiment, f"Agent/{REWARD}")
+    assert statuses == ["FINISHED"]
+    assert sorted(logged) == expected and set(logged.values()) == {1}
+
+
+def listening(port: int, process: subprocess.Popen[str]) -> None:
+    """Wait (60 s at most) until something accepts connections on ``port`` of 127.0.0.1."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            time.sleep(0.05)
+
+
+def agent(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """One torchrun agent (a node), in a session of its own."""
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Path) -> None:
+    """``torchrun --nnodes 1:2`` on two agents over c10d: once the checkpoint of 1024 is in
+    place, the agent that does not host the rendezvous is killed with its worker at global
+    step 1600 (a node lost); the other agent starts its worker again, alone, which resumes on
+    1 rank and finishes the run."""
+    max_steps = 4096
+    path = config(tmp_path, {"dying_node": "lost"}, {"csv": {}}, max_steps)
+    port = free_port()
+    elastic = [
+        *("--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1"),
+        *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"),
+        *("--rdzv-id", "lost-node", "--rdzv-conf", RDZV_CONF),
+    ]
+    command = [str(TORCHRUN), *elastic, "-m", "evtrain", "learn", str(path)]
+    # The first agent hosts the rendezvous store: the one that stays.
+    host = agent(command, run_env(tmp_path))
+    try:
+        listening(port, host)
+        lost = agent(command, {**run_env(tmp_path), "EVTRAIN_PROBE_NODE": "lost"})
+        try:
+            _, stderr = host.communicate(timeout=300)
+            lost.communicate(timeout=60)
+        finally:
+            lost.kill()
+    finally:
+        host.kill()
+    assert host.returncode == 0, stderr[-4000:]
+    assert lost.returncode == -signal.SIGKILL
+    run = tmp_path / "results" / "run"
+    assert (
+        "torchrun restarted the workers (restart 1 of run lost-node; 1 rank, 2 before): "
+        f"resuming from step 1024 of {run}"
+    ) in stderr
+    probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
+    assert probe["world_size"] == 1
+    assert probe["step"] == max_steps and probe["local_step"] == max_steps - 1024
+    expected = list(range(256, max_steps + 1, 256))
+    assert tensorboard_steps(run / "Agent", REWARD) == expected
+    assert csv_steps(run / "Agent" / "progress.csv") == expected
+
+
+def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
+    tmp_path: Path,
+) -> None:
+    """``torchrun --nnodes 1:2``: one agent trains alone (its worker held at a step); a second
+    agent joins, and the first stops its worker (SIGTERM: the run saves where it is) and starts
+    the group again on both nodes, the restart count unchanged.  The two ranks resume from the
+    save by themselves."""
+    release = tmp_path / "release"
+    path = config(tmp_path, {}, {"csv": {}})
+    options = yaml.safe_load(path.read_text())
+    options["env_settings"].update(
+        env_id="dist_probe:holding_cartpole",
+        env_kwargs={"hold_at": 100, "release": str(release)},
+    )
+    path.write_text(yaml.safe_dump(options))
+    port = free_port()
+    command = [
+        str(TORCHRUN),
+        *("--nnodes", "1:2", "--nproc-per-node", "1"),
+        *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"),
+        *("--rdzv-id", "join", "--rdzv-conf", RDZV_CONF),
+        *("-m", "evtrain", "learn", str(path)),
+    ]
+    first = agent(command, run_env(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not release.with_name("release.held").exists():  # trains alone, then holds
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with (tmp_path / "joined.log").open("w") as log:
+            joined = subprocess.Popen(
+                command, env=run_env(tmp_path), stdout=log, stderr=log, start_new_session=True
+            )
+        try:
+            assert first.stderr is not None
+            seen = []
+            for said in first.stderr:  # the joining node made the first agent stop its worker
+                seen.append(said)
+                if "SIGTERM received" in said:
+                    break
+            release.touch()
+            stderr = "".join(seen) + first.communicate(timeout=300)[1]
+            joined.wait(timeout=60)
+        finally:
+            joined.kill()
+    finally:
+        first.kill()
+    assert [first.returncode, joined.returncode] == [0, 0], stderr[-4000:]
+    run = tmp_path / "results" / "run"
+    line = re.compile(
+        r"^\[INFO\] torchrun restarted the workers \(a membership change of run join; 2 ranks, "
+        rf"1 before\): resuming from step (\d+) of {re.escape(str(run))}$",
+        re.MULTILINE,
+    )
+    (resumed_at,) = [int(step) for step in line.findall(stderr)]
+    rank0, rank1 = (
+        json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text()),
+        json.loads((tmp_path / "probe" / "trainer-rank1.json").read_text()),
+    )
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    assert rank0["checksum"] == rank1["checksum"]
+    # Updates of 128 global steps from the save: the run ends at the first one past max_steps.
+    assert rank0["step"] - resumed_at == 2 * rank0["local_step"] == 2 * rank1["local_step"]
+    assert MAX_STEPS <= rank0["step"] < MAX_STEPS + 128
+    steps = tensorboard_steps(run / "Agent", REWARD)
+    assert steps == sorted(set(steps))  # none twice
+    assert set(EVERY_SUMMARY) <= set(steps) <= {*EVERY_SUMMARY, resumed_at}
+
+
+def test_a_two_rank_sac_checkpoint_and_its_replay_buffer_resume_on_one_rank(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's replay buffer (``save_replay_buffer``) and generator states are the
+    checkpoint's; one rank takes them and goes on collecting into that buffer."""
+    sac = {
+        "trainer_type": "probe_sac",
+        "hyperparameters": {
+            "batch_size": 32,
+            "buffer_init_steps": 64,
+            "buffer_size": 1000,
+            "save_replay_buffer": True,
+        },
+        "network_settings": {"hidden_units": 16, "normalize": True},
+        "max_steps": 256,
+        "summary_freq": 128,
+        "checkpoint_interval": 10**6,
+    }
+    options = {
+        "behaviors": {"Agent": sac},
+        "env_settings": {"env_id": "Pendulum-v1", "num_envs": 2, "seed": 1},
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
+        "plugins": {"paths": [str(PROBE)]},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
+    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
+    two = subprocess.run(
+        [*command, "config.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=run_env(tmp_path),
+        timeout=300,
+        check=False,
+    )
+    assert two.returncode == 0, two.stderr[-4000:]
+    checkpoint = tmp_path / "results" / "run" / "Agent" / "checkpoint.pt"
+    assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128  # rank 0's steps
+    sac["max_steps"] = 384
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
+    one = subprocess.run(
+        [sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=run_env(tmp_path),
+        timeout=300,
+        check=False,
+    )
+    assert one.returncode == 0, one.stderr[-4000:]
+    probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
+    assert probe["world_size"] == 1 and probe["step"] == 384 and probe["local_step"] == 128
+    assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128 + 128

@@ -34,6 +34,7 @@ from evtrain.run.elastic import RECORD
 from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
 from tests.test_distributed import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer
+from tests.writers.test_wandb_writer import records as wandb_records
 
 MAX_STEPS = 2048
 EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))
@@ -121,7 +122,9 @@ def restarted(
             folder = tmp_path_factory.mktemp(f"rank{dying_rank}-dies")
             experiment = f"elastic-{folder.name}"
             mlflow = {"tracking_uri": shared_mlflow_server.uri, "experiment": experiment}
-            path = config(folder, {"dying_rank": dying_rank}, {"csv": {}, "mlflow": mlflow})
+            wandb = {"mode": "offline", "project": "tests"}
+            writers = {"csv": {}, "mlflow": mlflow, "wandb": wandb}
+            path = config(folder, {"dying_rank": dying_rank}, writers)
             command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2"]
             result = subprocess.run(
                 [*command, "--max-restarts", "1", "-m", "evtrain", "learn", str(path)],
@@ -136,6 +139,24 @@ def restarted(
         return made[dying_rank]
 
     yield make
+
+
+def wandb_steps(folder: Path) -> list[int]:
+    """The steps of the rows in one offline wandb run folder, in order."""
+    from wandb.proto import wandb_internal_pb2
+
+    (log,) = folder.glob("run-*.wandb")
+    steps = []
+    for data in wandb_records(log):
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            row = {
+                item.key or "/".join(item.nested_key): item.value_json
+                for item in record.history.item
+            }
+            steps.append(int(row["_step"]))
+    return steps
 
 
 def mlflow_steps(uri: str, experiment: str, key: str) -> tuple[list[str], Counter[int]]:
@@ -193,6 +214,15 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
     # (steps past MAX_STEPS: the test below continues this run on one rank)
     this_run = Counter({step: n for step, n in logged.items() if step <= MAX_STEPS})
     assert sorted(this_run) == EVERY_SUMMARY and set(this_run.values()) == {1}
+    # wandb (offline): the restarted group continued the first group's run — one run id, an
+    # offline folder per group — and logged no step twice.  What a killed rank 0 had logged,
+    # wandb had not written yet (its offline file holds no row): those steps are missing.
+    wandb_id = json.loads((run.run / "run_logs" / "wandb.json").read_text())["run_id"]
+    folders = sorted(run.run.glob("wandb/offline-run-*"))
+    assert len(folders) == 2 and all(f.name.endswith(f"-{wandb_id}") for f in folders)
+    first, second = (wandb_steps(folder) for folder in folders)
+    assert second == list(range(1792, MAX_STEPS + 1, 256))
+    assert first == (list(range(256, 1537, 256)) if dying_rank == 1 else [])
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_rank(

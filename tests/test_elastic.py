@@ -215,14 +215,18 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
     this_run = Counter({step: n for step, n in logged.items() if step <= MAX_STEPS})
     assert sorted(this_run) == EVERY_SUMMARY and set(this_run.values()) == {1}
     # wandb (offline): the restarted group continued the first group's run — one run id, an
-    # offline folder per group — and logged no step twice.  What a killed rank 0 had logged,
-    # wandb had not written yet (its offline file holds no row): those steps are missing.
+    # offline folder per group — and logged no step twice, in order, to the end.
     wandb_id = json.loads((run.run / "run_logs" / "wandb.json").read_text())["run_id"]
     folders = sorted(run.run.glob("wandb/offline-run-*"))
     assert len(folders) == 2 and all(f.name.endswith(f"-{wandb_id}") for f in folders)
     first, second = (wandb_steps(folder) for folder in folders)
-    assert second == list(range(1792, MAX_STEPS + 1, 256))
-    assert first == (list(range(256, 1537, 256)) if dying_rank == 1 else [])
+    assert first + second == sorted(set(first + second))
+    assert set(first + second) <= set(EVERY_SUMMARY) and second[-1] == MAX_STEPS
+    if dying_rank == 1:  # rank 0 lived on and finished the first group's wandb run
+        assert first + second == EVERY_SUMMARY
+    # A killed rank 0's rows that wandb had not written to its offline file yet are lost
+    # (the steps up to what the wandb writer had handed it; docs/distributed.md): which ones
+    # depends on the moment of the kill, so only what must hold is checked.
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_rank(

@@ -19,6 +19,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from evtrain.ranks import ElasticStart
 from evtrain.world import World
 
 if TYPE_CHECKING:
@@ -100,11 +101,12 @@ class TorchInitializer(Initializer):
             self.device = str(device)
             backend = "nccl"
         timeout = datetime.timedelta(seconds=options.torch_settings.distributed_timeout)
-        _warn_of_shared_store(rank)
+        start = ElasticStart.of_environment()
+        _warn_of_shared_store(start, rank)
         try:
             dist.init_process_group(backend, timeout=timeout)
         except RuntimeError:  # DistBackendError, DistNetworkError and gloo's are RuntimeErrors
-            if _shares_agent_store() and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+            if start is not None and start.agent_store and start.restart_count > 0:
                 logger.error("Rank %d: %s", rank, SHARED_STORE)
             raise
         self._owns_group = True
@@ -136,17 +138,16 @@ SHARED_STORE = (
 )
 
 
-def _shares_agent_store() -> bool:
-    """Whether the workers' process group goes through the torchrun agent's own TCPStore."""
-    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-
-
-def _warn_of_shared_store(rank: int) -> None:
+def _warn_of_shared_store(start: ElasticStart | None, rank: int) -> None:
     """On rank 0 of a first start with restarts allowed: say that a restart would fail to
     connect with the agent's shared store (torch's default), and how to avoid it."""
-    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
-    first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-    if rank == 0 and first and restarts not in ("", "0") and _shares_agent_store():
+    if (
+        rank == 0
+        and start is not None
+        and start.restart_count == 0
+        and start.max_restarts > 0
+        and start.agent_store
+    ):
         logger.warning("%s", SHARED_STORE)
 
 

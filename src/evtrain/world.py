@@ -11,13 +11,12 @@ torch is imported only when a method needs it.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from evtrain.errors import DistributedError
 from evtrain.events.stats import StatsAggregationMethod, StatsSummary
-from evtrain.ranks import process_group
+from evtrain.ranks import ElasticStart, process_group
 
 if TYPE_CHECKING:
     import torch
@@ -194,11 +193,8 @@ class World:
 def _how_to_resume() -> str:
     """How the run goes on after a rank failed: torchrun restarts the group while it has
     restarts left (which then resumes by itself, :mod:`evtrain.run.elastic`), else by hand."""
-    try:
-        used = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        allowed = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
-    except ValueError:
-        used = allowed = 0
-    if used < allowed:
+    start = ElasticStart.of_environment()
+    if start is not None and start.restart_count < start.max_restarts:
+        used, allowed = start.restart_count, start.max_restarts
         return f"torchrun starts the workers again, restart {used + 1} of {allowed}, to resume it"
     return "resume with --resume"

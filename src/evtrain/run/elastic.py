@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import attrs
 
 from evtrain.atomic import atomic_write
 from evtrain.config.options import RunOptions
+from evtrain.ranks import ElasticStart
 from evtrain.run.run_folder import unwritable
 from evtrain.world import World
 
@@ -39,45 +39,6 @@ logger = logging.getLogger("evtrain")
 
 RECORD = "elastic.json"
 """In ``run_logs/``: the elastic run that last started the run, and its world size."""
-
-UNNAMED = "none"
-"""``TORCHELASTIC_RUN_ID`` when ``torchrun`` was given no ``--rdzv-id`` (not standalone)."""
-
-
-@attrs.frozen(kw_only=True)
-class ElasticStart:
-    """How torchrun started this worker: its elastic run and how many restarts came before."""
-
-    run_id: str
-    """``TORCHELASTIC_RUN_ID``: the rendezvous id, shared by every start of the job."""
-    restart_count: int
-    """``TORCHELASTIC_RESTART_COUNT``: failures torchrun restarted the group after."""
-    max_restarts: int
-    """``TORCHELASTIC_MAX_RESTARTS``: ``--max-restarts``."""
-
-    @classmethod
-    def of_environment(cls) -> ElasticStart | None:
-        """This process's start, or ``None`` when no torchrun agent started it."""
-        run_id = os.environ.get("TORCHELASTIC_RUN_ID")
-        if not run_id:
-            return None
-        return cls(
-            run_id=run_id,
-            restart_count=_env_int("TORCHELASTIC_RESTART_COUNT"),
-            max_restarts=_env_int("TORCHELASTIC_MAX_RESTARTS"),
-        )
-
-    @property
-    def named(self) -> bool:
-        """Whether the run id names this job (``--rdzv-id`` given, or ``--standalone``)."""
-        return self.run_id != UNNAMED
-
-
-def _env_int(name: str) -> int:
-    try:
-        return int(os.environ.get(name, "0"))
-    except ValueError:
-        return 0
 
 
 def resumed_after_restart(options: RunOptions, world: World) -> RunOptions:

@@ -34,27 +34,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from common import ROOT, Column, header, machine, make_parser, row, run_worker, write_json
+import yaml
+
+from bench_sac import EVTRAIN_HYPERPARAMETERS as SAC_ZOO
+from common import CONFIGS, ROOT, Column, header, machine, make_parser, row, run_worker, write_json
 
 CASES = ("ppo-cartpole", "ppo-3x512", "ppo-cnn84", "sac-pendulum", "sac-3x512", "sac-cnn84")
-PPO_HYPERPARAMETERS = {
-    "batch_size": 256,
-    "buffer_size": 256,
-    "learning_rate": 1e-3,
-    "beta": 0.0,
-    "epsilon": 0.2,
-    "lambd": 0.8,
-    "num_epoch": 20,
-}
-SAC_HYPERPARAMETERS = {
-    "batch_size": 256,
-    "buffer_size": 10_000,
-    "buffer_init_steps": 300,
-    "learning_rate": 1e-3,
-    "tau": 0.005,
-    "init_entcoef": 1.0,
-    "steps_per_update": 1,
-}
+EXAMPLE = yaml.safe_load((CONFIGS / "cartpole_ppo.yaml").read_text())
+PPO_HYPERPARAMETERS: dict[str, Any] = EXAMPLE["behaviors"]["CartPole"]["hyperparameters"]
+"""rl-zoo's CartPole-v1 PPO, as ``examples/configs/cartpole_ppo.yaml`` holds it."""
+SAC_HYPERPARAMETERS = {**SAC_ZOO, "buffer_size": 10_000, "buffer_init_steps": 300}
+"""rl-zoo's Pendulum-v1 SAC, as ``bench_sac.py`` runs it, with a buffer of 10,000 (84x84x3
+images in memory) filled with 300 steps before the first update."""
 NETWORKS: dict[str, dict[str, Any]] = {
     "ppo-cartpole": {"hidden_units": 64, "num_layers": 2, "activation": "tanh"},
     "ppo-3x512": {"hidden_units": 512, "num_layers": 3, "activation": "tanh"},

@@ -109,6 +109,21 @@ def run_env(folder: Path) -> dict[str, str]:
     )
 
 
+def run_in(folder: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` run in ``folder`` with :func:`run_env`'s environment; it must succeed."""
+    result = subprocess.run(
+        command,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=run_env(folder),
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
 @pytest.fixture(scope="module")
 def restarted(
     tmp_path_factory: pytest.TempPathFactory, shared_mlflow_server: MlflowServer
@@ -243,16 +258,7 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(
     options["checkpoint_settings"]["results_dir"] = str(tmp_path / "results")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
     shared_mlflow_server.ensure_up()
-    result = subprocess.run(
-        [sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=run_env(tmp_path),
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_in(tmp_path, sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume")
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1
     assert probe["step"] == MAX_STEPS + 512 and probe["local_step"] == 512
@@ -427,30 +433,12 @@ def test_a_two_rank_sac_checkpoint_and_its_replay_buffer_resume_on_one_rank(
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
     command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
-    two = subprocess.run(
-        [*command, "config.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=run_env(tmp_path),
-        timeout=300,
-        check=False,
-    )
-    assert two.returncode == 0, two.stderr[-4000:]
+    run_in(tmp_path, *command, "config.yaml")
     checkpoint = tmp_path / "results" / "run" / "Agent" / "checkpoint.pt"
     assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128  # rank 0's steps
     sac["max_steps"] = 384
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
-    one = subprocess.run(
-        [sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=run_env(tmp_path),
-        timeout=300,
-        check=False,
-    )
-    assert one.returncode == 0, one.stderr[-4000:]
+    run_in(tmp_path, sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume")
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1 and probe["step"] == 384 and probe["local_step"] == 128
     assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128 + 128

@@ -284,10 +284,11 @@ WORKERS = re.compile(
 )
 
 
-def test_learn_on_the_cluster_finishes_past_a_lost_worker(cluster: Cluster, tmp_path: Path) -> None:
-    config = learn_config(tmp_path, cluster, max_steps=512)
+def learn_on_the_cluster(line: int, cluster: Cluster, folder: Path) -> str:
+    """The walk-through's command ``line`` run with :func:`learn_config`'s 512-step config;
+    it must succeed.  Its output."""
     done = subprocess.run(
-        doc_command(2, config),
+        doc_command(line, learn_config(folder, cluster, max_steps=512)),
         capture_output=True,
         text=True,
         env={**ray_env(), "OMP_NUM_THREADS": "1"},
@@ -297,6 +298,11 @@ def test_learn_on_the_cluster_finishes_past_a_lost_worker(cluster: Cluster, tmp_
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
+    return output
+
+
+def test_learn_on_the_cluster_finishes_past_a_lost_worker(cluster: Cluster, tmp_path: Path) -> None:
+    output = learn_on_the_cluster(2, cluster, tmp_path)
     nodes = WORKERS.search(output)
     assert nodes is not None, output
     assert nodes.group(1) != nodes.group(2)  # one worker on each node
@@ -309,18 +315,7 @@ def test_learn_on_the_cluster_finishes_past_a_lost_worker(cluster: Cluster, tmp_
 
 
 def test_torchrun_learners_each_with_ray_workers(cluster: Cluster, tmp_path: Path) -> None:
-    config = learn_config(tmp_path, cluster, max_steps=512)
-    done = subprocess.run(
-        doc_command(3, config),
-        capture_output=True,
-        text=True,
-        env={**ray_env(), "OMP_NUM_THREADS": "1"},
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
+    output = learn_on_the_cluster(3, cluster, tmp_path)
     assert len(WORKERS.findall(output)) == 2  # each rank's own two workers
     assert output.count("was lost; restarted") == 1  # one environment died, on one rank
     run = tmp_path / "results" / "run"

@@ -42,6 +42,38 @@ def test_a_readme_snippet_runs_as_written(index: int, tmp_path: Path) -> None:
         assert (tmp_path / final).exists()
 
 
+def test_ci_runs_the_readmes_test_command_and_what_the_readme_says_around_it() -> None:
+    """The README's second Quickstart line, command by command, is what ``.ci/run`` runs
+    (with the broken-plugins fixture installed after the setup), the wheel's smoke test
+    before the tests, and the lint and type checks after them, as the README says."""
+    readme = (ROOT / "README.md").read_text()
+    quickstart = re.search(r"^## Quickstart\n\n```bash\n(.*?)^```$", readme, re.S | re.M)
+    assert quickstart is not None
+    test_line = quickstart.group(1).splitlines()[1]
+    commands = test_line.split(" && ")
+    assert commands[-1] == ".venv/bin/python -m pytest"
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    lines = [ci.index(command) for command in commands]
+    assert lines == sorted(lines)
+    fixture = ci.index(".venv/bin/pip install -q --no-deps tests/fixtures/broken_plugins")
+    wheel = next(i for i, line in enumerate(ci) if line.startswith(".venv/bin/pip wheel "))
+    smoke = [i for i, line in enumerate(ci) if '/venv/bin/evtrain" plugins' in line]
+    smoke += [i for i, line in enumerate(ci) if '/venv/bin/evtrain" learn' in line]
+    checks = [
+        ci.index(f".venv/bin/{check}")
+        for check in ("ruff check .", "ruff format --check .", "mypy")
+    ]
+    assert lines[1] < fixture < wheel < min(smoke) and max(smoke) < lines[-1] < min(checks)
+    assert "cp examples/configs/cartpole_ppo.yaml" in "\n".join(ci)
+    for said in (
+        "`ruff check .`",
+        "`ruff format --check .`",
+        "`mypy`",
+        "tests/fixtures/broken_plugins",
+    ):
+        assert said in readme
+
+
 def pip(*args: str) -> subprocess.CompletedProcess[str]:
     """This venv's pip, quietly: pip warns through its own logging, which ``-W error`` would
     not see anyway, so it runs without the suite's warning flags."""

@@ -394,6 +394,11 @@ def test_inference_summaries_stay_off_the_training_curve(tmp_path: Path) -> None
     assert tensorboard_scalars(behavior, "Environment/Cumulative Reward") == trained
     inferred = tensorboard_scalars(behavior / "inference", "Environment/Cumulative Reward")
     assert [step for step, _ in inferred] == [128, 256]
+    # With --resume, the same: the run's latest checkpoint, and its curve left as it was.
+    resumed = evtrain("learn", "run.yaml", "--inference", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "[INFO] CartPole/inference. Step: 256. Time Elapsed:" in resumed.stderr
+    assert tensorboard_scalars(behavior, "Environment/Cumulative Reward") == trained
 
 
 LOGGING_ENV = """

@@ -7,6 +7,7 @@ The shape follows ML-Agents' ``RunOptions`` so its users feel at home: ``behavio
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +38,11 @@ def _seed(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
 def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
         raise ValueError(f"expected a number of seconds above 0, got {value}", attribute)
+
+
+def _finite_seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"expected a finite number of seconds above 0, got {value}", attribute)
 
 
 def _agent_behaviors(_: Any, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
@@ -97,16 +103,21 @@ class BusSettings:
     stall_timeout: float = attrs.field(default=10.0, validator=_seconds)
     """Seconds one subscriber call may run before the bus emits ``subscriber_stalled``; a spool
     subscriber's later events then wait in its journal until the call returns."""
+    block_timeout: float = attrs.field(default=10.0, validator=_finite_seconds)
+    """Seconds ``emit`` waits on a subscriber's full ``block`` inbox before it drops the event
+    (counted) and emits ``subscriber_stalled``: every subscriber's, unless its
+    ``subscribers.<name>.block_timeout`` or ``connect(block_timeout=)`` says otherwise."""
     journal_max_bytes: int = attrs.field(default=1 << 30, validator=_positive)
     """Most bytes a spool subscriber's journal (``run_logs/journal/``) keeps; beyond, the
     oldest undelivered events are dropped, with a warning."""
     journal_fsync_s: float = attrs.field(default=1.0, validator=_seconds)
     """Seconds between fsyncs of a journal (and saves of its ack): what a power cut may lose."""
     retry_backoff_s: float = attrs.field(default=0.5, validator=_seconds)
-    """A spool subscriber's first wait before it retries an event that raised; doubles after
-    each failed retry."""
+    """How often a spool subscriber whose sink is down is probed (its ``probe()``, else the event
+    that raised is tried again): a fixed interval, never doubled, so a sink that is back is
+    noticed within it."""
     retry_backoff_max_s: float = attrs.field(default=30.0, validator=_seconds)
-    """The longest wait between retries."""
+    """An upper bound on ``retry_backoff_s``: the smaller of the two is the interval."""
     subscribers: dict[str, SubscriberSettings] = attrs.field(factory=dict)
     """Overrides by subscriber name, e.g. ``{"evtrain_writers.tensorboard.TensorboardWriter":
     {"overflow": "latest"}}``."""

@@ -63,6 +63,7 @@ def make_bus(options: RunOptions) -> Bus:
         max_consecutive_failures=settings.max_consecutive_failures,
         subscribers=settings.subscribers,
         stall_timeout=settings.stall_timeout,
+        block_timeout=settings.block_timeout,
         journal_dir=journal_folder(options),
         journal_max_bytes=settings.journal_max_bytes,
         journal_fsync_s=settings.journal_fsync_s,

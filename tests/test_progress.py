@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,3 +50,18 @@ def test_run_shows_saving_on_the_bar_for_every_checkpoint_and_the_final_save(
     assert [activity for _, activity in display.seen] == [saving, saving]
     assert 512 <= display.seen[0][0] <= 1024 and display.seen[1][0] == 1024
     assert display.activity("CartPole") == ""
+
+
+def test_learns_progress_hook_is_called_after_every_update_on_the_callers_thread(
+    tmp_path: Path,
+) -> None:
+    """What the README says of ``learn(progress=)``: ``(behavior, step, max_steps)`` after
+    every update (128 steps here), on the thread that called ``learn()``."""
+    calls: list[tuple[str, int, int, int]] = []
+
+    def progress(behavior: str, step: int, max_steps: int) -> None:
+        calls.append((behavior, step, max_steps, threading.get_ident()))
+
+    learn(config(tmp_path), progress=progress)
+    me = threading.get_ident()
+    assert calls == [("CartPole", step, 1024, me) for step in range(128, 1025, 128)]

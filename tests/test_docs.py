@@ -62,6 +62,10 @@ def test_the_signals_table_is_every_signal_in_order_with_every_field_of_its_payl
     documented = [(signal, payload) for signal, payload, _ in rows]
     defined = [(f"`{s.name}`", f"`{payload(s.payload_type)}`") for s in signals.ALL]
     assert documented == defined
+    # and the table of signals.py's docstring, where the code is read
+    assert signals.__doc__ is not None
+    in_docstring = re.findall(r"^(\w+) +:class:`(\w+)`", signals.__doc__, re.MULTILINE)
+    assert in_docstring == [(s.name, s.payload_type.__name__) for s in signals.ALL]
 
 
 def words(line: str) -> list[str]:

@@ -78,7 +78,8 @@ def test_compare_prints_the_hand_computed_aggregates(
         "             optimality gap",
     ]
     a_row, b_row = lines[5].split("  "), lines[6]
-    # a: scores 1 2 3 4.  IQM: 1 and 4 dropped, (2 + 3) / 2; mean 10 / 4; median (2 + 3) / 2;
+    # a: scores 1 2 3 4 of one task.  IQM: 1 and 4 dropped, (2 + 3) / 2; mean 10 / 4; median
+    # of the one task's mean: 10 / 4;
     # optimality gap to 3: 3 - mean(1, 2, 3, 3) = 0.75.
     cells = [cell.strip() for cell in a_row if cell.strip()]
     assert cells[:3] == ["results/a-*", "4", "CartPole"]
@@ -167,13 +168,15 @@ def test_each_behavior_of_a_run_is_a_task(
         write_run(results / f"m-{seed}", final, task="Attacker")
         write_run(results / f"m-{seed}", 10 * final, task="Defender")
     assert main(["compare", "m-*"]) == 0
-    # Scores 1 2 (Attacker) and 10 20 (Defender): mean 33 / 4; IQM (and median) of 1 2 10 20:
-    # (2 + 10) / 2.  Each resample draws two of each task, so its IQM, the mean of its best
-    # attacker and its worst defender, is between (1 + 10) / 2 and (2 + 20) / 2, and reaches
-    # both (1 / 16 and 3 / 16 of the resamples: more than the 2.5 % in each tail).
+    # Scores 1 2 (Attacker) and 10 20 (Defender): task means 1.5 and 15, their mean (and
+    # median, of two tasks) 8.25; IQM of 1 2 10 20 pooled: (2 + 10) / 2.  Each resample draws
+    # two of each task, so its IQM, the mean of its best attacker and its worst defender, is
+    # between (1 + 10) / 2 and (2 + 20) / 2, and reaches both (1 / 16 and 3 / 16 of the
+    # resamples: more than the 2.5 % in each tail); its mean and median, of task means 1 to 2
+    # and 10 to 20, too (1 / 16 of the resamples at each end).
     assert capsys.readouterr().out.splitlines()[5] == (
         "m-*       2  Attacker, Defender  6.00 [5.50, 11.00]  8.25 [5.50, 11.00]"
-        "  6.00 [5.50, 11.00]"
+        "  8.25 [5.50, 11.00]"
     )
     assert main(["compare", "m-*", "--behavior", "Defender"]) == 0
     assert capsys.readouterr().out.splitlines()[5] == (

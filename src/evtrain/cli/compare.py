@@ -22,9 +22,10 @@ Each RUN_OR_GLOB is a group of runs (its seeds): a run folder, a run id under --
 or a glob of them in quotes ('results/ppo-*'). With --group-by, the runs of all arguments
 are grouped by the regular expression's match in their run ids instead.
 
-Final scores: the IQM (interquartile mean), mean and median of the runs' last values, with
-stratified bootstrap confidence intervals as rliable defines them (Agarwal et al., "Deep
-Reinforcement Learning at the Edge of the Statistical Precipice", NeurIPS 2021).
+Final scores: the IQM (interquartile mean) of the runs' last values, the mean and median over
+tasks of each task's mean, with stratified bootstrap confidence intervals, as rliable defines
+them (Agarwal et al., "Deep Reinforcement Learning at the Edge of the Statistical Precipice",
+NeurIPS 2021).
 
 exit codes: 0 the report was printed (and the PNG written); 1 the PNG could not be drawn
 (matplotlib missing: pip install 'evtrain[plot]'); 2 usage error, or runs or stat not found.

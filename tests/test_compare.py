@@ -257,6 +257,30 @@ def test_compare_errors_name_the_argument_and_the_fix(
     )
 
 
+def test_compare_sizes_past_their_limits_are_refused_naming_the_option(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --reps 50000000 took 21 GB before, and was killed for memory.
+    for reps, expected in (
+        ("50000000", "expected a whole number from 1 to 100,000, got 50000000"),
+        ("0", "expected a whole number from 1 to 100,000, got 0"),
+        (
+            "9" * 5000,
+            f"expected a whole number of at most 20 digits, got one of 5,000 digits ({'9' * 20}…)",
+        ),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(["compare", "a-*", "--reps", reps])
+        assert exited.value.code == 2
+        printed = capsys.readouterr()
+        assert printed.out == ""
+        assert (
+            printed.err.splitlines()[-1] == f"evtrain compare: error: argument --reps: {expected}"
+        )
+    assert main(["compare", "a-*", "--reps", "100000"]) == 0
+    assert "(100000 resamples of the runs" in capsys.readouterr().out
+
+
 def png_size(path: Path) -> tuple[int, int]:
     """Width and height from a PNG's header: the signature, then the IHDR chunk."""
     header = path.read_bytes()[:24]

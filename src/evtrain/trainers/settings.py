@@ -23,6 +23,7 @@ from evtrain.trainers.group_settings import MAPPOSettings as MAPPOSettings
 from evtrain.trainers.group_settings import POCASettings as POCASettings
 from evtrain.trainers.group_settings import group_trainer_refusals
 from evtrain.trainers.info_stat_settings import InfoStat as InfoStat
+from evtrain.trainers.limits import MAX_EXPERIENCES, MAX_STEPS, at_most
 from evtrain.trainers.network_settings import ABSENT_WHEN_NONE as _ABSENT_WHEN_NONE
 from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
@@ -36,6 +37,8 @@ from evtrain.trainers.stop_settings import StopSettings as StopSettings
 _schedule = SCHEDULES
 _positive_int = POSITIVE_INT
 _unit_open = [v.gt(0.0), v.le(1.0)]
+_steps = at_most(MAX_STEPS, "steps")
+_experiences = at_most(MAX_EXPERIENCES, "experiences")
 
 
 @attrs.define(kw_only=True)
@@ -53,9 +56,9 @@ class PPOSettings(OnPolicySettings):
 class SACSettings:
     """SAC hyperparameters (``trainer_type: sac``)."""
 
-    batch_size: int = attrs.field(default=128, validator=_positive_int)
+    batch_size: int = attrs.field(default=128, validator=[*_positive_int, _experiences])
     """Transitions sampled from the replay buffer per gradient step."""
-    buffer_size: int = attrs.field(default=50000, validator=_positive_int)
+    buffer_size: int = attrs.field(default=50000, validator=[*_positive_int, _experiences])
     """Replay buffer capacity in transitions."""
     buffer_init_steps: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
     """Environment steps of uniformly random actions before the policy acts and learning
@@ -247,14 +250,14 @@ class TrainerSettings:
     evaluation: EvaluationSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     """evtrain's own: evaluate the deterministic policy every ``evaluation.every`` steps on
     environments of its own, and keep the best model (:mod:`evtrain.run.evaluations`)."""
-    max_steps: int = attrs.field(default=500000, validator=_positive_int)
+    max_steps: int = attrs.field(default=500000, validator=[*_positive_int, _steps])
     """Environment steps (summed over environments) after which training stops."""
-    time_horizon: int = attrs.field(default=64, validator=_positive_int)
+    time_horizon: int = attrs.field(default=64, validator=[*_positive_int, _steps])
     """Steps per environment after which a trajectory is cut and bootstrapped from the value
     of its last observation (PPO)."""
-    summary_freq: int = attrs.field(default=50000, validator=_positive_int)
+    summary_freq: int = attrs.field(default=50000, validator=[*_positive_int, _steps])
     """Steps between two ``stats`` events."""
-    checkpoint_interval: int = attrs.field(default=500000, validator=_positive_int)
+    checkpoint_interval: int = attrs.field(default=500000, validator=[*_positive_int, _steps])
     """Steps between two checkpoints (written by the runner)."""
     keep_checkpoints: int = attrs.field(default=5, validator=_positive_int)
     """Most recent checkpoints kept on disk."""

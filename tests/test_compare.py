@@ -147,6 +147,91 @@ def test_a_resumed_runs_points_are_those_tensorboard_shows(results: Path) -> Non
     assert found.points == {100: 1.0, 200: 20.0}
 
 
+def test_a_damaged_event_file_is_named_and_the_intact_progress_csv_read_instead(
+    results: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Rewards 3 at step 100 and 6 at step 200, in both TensorBoard and progress.csv; a byte of
+    # the event file's last record flipped: TensorBoard reads step 100 alone, whose 3 was
+    # reported before as the final score, without a word.
+    for run, writers in (("d-1", ("tensorboard", "csv")), ("d-2", ("tensorboard",))):
+        for writer in writers:
+            write_run(results / run, 6.0, writer)
+        (event_file,) = (results / run / "CartPole").glob("events.out.tfevents*")
+        damaged = bytearray(event_file.read_bytes())
+        damaged[-5] ^= 0xFF  # in the last record's data, before its checksum
+        event_file.write_bytes(bytes(damaged))
+    where = f"at byte {_last_record_start(damaged):,} of "
+    assert main(["compare", "d-1"]) == 0
+    assert capsys.readouterr().out.splitlines()[5].startswith("d-1       1  CartPole  6.00 [")
+    (event_file,) = (results / "d-1" / "CartPole").glob("events.out.tfevents*")
+    assert caplog.messages == [
+        f"{event_file.relative_to(results.parent)}: damaged TensorBoard event file (a record's "
+        f"data fails its checksum {where}{len(damaged):,}); {REWARD!r} read from "
+        "results/d-1/CartPole/progress.csv instead"
+    ]
+    caplog.clear()
+    # With no other file holding the stat, TensorBoard's points are used, and said to be cut.
+    assert main(["compare", "d-2"]) == 0
+    assert capsys.readouterr().out.splitlines()[5].startswith("d-2       1  CartPole  3.00 [")
+    (event_file,) = (results / "d-2" / "CartPole").glob("events.out.tfevents*")
+    assert caplog.messages == [
+        f"{event_file.relative_to(results.parent)}: damaged TensorBoard event file (a record's "
+        f"data fails its checksum {where}{len(damaged):,}); no other file of "
+        f"results/d-2/CartPole holds {REWARD!r}: the points TensorBoard reads before the "
+        "damage (1) are used"
+    ]
+
+
+def _last_record_start(data: bytes | bytearray) -> int:
+    """Where the last record of a TFRecord file starts: each is its data's length (8 bytes),
+    that length's checksum (4), the data, the data's checksum (4)."""
+    offset, start = 0, 0
+    while offset < len(data):
+        start = offset
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        offset += 8 + 4 + length + 4
+    return start
+
+
+def test_unreadable_rows_of_csv_and_jsonl_are_named_and_the_runs_still_compared(
+    results: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every run has reward 1 at step 100 and 2 at step 200, among rows that cannot be read.
+    folder = results / "e-1" / "CartPole"
+    folder.mkdir(parents=True)
+    (folder / "progress.csv").write_bytes(
+        f"step,{REWARD}\n100,1.0\ninf,50\n\xff\xfe,7\n1e300,9\nnan,9\n200,2.0\n".encode()
+    )
+    folder = results / "e-2" / "CartPole"
+    folder.mkdir(parents=True)
+    huge = "9" * 200_000  # over the csv module's field limit of 131,072 characters
+    (folder / "progress.csv").write_text(f"step,{REWARD}\n100,1.0\n{huge},{huge}\n200,2.0\n")
+    folder = results / "e-3" / "CartPole"
+    folder.mkdir(parents=True)
+
+    def line(step: str) -> str:
+        return f'{{"step": {step}, "stats": {{"{REWARD}": {{"value": {int(step) // 100}}}}}}}'
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (folder / "stats.jsonl").write_bytes(
+        "\n".join([line("100"), deep, line("200").replace("200", "1e300", 1), "\xff", line("200")])
+        .encode()
+        .replace(b"\xc3\xbf", b"\xff")
+        + b'\n{"step": 3'  # torn: a run killed while writing
+    )
+    assert main(["compare", "e-*"]) == 0
+    assert capsys.readouterr().out.splitlines()[5].startswith("e-*       3  CartPole  2.00 [")
+    limit = "0 to 9,007,199,254,740,992"
+    assert caplog.messages == [
+        f"results/e-1/CartPole/progress.csv: row 3: step 'inf' is not a whole number from "
+        f"{limit}; skipped, and 3 more rows that cannot be read",
+        "results/e-2/CartPole/progress.csv: row 3: not a CSV row (field larger than field "
+        "limit (131072)); skipped",
+        "results/e-3/CartPole/stats.jsonl: row 2: JSON nested too deep to be a summary; "
+        "skipped, and 2 more rows that cannot be read",
+    ]
+
+
 def test_group_by_takes_the_first_parenthesised_group_of_the_run_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ fixed values (the table checked against a hand computation), two real CartPole r
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from evtrain import StatsSummary
 from evtrain.bus.writers import StatsWriter
 from evtrain.cli import main
 from evtrain.compare.comparison import Settings, compare_group
+from evtrain.compare.plot import labels
 from evtrain.compare.reading import Series, read_stat
 from evtrain.compare.runs import find_groups
 from evtrain.compare.table import curve_table
@@ -337,8 +339,8 @@ def test_compare_errors_name_the_argument_and_the_fix(
         "run needs a group (its first parenthesised group, or the whole match): widen the "
         "expression or leave those runs out"
     )
-    assert error("a-*", "--output", "curves.svg") == (
-        "evtrain: error: --output 'curves.svg': expected a .png file, e.g. curves.png"
+    assert error("a-*", "--output", "curves.jpg") == (
+        "evtrain: error: --output 'curves.jpg': expected a .png, .svg or .pdf file, e.g. curves.png"
     )
 
 
@@ -372,6 +374,46 @@ def png_size(path: Path) -> tuple[int, int]:
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
     width, height = struct.unpack(">II", header[16:24])
     return width, height
+
+
+def test_the_figure_is_a_png_svg_or_pdf_with_readable_names_and_visible_zero_width_intervals(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from matplotlib.image import imread
+
+    for name in ("curves.png", "curves.svg", "curves.pdf"):
+        assert main(["compare", "results/a-*", "b-*", "--target", "3", "--output", name]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"Plot: {name}"
+    assert png_size(results.parent / "curves.png") == (1200, 500)
+    svg = (results.parent / "curves.svg").read_text()
+    assert svg.startswith('<?xml version="1.0" encoding="utf-8" standalone="no"?>')
+    assert "<svg " in svg[:400]
+    # Text kept as text, the groups named 'a' and 'b' (legend, labels), not by their globs.
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert texts.count("a") == texts.count("b") == 2  # the legend's and the first panel's
+    assert not any("*" in text for text in texts)
+    pdf = (results.parent / "curves.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
+    assert b"CreationDate" not in pdf  # the same runs, the same file
+    # b's intervals have zero width (every run at 5): each aggregate panel, right of the
+    # curves, still shows b's estimate in b's colour (matplotlib's second, #ff7f0e).
+    pixels = imread(results.parent / "curves.png")[:, 520:, :3]
+    orange = np.all(np.abs(pixels - np.asarray([1.0, 0.498, 0.055])) < 0.02, axis=-1)
+    columns = np.nonzero(orange.any(axis=0))[0]
+    assert len(columns) and 1 + np.count_nonzero(np.diff(columns) > 20) == 4  # four panels
+
+
+def test_group_labels_drop_the_glob_and_keep_the_name() -> None:
+    assert labels(["results/ppo-*", "results/sac-seed?", "a-[12]", "results/cp-1", "td3."]) == [
+        "ppo",
+        "sac-seed",
+        "a",
+        "cp-1",
+        "td3.",  # neither a path nor a glob: as it is
+    ]
+    # Names that would be alike, or empty, are kept as given.
+    assert labels(["results/ppo-*", "old/ppo-*"]) == ["results/ppo-*", "old/ppo-*"]
+    assert labels(["results/*", "b-*"]) == ["results/*", "b-*"]
 
 
 def evtrain(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -442,8 +484,8 @@ def test_without_matplotlib_the_table_is_printed_and_the_png_refused(results: Pa
     assert done.returncode == 1
     assert done.stdout.splitlines()[5].startswith("a-*       4  CartPole  2.50 [")
     assert done.stderr == (
-        "evtrain: error: --output 'curves.png': drawing the PNG needs matplotlib, which is not "
-        "installed; install it with pip install 'evtrain[plot]' (the table above is complete "
-        "without it)\n"
+        "evtrain: error: --output 'curves.png': drawing the figure needs matplotlib, which is "
+        "not installed; install it with pip install 'evtrain[plot]' (the table above is "
+        "complete without it)\n"
     )
     assert not (results.parent / "curves.png").exists()

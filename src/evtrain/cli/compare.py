@@ -30,7 +30,7 @@ tasks of each task's mean, with stratified bootstrap confidence intervals, as rl
 them (Agarwal et al., "Deep Reinforcement Learning at the Edge of the Statistical Precipice",
 NeurIPS 2021).
 
-exit codes: 0 the report was printed (and the PNG written); 1 the PNG could not be drawn
+exit codes: 0 the report was printed (and the figure written); 1 the figure could not be drawn
 (matplotlib missing: pip install 'evtrain[plot]'); 2 usage error, or runs or stat not found.
 see docs/compare.md."""
 
@@ -84,7 +84,11 @@ def add_compare(commands: _Commands) -> argparse.ArgumentParser:
     compare.add_argument(
         "--seed", type=natural_int, default=0, metavar="N", help="the resamples' seed (0)"
     )
-    compare.add_argument("--output", metavar="FILE.png", help="also draw curves and scores")
+    compare.add_argument(
+        "--output",
+        metavar="FILE",
+        help="also draw curves and scores into a .png, .svg or .pdf file",
+    )
     compare.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="verbose logs"
     )
@@ -92,15 +96,17 @@ def add_compare(commands: _Commands) -> argparse.ArgumentParser:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    """``evtrain compare``: print the report; 1 when the PNG asked for cannot be drawn."""
+    """``evtrain compare``: print the report; 1 when the figure asked for cannot be drawn."""
     from evtrain.compare.comparison import Settings, compare_group
-    from evtrain.compare.plot import PlotUnavailable, plot
+    from evtrain.compare.plot import FORMATS, PlotUnavailable, plot
     from evtrain.compare.runs import find_groups, read_group
     from evtrain.compare.table import report
 
     output = Path(args.output) if args.output is not None else None
-    if output is not None and output.suffix.lower() != ".png":
-        raise ConfigError([f"--output {args.output!r}: expected a .png file, e.g. curves.png"])
+    if output is not None and output.suffix.lower() not in FORMATS:
+        raise ConfigError(
+            [f"--output {args.output!r}: expected a .png, .svg or .pdf file, e.g. curves.png"]
+        )
     settings = Settings(
         stat=args.stat,
         last=args.last,

@@ -195,6 +195,16 @@ ONE_BEHAVIOR = {"behaviors": {"CartPole": {"trainer_type": "ppo"}}}
         (("behaviors", "CartPole"), "time_horizon", 10**12, "steps"),
         (("behaviors", "CartPole", "hyperparameters"), "buffer_size", 10**9, "experiences"),
         (("behaviors", "CartPole", "hyperparameters"), "batch_size", 10**9, "experiences"),
+        (("behaviors", "CartPole", "hyperparameters"), "num_epoch", 10_000, "epochs"),
+        (("behaviors", "CartPole", "network_settings"), "hidden_units", 16_384, "units"),
+        (("behaviors", "CartPole", "network_settings"), "num_layers", 1_000, "layers"),
+        (("behaviors", "CartPole", "network_settings", "memory"), "memory_size", 16_384, "units"),
+        (
+            ("behaviors", "CartPole", "reward_signals", "curiosity"),
+            "encoding_size",
+            16_384,
+            "units",
+        ),
         (("env_settings",), "num_envs", 100_000, "environments"),
         (("env_settings",), "seed", 2**32 - 1, "(a 32-bit seed)"),
     ],
@@ -202,7 +212,8 @@ ONE_BEHAVIOR = {"behaviors": {"CartPole": {"trainer_type": "ppo"}}}
 def test_a_size_past_its_limit_is_refused_naming_the_key_the_limit_and_the_value(
     section: tuple[str, ...], key: str, limit: int, unit: str
 ) -> None:
-    for trainer_type in ("ppo", "sac") if "hyperparameters" in section else ("ppo",):
+    sac_too = "hyperparameters" in section and key != "num_epoch"  # SAC has no num_epoch
+    for trainer_type in ("ppo", "sac") if sac_too else ("ppo",):
         data: dict[str, Any] = copy.deepcopy(ONE_BEHAVIOR)
         data["behaviors"]["CartPole"]["trainer_type"] = trainer_type
         where = data
@@ -216,6 +227,30 @@ def test_a_size_past_its_limit_is_refused_naming_the_key_the_limit_and_the_value
         assert refused.value.problems == (
             f"{'.'.join(section)}.{key}: expected at most {limit:,} {unit}, got {limit + 1}",
         )
+
+
+@pytest.mark.parametrize(
+    ("behavior", "key", "expected"),
+    [
+        (
+            {"trainer_type": "sac", "hyperparameters": {"buffer_init_steps": 10**9 + 1}},
+            "hyperparameters.buffer_init_steps",
+            "expected at most 1,000,000,000 experiences",
+        ),
+        (
+            {"behavioral_cloning": {"demo_path": "demos.npz", "num_epoch": 10_001}},
+            "behavioral_cloning.num_epoch",
+            "expected at most 10,000 epochs",
+        ),
+    ],
+)
+def test_sacs_warm_up_and_clonings_epochs_are_bounded(
+    behavior: dict[str, Any], key: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        RunOptions.from_dict({"behaviors": {"CartPole": behavior}})
+    value = 10**9 + 1 if "buffer" in key else 10_001
+    assert refused.value.problems == (f"behaviors.CartPole.{key}: {expected}, got {value}",)
 
 
 def test_an_integer_of_thousands_of_digits_is_refused_naming_its_key(tmp_path: Path) -> None:

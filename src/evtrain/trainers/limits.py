@@ -17,6 +17,14 @@ steps, a thousand times the longest published single-task runs."""
 MAX_EXPERIENCES = 10**9
 """``buffer_size`` and ``batch_size``: a billion experiences, far past what fits in memory
 (each holds at least an observation, an action and a reward)."""
+MAX_UNITS = 16_384
+"""``hidden_units``, ``memory_size`` and the reward providers' ``encoding_size``: a layer of
+16,384 units to the next holds 268 million weights (1 GB)."""
+MAX_LAYERS = 1_000
+"""``num_layers``."""
+MAX_EPOCHS = 10_000
+"""``num_epoch`` (of PPO's family and of behavioral cloning): passes over the buffer per
+update."""
 MAX_NUM_ENVS = 100_000
 """``env_settings.num_envs`` (and ``--num-envs``): environments stepped together per rank."""
 MAX_SEED = 2**32 - 1

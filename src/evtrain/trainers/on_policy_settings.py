@@ -16,7 +16,7 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
-from evtrain.trainers.limits import MAX_EXPERIENCES, at_most
+from evtrain.trainers.limits import MAX_EPOCHS, MAX_EXPERIENCES, at_most
 
 Schedule = Literal["linear", "constant"]
 """How a hyperparameter changes over training: decayed linearly to its floor, or kept."""
@@ -25,6 +25,7 @@ SCHEDULES = v.in_(("linear", "constant"))
 POSITIVE_INT = [v.instance_of(int), v.gt(0)]
 _unit_open = [v.gt(0.0), v.le(1.0)]
 _AT_MOST_EXPERIENCES = at_most(MAX_EXPERIENCES, "experiences")
+AT_MOST_EPOCHS = at_most(MAX_EPOCHS, "epochs")
 
 
 def _follow_learning_rate_schedule(instance: Any) -> Schedule:
@@ -61,7 +62,7 @@ class OnPolicySettings:
     )
     lambd: float = attrs.field(default=0.95, validator=[v.ge(0.0), v.le(1.0)])
     """Lambda of GAE (POCA: of its lambda-returns)."""
-    num_epoch: int = attrs.field(default=3, validator=POSITIVE_INT)
+    num_epoch: int = attrs.field(default=3, validator=[*POSITIVE_INT, AT_MOST_EPOCHS])
     """Passes over the buffer per update."""
     normalize_advantage: bool = attrs.field(default=True, validator=v.instance_of(bool))
     """Standardise advantages within each minibatch (the group trainers: the acting agents')."""

@@ -23,13 +23,18 @@ from evtrain.trainers.group_settings import MAPPOSettings as MAPPOSettings
 from evtrain.trainers.group_settings import POCASettings as POCASettings
 from evtrain.trainers.group_settings import group_trainer_refusals
 from evtrain.trainers.info_stat_settings import InfoStat as InfoStat
-from evtrain.trainers.limits import MAX_EXPERIENCES, MAX_STEPS, at_most
+from evtrain.trainers.limits import MAX_EXPERIENCES, MAX_STEPS, MAX_UNITS, at_most
 from evtrain.trainers.network_settings import ABSENT_WHEN_NONE as _ABSENT_WHEN_NONE
 from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
 from evtrain.trainers.network_settings import NetworkSettings as NetworkSettings
 from evtrain.trainers.network_settings import VisEncodeType as VisEncodeType
-from evtrain.trainers.on_policy_settings import POSITIVE_INT, SCHEDULES, OnPolicySettings
+from evtrain.trainers.on_policy_settings import (
+    AT_MOST_EPOCHS,
+    POSITIVE_INT,
+    SCHEDULES,
+    OnPolicySettings,
+)
 from evtrain.trainers.on_policy_settings import Schedule as Schedule
 from evtrain.trainers.self_play_settings import SelfPlaySettings as SelfPlaySettings
 from evtrain.trainers.stop_settings import StopSettings as StopSettings
@@ -39,6 +44,7 @@ _positive_int = POSITIVE_INT
 _unit_open = [v.gt(0.0), v.le(1.0)]
 _steps = at_most(MAX_STEPS, "steps")
 _experiences = at_most(MAX_EXPERIENCES, "experiences")
+_units = at_most(MAX_UNITS, "units")
 
 
 @attrs.define(kw_only=True)
@@ -60,7 +66,9 @@ class SACSettings:
     """Transitions sampled from the replay buffer per gradient step."""
     buffer_size: int = attrs.field(default=50000, validator=[*_positive_int, _experiences])
     """Replay buffer capacity in transitions."""
-    buffer_init_steps: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    buffer_init_steps: int = attrs.field(
+        default=0, validator=[v.instance_of(int), v.ge(0), _experiences]
+    )
     """Environment steps of uniformly random actions before the policy acts and learning
     starts."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
@@ -129,7 +137,9 @@ class GAILSettings(RewardSignalSettings):
 
     demo_path: str = attrs.field(validator=v.instance_of(str))
     """A demonstration file written by ``evtrain record`` (``.npz``), or a folder of them."""
-    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    encoding_size: int = attrs.field(
+        default=DEFAULT_ENCODING_SIZE, validator=[*_positive_int, _units]
+    )
     """Width of the discriminator's two layers (when ``network_settings`` is absent)."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
     """Adam step size of the discriminator (constant)."""
@@ -144,7 +154,9 @@ class CuriositySettings(RewardSignalSettings):
     """The intrinsic curiosity module (Pathak et al. 2017): the reward is the error of a
     forward model predicting the encoding of the next observation."""
 
-    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    encoding_size: int = attrs.field(
+        default=DEFAULT_ENCODING_SIZE, validator=[*_positive_int, _units]
+    )
     """Width of the state encoder's two layers, and so of the encoding (when
     ``network_settings`` is absent)."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
@@ -156,7 +168,9 @@ class RNDSettings(RewardSignalSettings):
     """Random network distillation (Burda et al. 2018): the reward is the error of a trained
     predictor of a fixed random network's output."""
 
-    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    encoding_size: int = attrs.field(
+        default=DEFAULT_ENCODING_SIZE, validator=[*_positive_int, _units]
+    )
     """Width of both networks' two layers, and so of their output (when ``network_settings``
     is absent)."""
     learning_rate: float = attrs.field(default=1.0e-4, validator=v.gt(0.0))
@@ -206,7 +220,9 @@ class BehavioralCloningSettings:
     """The cloning's learning rate relative to the trainer's ``learning_rate``."""
     samples_per_update: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
     """Demonstration samples per epoch of an update at most; 0: all of them."""
-    num_epoch: int | None = attrs.field(default=None, validator=v.optional(_positive_int))
+    num_epoch: int | None = attrs.field(
+        default=None, validator=v.optional([*_positive_int, AT_MOST_EPOCHS])
+    )
     """Passes over the (sampled) demonstrations per update; ``None``: 3 (ML-Agents')."""
     batch_size: int | None = attrs.field(default=None, validator=v.optional(_positive_int))
     """Demonstration samples per gradient step; ``None``: the trainer's ``batch_size``."""

@@ -17,7 +17,7 @@ from evtrain.bus.writers import StatsWriter
 from evtrain.cli import main
 from evtrain.compare.comparison import Settings, compare_group
 from evtrain.compare.plot import labels
-from evtrain.compare.reading import Series, read_stat
+from evtrain.compare.reading import Series, event_file_damage, read_stat
 from evtrain.compare.runs import find_groups
 from evtrain.compare.table import curve_table
 from evtrain_writers.csv_file import CsvWriter
@@ -182,6 +182,17 @@ def test_a_damaged_event_file_is_named_and_the_intact_progress_csv_read_instead(
         f"results/d-2/CartPole holds {REWARD!r}: the points TensorBoard reads before the "
         "damage (1) are used"
     ]
+    # A file that ends inside a record (TensorBoard, too, reads only the records before).
+    cut = results / "cut.tfevents"
+    last = _last_record_start(damaged)
+    cut.write_bytes(damaged[:-3])
+    assert event_file_damage(cut) == (
+        f"cut short inside a record at byte {last:,} of {len(damaged) - 3:,}"
+    )
+    cut.write_bytes(damaged[: last + 5])
+    assert event_file_damage(cut) == (
+        f"cut short inside a record header at byte {last:,} of {last + 5:,}"
+    )
 
 
 def _last_record_start(data: bytes | bytearray) -> int:
@@ -202,7 +213,9 @@ def test_unreadable_rows_of_csv_and_jsonl_are_named_and_the_runs_still_compared(
     folder = results / "e-1" / "CartPole"
     folder.mkdir(parents=True)
     (folder / "progress.csv").write_bytes(
-        f"step,{REWARD}\n100,1.0\ninf,50\n\xff\xfe,7\n1e300,9\nnan,9\n200,2.0\n".encode()
+        f"step,{REWARD}\n100,1.0\ninf,50\n".encode()
+        + b"\xff\xfe,7\n"  # not UTF-8
+        + b"1e300,9\nnan,9\n200,2.0\n"
     )
     folder = results / "e-2" / "CartPole"
     folder.mkdir(parents=True)
@@ -214,13 +227,16 @@ def test_unreadable_rows_of_csv_and_jsonl_are_named_and_the_runs_still_compared(
     def line(step: str) -> str:
         return f'{{"step": {step}, "stats": {{"{REWARD}": {{"value": {int(step) // 100}}}}}}}'
 
-    deep = "[" * 100_000 + "]" * 100_000
-    (folder / "stats.jsonl").write_bytes(
-        "\n".join([line("100"), deep, line("200").replace("200", "1e300", 1), "\xff", line("200")])
-        .encode()
-        .replace(b"\xc3\xbf", b"\xff")
-        + b'\n{"step": 3'  # torn: a run killed while writing
-    )
+    rows = [
+        line("100").encode(),
+        b"[" * 100_000 + b"]" * 100_000,  # deeper than json's recursion limit
+        line("200").replace("200", "1e300", 1).encode(),
+        b"\xff",  # not UTF-8
+        b"{not json",
+        line("200").encode(),
+        b'{"step": 3',  # the last line, torn: a run killed while writing
+    ]
+    (folder / "stats.jsonl").write_bytes(b"\n".join(rows))
     assert main(["compare", "e-*"]) == 0
     assert capsys.readouterr().out.splitlines()[5].startswith("e-*       3  CartPole  2.00 [")
     limit = "0 to 9,007,199,254,740,992"
@@ -230,8 +246,15 @@ def test_unreadable_rows_of_csv_and_jsonl_are_named_and_the_runs_still_compared(
         "results/e-2/CartPole/progress.csv: row 3: not a CSV row (field larger than field "
         "limit (131072)); skipped",
         "results/e-3/CartPole/stats.jsonl: row 2: JSON nested too deep to be a summary; "
-        "skipped, and 2 more rows that cannot be read",
+        "skipped, and 3 more rows that cannot be read",
     ]
+    # Each kind named as such where it comes first: here, bytes that are not UTF-8.
+    folder = results / "f-1" / "CartPole"
+    folder.mkdir(parents=True)
+    (folder / "progress.csv").write_bytes(f"step,{REWARD}\n100,1.0\n".encode() + b"\xff\xfe,7\n")
+    assert read_stat(folder, REWARD).warnings == (
+        f"{folder / 'progress.csv'}: row 3: not UTF-8 text (invalid start byte at byte 0); skipped",
+    )
 
 
 def test_group_by_takes_the_first_parenthesised_group_of_the_run_id(

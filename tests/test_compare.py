@@ -387,6 +387,13 @@ def test_compare_sizes_past_their_limits_are_refused_naming_the_option(
         assert (
             printed.err.splitlines()[-1] == f"evtrain compare: error: argument --reps: {expected}"
         )
+    for option in ("--last", "--seed"):
+        with pytest.raises(SystemExit):
+            main(["compare", "a-*", option, "9" * 5000])
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"evtrain compare: error: argument {option}: expected a whole number of at most 20 "
+            f"digits, got one of 5,000 digits ({'9' * 20}…)"
+        )
     assert main(["compare", "a-*", "--reps", "100000"]) == 0
     assert "(100000 resamples of the runs" in capsys.readouterr().out
 

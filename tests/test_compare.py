@@ -4,6 +4,7 @@ fixed values (the table checked against a hand computation), two real CartPole r
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 from pathlib import Path
@@ -15,7 +16,8 @@ from evtrain import StatsSummary
 from evtrain.bus.writers import StatsWriter
 from evtrain.cli import main
 from evtrain.compare.comparison import Settings, compare_group
-from evtrain.compare.reading import Series, read_stat
+from evtrain.compare.plot import labels
+from evtrain.compare.reading import Series, event_file_damage, read_stat
 from evtrain.compare.runs import find_groups
 from evtrain.compare.table import curve_table
 from evtrain_writers.csv_file import CsvWriter
@@ -78,7 +80,8 @@ def test_compare_prints_the_hand_computed_aggregates(
         "             optimality gap",
     ]
     a_row, b_row = lines[5].split("  "), lines[6]
-    # a: scores 1 2 3 4.  IQM: 1 and 4 dropped, (2 + 3) / 2; mean 10 / 4; median (2 + 3) / 2;
+    # a: scores 1 2 3 4 of one task.  IQM: 1 and 4 dropped, (2 + 3) / 2; mean 10 / 4; median
+    # of the one task's mean: 10 / 4;
     # optimality gap to 3: 3 - mean(1, 2, 3, 3) = 0.75.
     cells = [cell.strip() for cell in a_row if cell.strip()]
     assert cells[:3] == ["results/a-*", "4", "CartPole"]
@@ -146,6 +149,114 @@ def test_a_resumed_runs_points_are_those_tensorboard_shows(results: Path) -> Non
     assert found.points == {100: 1.0, 200: 20.0}
 
 
+def test_a_damaged_event_file_is_named_and_the_intact_progress_csv_read_instead(
+    results: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Rewards 3 at step 100 and 6 at step 200, in both TensorBoard and progress.csv; a byte of
+    # the event file's last record flipped: TensorBoard reads step 100 alone, whose 3 was
+    # reported before as the final score, without a word.
+    for run, writers in (("d-1", ("tensorboard", "csv")), ("d-2", ("tensorboard",))):
+        for writer in writers:
+            write_run(results / run, 6.0, writer)
+        (event_file,) = (results / run / "CartPole").glob("events.out.tfevents*")
+        damaged = bytearray(event_file.read_bytes())
+        damaged[-5] ^= 0xFF  # in the last record's data, before its checksum
+        event_file.write_bytes(bytes(damaged))
+    where = f"at byte {_last_record_start(damaged):,} of "
+    assert main(["compare", "d-1"]) == 0
+    assert capsys.readouterr().out.splitlines()[5].startswith("d-1       1  CartPole  6.00 [")
+    (event_file,) = (results / "d-1" / "CartPole").glob("events.out.tfevents*")
+    assert caplog.messages == [
+        f"{event_file.relative_to(results.parent)}: damaged TensorBoard event file (a record's "
+        f"data fails its checksum {where}{len(damaged):,}); {REWARD!r} read from "
+        "results/d-1/CartPole/progress.csv instead"
+    ]
+    caplog.clear()
+    # With no other file holding the stat, TensorBoard's points are used, and said to be cut.
+    assert main(["compare", "d-2"]) == 0
+    assert capsys.readouterr().out.splitlines()[5].startswith("d-2       1  CartPole  3.00 [")
+    (event_file,) = (results / "d-2" / "CartPole").glob("events.out.tfevents*")
+    assert caplog.messages == [
+        f"{event_file.relative_to(results.parent)}: damaged TensorBoard event file (a record's "
+        f"data fails its checksum {where}{len(damaged):,}); no other file of "
+        f"results/d-2/CartPole holds {REWARD!r}: the points TensorBoard reads before the "
+        "damage (1) are used"
+    ]
+    # A file that ends inside a record (TensorBoard, too, reads only the records before).
+    cut = results / "cut.tfevents"
+    last = _last_record_start(damaged)
+    cut.write_bytes(damaged[:-3])
+    assert event_file_damage(cut) == (
+        f"cut short inside a record at byte {last:,} of {len(damaged) - 3:,}"
+    )
+    cut.write_bytes(damaged[: last + 5])
+    assert event_file_damage(cut) == (
+        f"cut short inside a record header at byte {last:,} of {last + 5:,}"
+    )
+
+
+def _last_record_start(data: bytes | bytearray) -> int:
+    """Where the last record of a TFRecord file starts: each is its data's length (8 bytes),
+    that length's checksum (4), the data, the data's checksum (4)."""
+    offset, start = 0, 0
+    while offset < len(data):
+        start = offset
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        offset += 8 + 4 + length + 4
+    return start
+
+
+def test_unreadable_rows_of_csv_and_jsonl_are_named_and_the_runs_still_compared(
+    results: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every run has reward 1 at step 100 and 2 at step 200, among rows that cannot be read.
+    folder = results / "e-1" / "CartPole"
+    folder.mkdir(parents=True)
+    (folder / "progress.csv").write_bytes(
+        f"step,{REWARD}\n100,1.0\ninf,50\n".encode()
+        + b"\xff\xfe,7\n"  # not UTF-8
+        + b"1e300,9\nnan,9\n200,2.0\n"
+    )
+    folder = results / "e-2" / "CartPole"
+    folder.mkdir(parents=True)
+    huge = "9" * 200_000  # over the csv module's field limit of 131,072 characters
+    (folder / "progress.csv").write_text(f"step,{REWARD}\n100,1.0\n{huge},{huge}\n200,2.0\n")
+    folder = results / "e-3" / "CartPole"
+    folder.mkdir(parents=True)
+
+    def line(step: str) -> str:
+        return f'{{"step": {step}, "stats": {{"{REWARD}": {{"value": {int(step) // 100}}}}}}}'
+
+    rows = [
+        line("100").encode(),
+        b"[" * 100_000 + b"]" * 100_000,  # deeper than json's recursion limit
+        line("200").replace("200", "1e300", 1).encode(),
+        b"\xff",  # not UTF-8
+        b"{not json",
+        line("200").encode(),
+        b'{"step": 3',  # the last line, torn: a run killed while writing
+    ]
+    (folder / "stats.jsonl").write_bytes(b"\n".join(rows))
+    assert main(["compare", "e-*"]) == 0
+    assert capsys.readouterr().out.splitlines()[5].startswith("e-*       3  CartPole  2.00 [")
+    limit = "0 to 9,007,199,254,740,992"
+    assert caplog.messages == [
+        f"results/e-1/CartPole/progress.csv: row 3: step 'inf' is not a whole number from "
+        f"{limit}; skipped, and 3 more rows that cannot be read",
+        "results/e-2/CartPole/progress.csv: row 3: not a CSV row (field larger than field "
+        "limit (131072)); skipped",
+        "results/e-3/CartPole/stats.jsonl: row 2: JSON nested too deep to be a summary; "
+        "skipped, and 3 more rows that cannot be read",
+    ]
+    # Each kind named as such where it comes first: here, bytes that are not UTF-8.
+    folder = results / "f-1" / "CartPole"
+    folder.mkdir(parents=True)
+    (folder / "progress.csv").write_bytes(f"step,{REWARD}\n100,1.0\n".encode() + b"\xff\xfe,7\n")
+    assert read_stat(folder, REWARD).warnings == (
+        f"{folder / 'progress.csv'}: row 3: not UTF-8 text (invalid start byte at byte 0); skipped",
+    )
+
+
 def test_group_by_takes_the_first_parenthesised_group_of_the_run_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,13 +278,15 @@ def test_each_behavior_of_a_run_is_a_task(
         write_run(results / f"m-{seed}", final, task="Attacker")
         write_run(results / f"m-{seed}", 10 * final, task="Defender")
     assert main(["compare", "m-*"]) == 0
-    # Scores 1 2 (Attacker) and 10 20 (Defender): mean 33 / 4; IQM (and median) of 1 2 10 20:
-    # (2 + 10) / 2.  Each resample draws two of each task, so its IQM, the mean of its best
-    # attacker and its worst defender, is between (1 + 10) / 2 and (2 + 20) / 2, and reaches
-    # both (1 / 16 and 3 / 16 of the resamples: more than the 2.5 % in each tail).
+    # Scores 1 2 (Attacker) and 10 20 (Defender): task means 1.5 and 15, their mean (and
+    # median, of two tasks) 8.25; IQM of 1 2 10 20 pooled: (2 + 10) / 2.  Each resample draws
+    # two of each task, so its IQM, the mean of its best attacker and its worst defender, is
+    # between (1 + 10) / 2 and (2 + 20) / 2, and reaches both (1 / 16 and 3 / 16 of the
+    # resamples: more than the 2.5 % in each tail); its mean and median, of task means 1 to 2
+    # and 10 to 20, too (1 / 16 of the resamples at each end).
     assert capsys.readouterr().out.splitlines()[5] == (
         "m-*       2  Attacker, Defender  6.00 [5.50, 11.00]  8.25 [5.50, 11.00]"
-        "  6.00 [5.50, 11.00]"
+        "  8.25 [5.50, 11.00]"
     )
     assert main(["compare", "m-*", "--behavior", "Defender"]) == 0
     assert capsys.readouterr().out.splitlines()[5] == (
@@ -249,9 +362,40 @@ def test_compare_errors_name_the_argument_and_the_fix(
         "run needs a group (its first parenthesised group, or the whole match): widen the "
         "expression or leave those runs out"
     )
-    assert error("a-*", "--output", "curves.svg") == (
-        "evtrain: error: --output 'curves.svg': expected a .png file, e.g. curves.png"
+    assert error("a-*", "--output", "curves.jpg") == (
+        "evtrain: error: --output 'curves.jpg': expected a .png, .svg or .pdf file, e.g. curves.png"
     )
+
+
+def test_compare_sizes_past_their_limits_are_refused_naming_the_option(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --reps 50000000 took 21 GB before, and was killed for memory.
+    for reps, expected in (
+        ("50000000", "expected a whole number from 1 to 100,000, got 50000000"),
+        ("0", "expected a whole number from 1 to 100,000, got 0"),
+        (
+            "9" * 5000,
+            f"expected a whole number of at most 20 digits, got one of 5,000 digits ({'9' * 20}…)",
+        ),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(["compare", "a-*", "--reps", reps])
+        assert exited.value.code == 2
+        printed = capsys.readouterr()
+        assert printed.out == ""
+        assert (
+            printed.err.splitlines()[-1] == f"evtrain compare: error: argument --reps: {expected}"
+        )
+    for option in ("--last", "--seed"):
+        with pytest.raises(SystemExit):
+            main(["compare", "a-*", option, "9" * 5000])
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"evtrain compare: error: argument {option}: expected a whole number of at most 20 "
+            f"digits, got one of 5,000 digits ({'9' * 20}…)"
+        )
+    assert main(["compare", "a-*", "--reps", "100000"]) == 0
+    assert "(100000 resamples of the runs" in capsys.readouterr().out
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -260,6 +404,46 @@ def png_size(path: Path) -> tuple[int, int]:
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
     width, height = struct.unpack(">II", header[16:24])
     return width, height
+
+
+def test_the_figure_is_a_png_svg_or_pdf_with_readable_names_and_visible_zero_width_intervals(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from matplotlib.image import imread
+
+    for name in ("curves.png", "curves.svg", "curves.pdf"):
+        assert main(["compare", "results/a-*", "b-*", "--target", "3", "--output", name]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"Plot: {name}"
+    assert png_size(results.parent / "curves.png") == (1200, 500)
+    svg = (results.parent / "curves.svg").read_text()
+    assert svg.startswith('<?xml version="1.0" encoding="utf-8" standalone="no"?>')
+    assert "<svg " in svg[:400]
+    # Text kept as text, the groups named 'a' and 'b' (legend, labels), not by their globs.
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert texts.count("a") == texts.count("b") == 2  # the legend's and the first panel's
+    assert not any("*" in text for text in texts)
+    pdf = (results.parent / "curves.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
+    assert b"CreationDate" not in pdf  # the same runs, the same file
+    # b's intervals have zero width (every run at 5): each aggregate panel, right of the
+    # curves, still shows b's estimate in b's colour (matplotlib's second, #ff7f0e).
+    pixels = imread(results.parent / "curves.png")[:, 520:, :3]
+    orange = np.all(np.abs(pixels - np.asarray([1.0, 0.498, 0.055])) < 0.02, axis=-1)
+    columns = np.nonzero(orange.any(axis=0))[0]
+    assert len(columns) and 1 + np.count_nonzero(np.diff(columns) > 20) == 4  # four panels
+
+
+def test_group_labels_drop_the_glob_and_keep_the_name() -> None:
+    assert labels(["results/ppo-*", "results/sac-seed?", "a-[12]", "results/cp-1", "td3."]) == [
+        "ppo",
+        "sac-seed",
+        "a",
+        "cp-1",
+        "td3.",  # neither a path nor a glob: as it is
+    ]
+    # Names that would be alike, or empty, are kept as given.
+    assert labels(["results/ppo-*", "old/ppo-*"]) == ["results/ppo-*", "old/ppo-*"]
+    assert labels(["results/*", "b-*"]) == ["results/*", "b-*"]
 
 
 def evtrain(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -330,8 +514,8 @@ def test_without_matplotlib_the_table_is_printed_and_the_png_refused(results: Pa
     assert done.returncode == 1
     assert done.stdout.splitlines()[5].startswith("a-*       4  CartPole  2.50 [")
     assert done.stderr == (
-        "evtrain: error: --output 'curves.png': drawing the PNG needs matplotlib, which is not "
-        "installed; install it with pip install 'evtrain[plot]' (the table above is complete "
-        "without it)\n"
+        "evtrain: error: --output 'curves.png': drawing the figure needs matplotlib, which is "
+        "not installed; install it with pip install 'evtrain[plot]' (the table above is "
+        "complete without it)\n"
     )
     assert not (results.parent / "curves.png").exists()

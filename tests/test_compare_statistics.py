@@ -38,11 +38,41 @@ def test_iqm_drops_a_quarter_of_the_scores_at_each_end_as_trim_mean_does() -> No
 
 def test_mean_median_and_optimality_gap_of_fixed_scores() -> None:
     assert mean(SCORES) == 136 / 8
-    assert median(SCORES) == (5 + 7) / 2
+    # One task: the median over tasks of the task's mean is that mean (rliable's), not 6.
+    assert median(SCORES) == 136 / 8
     # min(score, 6): 6 1 6 3 6 5 2 6, their mean 35 / 8
     assert optimality_gap(6.0)(np.asarray(SCORES)) == 6 - 35 / 8
     assert list(aggregates()) == ["IQM", "mean", "median"]
     assert list(aggregates(target=1.0)) == ["IQM", "mean", "median", "optimality gap"]
+
+
+THREE_TASKS = [1.0, 2.0, 9.0, 4.0, 6.0, 30.0, 40.0, 50.0, 0.0]
+"""Task A: 1 2 9 (its mean 4); B: 4 6 (mean 5); C: 30 40 50 0 (mean 30)."""
+SIZES = [3, 2, 4]
+
+
+def test_the_four_aggregates_are_rliables_on_tasks_of_unequal_runs() -> None:
+    # rliable's definitions on a (runs x tasks) matrix: aggregate_iqm trims all scores pooled,
+    # aggregate_mean and aggregate_median take each task's mean over its runs first,
+    # aggregate_optimality_gap pools all scores.  Worked by hand on THREE_TASKS:
+    # - IQM: 9 scores sorted 0 1 2 4 6 9 30 40 50, int(0.25 * 9) = 2 dropped at each end:
+    #   (2 + 4 + 6 + 9 + 30) / 5 = 10.2;
+    # - mean: of the task means 4, 5, 30: 39 / 3 = 13 (the pooled mean would be 142 / 9);
+    # - median: of the task means 4, 5, 30: 5 (the pooled median would be 6);
+    # - optimality gap to 10: min(score, 10) = 1 2 9 4 6 10 10 10 0, summing to 52:
+    #   10 - 52 / 9 = 38 / 9.
+    chosen = aggregates(target=10.0, sizes=SIZES)
+    scores = np.asarray(THREE_TASKS)
+    found = {name: float(function(scores)) for name, function in chosen.items()}
+    assert found == pytest.approx(
+        {"IQM": 10.2, "mean": 13.0, "median": 5.0, "optimality gap": 38 / 9}
+    )
+    # Two tasks (A, B): the median of an even count is the mean of the middle two, (4 + 5) / 2.
+    assert float(median(THREE_TASKS[:5], [3, 2])) == 4.5
+    # Row by row, as on bootstrap resamples [reps, runs]: the second row's task means 1 1 1.
+    rows = np.asarray([THREE_TASKS, [1.0] * 9])
+    assert median(rows, SIZES).tolist() == [5.0, 1.0]
+    assert mean(rows, SIZES).tolist() == [13.0, 1.0]
 
 
 def test_percentile_interval_interpolates_linearly_between_samples() -> None:
@@ -167,9 +197,11 @@ def test_a_group_of_two_tasks_is_resampled_task_by_task() -> None:
     result = compare_group("both", runs, Settings(stat="x", reps=500))
     assert result.tasks == ("A", "B")
     assert result.scores.tolist() == [0.0, 0.0, 10.0, 20.0, 30.0]
+    # The mean of the task means 0 and 20; every resample's A mean is 0 and its B mean
+    # between 10 and 30, so its mean is between 5 and 15.
     mean_estimate = result.final["mean"]
-    assert mean_estimate.value == 12.0
-    assert 6.0 <= mean_estimate.low <= 12.0 <= mean_estimate.high <= 18.0
+    assert mean_estimate.value == 10.0
+    assert 5.0 <= mean_estimate.low <= 10.0 <= mean_estimate.high <= 15.0
     assert result.curve is not None and result.curve.mean.tolist() == [3.0, 12.0]
     # Another group's presence changes nothing: each group draws from its own seeded generator.
     again = compare_group("both", runs, Settings(stat="x", reps=500))

@@ -5,13 +5,16 @@ the run's ``configuration.yaml``) and through the real CLI."""
 
 from __future__ import annotations
 
+import copy
 import resource
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from evtrain.config.options import RunOptions
 from evtrain.errors import ConfigError
 from evtrain.run.options import read_config
 from tests.helpers import isolated_python
@@ -178,3 +181,115 @@ def test_a_checkpoint_of_other_network_settings_is_refused_naming_the_changed_ke
     assert (resumed.returncode, resumed.stdout) == (2, ""), resumed.stderr
     assert resumed.stderr.splitlines(keepends=True)[-1] == expected
     assert "Traceback" not in resumed.stderr
+
+
+ONE_BEHAVIOR = {"behaviors": {"CartPole": {"trainer_type": "ppo"}}}
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "limit", "unit"),
+    [
+        (("behaviors", "CartPole"), "max_steps", 10**12, "steps"),
+        (("behaviors", "CartPole"), "summary_freq", 10**12, "steps"),
+        (("behaviors", "CartPole"), "checkpoint_interval", 10**12, "steps"),
+        (("behaviors", "CartPole"), "time_horizon", 10**12, "steps"),
+        (("behaviors", "CartPole", "hyperparameters"), "buffer_size", 10**9, "experiences"),
+        (("behaviors", "CartPole", "hyperparameters"), "batch_size", 10**9, "experiences"),
+        (("behaviors", "CartPole", "hyperparameters"), "num_epoch", 10_000, "epochs"),
+        (("behaviors", "CartPole", "network_settings"), "hidden_units", 16_384, "units"),
+        (("behaviors", "CartPole", "network_settings"), "num_layers", 1_000, "layers"),
+        (("behaviors", "CartPole", "network_settings", "memory"), "memory_size", 16_384, "units"),
+        (
+            ("behaviors", "CartPole", "reward_signals", "curiosity"),
+            "encoding_size",
+            16_384,
+            "units",
+        ),
+        (("env_settings",), "num_envs", 100_000, "environments"),
+        (("env_settings",), "seed", 2**32 - 1, "(a 32-bit seed)"),
+    ],
+)
+def test_a_size_past_its_limit_is_refused_naming_the_key_the_limit_and_the_value(
+    section: tuple[str, ...], key: str, limit: int, unit: str
+) -> None:
+    sac_too = "hyperparameters" in section and key != "num_epoch"  # SAC has no num_epoch
+    for trainer_type in ("ppo", "sac") if sac_too else ("ppo",):
+        data: dict[str, Any] = copy.deepcopy(ONE_BEHAVIOR)
+        data["behaviors"]["CartPole"]["trainer_type"] = trainer_type
+        where = data
+        for name in section:
+            where = where.setdefault(name, {})
+        where[key] = limit  # the limit itself is taken
+        RunOptions.from_dict(data)
+        where[key] = limit + 1
+        with pytest.raises(ConfigError) as refused:
+            RunOptions.from_dict(data)
+        assert refused.value.problems == (
+            f"{'.'.join(section)}.{key}: expected at most {limit:,} {unit}, got {limit + 1}",
+        )
+
+
+@pytest.mark.parametrize(
+    ("behavior", "key", "expected"),
+    [
+        (
+            {"trainer_type": "sac", "hyperparameters": {"buffer_init_steps": 10**9 + 1}},
+            "hyperparameters.buffer_init_steps",
+            "expected at most 1,000,000,000 experiences",
+        ),
+        (
+            {"behavioral_cloning": {"demo_path": "demos.npz", "num_epoch": 10_001}},
+            "behavioral_cloning.num_epoch",
+            "expected at most 10,000 epochs",
+        ),
+    ],
+)
+def test_sacs_warm_up_and_clonings_epochs_are_bounded(
+    behavior: dict[str, Any], key: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        RunOptions.from_dict({"behaviors": {"CartPole": behavior}})
+    value = 10**9 + 1 if "buffer" in key else 10_001
+    assert refused.value.problems == (f"behaviors.CartPole.{key}: {expected}, got {value}",)
+
+
+def test_an_integer_of_thousands_of_digits_is_refused_naming_its_key(tmp_path: Path) -> None:
+    # Python reads no integer of more than 4,300 digits: before, a traceback from PyYAML.
+    digits = "9" * 5000
+    (tmp_path / "huge.yaml").write_text(
+        f"behaviors:\n  CartPole:\n    trainer_type: ppo\n    max_steps: {digits}\n"
+        f"env_settings:\n  env_kwargs: {{sizes: [1, {digits}]}}\n"
+    )
+    result = run_cli("huge.yaml", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2,
+        "",
+        "evtrain: error: huge.yaml: line 4: behaviors.CartPole.max_steps: an integer of 5,000 "
+        "digits, where no option takes one of more than 20 (see the limits in "
+        f"docs/configuration.md); got {'9' * 39}…\n",
+    )
+    (tmp_path / "huge.yaml").write_text(f"env_settings:\n  env_kwargs: {{sizes: [1, {digits}]}}\n")
+    with pytest.raises(ConfigError) as refused:
+        read_config(tmp_path / "huge.yaml")
+    assert refused.value.problems == (
+        f"{tmp_path / 'huge.yaml'}: line 2: env_settings.env_kwargs.sizes[1]: an integer of "
+        "5,000 digits, where no option takes one of more than 20 (see the limits in "
+        f"docs/configuration.md); got {'9' * 39}…",
+    )
+
+
+def test_cli_overrides_of_sizes_are_bounded_too(tmp_path: Path) -> None:
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path)))
+    result = run_cli("run.yaml", "--num-envs", "100001", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2,
+        "",
+        "evtrain: error: env_settings.num_envs: expected at most 100,000 environments, got "
+        "100001\n",
+    )
+    result = run_cli("run.yaml", "--seed", "9" * 5000, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[-1] == (
+        "evtrain learn: error: argument --seed: expected a whole number of at most 20 digits, "
+        f"got one of 5,000 digits ({'9' * 20}…)"
+    )

@@ -4,19 +4,52 @@ argparse what was expected (argparse then prints ``argument --trials: expected .
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+
+MAX_DIGITS = 20
+"""Most digits a whole number on the command line may have: every option that takes one is
+bounded well below 10**20, and Python refuses to read one of more than 4,300 digits at all."""
+
+
+def integer(text: str) -> int:
+    """A whole number of at most :data:`MAX_DIGITS` digits (``--seed``, ``--num-envs``)."""
+    digits = sum(character.isdigit() for character in text)
+    if digits > MAX_DIGITS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of at most {MAX_DIGITS} digits, got one of {digits:,} "
+            f"digits ({text[:MAX_DIGITS]}…)"
+        )
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
 def positive_int(text: str) -> int:
     """A whole number of 1 or more (``--trials``, ``--reps``)."""
-    value = int(text)
+    value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text}")
     return value
 
 
+def positive_int_at_most(limit: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``limit`` (``--reps``)."""
+
+    def check(text: str) -> int:
+        value = integer(text)
+        if not 1 <= value <= limit:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from 1 to {limit:,}, got {text}"
+            )
+        return value
+
+    return check
+
+
 def natural_int(text: str) -> int:
     """A whole number of 0 or more (a seed)."""
-    value = int(text)
+    value = integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got {text}")
     return value

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from evtrain import plugins
+from evtrain.cli.arguments import integer
 from evtrain.cli.compare import add_compare
 from evtrain.cli.sweep import add_sweep
 
@@ -106,9 +107,9 @@ def _add_learn(commands: _Commands) -> argparse.ArgumentParser:
         "--inference", action="store_true", default=None, help="run the policy, do not train"
     )
     overrides.add_argument(
-        "--seed", type=int, help="env_settings.seed: 0 or more, or -1 to draw one (logged)"
+        "--seed", type=integer, help="env_settings.seed: 0 or more, or -1 to draw one (logged)"
     )
-    overrides.add_argument("--num-envs", type=int, help="env_settings.num_envs")
+    overrides.add_argument("--num-envs", type=integer, help="env_settings.num_envs")
     overrides.add_argument("--torch-device", help="torch_settings.device (cpu, cuda, cuda:1)")
     overrides.add_argument(
         "--plugins", nargs="+", metavar="PATH", help="folders of modules declaring plugins"

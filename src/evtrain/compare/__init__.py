@@ -5,6 +5,7 @@ rliable defines them) printed and plotted.
 Reading runs: :mod:`~evtrain.compare.reading`; finding and grouping them:
 :mod:`~evtrain.compare.runs`; the statistics: :mod:`~evtrain.compare.statistics`; a group's
 results: :mod:`~evtrain.compare.comparison`; the console report:
-:mod:`~evtrain.compare.table`; the PNG: :mod:`~evtrain.compare.plot` (matplotlib, optional).
+:mod:`~evtrain.compare.table`; the figure (PNG, SVG or PDF): :mod:`~evtrain.compare.plot`
+(matplotlib, optional).
 See docs/compare.md.
 """

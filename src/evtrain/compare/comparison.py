@@ -72,7 +72,7 @@ def compare_group(name: str, series: Sequence[Series], settings: Settings) -> Gr
     final = bootstrap_aggregates(
         scores,
         sizes,
-        aggregates(settings.target),
+        aggregates(settings.target, sizes),
         reps=settings.reps,
         confidence=settings.confidence,
         rng=rng,

@@ -11,6 +11,7 @@ match).  Every problem is a :class:`~evtrain.errors.ConfigError` line saying wha
 from __future__ import annotations
 
 import glob
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,8 @@ import attrs
 
 from evtrain.compare.reading import Series, has_data, read_stat, series
 from evtrain.errors import ConfigError
+
+_LOG = logging.getLogger(__name__)
 
 _SHOWN_KEYS = 12
 """How many of the keys a run does have an error names."""
@@ -160,6 +163,8 @@ def read_group(group: Group, stat: str, behavior: str | None = None) -> list[Ser
         before = len(found)
         for folder in folders:
             result = read_stat(folder, stat)
+            for warning in result.warnings:
+                _LOG.warning(warning)
             keys |= result.keys
             if result.source is not None:
                 found.append(series(run.name, folder.name, result))

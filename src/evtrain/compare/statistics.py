@@ -4,12 +4,16 @@ Agarwal, Schwarzer, Castro, Courville and Bellemare, "Deep Reinforcement Learnin
 of the Statistical Precipice", NeurIPS 2021 (https://arxiv.org/abs/2108.13264), and their
 library rliable (archived in 2025), whose definitions these functions follow with numpy alone:
 
-- the **interquartile mean** (IQM) of scores is their mean once the lowest and the highest 25 %
-  are dropped: ``scipy.stats.trim_mean(scores, 0.25)``, which drops ``int(0.25 * n)`` scores at
-  each end of the ``n`` sorted ones (rliable's ``aggregate_iqm``);
-- the **optimality gap** is how far the scores fall short of a target, ``target - mean(min(
-  score, target))`` (rliable's ``aggregate_optimality_gap``, whose target is 1 for normalised
-  scores);
+- the **interquartile mean** (IQM) of scores is the mean of all of them, every task's runs
+  pooled, once the lowest and the highest 25 % are dropped: ``scipy.stats.trim_mean(scores,
+  0.25, axis=None)``, which drops ``int(0.25 * n)`` scores at each end of the ``n`` sorted ones
+  (rliable's ``aggregate_iqm``);
+- the **mean** is the mean over tasks of each task's mean over its runs (rliable's
+  ``aggregate_mean``), and the **median** the median over tasks of the same per-task means
+  (rliable's ``aggregate_median``): with one task, the mean of its runs either way;
+- the **optimality gap** is how far the scores, pooled, fall short of a target, ``target -
+  mean(min(score, target))`` (rliable's ``aggregate_optimality_gap``, whose target is 1 for
+  normalised scores);
 - the **stratified bootstrap** draws, for every task (an environment: here a behavior) apart,
   as many runs as the task has, with replacement, and computes the aggregate of the whole
   draw; ``reps`` draws give its distribution, and the **percentile interval** of that
@@ -23,6 +27,7 @@ task needs no such rule).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
@@ -35,21 +40,35 @@ Aggregate = Callable[[Floats], Floats]
 
 
 def iqm(scores: ArrayLike) -> Floats:
-    """The interquartile mean over the last axis: ``scipy.stats.trim_mean(scores, 0.25)``."""
+    """The interquartile mean over the last axis, every run of every task pooled:
+    ``scipy.stats.trim_mean(scores, 0.25)``."""
     ordered = np.sort(np.asarray(scores, dtype=np.float64), axis=-1)
     count = ordered.shape[-1]
     cut = int(0.25 * count)
     return np.asarray(ordered[..., cut : count - cut].mean(axis=-1), dtype=np.float64)
 
 
-def mean(scores: ArrayLike) -> Floats:
-    """The mean over the last axis."""
-    return np.asarray(np.mean(np.asarray(scores, dtype=np.float64), axis=-1), dtype=np.float64)
+def task_means(scores: ArrayLike, sizes: Sequence[int] | None = None) -> Floats:
+    """Each task's mean over its runs, over the last axis of ``scores`` (runs task after task,
+    ``sizes[t]`` runs of task ``t``; ``None``: one task): ``[..., tasks]``."""
+    values = np.asarray(scores, dtype=np.float64)
+    counts = [values.shape[-1]] if sizes is None else list(sizes)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.intp)
+    sums = np.add.reduceat(values, starts, axis=-1)
+    return np.asarray(sums / np.asarray(counts, dtype=np.float64), dtype=np.float64)
 
 
-def median(scores: ArrayLike) -> Floats:
-    """The median over the last axis (the mean of the two middle scores of an even count)."""
-    return np.asarray(np.median(np.asarray(scores, dtype=np.float64), axis=-1), dtype=np.float64)
+def mean(scores: ArrayLike, sizes: Sequence[int] | None = None) -> Floats:
+    """The mean over tasks of each task's mean over its runs (rliable's ``aggregate_mean``),
+    over the last axis; ``sizes`` as in :func:`task_means`."""
+    return np.asarray(task_means(scores, sizes).mean(axis=-1), dtype=np.float64)
+
+
+def median(scores: ArrayLike, sizes: Sequence[int] | None = None) -> Floats:
+    """The median over tasks of each task's mean over its runs (rliable's
+    ``aggregate_median``: of an even count of tasks, the mean of the two middle ones), over the
+    last axis; ``sizes`` as in :func:`task_means`."""
+    return np.asarray(np.median(task_means(scores, sizes), axis=-1), dtype=np.float64)
 
 
 def optimality_gap(target: float) -> Aggregate:
@@ -61,10 +80,17 @@ def optimality_gap(target: float) -> Aggregate:
     return gap
 
 
-def aggregates(target: float | None = None) -> dict[str, Aggregate]:
-    """The aggregates ``evtrain compare`` reports, by name, in the order it prints them; the
-    optimality gap only when a ``target`` score is given."""
-    chosen: dict[str, Aggregate] = {"IQM": iqm, "mean": mean, "median": median}
+def aggregates(
+    target: float | None = None, sizes: Sequence[int] | None = None
+) -> dict[str, Aggregate]:
+    """The aggregates ``evtrain compare`` reports, by name, in the order it prints them, of
+    scores laid out task after task as ``sizes`` says (``None``: one task); the optimality gap
+    only when a ``target`` score is given."""
+    chosen: dict[str, Aggregate] = {
+        "IQM": iqm,
+        "mean": functools.partial(mean, sizes=sizes),
+        "median": functools.partial(median, sizes=sizes),
+    }
     if target is not None:
         chosen["optimality gap"] = optimality_gap(target)
     return chosen

@@ -19,6 +19,7 @@ from evtrain.config.environment_parameters import EnvironmentParameter
 from evtrain.config.names import behavior_names, folder_name
 from evtrain.config.sweep import SweepSettings
 from evtrain.multiagent.mapping import spec_problem
+from evtrain.trainers.limits import MAX_NUM_ENVS, MAX_SEED, at_most
 from evtrain.trainers.settings import TrainerSettings
 
 
@@ -183,14 +184,16 @@ class EnvironmentSettings:
     """A registered Gymnasium id, or ``module:callable`` returning an environment."""
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
     """Keyword arguments for ``gymnasium.make`` (or the callable)."""
-    num_envs: int = attrs.field(default=1, validator=_positive)
+    num_envs: int = attrs.field(
+        default=1, validator=[_positive, at_most(MAX_NUM_ENVS, "environments")]
+    )
     """Sub-environments stepped together (per rank in a distributed run)."""
     vectorization: Literal["sync", "async", "ray"] = "sync"
     """``sync`` steps them in this process; ``async`` in one subprocess each; ``ray`` in Ray
     actors (``ray`` below; ``pip install 'evtrain[ray]'``)."""
     ray: RaySettings = attrs.field(factory=RaySettings)
     """Ray's cluster and workers, for ``vectorization: ray``."""
-    seed: int = attrs.field(default=-1, validator=_seed)
+    seed: int = attrs.field(default=-1, validator=[_seed, at_most(MAX_SEED, "(a 32-bit seed)")])
     """Seeds environments, networks and sampling; -1 draws one (and logs it), as in ML-Agents;
     other negative values are refused."""
     agent_behaviors: dict[str, str] = attrs.field(factory=dict, validator=_agent_behaviors)

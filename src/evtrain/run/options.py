@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from evtrain.config.converter import structure
 from evtrain.config.options import PluginSettings, RunOptions
+from evtrain.config.problems import shorten
 from evtrain.errors import ConfigError
 from evtrain.run.wiring import trainer_types_for
 from evtrain.trainers.registry import TrainerType, chosen_trainer_types, use_trainer_types
@@ -27,6 +28,10 @@ MAX_CONFIG_VALUES = 100_000
 """Most values (mappings, lists and scalars) a config may hold once its aliases are expanded:
 configs hold a few hundred, and a few-KB alias bomb (``&a [*b, *b, ...]`` nested ten deep)
 would hold billions, and exhaust memory wherever it is copied or written out."""
+MAX_INTEGER_DIGITS = 20
+"""Most digits an integer in a config may be written with: every whole-number option is bounded
+well below 10**20 (docs/configuration.md, "Limits on sizes"), and Python refuses to read one
+of more than 4,300 digits at all (a traceback, before an option could name its key)."""
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -38,6 +43,7 @@ class _BoundedLoader(yaml.SafeLoader):
         node: Node | None = super().compose_document()
         if node is not None:
             _expanded_size(node, {}, set())
+            _long_integer(node, "")
         return node
 
 
@@ -55,6 +61,7 @@ if _CSafeLoader is not None:
             node: Node | None = super().get_single_node()
             if node is not None:
                 _expanded_size(node, {}, set())
+                _long_integer(node, "")
             return node
 
 
@@ -96,6 +103,30 @@ def _expanded_size(node: Node, sizes: dict[int, int], open_: set[int]) -> int:
     open_.discard(key)
     sizes[key] = total
     return total
+
+
+def _long_integer(node: Node, key: str) -> None:
+    """Refuses an integer under ``node`` (``key``: its path of keys) written with more than
+    :data:`MAX_INTEGER_DIGITS` digits; run after :func:`_expanded_size`, which bounds the walk.
+
+    :raises _Unbounded: naming the first such integer's line and key.
+    """
+    if isinstance(node, ScalarNode):
+        digits = sum(character.isdigit() for character in node.value)
+        if node.tag == "tag:yaml.org,2002:int" and digits > MAX_INTEGER_DIGITS:
+            raise _Unbounded(
+                f"line {node.start_mark.line + 1}: {key or 'the document'}: an integer of "
+                f"{digits:,} digits, where no option takes one of more than "
+                f"{MAX_INTEGER_DIGITS} (see the limits in docs/configuration.md); got "
+                f"{shorten(node.value, 40)}"
+            )
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            _long_integer(item, f"{key}[{index}]")
+    elif isinstance(node, MappingNode):
+        for name, value in node.value:
+            label = name.value if isinstance(name, ScalarNode) else "?"
+            _long_integer(value, f"{key}.{label}" if key else label)
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

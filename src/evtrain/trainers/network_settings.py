@@ -8,6 +8,8 @@ from typing import Literal
 import attrs
 from attrs import validators as v
 
+from evtrain.trainers.limits import MAX_LAYERS, MAX_UNITS, at_most
+
 Activation = Literal["tanh", "relu", "elu", "silu"]
 """Hidden-layer nonlinearity of the policy and value networks."""
 
@@ -15,6 +17,7 @@ VisEncodeType = Literal["simple", "nature_cnn", "resnet", "match3", "fully_conne
 """ML-Agents' image encoders (:mod:`evtrain.trainers.networks.encoders`)."""
 
 _positive_int = [v.instance_of(int), v.gt(0)]
+_units = at_most(MAX_UNITS, "units")
 
 
 def _even_memory_size(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -33,7 +36,9 @@ class MemorySettings:
     sequence_length: int = attrs.field(default=64, validator=_positive_int)
     """Length of the experience sequences the networks are trained on; the memory is carried
     within a sequence, and taken as recorded at its first step."""
-    memory_size: int = attrs.field(default=128, validator=[*_positive_int, _even_memory_size])
+    memory_size: int = attrs.field(
+        default=128, validator=[*_positive_int, _units, _even_memory_size]
+    )
     """Width of the memory each network carries from step to step: the LSTM's hidden and cell
     state side by side, ``memory_size / 2`` units each (ML-Agents' layout)."""
 
@@ -46,8 +51,10 @@ ABSENT_WHEN_NONE = {"absent_when_none": True}
 class NetworkSettings:
     """Shape of the policy and value networks."""
 
-    hidden_units: int = attrs.field(default=128, validator=_positive_int)
-    num_layers: int = attrs.field(default=2, validator=_positive_int)
+    hidden_units: int = attrs.field(default=128, validator=[*_positive_int, _units])
+    num_layers: int = attrs.field(
+        default=2, validator=[*_positive_int, at_most(MAX_LAYERS, "layers")]
+    )
     normalize: bool = attrs.field(default=False, validator=v.instance_of(bool))
     """Normalise observations with running mean and variance (saved with the trainer)."""
     activation: Activation = attrs.field(

@@ -16,12 +16,16 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
+from evtrain.trainers.limits import MAX_EPOCHS, MAX_EXPERIENCES, at_most
+
 Schedule = Literal["linear", "constant"]
 """How a hyperparameter changes over training: decayed linearly to its floor, or kept."""
 
 SCHEDULES = v.in_(("linear", "constant"))
 POSITIVE_INT = [v.instance_of(int), v.gt(0)]
 _unit_open = [v.gt(0.0), v.le(1.0)]
+_AT_MOST_EXPERIENCES = at_most(MAX_EXPERIENCES, "experiences")
+AT_MOST_EPOCHS = at_most(MAX_EPOCHS, "epochs")
 
 
 def _follow_learning_rate_schedule(instance: Any) -> Schedule:
@@ -33,10 +37,10 @@ def _follow_learning_rate_schedule(instance: Any) -> Schedule:
 class OnPolicySettings:
     """PPO's hyperparameter keys and defaults, for every on-policy trainer."""
 
-    batch_size: int = attrs.field(default=1024, validator=POSITIVE_INT)
+    batch_size: int = attrs.field(default=1024, validator=[*POSITIVE_INT, _AT_MOST_EXPERIENCES])
     """Experiences per gradient step (minibatch size); the group trainers cut whole group steps
     (every agent of one environment copy at one step) into minibatches."""
-    buffer_size: int = attrs.field(default=10240, validator=POSITIVE_INT)
+    buffer_size: int = attrs.field(default=10240, validator=[*POSITIVE_INT, _AT_MOST_EXPERIENCES])
     """Experiences collected, over all environments (agent slots), before each update.  Any
     positive value is accepted, as in ML-Agents (which validates no relation to
     ``batch_size``): the rollout uses :meth:`rollout_buffer_size`, this rounded up to a
@@ -58,7 +62,7 @@ class OnPolicySettings:
     )
     lambd: float = attrs.field(default=0.95, validator=[v.ge(0.0), v.le(1.0)])
     """Lambda of GAE (POCA: of its lambda-returns)."""
-    num_epoch: int = attrs.field(default=3, validator=POSITIVE_INT)
+    num_epoch: int = attrs.field(default=3, validator=[*POSITIVE_INT, AT_MOST_EPOCHS])
     """Passes over the buffer per update."""
     normalize_advantage: bool = attrs.field(default=True, validator=v.instance_of(bool))
     """Standardise advantages within each minibatch (the group trainers: the acting agents')."""

@@ -23,12 +23,18 @@ from evtrain.trainers.group_settings import MAPPOSettings as MAPPOSettings
 from evtrain.trainers.group_settings import POCASettings as POCASettings
 from evtrain.trainers.group_settings import group_trainer_refusals
 from evtrain.trainers.info_stat_settings import InfoStat as InfoStat
+from evtrain.trainers.limits import MAX_EXPERIENCES, MAX_STEPS, MAX_UNITS, at_most
 from evtrain.trainers.network_settings import ABSENT_WHEN_NONE as _ABSENT_WHEN_NONE
 from evtrain.trainers.network_settings import Activation as Activation
 from evtrain.trainers.network_settings import MemorySettings as MemorySettings
 from evtrain.trainers.network_settings import NetworkSettings as NetworkSettings
 from evtrain.trainers.network_settings import VisEncodeType as VisEncodeType
-from evtrain.trainers.on_policy_settings import POSITIVE_INT, SCHEDULES, OnPolicySettings
+from evtrain.trainers.on_policy_settings import (
+    AT_MOST_EPOCHS,
+    POSITIVE_INT,
+    SCHEDULES,
+    OnPolicySettings,
+)
 from evtrain.trainers.on_policy_settings import Schedule as Schedule
 from evtrain.trainers.self_play_settings import SelfPlaySettings as SelfPlaySettings
 from evtrain.trainers.stop_settings import StopSettings as StopSettings
@@ -36,6 +42,9 @@ from evtrain.trainers.stop_settings import StopSettings as StopSettings
 _schedule = SCHEDULES
 _positive_int = POSITIVE_INT
 _unit_open = [v.gt(0.0), v.le(1.0)]
+_steps = at_most(MAX_STEPS, "steps")
+_experiences = at_most(MAX_EXPERIENCES, "experiences")
+_units = at_most(MAX_UNITS, "units")
 
 
 @attrs.define(kw_only=True)
@@ -53,11 +62,13 @@ class PPOSettings(OnPolicySettings):
 class SACSettings:
     """SAC hyperparameters (``trainer_type: sac``)."""
 
-    batch_size: int = attrs.field(default=128, validator=_positive_int)
+    batch_size: int = attrs.field(default=128, validator=[*_positive_int, _experiences])
     """Transitions sampled from the replay buffer per gradient step."""
-    buffer_size: int = attrs.field(default=50000, validator=_positive_int)
+    buffer_size: int = attrs.field(default=50000, validator=[*_positive_int, _experiences])
     """Replay buffer capacity in transitions."""
-    buffer_init_steps: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    buffer_init_steps: int = attrs.field(
+        default=0, validator=[v.instance_of(int), v.ge(0), _experiences]
+    )
     """Environment steps of uniformly random actions before the policy acts and learning
     starts."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
@@ -126,7 +137,9 @@ class GAILSettings(RewardSignalSettings):
 
     demo_path: str = attrs.field(validator=v.instance_of(str))
     """A demonstration file written by ``evtrain record`` (``.npz``), or a folder of them."""
-    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    encoding_size: int = attrs.field(
+        default=DEFAULT_ENCODING_SIZE, validator=[*_positive_int, _units]
+    )
     """Width of the discriminator's two layers (when ``network_settings`` is absent)."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
     """Adam step size of the discriminator (constant)."""
@@ -141,7 +154,9 @@ class CuriositySettings(RewardSignalSettings):
     """The intrinsic curiosity module (Pathak et al. 2017): the reward is the error of a
     forward model predicting the encoding of the next observation."""
 
-    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    encoding_size: int = attrs.field(
+        default=DEFAULT_ENCODING_SIZE, validator=[*_positive_int, _units]
+    )
     """Width of the state encoder's two layers, and so of the encoding (when
     ``network_settings`` is absent)."""
     learning_rate: float = attrs.field(default=3.0e-4, validator=v.gt(0.0))
@@ -153,7 +168,9 @@ class RNDSettings(RewardSignalSettings):
     """Random network distillation (Burda et al. 2018): the reward is the error of a trained
     predictor of a fixed random network's output."""
 
-    encoding_size: int = attrs.field(default=DEFAULT_ENCODING_SIZE, validator=_positive_int)
+    encoding_size: int = attrs.field(
+        default=DEFAULT_ENCODING_SIZE, validator=[*_positive_int, _units]
+    )
     """Width of both networks' two layers, and so of their output (when ``network_settings``
     is absent)."""
     learning_rate: float = attrs.field(default=1.0e-4, validator=v.gt(0.0))
@@ -203,7 +220,9 @@ class BehavioralCloningSettings:
     """The cloning's learning rate relative to the trainer's ``learning_rate``."""
     samples_per_update: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
     """Demonstration samples per epoch of an update at most; 0: all of them."""
-    num_epoch: int | None = attrs.field(default=None, validator=v.optional(_positive_int))
+    num_epoch: int | None = attrs.field(
+        default=None, validator=v.optional([*_positive_int, AT_MOST_EPOCHS])
+    )
     """Passes over the (sampled) demonstrations per update; ``None``: 3 (ML-Agents')."""
     batch_size: int | None = attrs.field(default=None, validator=v.optional(_positive_int))
     """Demonstration samples per gradient step; ``None``: the trainer's ``batch_size``."""
@@ -247,14 +266,14 @@ class TrainerSettings:
     evaluation: EvaluationSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     """evtrain's own: evaluate the deterministic policy every ``evaluation.every`` steps on
     environments of its own, and keep the best model (:mod:`evtrain.run.evaluations`)."""
-    max_steps: int = attrs.field(default=500000, validator=_positive_int)
+    max_steps: int = attrs.field(default=500000, validator=[*_positive_int, _steps])
     """Environment steps (summed over environments) after which training stops."""
-    time_horizon: int = attrs.field(default=64, validator=_positive_int)
+    time_horizon: int = attrs.field(default=64, validator=[*_positive_int, _steps])
     """Steps per environment after which a trajectory is cut and bootstrapped from the value
     of its last observation (PPO)."""
-    summary_freq: int = attrs.field(default=50000, validator=_positive_int)
+    summary_freq: int = attrs.field(default=50000, validator=[*_positive_int, _steps])
     """Steps between two ``stats`` events."""
-    checkpoint_interval: int = attrs.field(default=500000, validator=_positive_int)
+    checkpoint_interval: int = attrs.field(default=500000, validator=[*_positive_int, _steps])
     """Steps between two checkpoints (written by the runner)."""
     keep_checkpoints: int = attrs.field(default=5, validator=_positive_int)
     """Most recent checkpoints kept on disk."""

@@ -30,9 +30,10 @@ from evtrain.sweep.study import (
     STEPS,
     WORKER,
     counted,
+    draw,
     next_trial,
-    sampler,
     storage,
+    trial_seed,
 )
 from tests.helpers import ROOT, clean_env, isolated_python, python
 
@@ -44,10 +45,10 @@ LEARNING_RATE = "behaviors.CartPole.hyperparameters.learning_rate"
 def sweep_config(results: Path, **sweep: Any) -> dict[str, Any]:
     """A tiny CartPole PPO sweep over a bonus a step (0 or 100) and the learning rate.
 
-    With the random sampler and seed 0, workers 0 and 1 (seeds 0 and 1) each draw bonus
-    100 for their first trial and 0 for their second (the bonus drawn first, the learning
-    rate second): once a bonus-100 trial completes, a bonus-0 trial is below the median at
-    its first value and is pruned.
+    With the random sampler and seed 34, trials 0 and 1 (the first of each of two workers)
+    draw bonus 100, trials 2, 3 and 4 bonus 0 and trial 5 bonus 100 (the bonus drawn first,
+    the learning rate second): once a bonus-100 trial completes, a bonus-0 trial is below the
+    median at its first value and is pruned.
     """
     return {
         "behaviors": {
@@ -71,7 +72,7 @@ def sweep_config(results: Path, **sweep: Any) -> dict[str, Any]:
                 LEARNING_RATE: {"type": "log_uniform", "low": 1.0e-4, "high": 1.0e-2},
             },
             "sampler": "random",
-            "seed": 0,
+            "seed": 34,
             "pruner": {"type": "median", "n_startup_trials": 1},
             **sweep,
         },
@@ -155,19 +156,51 @@ def test_resume_continues_the_study_and_refuses_another_config(
     assert main([*args, "--resume"]) == 0  # --resume creates a study that is not there
     assert main(args) == 2  # the study exists
     assert "continue it with --resume" in capsys.readouterr().err
-    assert main([*args[:-1], "3", "--resume"]) == 0
+    assert main([*args[:-1], "4", "--resume"]) == 0
     trials = trials_of(results / "r" / "study.journal", "r")
-    assert sorted(t.number for t in trials) == [0, 1, 2]
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]
+    # The trials --resume added drew values of their own, not those of trials 0 and 1 again.
+    assert len({t.params[LEARNING_RATE] for t in trials}) == 4
     assert {p.name for p in (results / "r").glob("trial-*")} == {
         "trial-0000",
         "trial-0001",
         "trial-0002",
+        "trial-0003",
     }
     other = sweep_config(results, pruner=None)
     other["behaviors"]["CartPole"]["max_steps"] = 512
     write(config, other)
     assert main([*args, "--resume"]) == 2
     assert "started from another config" in capsys.readouterr().err
+
+
+def test_two_sweeps_on_one_study_draw_values_of_their_own(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    data = sweep_config(results, pruner=None)
+    data["behaviors"]["CartPole"]["max_steps"] = 256
+    # each process's first trial waits until the other's has started
+    data["env_settings"]["env_kwargs"] = {"rendezvous": str(tmp_path / "meet")}
+    config = write(tmp_path / "sweep.yaml", data)
+    args = ["-m", "evtrain", "sweep", str(config), "--study", "j", "--trials", "4", "--resume"]
+    command = [isolated_python(), "-W", "error", *args]
+    sweeps = [
+        subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+            cwd=tmp_path,
+        )
+        for _ in range(2)
+    ]
+    for sweep in sweeps:
+        _, err = sweep.communicate(timeout=180)
+        assert sweep.returncode == 0, err[-3000:]
+    trials = trials_of(results / "j" / "study.journal", "j")
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]
+    assert len({t.user_attrs[WORKER] for t in trials}) == 2  # both processes ran trials
+    assert len({(t.params[BONUS], t.params[LEARNING_RATE]) for t in trials}) == 4
 
 
 def test_an_interrupted_trial_does_not_count(tmp_path: Path) -> None:
@@ -385,7 +418,7 @@ def test_ctrl_c_stops_every_workers_trial_and_says_how_to_continue(tmp_path: Pat
     assert out.rstrip().endswith("--resume")
 
 
-def test_each_type_draws_in_its_range_and_each_worker_its_own() -> None:
+def test_each_type_draws_in_its_range_and_each_trial_its_own() -> None:
     parameters = {
         "u": Parameter(type="uniform", low=0.5, high=1.0, step=0.1),
         "l": Parameter(type="log_uniform", low=1e-4, high=1e-2),
@@ -393,18 +426,18 @@ def test_each_type_draws_in_its_range_and_each_worker_its_own() -> None:
         "c": Parameter(type="choice", choices=["a", 3, None]),
     }
     settings = SweepSettings(parameters=parameters, sampler="random", seed=7)
+    study = optuna.create_study()
     draws = []
-    for worker in (0, 1):
-        study = optuna.create_study(sampler=sampler(settings, worker))
-        for _ in range(20):
-            trial = study.ask()
-            values = {path: suggest(trial, path, p) for path, p in parameters.items()}
-            study.tell(trial, 0.0)
-            assert 0.5 <= values["u"] <= 1.0 and round(values["u"] * 10, 6).is_integer()
-            assert 1e-4 <= values["l"] <= 1e-2
-            assert isinstance(values["i"], int) and 2 <= values["i"] <= 64
-            assert values["c"] in ("a", 3, None)
-            draws.append(values)
-    assert draws[:20] != draws[20:]  # worker 1 samples with seed 8, not worker 0's 7
-    again = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=8)).ask()
-    assert suggest(again, "u", parameters["u"]) == draws[20]["u"]
+    for _ in range(20):
+        trial = study.ask()
+        values = draw(study, settings, trial)
+        study.tell(trial, 0.0)
+        assert 0.5 <= values["u"] <= 1.0 and round(values["u"] * 10, 6).is_integer()
+        assert 1e-4 <= values["l"] <= 1e-2
+        assert isinstance(values["i"], int) and 2 <= values["i"] <= 64
+        assert values["c"] in ("a", 3, None)
+        draws.append(values)
+    assert len({values["l"] for values in draws}) == 20
+    # Trial 3 draws from the seed of (7, 3), in any study and any process.
+    again = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=trial_seed(7, 3)))
+    assert suggest(again.ask(), "u", parameters["u"]) == draws[3]["u"]

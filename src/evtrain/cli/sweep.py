@@ -128,9 +128,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         return 2
     sweep = prepare(args)
     if args.worker_index is not None:  # started by the first worker
-        run_worker(sweep, study_of(sweep, args.worker_index, create=False))
+        run_worker(sweep, study_of(sweep, create=False))
         return 0
-    study = study_of(sweep, 0, create=not args.resume)
+    study = study_of(sweep, create=not args.resume)
     workers = [_start_worker(args, sweep, index) for index in range(1, args.workers)]
     try:
         finished = run_worker(sweep, study)

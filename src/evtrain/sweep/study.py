@@ -56,14 +56,26 @@ def config_digest(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def sampler(settings: SweepSettings, worker: int) -> optuna.samplers.BaseSampler:
-    """The sampler of worker ``worker``: seeded ``seed + worker``, so that two workers do not
-    draw the same values for their first (random) trials; TPE with ``constant_liar`` (Optuna's
-    advice for parallel workers: a running trial counts as a poor one, so that workers asking
-    at once do not all try the same region)."""
+def trial_seed(seed: int, number: int) -> int:
+    """The seed of trial ``number``'s draws in a sweep seeded ``seed``: a mix of the two
+    (NumPy's ``SeedSequence``), so trials 0, 1, 2... of a study draw from streams of their
+    own, whichever process or machine runs them."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+
+
+def sampler(settings: SweepSettings, number: int) -> optuna.samplers.BaseSampler:
+    """The sampler that draws the values of trial ``number``: seeded from ``seed`` and the
+    number the study gave the trial (:func:`trial_seed`), never from the process, so that a
+    ``--resume``, a second ``evtrain sweep`` on the study or a worker on another machine
+    draws new values, and a study started again from the same config draws the same ones
+    (with TPE, given the same finished trials).  TPE with ``constant_liar`` (Optuna's advice
+    for parallel workers: a running trial counts as a poor one, so that workers asking at
+    once do not all try the same region)."""
     import optuna
 
-    seed = settings.seed + worker
+    seed = trial_seed(settings.seed, number)
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
@@ -88,11 +100,11 @@ def open_study(
     settings: SweepSettings,
     digest: str,
     *,
-    worker: int,
     create: bool,
 ) -> optuna.Study:
     """The study ``name`` in the journal ``path``: created (``create``, or when it is not
-    there yet), else loaded; either way with this worker's sampler.
+    there yet), else loaded.  Its sampler is the one of trial 0: :func:`draw` sets each
+    trial's before its values are drawn.
 
     :raises ConfigError: ``create`` without ``--resume`` and the study exists, or the study
         was started from another config.
@@ -114,14 +126,14 @@ def open_study(
             study_name=name,
             storage=store,
             direction=direction,
-            sampler=sampler(settings, worker),
+            sampler=sampler(settings, 0),
             pruner=pruner(settings),
             load_if_exists=True,  # another machine's worker may create it at the same moment
         )
         if CONFIG_DIGEST not in study.user_attrs:
             study.set_user_attr(CONFIG_DIGEST, digest)
     study = optuna.load_study(
-        study_name=name, storage=store, sampler=sampler(settings, worker), pruner=pruner(settings)
+        study_name=name, storage=store, sampler=sampler(settings, 0), pruner=pruner(settings)
     )
     if study.user_attrs.get(CONFIG_DIGEST, digest) != digest:
         raise ConfigError(
@@ -155,3 +167,13 @@ def next_trial(study: optuna.Study, path: Path, wanted: int) -> optuna.Trial | N
         return study.ask()
     finally:
         lock.release()
+
+
+def draw(study: optuna.Study, settings: SweepSettings, trial: optuna.Trial) -> dict[str, Any]:
+    """``trial``'s values of the sweep's parameters, by key path, drawn by the sampler of its
+    number (:func:`sampler`; Optuna draws a value when it is first suggested, so the study's
+    sampler is set first: one trial at a time in a process)."""
+    from evtrain.sweep.space import suggest
+
+    study.sampler = sampler(settings, trial.number)
+    return {path: suggest(trial, path, p) for path, p in settings.parameters.items()}

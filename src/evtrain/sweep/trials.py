@@ -27,8 +27,17 @@ import attrs
 from evtrain.config.sweep import SweepSettings
 from evtrain.events.payloads import RunStatus
 from evtrain.sweep.objective import TrialReporter
-from evtrain.sweep.space import suggest, trial_data
-from evtrain.sweep.study import ERROR, INTERRUPTED, RUN, STEPS, WORKER, next_trial, open_study
+from evtrain.sweep.space import trial_data
+from evtrain.sweep.study import (
+    ERROR,
+    INTERRUPTED,
+    RUN,
+    STEPS,
+    WORKER,
+    draw,
+    next_trial,
+    open_study,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -59,14 +68,12 @@ class Sweep:
     """:func:`~evtrain.sweep.study.config_digest` of :attr:`data`."""
 
 
-def study_of(sweep: Sweep, worker: int, *, create: bool) -> optuna.Study:
-    """The sweep's study, with worker ``worker``'s sampler.
+def study_of(sweep: Sweep, *, create: bool) -> optuna.Study:
+    """The sweep's study.
 
     :param create: start the study (refused when it exists); else join or resume it.
     """
-    return open_study(
-        sweep.study, sweep.storage, sweep.settings, sweep.digest, worker=worker, create=create
-    )
+    return open_study(sweep.study, sweep.storage, sweep.settings, sweep.digest, create=create)
 
 
 def run_worker(sweep: Sweep, study: optuna.Study) -> bool:
@@ -85,7 +92,7 @@ def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial) -> bool:
     run_id = f"trial-{trial.number:04d}"
     trial.set_user_attr(RUN, str(sweep.folder / run_id))
     trial.set_user_attr(WORKER, f"{socket.gethostname()}:{os.getpid()}")
-    values = {path: suggest(trial, path, p) for path, p in sweep.settings.parameters.items()}
+    values = draw(study, sweep.settings, trial)
     data = trial_data(sweep.data, values)
     checkpoints = data.setdefault("checkpoint_settings", {})
     checkpoints.update(results_dir=str(sweep.folder), run_id=run_id, resume=False, force=False)

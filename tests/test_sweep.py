@@ -5,12 +5,14 @@ the errors of a bad ``sweep:`` section."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import optuna
 import pytest
 import yaml
@@ -140,11 +142,16 @@ def test_two_workers_share_one_study_and_prune(tmp_path: Path) -> None:
         best["behaviors"]["CartPole"]["hyperparameters"]["learning_rate"]
         == (study.best_params[LEARNING_RATE])
     )
-    # ... which evtrain learn trains.
-    rerun = ["learn", str(results / "s" / "best.yaml"), "--run-id", "best"]
+    # ... which the printed command trains, under a run id of its own.
+    run_id = f"s-best-trial-{study.best_trial.number:04d}"
+    assert best["checkpoint_settings"]["run_id"] == run_id
+    lines = done.stdout.splitlines()
+    command = lines[lines.index(next(line for line in lines if "train it with:" in line)) + 1]
+    assert command == f"  evtrain learn {results / 's' / 'best.yaml'}"
+    rerun = shlex.split(command)[1:]
     done = python("-m", "evtrain", *rerun, env=env(), cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (results / "best" / "CartPole.onnx").exists()
+    assert (results / run_id / "CartPole.onnx").exists()
 
 
 def test_resume_continues_the_study_and_refuses_another_config(
@@ -325,6 +332,10 @@ def test_learn_refuses_a_sweep_config(tmp_path: Path) -> None:
             lambda c: c["sweep"].update(objective={"behavior": "Walker"}),
             "sweep.objective.behavior: expected one of the config's behaviors (CartPole)",
         ),
+        (
+            lambda c: c["sweep"].update(objective={"aggregate": "mean_last_k", "k": 0}),
+            "sweep.objective.k: must be >= 1, got 0",
+        ),
     ],
     ids=[
         "no-sweep",
@@ -334,6 +345,7 @@ def test_learn_refuses_a_sweep_config(tmp_path: Path) -> None:
         "no-choice",
         "log-0",
         "objective",
+        "k-0",
     ],
 )
 def test_a_bad_sweep_section_is_refused_before_any_trial(
@@ -345,6 +357,18 @@ def test_a_bad_sweep_section_is_refused_before_any_trial(
     assert main(["sweep", str(path), "--study", "s", "--trials", "1"]) == 2
     assert expected.format(config=path) in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+def test_the_docs_give_each_objective_keys_default() -> None:
+    rows = {}
+    for line in (ROOT / "docs" / "sweeps.md").read_text().splitlines():
+        cells = [cell.strip().strip("`") for cell in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("objective."):
+            rows[cells[0]] = cells[1]
+    for field in attrs.fields(Objective):
+        if field.default is not None:
+            assert rows[f"objective.{field.name}"] == str(field.default)
+    assert rows["objective.k"] == "5"
 
 
 def test_without_optuna_the_command_says_what_to_install(tmp_path: Path) -> None:

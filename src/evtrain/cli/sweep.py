@@ -177,7 +177,7 @@ def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _summary(sweep: Sweep, study: optuna.Study) -> None:
-    from evtrain.sweep.results import table, write_best
+    from evtrain.sweep.results import best_run_id, learn_line, table, write_best
 
     trials = study.get_trials(deepcopy=False)
     print(f"Study {sweep.study} ({sweep.storage}): {len(trials)} trials")
@@ -187,9 +187,10 @@ def _summary(sweep: Sweep, study: optuna.Study) -> None:
     if best is None:
         print("No trial completed: no best.yaml")
         return
-    path = write_best(sweep.folder, sweep.data, best, sweep.settings.objective.stat)
+    path = write_best(sweep.folder, sweep.data, best, sweep.settings.objective.stat, sweep.study)
     print(f"Best: trial {best.number}, {sweep.settings.objective.stat} {best.value:.6g}")
-    print(f"Its config: {path} (evtrain learn {shlex.quote(str(path))})")
+    print(f"Its config: {path}, run id {best_run_id(sweep.study, best)}; train it with:")
+    print(f"  {learn_line(path)}")
 
 
 def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

@@ -28,6 +28,7 @@ from evtrain.sweep.space import suggest
 from evtrain.sweep.study import (
     ERROR,
     INTERRUPTED,
+    RERUN_OF,
     RUN,
     STEPS,
     WORKER,
@@ -215,11 +216,14 @@ def test_an_interrupted_trial_does_not_count(tmp_path: Path) -> None:
     study = optuna.create_study(study_name="i", storage=storage(journal))
     first = next_trial(study, journal, 2)
     assert first is not None
+    first.suggest_float("x", 0.0, 1.0)
+    study.enqueue_trial(first.params, user_attrs={RERUN_OF: 0})  # as an interrupted trial is
     first.set_user_attr(INTERRUPTED, True)
     study.tell(first, state=optuna.trial.TrialState.FAIL)
-    assert counted(study) == 0
-    second = next_trial(study, journal, 2)
-    assert second is not None
+    assert counted(study) == 0  # neither the interrupted trial nor the waiting one
+    second = next_trial(study, journal, 2)  # the waiting one, its values again
+    assert second is not None and second.number == 1
+    assert second.suggest_float("x", 0.0, 1.0) == first.params["x"]
     study.tell(second, 1.0)
     third = next_trial(study, journal, 2)
     assert third is not None and third.number == 2
@@ -406,7 +410,50 @@ def test_a_failed_trial_is_recorded_and_the_sweep_goes_on(
     assert not (tmp_path / "results" / "f" / "best.yaml").exists()
 
 
-def test_ctrl_c_stops_every_workers_trial_and_says_how_to_continue(tmp_path: Path) -> None:
+def wait_for(path: Path, text: str, process: subprocess.Popen[Any], timeout: float = 120) -> str:
+    """The text of ``path`` once it holds ``text`` (polled: ``process`` writes it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        written = path.read_text() if path.exists() else ""
+        if text in written:
+            return written
+        assert process.poll() is None, f"the process exited early:\n{written[-3000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in {path}:\n{written[-3000:]}"
+        time.sleep(0.05)
+
+
+def processes_with(marker: str) -> list[int]:
+    """The processes alive (zombies aside) whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, UnicodeDecodeError, IndexError):
+            continue  # gone meanwhile
+        if marker in command and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def kill_all(marker: str) -> None:
+    """What a failed test leaves running: each of its processes, killed by pid."""
+    for pid in processes_with(marker):
+        os.kill(pid, signal.SIGKILL)
+
+
+def ignored_signals(pid: int) -> set[int]:
+    """The signals process ``pid`` ignores (``SigIgn`` of its status)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(
+        next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16
+    )
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+def test_ctrl_c_stops_every_workers_trial_and_resume_runs_them_again(tmp_path: Path) -> None:
     results = tmp_path / "results"
     data = sweep_config(results)
     data["behaviors"]["CartPole"]["max_steps"] = 10**6  # runs until the signal
@@ -428,18 +475,91 @@ def test_ctrl_c_stops_every_workers_trial_and_says_how_to_continue(tmp_path: Pat
             assert time.monotonic() < deadline and sweep.poll() is None
             time.sleep(0.05)
         sweep.send_signal(signal.SIGINT)  # as Ctrl-C in the terminal: this process only
-        out, err = sweep.communicate(timeout=60)
+        out, err = sweep.communicate(timeout=120)
     finally:
         sweep.kill()
+        kill_all(str(config))
     assert sweep.returncode == 0, err[-3000:]
-    trials = trials_of(results / "c" / "study.journal", "c")
-    assert len(trials) == 2
-    for t in trials:
+    assert processes_with(str(config)) == []  # the worker it started is gone too
+    journal = results / "c" / "study.journal"
+    trials = trials_of(journal, "c")
+    cut = [t for t in trials if t.state is not optuna.trial.TrialState.WAITING]
+    assert len(cut) == 2
+    for t in cut:
         assert t.state is optuna.trial.TrialState.FAIL and t.user_attrs[INTERRUPTED]
         assert (results / "c" / f"trial-{t.number:04d}" / "CartPole.onnx").exists()  # final save
-    assert len({t.user_attrs[WORKER] for t in trials}) == 2
+    assert len({t.user_attrs[WORKER] for t in cut}) == 2
     assert f"Continue with: evtrain sweep {config} --study c --trials 4 --workers 2" in out
     assert out.rstrip().endswith("--resume")
+    # --resume: the next trial runs the values of a cut one again; a SIGTERM as it starts
+    # (before or after its run's own handlers are in place) cuts it short in turn.
+    resume = subprocess.Popen(
+        [isolated_python(), "-W", "error", "-m", "evtrain", *args[:-2], "--resume"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=tmp_path,
+    )
+    try:
+        assert resume.stderr is not None
+        for line in resume.stderr:
+            if "Trial 2 (trial-0002) (trial " in line:
+                break
+        resume.send_signal(signal.SIGTERM)
+        out, err = resume.communicate(timeout=120)
+    finally:
+        resume.kill()
+    assert resume.returncode == 0, err[-3000:]
+    again = {t.number: t for t in trials_of(journal, "c")}[2]
+    assert again.state is optuna.trial.TrialState.FAIL and again.user_attrs[INTERRUPTED]
+    assert again.user_attrs[RERUN_OF] in {t.number for t in cut}
+    assert again.params == {t.number: t for t in cut}[again.user_attrs[RERUN_OF]].params
+    assert (results / "c" / "trial-0002" / "CartPole.onnx").exists()
+
+
+def test_sigterm_to_a_background_sweep_waiting_for_its_worker_stops_it(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    data = sweep_config(results)
+    data["behaviors"]["CartPole"]["max_steps"] = 10**6  # the worker's trial runs until the signal
+    # the first process's trial fails once the worker's has started: then it waits for it
+    data["env_settings"]["env_kwargs"] = {
+        "rendezvous": str(tmp_path / "meet"),
+        "fail_in_first": True,
+    }
+    config = write(tmp_path / "sweep.yaml", data)
+    log, pid, status = tmp_path / "sweep.log", tmp_path / "sweep.pid", tmp_path / "sweep.status"
+    args = ["sweep", str(config), "--study", "b", "--trials", "2", "--workers", "2"]
+    # A job started with & by a script: its SIGINT is ignored, SIGTERM is how it is stopped.
+    script = f'"$@" > {log} 2>&1 & echo $! > {pid}; wait $!; echo $? > {status}'
+    shell = subprocess.Popen(
+        ["sh", "-c", script, "sh", isolated_python(), "-W", "error", "-m", "evtrain", *args],
+        env=env(),
+        cwd=tmp_path,
+    )
+    try:
+        wait_for(log, "Waiting for worker 1 (pid ", shell)
+        sweep = int(pid.read_text())
+        assert signal.SIGINT in ignored_signals(sweep)  # left so by the sweep
+        os.kill(sweep, signal.SIGTERM)
+        shell.wait(timeout=120)
+    finally:
+        shell.kill()
+        kill_all(str(config))
+    assert status.read_text().strip() == "0", log.read_text()[-3000:]
+    assert processes_with(str(config)) == []
+    trials = {t.number: t for t in trials_of(results / "b" / "study.journal", "b")}
+    ran = [t for t in trials.values() if t.state is not optuna.trial.TrialState.WAITING]
+    (first,) = [t for t in ran if ERROR in t.user_attrs]
+    (worker,) = [t for t in ran if t.user_attrs.get(INTERRUPTED)]
+    assert first.state is optuna.trial.TrialState.FAIL
+    assert "in the first process" in first.user_attrs[ERROR]
+    assert worker.state is optuna.trial.TrialState.FAIL and worker.user_attrs[INTERRUPTED]
+    assert (results / "b" / f"trial-{worker.number:04d}" / "CartPole.onnx").exists()
+    # its values wait in the study for the next trial
+    waiting = [t for t in trials.values() if t.state is optuna.trial.TrialState.WAITING]
+    assert [t.user_attrs[RERUN_OF] for t in waiting] == [worker.number]
+    assert "Interrupted. Continue with:" in log.read_text()
 
 
 def test_each_type_draws_in_its_range_and_each_trial_its_own() -> None:

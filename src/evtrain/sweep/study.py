@@ -7,8 +7,9 @@ A worker takes its next trial under a lock of its own beside the journal
 trials the study already has: so the study gets exactly ``--trials`` trials however many
 workers ask at once, and no trial runs twice (Optuna numbers each trial once).
 
-A trial interrupted by Ctrl-C is recorded ``FAIL`` with the user attribute
-``evtrain.interrupted``, and does not count: ``--resume`` runs another in its place.
+A trial interrupted by a signal is recorded ``FAIL`` with the user attribute
+``evtrain.interrupted``, and does not count; its values wait in the study (a ``WAITING``
+trial, which does not count either), and the next trial a worker asks for runs them again.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ ERROR = "evtrain.error"
 """User attribute: why a failed trial failed."""
 RUN = "evtrain.run"
 """User attribute: the trial's run folder."""
+RERUN_OF = "evtrain.rerun_of"
+"""User attribute: the number of the interrupted trial whose values the trial runs again."""
 WORKER = "evtrain.worker"
 """User attribute: the worker that ran the trial, ``host:pid``."""
 CONFIG_DIGEST = "evtrain.config_sha256"
@@ -147,9 +150,13 @@ def open_study(
 
 
 def counted(study: optuna.Study) -> int:
-    """The trials that count towards ``--trials``: all but those interrupted."""
+    """The trials that count towards ``--trials``: all but those interrupted, and those
+    waiting (an interrupted trial's values, put back to run again)."""
+    import optuna
+
+    waiting = optuna.trial.TrialState.WAITING
     trials = study.get_trials(deepcopy=False)
-    return sum(1 for t in trials if not t.user_attrs.get(INTERRUPTED))
+    return sum(1 for t in trials if t.state is not waiting and not t.user_attrs.get(INTERRUPTED))
 
 
 def next_trial(study: optuna.Study, path: Path, wanted: int) -> optuna.Trial | None:

@@ -4,6 +4,7 @@ the errors of a bad ``sweep:`` section."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -209,6 +210,85 @@ def test_two_sweeps_on_one_study_draw_values_of_their_own(tmp_path: Path) -> Non
     assert sorted(t.number for t in trials) == [0, 1, 2, 3]
     assert len({t.user_attrs[WORKER] for t in trials}) == 2  # both processes ran trials
     assert len({(t.params[BONUS], t.params[LEARNING_RATE]) for t in trials}) == 4
+
+
+def a_journal(path: Path, study: str) -> bytes:
+    """A real journal at ``path`` holding ``study`` with one trial; its bytes."""
+    made = optuna.create_study(study_name=study, storage=storage(path), direction="maximize")
+    made.tell(made.ask(), 1.0)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("garbage", "where"),
+    [
+        (b"behaviors: {}\n", "alone"),  # a config named by mistake
+        (b"not json at all\n", "end"),
+        (b"[1, 2]\n", "start"),
+    ],
+    ids=["not-a-journal", "garbage-line", "not-an-entry"],
+)
+def test_a_journal_that_is_not_optunas_is_refused_and_left_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], garbage: bytes, where: str
+) -> None:
+    config = write(tmp_path / "sweep.yaml", sweep_config(tmp_path / "results"))
+    journal = tmp_path / "crafted.journal"
+    entries = a_journal(journal, "g")
+    crafted = {"alone": garbage, "end": entries + garbage, "start": garbage + entries}[where]
+    journal.write_bytes(crafted)
+    line = len(entries.splitlines()) + 1 if where == "end" else 1
+    args = ["sweep", str(config), "--study", "g", "--trials", "2", "--resume"]
+    assert main([*args, "--storage", str(journal)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"evtrain: error: --storage: {journal} line {line} is not an entry of an Optuna journal "
+        f"(expected one JSON object a line, got {garbage.rstrip()[:40]!r}); "
+        "nothing was written to it: restore it, or give another --storage (or --study)"
+    ]
+    assert journal.read_bytes() == crafted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crafted.journal", "sweep.yaml"]
+
+
+def test_a_journal_torn_at_its_end_is_repaired_before_the_sweep_appends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = write(tmp_path / "sweep.yaml", sweep_config(tmp_path / "results", pruner=None))
+    journal = tmp_path / "results" / "t" / "study.journal"
+    whole = a_journal(journal, "t")
+    journal.write_bytes(whole + b'{"op_code": 5, "worker_id": "cut')  # a writer killed mid-line
+    args = ["sweep", str(config), "--study", "t", "--trials", "2", "--resume"]
+    assert main(args) == 0
+    assert f"{journal}: its last line was cut short (32 bytes without an end of line" in caplog.text
+    assert journal.read_bytes().startswith(whole)
+    assert all(json.loads(line) for line in journal.read_bytes().splitlines())
+    trials = trials_of(journal, "t")
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+
+
+def test_a_results_dir_or_storage_that_is_not_a_folder_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write(tmp_path / "sweep.yaml", sweep_config(tmp_path / "results"))
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine\n")
+    args = ["sweep", str(config), "--study", "f", "--trials", "1"]
+    assert main([*args, "--results-dir", str(a_file)]) == 2
+    assert capsys.readouterr().err == (
+        f"evtrain: error: --results-dir: {a_file} is a file, not a folder; the study's folder "
+        f"{a_file / 'f'} cannot be made there: give a folder (made if missing)\n"
+    )
+    assert main([*args, "--storage", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"evtrain: error: --storage: {tmp_path} is a folder; name the journal file, e.g. "
+        f"{tmp_path / 'study.journal'}\n"
+    )
+    assert main([*args, "--storage", str(a_file / "study.journal")]) == 2
+    assert capsys.readouterr().err == (
+        f"evtrain: error: --storage: {a_file} is a file, not a folder; the journal "
+        f"{a_file / 'study.journal'} cannot be made under it\n"
+    )
+    assert a_file.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "sweep.yaml"]
 
 
 def test_an_interrupted_trial_does_not_count(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def prepare(args: argparse.Namespace) -> Sweep:
     """
     from evtrain.run.options import options_and_types, read_config
     from evtrain.sweep.space import check_space
-    from evtrain.sweep.study import config_digest
+    from evtrain.sweep.study import config_digest, file_in_the_way
     from evtrain.sweep.trials import Sweep
 
     data = read_config(args.config)
@@ -104,6 +104,15 @@ def prepare(args: argparse.Namespace) -> Sweep:
         )
     check_space(data, settings)
     folder = Path(options.checkpoint_settings.results_dir) / args.study
+    in_the_way = file_in_the_way(folder)
+    if in_the_way is not None:
+        key = "checkpoint_settings.results_dir" if args.results_dir is None else "--results-dir"
+        raise ConfigError(
+            [
+                f"{key}: {in_the_way} is a file, not a folder; the study's folder {folder} "
+                "cannot be made there: give a folder (made if missing)"
+            ]
+        )
     return Sweep(
         data=data,
         settings=settings,

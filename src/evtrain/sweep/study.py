@@ -5,7 +5,9 @@ workers in several processes, or on several machines that share a disk, work on 
 A worker takes its next trial under a lock of its own beside the journal
 (``<journal>.lock`` of Optuna's ``JournalFileOpenLock``, NFS-safe), after counting the
 trials the study already has: so the study gets exactly ``--trials`` trials however many
-workers ask at once, and no trial runs twice (Optuna numbers each trial once).
+workers ask at once, and no trial runs twice (Optuna numbers each trial once).  Before a
+process writes to the journal, :func:`check_journal` reads it whole: one that is not Optuna's
+is refused, a torn last line cut off.
 
 A trial interrupted by a signal is recorded ``FAIL`` with the user attribute
 ``evtrain.interrupted``, and does not count; its values wait in the study (a ``WAITING``
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +28,8 @@ from evtrain.errors import ConfigError
 
 if TYPE_CHECKING:
     import optuna
+
+logger = logging.getLogger("evtrain")
 
 INTERRUPTED = "evtrain.interrupted"
 """User attribute of a trial a signal interrupted (recorded ``FAIL``; not counted)."""
@@ -40,6 +45,75 @@ WORKER = "evtrain.worker"
 """User attribute: the worker that ran the trial, ``host:pid``."""
 CONFIG_DIGEST = "evtrain.config_sha256"
 """Study user attribute: the digest of the config the study was started from."""
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The first of ``path`` and the folders above it that exists and is not a folder (where
+    ``path`` could not be made a folder), or ``None``."""
+    for part in (path, *path.parents):
+        if part.exists():
+            return None if part.is_dir() else part
+    return None
+
+
+def check_journal(path: Path) -> None:
+    """Refuse a journal path that is a folder, or under a file, and a journal file that is
+    not Optuna's, before anything is written: each line of a journal is one JSON object that
+    ends with a newline.  A last line without one (a writer stopped as it wrote it, which
+    Optuna never reads) is cut off, under the journal's own lock (no writer is half way), and
+    said.
+
+    :raises ConfigError: naming the file, the line, and what to do.
+    """
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    if path.is_dir():
+        raise ConfigError(
+            [f"--storage: {path} is a folder; name the journal file, e.g. {path / 'study.journal'}"]
+        )
+    above = file_in_the_way(path.parent)
+    if above is not None:
+        raise ConfigError(
+            [
+                f"--storage: {above} is a file, not a folder; the journal {path} "
+                "cannot be made under it"
+            ]
+        )
+    if not path.exists():
+        return
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        with path.open("rb+") as journal:
+            lines = journal.read().split(b"\n")
+            for number, line in enumerate(lines[:-1], 1):
+                if not _is_entry(line):
+                    raise ConfigError(
+                        [
+                            f"--storage: {path} line {number} is not an entry of an Optuna "
+                            f"journal (expected one JSON object a line, got {line[:40]!r}); "
+                            "nothing was written to it: restore it, or give another --storage "
+                            "(or --study)"
+                        ]
+                    )
+            if lines[-1]:
+                journal.truncate(journal.tell() - len(lines[-1]))
+                logger.warning(
+                    "%s: its last line was cut short (%d bytes without an end of line: a "
+                    "writer stopped as it wrote it); removed, as Optuna never read it",
+                    path,
+                    len(lines[-1]),
+                )
+    finally:
+        lock.release()
+
+
+def _is_entry(line: bytes) -> bool:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and "op_code" in entry
 
 
 def storage(path: Path) -> optuna.storages.JournalStorage:
@@ -109,11 +183,12 @@ def open_study(
     there yet), else loaded.  Its sampler is the one of trial 0: :func:`draw` sets each
     trial's before its values are drawn.
 
-    :raises ConfigError: ``create`` without ``--resume`` and the study exists, or the study
-        was started from another config.
+    :raises ConfigError: the journal is refused (:func:`check_journal`), ``create`` without
+        ``--resume`` and the study exists, or the study was started from another config.
     """
     import optuna
 
+    check_journal(path)
     store = storage(path)
     exists = name in {s.study_name for s in store.get_all_studies()}
     if exists and create:

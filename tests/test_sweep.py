@@ -20,10 +20,14 @@ import yaml
 
 from evtrain import Bus, EvaluationEvent, StatsEvent, StatsSummary, signals
 from evtrain.cli import main
+from evtrain.cli.parser import parse
+from evtrain.cli.sweep import prepare
 from evtrain.config.sweep import Objective, Parameter, SweepSettings
 from evtrain.errors import ConfigError
 from evtrain.events.stats import CUMULATIVE_REWARD
+from evtrain.run.interrupt import Aborted
 from evtrain.run.learn import learn
+from evtrain.sweep.interrupt import stop_on_signals
 from evtrain.sweep.objective import TrialReporter
 from evtrain.sweep.space import suggest
 from evtrain.sweep.study import (
@@ -39,6 +43,7 @@ from evtrain.sweep.study import (
     storage,
     trial_seed,
 )
+from evtrain.sweep.trials import run_trial, run_worker, study_of
 from tests.helpers import ROOT, clean_env, isolated_python, python
 
 MAX_STEPS = 1024
@@ -596,6 +601,32 @@ def test_ctrl_c_stops_every_workers_trial_and_resume_runs_them_again(tmp_path: P
     assert again.user_attrs[RERUN_OF] in {t.number for t in cut}
     assert again.params == {t.number: t for t in cut}[again.user_attrs[RERUN_OF]].params
     assert (results / "c" / "trial-0002" / "CartPole.onnx").exists()
+
+
+def test_a_signal_between_trials_stops_the_worker_before_its_next_trial(tmp_path: Path) -> None:
+    config = write(tmp_path / "sweep.yaml", sweep_config(tmp_path / "results"))
+    sweep = prepare(parse(["sweep", str(config), "--study", "s", "--trials", "2"]))
+    study = study_of(sweep, create=True)
+    before = signal.getsignal(signal.SIGTERM)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a job started with &
+    try:
+        with stop_on_signals() as stop:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # left ignored
+            signal.raise_signal(signal.SIGTERM)  # between two trials
+            assert stop.requested == "SIGTERM"
+            assert run_worker(sweep, study, stop) is False
+            assert study.get_trials() == []  # no new trial
+            # Given a trial as the signal came: recorded interrupted, without a run.
+            trial = next_trial(study, sweep.storage, sweep.trials)
+            assert trial is not None and run_trial(sweep, study, trial, stop) is False
+            (cut,) = study.get_trials()
+            assert cut.state is optuna.trial.TrialState.FAIL and cut.user_attrs[INTERRUPTED]
+            assert not (sweep.folder / "trial-0000").exists()
+            with pytest.raises(Aborted):  # the second signal
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) is before  # put back
+    finally:
+        signal.signal(signal.SIGINT, ignored)
 
 
 def test_sigterm_to_a_background_sweep_waiting_for_its_worker_stops_it(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -586,6 +587,8 @@ def test_ctrl_c_stops_every_workers_trial_and_resume_runs_them_again(tmp_path: P
         env=env(),
         cwd=tmp_path,
     )
+    watchdog = threading.Timer(120, resume.kill)  # should the line never come
+    watchdog.start()
     try:
         assert resume.stderr is not None
         for line in resume.stderr:
@@ -594,6 +597,7 @@ def test_ctrl_c_stops_every_workers_trial_and_resume_runs_them_again(tmp_path: P
         resume.send_signal(signal.SIGTERM)
         out, err = resume.communicate(timeout=120)
     finally:
+        watchdog.cancel()
         resume.kill()
     assert resume.returncode == 0, err[-3000:]
     again = {t.number: t for t in trials_of(journal, "c")}[2]

@@ -73,6 +73,12 @@ class SweepStop:
             reason = f"{name} received by the sweep"
             threading.Thread(target=bus.request_stop, args=(reason,), kwargs={"by": BY}).start()
 
+    def run_stopped(self) -> None:
+        """A trial's run stopped on a signal its own handlers took: the sweep stops as if its
+        handlers had, and the next signal is the second."""
+        if self.requested is None:
+            self.requested = "a signal to a trial's run"
+
     def watch(self, bus: Bus) -> None:
         """Ask the trial on ``bus`` to stop when a signal came or comes while it runs."""
         self.bus = bus

@@ -123,7 +123,9 @@ def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, stop: Swee
         return _fail(study, trial, f"{type(error).__name__}: {error}")
     trial.set_user_attr(STEPS, result.steps.get(sweep.behavior, 0))
     stopped_by_sweep = result.status is RunStatus.STOPPED and reporter.pruned_at is None
-    if result.status is RunStatus.INTERRUPTED or (stop.requested and stopped_by_sweep):
+    if result.status is RunStatus.INTERRUPTED:
+        stop.run_stopped()
+    if stop.requested is not None and (result.status is RunStatus.INTERRUPTED or stopped_by_sweep):
         return _interrupted(study, trial, values)
     return _tell(study, trial, result, reporter)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ def bonus_cartpole(
     rendezvous: str | None = None,
     processes: int = 2,
     fail: bool = False,
+    fail_in_first: bool = False,
     **kwargs: Any,
 ) -> gym.Env[Any, Any]:
     """CartPole-v1 paying ``1 + bonus`` a step: a trial with a large ``bonus`` scores far
@@ -28,11 +30,16 @@ def bonus_cartpole(
         ``processes`` processes have made one: every worker of a sweep then takes a trial
         before any can run them all.
     :param fail: raise instead (a trial that fails).
+    :param fail_in_first: raise, after the rendezvous, in the process that ``evtrain sweep``
+        started, not in a worker it started (whose command line holds ``--worker-index``):
+        that process's trials fail at once, and it goes on to wait for its workers.
     """
     if fail:
         raise RuntimeError("this trial's environment fails, as asked")
     if rendezvous is not None:
         meet(Path(rendezvous), processes)
+    if fail_in_first and "--worker-index" not in sys.argv:
+        raise RuntimeError("this trial's environment fails in the first process, as asked")
     env = gym.make("CartPole-v1", **kwargs)
     return gym.wrappers.TransformReward(env, lambda reward: float(reward) + bonus)
 

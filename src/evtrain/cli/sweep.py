@@ -2,9 +2,12 @@
 
 This process is worker 0; ``--workers W`` starts W - 1 more, each ``evtrain sweep`` with a
 hidden ``--worker-index``, in a session of its own (so a Ctrl-C in the terminal reaches this
-process, which passes one SIGINT on to each: every trial under way stops cleanly), writing
-its log to ``<study>/workers/worker-<i>.log``.  Once every worker is done, the table of
-trials and ``best.yaml``.  The code of a sweep is :mod:`evtrain.sweep`'s; here, the command.
+process alone), writing its log to ``<study>/workers/worker-<i>.log``.  Each SIGTERM, SIGHUP or
+SIGINT this process handles, it passes on to each worker as a SIGTERM (at once outside its own
+trial's run, else once that run has stopped): the first stops every trial under way with its
+final save, the second aborts (:mod:`evtrain.sweep.interrupt`).  Once every worker is done, the
+table of trials and ``best.yaml``.  The code of a sweep is :mod:`evtrain.sweep`'s; here, the
+command.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +71,7 @@ def prepare(args: argparse.Namespace) -> Sweep:
     """
     from evtrain.run.options import options_and_types, read_config
     from evtrain.sweep.space import check_space
-    from evtrain.sweep.study import config_digest
+    from evtrain.sweep.study import config_digest, file_in_the_way
     from evtrain.sweep.trials import Sweep
 
     data = read_config(args.config)
@@ -100,6 +104,15 @@ def prepare(args: argparse.Namespace) -> Sweep:
         )
     check_space(data, settings)
     folder = Path(options.checkpoint_settings.results_dir) / args.study
+    in_the_way = file_in_the_way(folder)
+    if in_the_way is not None:
+        key = "checkpoint_settings.results_dir" if args.results_dir is None else "--results-dir"
+        raise ConfigError(
+            [
+                f"{key}: {in_the_way} is a file, not a folder; the study's folder {folder} "
+                "cannot be made there: give a folder (made if missing)"
+            ]
+        )
     return Sweep(
         data=data,
         settings=settings,
@@ -113,8 +126,9 @@ def prepare(args: argparse.Namespace) -> Sweep:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    """``evtrain sweep``: 0 once the study has its trials (or a signal stopped the sweep);
-    1 when a worker process failed."""
+    """``evtrain sweep``: 0 once the study has its trials, or once a signal stopped the sweep
+    and every trial under way with its final save; 1 when a worker process failed."""
+    from evtrain.sweep.interrupt import stop_on_signals
     from evtrain.sweep.trials import run_worker, study_of
 
     try:
@@ -126,58 +140,110 @@ def run_sweep(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    sweep = prepare(args)
-    if args.worker_index is not None:  # started by the first worker
-        run_worker(sweep, study_of(sweep, args.worker_index, create=False))
-        return 0
-    study = study_of(sweep, 0, create=not args.resume)
-    workers = [_start_worker(args, sweep, index) for index in range(1, args.workers)]
-    try:
-        finished = run_worker(sweep, study)
-    except KeyboardInterrupt:
-        _stop(workers)  # a second signal: aborted here, so there too
-        raise
-    if not finished:
-        _stop(workers)
-    failed = [index for index, worker in enumerate(workers, 1) if worker.wait() != 0]
-    _summary(sweep, study)
-    if not finished:
-        print(f"Interrupted. Continue with: {_resume_line(args)}")
+    workers = _Workers()
+    # From before the study is opened: a signal never cuts a write to the journal short.
+    with stop_on_signals(on_signal=workers.pass_on) as stop:
+        sweep = prepare(args)
+        if args.worker_index is not None:  # started by the first process
+            if stop.requested is None:
+                run_worker(sweep, study_of(sweep, create=False), stop)
+            return 0
+        study = study_of(sweep, create=not args.resume)
+        try:
+            for index in range(1, args.workers):
+                if stop.requested is None:
+                    workers.start(args, sweep, index)
+            finished = run_worker(sweep, study, stop)
+            if not finished:
+                workers.stop()  # a signal that this process's trial's run handled
+            failed = workers.wait()
+        except KeyboardInterrupt:
+            workers.abort()  # a second signal: aborted here, so there too
+            raise
+        except BaseException:
+            workers.stop()
+            workers.wait()
+            raise
+        _summary(sweep, study)
+        if not finished or stop.requested is not None:
+            print(f"Interrupted. Continue with: {_resume_line(args)}")
     for index in failed:
         log = _worker_log(sweep, index)
         print(f"evtrain: error: worker {index} failed; see {log}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _start_worker(args: argparse.Namespace, sweep: Sweep, index: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "evtrain", *(["--debug"] if args.debug else []), "sweep"]
-    command += [args.config, "--study", sweep.study, "--trials", str(sweep.trials)]
-    command += ["--storage", str(sweep.storage), "--worker-index", str(index)]
-    if args.results_dir is not None:
-        command += ["--results-dir", args.results_dir]
-    log = _worker_log(sweep, index)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as output:
-        worker = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    logger.info("Worker %d started (pid %d); its log: %s", index, worker.pid, log)
-    return worker
+ABORT_WAIT_S = 30.0
+"""How long a second signal waits for the workers to abort before it kills them."""
+
+
+class _Workers:
+    """The worker processes this one started, and the signals passed on to them."""
+
+    def __init__(self) -> None:
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        """By worker index."""
+        self.passed = 0
+        """How many SIGTERMs each running worker was sent."""
+
+    def start(self, args: argparse.Namespace, sweep: Sweep, index: int) -> None:
+        """Start worker ``index``: ``evtrain sweep`` with ``--worker-index``, in a session of
+        its own (a Ctrl-C in the terminal reaches this process alone, which passes it on),
+        its output in its log."""
+        command = [sys.executable, "-m", "evtrain", *(["--debug"] if args.debug else [])]
+        command += ["sweep", args.config, "--study", sweep.study, "--trials", str(sweep.trials)]
+        command += ["--storage", str(sweep.storage), "--worker-index", str(index)]
+        if args.results_dir is not None:
+            command += ["--results-dir", args.results_dir]
+        log = _worker_log(sweep, index)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as output:
+            worker = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.processes[index] = worker
+        logger.info("Worker %d started (pid %d); its log: %s", index, worker.pid, log)
+
+    def pass_on(self, signum: int = signal.SIGTERM) -> None:
+        """One SIGTERM to each worker still running (whatever signal this process got: a
+        worker may ignore SIGINT, as a job started with ``&`` does)."""
+        self.passed += 1
+        for worker in self.processes.values():
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        """Each running worker asked to stop, once: its trial stops with its final save."""
+        if self.passed == 0:
+            self.pass_on()
+
+    def wait(self) -> list[int]:
+        """Wait for every worker to exit; the indexes of those that failed."""
+        running = [f"{i} (pid {w.pid})" for i, w in self.processes.items() if w.poll() is None]
+        if running:
+            logger.info("Waiting for worker %s to finish", ", ".join(running))
+        return [index for index, worker in self.processes.items() if worker.wait() != 0]
+
+    def abort(self) -> None:
+        """A second SIGTERM to each running worker (it aborts its trial); those still running
+        :data:`ABORT_WAIT_S` later are killed."""
+        while self.passed < 2:
+            self.pass_on()
+        deadline = time.monotonic() + ABORT_WAIT_S
+        for worker in self.processes.values():
+            try:
+                worker.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
 
 
 def _worker_log(sweep: Sweep, index: int) -> Path:
     return sweep.folder / "workers" / f"worker-{index}.log"
 
 
-def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
-    """One SIGINT to each worker still running: its trial stops cleanly, and it exits."""
-    for worker in workers:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGINT)
-
-
 def _summary(sweep: Sweep, study: optuna.Study) -> None:
-    from evtrain.sweep.results import table, write_best
+    from evtrain.sweep.results import best_run_id, learn_line, table, write_best
 
     trials = study.get_trials(deepcopy=False)
     print(f"Study {sweep.study} ({sweep.storage}): {len(trials)} trials")
@@ -187,9 +253,10 @@ def _summary(sweep: Sweep, study: optuna.Study) -> None:
     if best is None:
         print("No trial completed: no best.yaml")
         return
-    path = write_best(sweep.folder, sweep.data, best, sweep.settings.objective.stat)
+    path = write_best(sweep.folder, sweep.data, best, sweep.settings.objective.stat, sweep.study)
     print(f"Best: trial {best.number}, {sweep.settings.objective.stat} {best.value:.6g}")
-    print(f"Its config: {path} (evtrain learn {shlex.quote(str(path))})")
+    print(f"Its config: {path}, run id {best_run_id(sweep.study, best)}; train it with:")
+    print(f"  {learn_line(path)}")
 
 
 def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

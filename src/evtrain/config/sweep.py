@@ -147,6 +147,7 @@ class SweepSettings:
     sampler: Literal["tpe", "random"] = "tpe"
     """Optuna's TPE (the default) or random search."""
     seed: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    """The sampler's seed; worker ``i`` draws with ``seed + i`` (each worker its own stream)."""
+    """The sampler's seed; trial ``n`` draws with a seed made of ``seed`` and ``n`` (each trial
+    its own stream, whichever process runs it)."""
     pruner: Pruner | None = attrs.field(factory=Pruner)
     """``null`` or ``{type: none}``: every trial runs to its end."""

@@ -3,6 +3,7 @@ trial's config, ready for ``evtrain learn``."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,17 +67,32 @@ def table(trials: Sequence[optuna.trial.FrozenTrial], paths: Sequence[str]) -> l
     return lines + errors
 
 
+def best_run_id(study: str, best: optuna.trial.FrozenTrial) -> str:
+    """The run id ``best.yaml`` trains under: ``<study>-best-trial-0007``, after the study and
+    its best trial, so that training it collides neither with another run of the results
+    folder nor with the best of another study."""
+    return f"{study}-best-trial-{best.number:04d}"
+
+
 def write_best(
-    folder: Path, data: Mapping[str, Any], best: optuna.trial.FrozenTrial, stat: str
+    folder: Path, data: Mapping[str, Any], best: optuna.trial.FrozenTrial, stat: str, study: str
 ) -> Path:
-    """``<folder>/best.yaml``: the config with the best trial's values and no ``sweep``
-    section, headed by a comment naming the trial and its score; written atomically."""
+    """``<folder>/best.yaml``: the config with the best trial's values, no ``sweep`` section
+    and ``checkpoint_settings.run_id`` :func:`best_run_id`, headed by a comment naming the
+    trial, its score and the command that trains it; written atomically."""
     config = trial_data(data, best.params)
+    checkpoints = config.setdefault("checkpoint_settings", {})
+    checkpoints["run_id"] = best_run_id(study, best)
+    path = folder / BEST
     header = (
         f"# The best trial of the sweep in {folder}: trial {best.number} "
-        f"({stat} {best.value}).\n# evtrain learn {folder / BEST}\n"
+        f"({stat} {best.value}).\n# {learn_line(path)}\n"
     )
-    path = folder / BEST
     text = header + yaml.safe_dump(config, sort_keys=False)
     atomic_write(path, lambda stream: stream.write(text.encode()))
     return path
+
+
+def learn_line(path: Path) -> str:
+    """The command that trains ``best.yaml`` at ``path``."""
+    return shlex.join(["evtrain", "learn", str(path)])

@@ -5,16 +5,20 @@ workers in several processes, or on several machines that share a disk, work on 
 A worker takes its next trial under a lock of its own beside the journal
 (``<journal>.lock`` of Optuna's ``JournalFileOpenLock``, NFS-safe), after counting the
 trials the study already has: so the study gets exactly ``--trials`` trials however many
-workers ask at once, and no trial runs twice (Optuna numbers each trial once).
+workers ask at once, and no trial runs twice (Optuna numbers each trial once).  Before a
+process writes to the journal, :func:`check_journal` reads it whole: one that is not Optuna's
+is refused, a torn last line cut off.
 
-A trial interrupted by Ctrl-C is recorded ``FAIL`` with the user attribute
-``evtrain.interrupted``, and does not count: ``--resume`` runs another in its place.
+A trial interrupted by a signal is recorded ``FAIL`` with the user attribute
+``evtrain.interrupted``, and does not count; its values wait in the study (a ``WAITING``
+trial, which does not count either), and the next trial a worker asks for runs them again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +29,8 @@ from evtrain.errors import ConfigError
 if TYPE_CHECKING:
     import optuna
 
+logger = logging.getLogger("evtrain")
+
 INTERRUPTED = "evtrain.interrupted"
 """User attribute of a trial a signal interrupted (recorded ``FAIL``; not counted)."""
 STEPS = "evtrain.steps"
@@ -33,10 +39,81 @@ ERROR = "evtrain.error"
 """User attribute: why a failed trial failed."""
 RUN = "evtrain.run"
 """User attribute: the trial's run folder."""
+RERUN_OF = "evtrain.rerun_of"
+"""User attribute: the number of the interrupted trial whose values the trial runs again."""
 WORKER = "evtrain.worker"
 """User attribute: the worker that ran the trial, ``host:pid``."""
 CONFIG_DIGEST = "evtrain.config_sha256"
 """Study user attribute: the digest of the config the study was started from."""
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The first of ``path`` and the folders above it that exists and is not a folder (where
+    ``path`` could not be made a folder), or ``None``."""
+    for part in (path, *path.parents):
+        if part.exists():
+            return None if part.is_dir() else part
+    return None
+
+
+def check_journal(path: Path) -> None:
+    """Refuse a journal path that is a folder, or under a file, and a journal file that is
+    not Optuna's, before anything is written: each line of a journal is one JSON object that
+    ends with a newline.  A last line without one (a writer stopped as it wrote it, which
+    Optuna never reads) is cut off, under the journal's own lock (no writer is half way), and
+    said.
+
+    :raises ConfigError: naming the file, the line, and what to do.
+    """
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    if path.is_dir():
+        raise ConfigError(
+            [f"--storage: {path} is a folder; name the journal file, e.g. {path / 'study.journal'}"]
+        )
+    above = file_in_the_way(path.parent)
+    if above is not None:
+        raise ConfigError(
+            [
+                f"--storage: {above} is a file, not a folder; the journal {path} "
+                "cannot be made under it"
+            ]
+        )
+    if not path.exists():
+        return
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        with path.open("rb+") as journal:
+            lines = journal.read().split(b"\n")
+            for number, line in enumerate(lines[:-1], 1):
+                if not _is_entry(line):
+                    raise ConfigError(
+                        [
+                            f"--storage: {path} line {number} is not an entry of an Optuna "
+                            f"journal (expected one JSON object a line, got {line[:40]!r}); "
+                            "nothing was written to it: restore it, or give another --storage "
+                            "(or --study)"
+                        ]
+                    )
+            if lines[-1]:
+                journal.truncate(journal.tell() - len(lines[-1]))
+                logger.warning(
+                    "%s: its last line was cut short (%d bytes without an end of line: a "
+                    "writer stopped as it wrote it); removed, as Optuna never read it",
+                    path,
+                    len(lines[-1]),
+                )
+    finally:
+        lock.release()
+
+
+def _is_entry(line: bytes) -> bool:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and "op_code" in entry
 
 
 def storage(path: Path) -> optuna.storages.JournalStorage:
@@ -56,14 +133,26 @@ def config_digest(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def sampler(settings: SweepSettings, worker: int) -> optuna.samplers.BaseSampler:
-    """The sampler of worker ``worker``: seeded ``seed + worker``, so that two workers do not
-    draw the same values for their first (random) trials; TPE with ``constant_liar`` (Optuna's
-    advice for parallel workers: a running trial counts as a poor one, so that workers asking
-    at once do not all try the same region)."""
+def trial_seed(seed: int, number: int) -> int:
+    """The seed of trial ``number``'s draws in a sweep seeded ``seed``: a mix of the two
+    (NumPy's ``SeedSequence``), so trials 0, 1, 2... of a study draw from streams of their
+    own, whichever process or machine runs them."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+
+
+def sampler(settings: SweepSettings, number: int) -> optuna.samplers.BaseSampler:
+    """The sampler that draws the values of trial ``number``: seeded from ``seed`` and the
+    number the study gave the trial (:func:`trial_seed`), never from the process, so that a
+    ``--resume``, a second ``evtrain sweep`` on the study or a worker on another machine
+    draws new values, and a study started again from the same config draws the same ones
+    (with TPE, given the same finished trials).  TPE with ``constant_liar`` (Optuna's advice
+    for parallel workers: a running trial counts as a poor one, so that workers asking at
+    once do not all try the same region)."""
     import optuna
 
-    seed = settings.seed + worker
+    seed = trial_seed(settings.seed, number)
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
@@ -88,17 +177,18 @@ def open_study(
     settings: SweepSettings,
     digest: str,
     *,
-    worker: int,
     create: bool,
 ) -> optuna.Study:
     """The study ``name`` in the journal ``path``: created (``create``, or when it is not
-    there yet), else loaded; either way with this worker's sampler.
+    there yet), else loaded.  Its sampler is the one of trial 0: :func:`draw` sets each
+    trial's before its values are drawn.
 
-    :raises ConfigError: ``create`` without ``--resume`` and the study exists, or the study
-        was started from another config.
+    :raises ConfigError: the journal is refused (:func:`check_journal`), ``create`` without
+        ``--resume`` and the study exists, or the study was started from another config.
     """
     import optuna
 
+    check_journal(path)
     store = storage(path)
     exists = name in {s.study_name for s in store.get_all_studies()}
     if exists and create:
@@ -114,14 +204,14 @@ def open_study(
             study_name=name,
             storage=store,
             direction=direction,
-            sampler=sampler(settings, worker),
+            sampler=sampler(settings, 0),
             pruner=pruner(settings),
             load_if_exists=True,  # another machine's worker may create it at the same moment
         )
         if CONFIG_DIGEST not in study.user_attrs:
             study.set_user_attr(CONFIG_DIGEST, digest)
     study = optuna.load_study(
-        study_name=name, storage=store, sampler=sampler(settings, worker), pruner=pruner(settings)
+        study_name=name, storage=store, sampler=sampler(settings, 0), pruner=pruner(settings)
     )
     if study.user_attrs.get(CONFIG_DIGEST, digest) != digest:
         raise ConfigError(
@@ -135,9 +225,13 @@ def open_study(
 
 
 def counted(study: optuna.Study) -> int:
-    """The trials that count towards ``--trials``: all but those interrupted."""
+    """The trials that count towards ``--trials``: all but those interrupted, and those
+    waiting (an interrupted trial's values, put back to run again)."""
+    import optuna
+
+    waiting = optuna.trial.TrialState.WAITING
     trials = study.get_trials(deepcopy=False)
-    return sum(1 for t in trials if not t.user_attrs.get(INTERRUPTED))
+    return sum(1 for t in trials if t.state is not waiting and not t.user_attrs.get(INTERRUPTED))
 
 
 def next_trial(study: optuna.Study, path: Path, wanted: int) -> optuna.Trial | None:
@@ -155,3 +249,13 @@ def next_trial(study: optuna.Study, path: Path, wanted: int) -> optuna.Trial | N
         return study.ask()
     finally:
         lock.release()
+
+
+def draw(study: optuna.Study, settings: SweepSettings, trial: optuna.Trial) -> dict[str, Any]:
+    """``trial``'s values of the sweep's parameters, by key path, drawn by the sampler of its
+    number (:func:`sampler`; Optuna draws a value when it is first suggested, so the study's
+    sampler is set first: one trial at a time in a process)."""
+    from evtrain.sweep.space import suggest
+
+    study.sampler = sampler(settings, trial.number)
+    return {path: suggest(trial, path, p) for path, p in settings.parameters.items()}

@@ -10,7 +10,8 @@ How a trial ends in the study: ``COMPLETE`` with its score; ``PRUNED`` when the 
 stopped it before its ``max_steps`` (pruned at its last value, it ran to its end, and is
 scored as one that was not); ``FAIL`` when the run raised, failed, or reported no value of
 the objective's stat (the reason in the trial's ``evtrain.error``; the sweep goes on); ``FAIL`` with
-``evtrain.interrupted`` when a signal stopped it (the worker then stops too).
+``evtrain.interrupted`` when a signal stopped it (the worker then stops too), its values put
+back in the study as a waiting trial (``evtrain.rerun_of``), which the next trial runs again.
 """
 
 from __future__ import annotations
@@ -26,9 +27,20 @@ import attrs
 
 from evtrain.config.sweep import SweepSettings
 from evtrain.events.payloads import RunStatus
+from evtrain.sweep.interrupt import SweepStop
 from evtrain.sweep.objective import TrialReporter
-from evtrain.sweep.space import suggest, trial_data
-from evtrain.sweep.study import ERROR, INTERRUPTED, RUN, STEPS, WORKER, next_trial, open_study
+from evtrain.sweep.space import trial_data
+from evtrain.sweep.study import (
+    ERROR,
+    INTERRUPTED,
+    RERUN_OF,
+    RUN,
+    STEPS,
+    WORKER,
+    draw,
+    next_trial,
+    open_study,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -59,33 +71,33 @@ class Sweep:
     """:func:`~evtrain.sweep.study.config_digest` of :attr:`data`."""
 
 
-def study_of(sweep: Sweep, worker: int, *, create: bool) -> optuna.Study:
-    """The sweep's study, with worker ``worker``'s sampler.
+def study_of(sweep: Sweep, *, create: bool) -> optuna.Study:
+    """The sweep's study.
 
     :param create: start the study (refused when it exists); else join or resume it.
     """
-    return open_study(
-        sweep.study, sweep.storage, sweep.settings, sweep.digest, worker=worker, create=create
-    )
+    return open_study(sweep.study, sweep.storage, sweep.settings, sweep.digest, create=create)
 
 
-def run_worker(sweep: Sweep, study: optuna.Study) -> bool:
-    """Run trials of ``sweep`` until the study has enough; ``False`` if a signal interrupted
-    one (the worker stops then)."""
-    while (trial := next_trial(study, sweep.storage, sweep.trials)) is not None:
-        if not run_trial(sweep, study, trial):
+def run_worker(sweep: Sweep, study: optuna.Study, stop: SweepStop) -> bool:
+    """Run trials of ``sweep`` until the study has enough; ``False`` if a signal stopped the
+    worker (in a trial, or between two)."""
+    while stop.requested is None and (
+        (trial := next_trial(study, sweep.storage, sweep.trials)) is not None
+    ):
+        if not run_trial(sweep, study, trial, stop):
             return False
-    return True
+    return stop.requested is None
 
 
-def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial) -> bool:
+def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, stop: SweepStop) -> bool:
     """Train one trial and tell the study how it ended; ``False`` if a signal interrupted it."""
-    import optuna
-
     run_id = f"trial-{trial.number:04d}"
     trial.set_user_attr(RUN, str(sweep.folder / run_id))
     trial.set_user_attr(WORKER, f"{socket.gethostname()}:{os.getpid()}")
-    values = {path: suggest(trial, path, p) for path, p in sweep.settings.parameters.items()}
+    if stop.requested is not None:  # came while the study gave this process the trial
+        return _interrupted(study, trial, None)
+    values = draw(study, sweep.settings, trial)
     data = trial_data(sweep.data, values)
     checkpoints = data.setdefault("checkpoint_settings", {})
     checkpoints.update(results_dir=str(sweep.folder), run_id=run_id, resume=False, force=False)
@@ -96,12 +108,13 @@ def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial) -> bool:
         sweep.behavior,
         None if pruner is None or pruner.type == "none" else pruner.type,
     )
-    logger.info("Trial %d (%s): %s", trial.number, run_id, _shown(values))
+    rerun = trial.user_attrs.get(RERUN_OF)
+    again = "" if rerun is None else f" (trial {rerun} again, which a signal cut short)"
+    logger.info("Trial %d (%s)%s: %s", trial.number, run_id, again, _shown(values))
     try:
-        result = _learn(data, reporter)
+        result = _learn(data, reporter, stop)
     except KeyboardInterrupt:
-        trial.set_user_attr(INTERRUPTED, True)
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        _interrupted(study, trial, values)
         raise
     except Exception as error:  # a failed trial is recorded, and the sweep goes on
         logger.warning(
@@ -109,10 +122,15 @@ def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial) -> bool:
         )
         return _fail(study, trial, f"{type(error).__name__}: {error}")
     trial.set_user_attr(STEPS, result.steps.get(sweep.behavior, 0))
+    stopped_by_sweep = result.status is RunStatus.STOPPED and reporter.pruned_at is None
+    if result.status is RunStatus.INTERRUPTED:
+        stop.run_stopped()
+    if stop.requested is not None and (result.status is RunStatus.INTERRUPTED or stopped_by_sweep):
+        return _interrupted(study, trial, values)
     return _tell(study, trial, result, reporter)
 
 
-def _learn(data: dict[str, Any], reporter: TrialReporter) -> LearnResult:
+def _learn(data: dict[str, Any], reporter: TrialReporter, stop: SweepStop) -> LearnResult:
     from evtrain.run.learn import learn
     from evtrain.run.options import options_and_types
     from evtrain.run.wiring import make_bus
@@ -122,10 +140,31 @@ def _learn(data: dict[str, Any], reporter: TrialReporter) -> LearnResult:
     with use_trainer_types(types), make_bus(options) as bus:
         handles = reporter.connect(bus)
         try:
+            stop.watch(bus)
             return learn(options, bus)
         finally:
+            stop.bus = None
             for handle in handles:
                 handle.disconnect()
+
+
+def _interrupted(
+    study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any] | None
+) -> bool:
+    """Record ``trial`` ``FAIL`` and interrupted (it does not count), its values first put
+    back in the study as a waiting trial: the next trial any worker takes runs them again."""
+    import optuna
+
+    if values is not None:
+        study.enqueue_trial(dict(values), user_attrs={RERUN_OF: trial.number})
+    trial.set_user_attr(INTERRUPTED, True)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    logger.info(
+        "Trial %d interrupted; it does not count, and the next trial (--resume) runs %s",
+        trial.number,
+        "its values again" if values is not None else "in its place",
+    )
+    return False
 
 
 def _tell(
@@ -134,11 +173,6 @@ def _tell(
     import optuna
 
     state = optuna.trial.TrialState
-    if result.status is RunStatus.INTERRUPTED:
-        trial.set_user_attr(INTERRUPTED, True)
-        study.tell(trial, state=state.FAIL)
-        logger.info("Trial %d interrupted; it does not count (--resume runs another)", trial.number)
-        return False
     if result.status is RunStatus.FAILED:
         return _fail(study, trial, "the run failed (see its log)")
     if result.status is RunStatus.STOPPED and reporter.pruned_at is not None:

@@ -404,3 +404,41 @@ def test_sync_uploads_only_files_evtrain_wrote_in_the_run_folder(
     )
     assert all(p.read_bytes() != secret.read_bytes() for p in files)
     assert not any(p.name in ("secret.pt", link.name, "configuration.yaml") for p in files)
+
+
+def test_wandb_uploads_only_files_evtrain_wrote_in_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wandb writer checks a path as the MLflow writer does: a checkpoint outside the run
+    folder is dead-lettered, not logged nor staged for upload; the run's own is uploaded."""
+    pytest.importorskip("wandb")
+    from evtrain import Bus, SaveEvent, signals
+    from evtrain_writers.wandb_writer import WandbOptions, WandbWriter
+
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))  # its artifact staging
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    run = tmp_path / "run"
+    (run / "CartPole").mkdir(parents=True)
+    checkpoint = run / "CartPole" / "CartPole-10.pt"
+    checkpoint.write_bytes(b"the run's own checkpoint")
+    secret = tmp_path / "secret.pt"
+    secret.write_bytes(b"the user's secret")
+    options = WandbOptions(mode="offline", project="tests", upload_artifacts=True)
+    writer = WandbWriter(options, run_id="run", run_folder=run, run_logs=run / "run_logs")
+    with Bus(journal_dir=run / "run_logs" / "journal") as bus:
+        bus.add_writer(writer, name="wandb")
+        bus.emit(signals.save, SaveEvent(category="CartPole", step=5, path=secret))
+        bus.emit(signals.save, SaveEvent(category="CartPole", step=10, path=checkpoint))
+        report = bus.close(timeout=120)
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    staged = [p for p in written if p not in (secret, checkpoint)]
+    assert any(p.read_bytes() == checkpoint.read_bytes() for p in staged)  # staged to upload
+    assert not any(p.read_bytes() == secret.read_bytes() for p in staged)
+    assert report.dead_lettered == {"wandb": 1}
+    [refused] = [
+        json.loads(line)
+        for line in (run / "run_logs" / "dead_letter" / "wandb.jsonl").read_text().splitlines()
+    ]
+    assert refused["reason"].startswith(
+        f"{secret} is not uploaded: it is outside the run folder {run}"
+    )

@@ -179,6 +179,7 @@ def test_one_death_counts_once_however_late_ray_sees_it(
     """A worker dies in a step, and the ``stale`` call attempts after it fail as well, as they
     do while Ray has not yet seen the death (tests/ray_standin.py): with ``max_restarts: 1``
     the run goes on past that one loss, counted once; a second death is one too many."""
+    pytest.importorskip("ray")
     from evtrain.run import ray_envs
     from evtrain.run.ray_worker import EnvMaker
     from tests.ray_standin import StandInRay

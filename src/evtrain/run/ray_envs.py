@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -287,26 +288,25 @@ class RayVectorEnv(VectorEnv[Any, Any, Any]):
         ray, worker, share = self._ray, self.workers[w], self.shares[w]
         self._lost(w)
         answered = False  # whether the new process answered (so that its death is another)
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
         while True:
             try:
                 describe = worker.describe.options(max_task_retries=-1)
-                _, pid, *_ = ray.get(describe.remote(), timeout=RESTART_TIMEOUT_S)
+                left = max(0.0, deadline - time.monotonic())
+                _, pid, *_ = ray.get(describe.remote(), timeout=left)
                 if answered and pid != self._pids[w]:
                     self._lost(w)
                 self._pids[w], answered = pid, True
                 resets = self._renew(w, self._restarts[w])
             except ray.exceptions.ActorUnavailableError:
-                continue  # lost again, or Ray not caught up yet: the process id says which
+                if time.monotonic() < deadline:
+                    continue  # lost again, or Ray not caught up yet: the process id says which
+                raise self._not_back(w) from None
             except ray.exceptions.RayActorError:
                 self._restarts[w] = max(self._restarts[w], self.settings.max_restarts + 1)
                 raise self._spent(w) from None
             except ray.exceptions.GetTimeoutError:
-                raise EnvWorkerError(
-                    f"Ray environment worker {w} (environments {_span(share)}) was lost and "
-                    f"did not come back within {RESTART_TIMEOUT_S:.0f} s; find out why its "
-                    "process cannot start (its Ray logs: ray logs, or the session's logs "
-                    "folder)"
-                ) from None
+                raise self._not_back(w) from None
             return [
                 (obs, 0.0, False, True, info, (self._env_obs[i], {}))
                 for i, (obs, info) in zip(share, resets, strict=True)
@@ -326,6 +326,13 @@ class RayVectorEnv(VectorEnv[Any, Any, Any]):
             _span(self.shares[w]),
             restarts,
             self.settings.max_restarts,
+        )
+
+    def _not_back(self, w: int) -> EnvWorkerError:
+        return EnvWorkerError(
+            f"Ray environment worker {w} (environments {_span(self.shares[w])}) was lost and "
+            f"did not come back within {RESTART_TIMEOUT_S:.0f} s; find out why its process "
+            "cannot start (its Ray logs: ray logs, or the session's logs folder)"
         )
 
     def _spent(self, w: int) -> EnvWorkerError:

@@ -8,6 +8,7 @@ The CLI runs as the user runs it: the installed ``evtrain`` console script (whos
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -324,6 +325,36 @@ def test_a_negative_seed_other_than_minus_one_is_refused(tmp_path: Path) -> None
     drawn = evtrain("learn", "run.yaml", "--seed", "-1", cwd=tmp_path)
     assert drawn.returncode == 0, drawn.stderr
     assert "[INFO] env_settings.seed is -1: using seed " in drawn.stderr
+
+
+def test_a_drawn_seed_is_written_to_the_run_folder_and_gives_the_same_run_again(
+    tmp_path: Path,
+) -> None:
+    options = tiny(tmp_path / "results")
+    del options["env_settings"]["seed"]  # -1: drawn
+    options["writers"] = {"csv": {}}
+    write(tmp_path / "run.yaml", options)
+    drawn = evtrain("learn", "run.yaml", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    written = yaml.safe_load((tmp_path / "results/run/configuration.yaml").read_text())
+    seed = written["env_settings"]["seed"]
+    assert isinstance(seed, int) and seed >= 0
+    assert f"[INFO] env_settings.seed is -1: using seed {seed}\n" in drawn.stderr
+    again = evtrain("learn", "run.yaml", "--seed", str(seed), "--run-id", "again", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    # Before the first update the returns depend on the seed alone: the environments' resets
+    # and the initial policy's weights and actions.
+    first, second = (
+        next(
+            csv.DictReader(
+                (tmp_path / f"results/{run}/CartPole/progress.csv").read_text().splitlines()
+            )
+        )
+        for run in ("run", "again")
+    )
+    assert float(first["Step"]) == float(second["Step"]) == 128
+    for key in ("Environment/Cumulative Reward", "Environment/Episode Length"):
+        assert float(first[key]) == pytest.approx(float(second[key]), rel=1e-6), key
 
 
 def test_plugins_before_the_config_leave_the_config_positional(tmp_path: Path) -> None:

@@ -355,3 +355,50 @@ def test_a_start_that_fails_before_its_first_step_can_be_given_again(
         assert result.returncode == code, result.stderr
         assert last in result.stderr.rstrip().splitlines()[-1]
         assert not (tmp_path / "results" / "run").exists()
+
+
+@pytest.mark.parametrize("linked", ["CartPole", "CartPole/progress.csv", "run_logs"])
+def test_resume_refuses_a_run_folder_holding_a_link_and_touches_nothing_outside(
+    tmp_path: Path, linked: str
+) -> None:
+    """A behavior folder, a file in it or ``run_logs`` that is a link out of the run: --resume
+    would write, replace and rotate (``keep_checkpoints: 1``) files through it."""
+    options = config(tmp_path, max_steps=256, summary_freq=128, checkpoint_interval=128)
+    options["writers"] = {"csv": {}}  # beside the default TensorBoard
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+    assert learn(tmp_path, "run.yaml").returncode == 0
+    run = tmp_path / "results" / "run"
+    outside = tmp_path / "outside" / Path(linked).name
+    outside.parent.mkdir()
+    (run / linked).rename(outside)
+    (run / linked).symlink_to(outside, target_is_directory=outside.is_dir())
+    if outside.is_dir() and linked == "CartPole":  # files named like checkpoints to rotate
+        for step in (1, 2, 3):
+            (outside / f"CartPole-{step}.pt").write_text(f"not the run's {step}\n")
+    kept = tree(outside.parent)
+    options["behaviors"]["CartPole"]["max_steps"] = 512
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+    result = learn(tmp_path, "run.yaml", "--resume")
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == (
+        f"evtrain: error: {run / linked} is a symbolic link (to {outside}) in run 'run': "
+        "evtrain writes and removes files in its run folder and never through a link. Replace "
+        "the link with the folder or file itself (or remove it), then run again.\n"
+    )
+    assert tree(outside.parent) == kept
+    (run / linked).unlink()
+    outside.rename(run / linked)
+    assert learn(tmp_path, "run.yaml", "--resume").returncode == 0  # the link was all it was
+
+
+def test_resume_leaves_wandbs_own_links_alone(tmp_path: Path) -> None:
+    options = config(tmp_path, max_steps=128, summary_freq=128, checkpoint_interval=128)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+    assert learn(tmp_path, "run.yaml").returncode == 0
+    wandb = tmp_path / "results" / "run" / "wandb"
+    (wandb / "offline-run-1").mkdir(parents=True)
+    (wandb / "latest-run").symlink_to("offline-run-1", target_is_directory=True)
+    options["behaviors"]["CartPole"]["max_steps"] = 256
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
+    resumed = learn(tmp_path, "run.yaml", "--resume")
+    assert resumed.returncode == 0, resumed.stderr

@@ -4,6 +4,7 @@ checkpoint.  Each is placed in a real run folder and met by the real CLI (``evtr
 
 from __future__ import annotations
 
+import json
 import pickle
 import struct
 import zlib
@@ -16,6 +17,7 @@ import torch
 from evtrain.bus.journal import journal_path
 from tests.test_learn import config, run_config
 from tests.test_sync import sync
+from tests.writers.mlflow_server import MlflowServer
 
 PLUGIN = """
 from evtrain import StatsWriter
@@ -41,6 +43,7 @@ EVTRAIN_PLUGINS = {"evtrain.stats_writer": {"spool_tracker": writers}}
 """A ``--plugins`` module: a writer with the ``spool`` policy, so the run has a journal."""
 
 WRITER = "spool_plugin.Tracker"
+MLFLOW_WRITER = "evtrain_writers.mlflow_writer.MlflowWriter"
 
 
 class Touch:
@@ -299,3 +302,143 @@ def test_a_record_naming_an_unregistered_type_is_dropped_and_the_rest_delivered(
         "payload types and those registered with register_payload_type)); it is counted as "
         "dropped."
     ]
+
+
+def journal_events(folder: Path, subscriber: str, payloads: list[Any]) -> list[int]:
+    """Append ``payloads`` to ``subscriber``'s journal in run folder ``folder`` as the bus
+    would (a crafted journal of valid records); their seqs."""
+    from evtrain.bus.journal import Journal
+
+    journal = Journal(
+        journal_path(folder / "run_logs" / "journal", subscriber),
+        label=subscriber,
+        max_bytes=1 << 20,
+        fsync_s=0.0,
+        temporary=False,
+    )
+    seqs = list(range(journal.next_seq, journal.next_seq + len(payloads)))
+    journal.append([(seq, 0.0, payload) for seq, payload in zip(seqs, payloads, strict=True)])
+    journal.close(journal.acked, seqs[-1])
+    return seqs
+
+
+def test_sync_uploads_only_files_evtrain_wrote_in_the_run_folder(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    """A crafted journal names a file outside the run folder, a link inside it that points out,
+    and a file inside it that is no artifact: sync refuses each (one warning naming its journal
+    record, dead-lettered, counted) and uploads only the checkpoint evtrain wrote."""
+    from mlflow import MlflowClient
+
+    from evtrain import ArtifactEvent, ExportEvent, SaveEvent
+
+    options = config(tmp_path, max_steps=256, summary_freq=128, checkpoint_interval=256)
+    options["writers"] = {
+        "mlflow": {
+            "tracking_uri": mlflow_server.uri,
+            "experiment": "crafted-journal",
+            "upload_artifacts": True,
+            "upload_videos": True,
+        }
+    }
+    learned = run_config(tmp_path, options)
+    assert learned.returncode == 0, learned.stderr
+    folder = Path(options["checkpoint_settings"]["results_dir"]) / "run"
+    secret = tmp_path / "secret.pt"
+    secret.write_bytes(b"the user's secret")
+    link = folder / "CartPole" / "CartPole-9999.onnx"
+    link.symlink_to(secret)
+    checkpoint = folder / "CartPole" / "checkpoint.pt"
+    config_file = folder / "configuration.yaml"
+    seqs = journal_events(
+        folder,
+        MLFLOW_WRITER,
+        [
+            SaveEvent(category="CartPole", step=9999, path=secret),
+            ExportEvent(category="CartPole", step=9999, path=link),
+            ArtifactEvent(
+                category="CartPole",
+                step=9999,
+                path=config_file,
+                kind="video",
+                media_type="image/gif",
+            ),
+            SaveEvent(category="CartPole", step=9999, path=checkpoint),
+        ],
+    )
+
+    synced = sync("run", "--results-dir", str(folder.parent), cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    assert synced.stdout == (
+        f"{MLFLOW_WRITER}: 1 of 4 journaled events delivered, 3 refused "
+        "(see run_logs/dead_letter/)\n"
+    )
+    kinds = ".pt (checkpoint), .onnx (exported model), .gif (video), .mp4 (video)"
+    dead_letter = folder / "run_logs" / "dead_letter" / f"{MLFLOW_WRITER}.jsonl"
+    reasons = [
+        f"{secret} is not uploaded: it is outside the run folder {folder}",
+        f"{link} is not uploaded: it leads to {secret}, outside the run folder {folder}",
+        f"{config_file} is not uploaded: configuration.yaml is not a checkpoint, an exported "
+        "model or a video",
+    ]
+    # A busy machine may add a stall warning: the refusals are these lines.
+    refusals = [line for line in synced.stderr.splitlines() if " refused " in line]
+    assert refusals == [
+        f"[WARNING] Subscriber {MLFLOW_WRITER!r} refused an event {signal!r} (journal record "
+        f"{seq}) for good ({reason}; only the files evtrain writes in the run folder are: "
+        f"{kinds}); written to {dead_letter}, later events go on."
+        for signal, seq, reason in zip(["save", "export", "artifact"], seqs, reasons, strict=False)
+    ], synced.stderr
+    assert [json.loads(line)["seq"] for line in dead_letter.read_text().splitlines()] == seqs[:3]
+
+    client = MlflowClient(mlflow_server.uri)
+    experiment = client.get_experiment_by_name("crafted-journal")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.tags["CartPole/checkpoint"] == str(checkpoint)  # the last save delivered
+    assert "CartPole/onnx" not in run.data.tags or run.data.tags["CartPole/onnx"] != str(link)
+    uploaded = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / "down")))
+    files = [p for p in uploaded.rglob("*") if p.is_file()]
+    assert (uploaded / "CartPole" / "checkpoints" / "checkpoint.pt").read_bytes() == (
+        checkpoint.read_bytes()
+    )
+    assert all(p.read_bytes() != secret.read_bytes() for p in files)
+    assert not any(p.name in ("secret.pt", link.name, "configuration.yaml") for p in files)
+
+
+def test_wandb_uploads_only_files_evtrain_wrote_in_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wandb writer checks a path as the MLflow writer does: a checkpoint outside the run
+    folder is dead-lettered, not logged nor staged for upload; the run's own is uploaded."""
+    pytest.importorskip("wandb")
+    from evtrain import Bus, SaveEvent, signals
+    from evtrain_writers.wandb_writer import WandbOptions, WandbWriter
+
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))  # its artifact staging
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    run = tmp_path / "run"
+    (run / "CartPole").mkdir(parents=True)
+    checkpoint = run / "CartPole" / "CartPole-10.pt"
+    checkpoint.write_bytes(b"the run's own checkpoint")
+    secret = tmp_path / "secret.pt"
+    secret.write_bytes(b"the user's secret")
+    options = WandbOptions(mode="offline", project="tests", upload_artifacts=True)
+    writer = WandbWriter(options, run_id="run", run_folder=run, run_logs=run / "run_logs")
+    with Bus(journal_dir=run / "run_logs" / "journal") as bus:
+        bus.add_writer(writer, name="wandb")
+        bus.emit(signals.save, SaveEvent(category="CartPole", step=5, path=secret))
+        bus.emit(signals.save, SaveEvent(category="CartPole", step=10, path=checkpoint))
+        report = bus.close(timeout=120)
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    staged = [p for p in written if p not in (secret, checkpoint)]
+    assert any(p.read_bytes() == checkpoint.read_bytes() for p in staged)  # staged to upload
+    assert not any(p.read_bytes() == secret.read_bytes() for p in staged)
+    assert report.dead_lettered == {"wandb": 1}
+    [refused] = [
+        json.loads(line)
+        for line in (run / "run_logs" / "dead_letter" / "wandb.jsonl").read_text().splitlines()
+    ]
+    assert refused["reason"].startswith(
+        f"{secret} is not uploaded: it is outside the run folder {run}"
+    )

@@ -1,7 +1,7 @@
 """What the remote-tracker writers (``mlflow``, ``wandb``) share: importing their library only
 when a run asks for them, the tracker-run record in ``run_logs/`` that ``--resume`` reopens,
-flattening hyperparameters, and the ledger that keeps a re-delivered event from being logged
-twice.
+flattening hyperparameters, the ledger that keeps a re-delivered event from being logged
+twice, and the check that a file is one evtrain wrote in the run folder before it is uploaded.
 
 A tracker writer is delivered like any writer, but the bus may call a method again with the
 same event after it raised, and a journal replay after a crash may re-deliver events that were
@@ -21,11 +21,43 @@ from typing import Any
 
 from evtrain.atomic import atomic_write
 from evtrain.bus.inbox import Overflow
-from evtrain.errors import ConfigError
+from evtrain.errors import ConfigError, PermanentDeliveryError
 
 SPOOL = "spool"
 """The overflow policy of writers to a remote tracker: lossless, journaled, never blocks the
 trainer, probes a failing tracker on a short fixed interval (``bus.retry_backoff_s``)."""
+
+
+UPLOADED = {".pt": "checkpoint", ".onnx": "exported model", ".gif": "video", ".mp4": "video"}
+"""The files evtrain writes in a run folder that a tracker writer uploads, by suffix."""
+
+
+def run_file(path: Path, run_folder: Path) -> Path:
+    """``path``, when it is a file evtrain wrote in ``run_folder`` and may be uploaded: it
+    resolves (links followed) to a regular file inside the resolved ``run_folder`` whose suffix
+    is one of :data:`UPLOADED`.
+
+    An event may come from a journal that came from elsewhere (``evtrain sync`` of a copied or
+    crafted run folder), so its path decides nothing: a path outside the run folder, or a link
+    inside it that points out, would upload any file the user can read to the tracker.
+
+    :raises PermanentDeliveryError: it is not (the event is dead-lettered, not uploaded).
+    """
+    resolved = path.resolve()
+    if not resolved.is_relative_to(run_folder.resolve()):
+        where = "it is" if resolved == path.absolute() else f"it leads to {resolved},"
+        problem = f"{where} outside the run folder {run_folder}"
+    elif not resolved.is_file():
+        problem = "it is not a file"
+    elif resolved.suffix not in UPLOADED:
+        problem = f"{resolved.name} is not a checkpoint, an exported model or a video"
+    else:
+        return path
+    kinds = ", ".join(f"{suffix} ({kind})" for suffix, kind in UPLOADED.items())
+    raise PermanentDeliveryError(
+        f"{path} is not uploaded: {problem}; only the files evtrain writes in the run folder "
+        f"are: {kinds}"
+    )
 
 
 def remote_overflow() -> str | None:

@@ -12,7 +12,9 @@
 - each checkpoint and export as the tags ``<Behavior>/checkpoint`` and ``<Behavior>/<format>``
   (the latest path; ``best_checkpoint``, ``best_<format>`` for the best evaluation's), uploaded
   as artifacts only with ``upload_artifacts: true``; an evaluation video as ``<Behavior>/video``,
-  uploaded to ``<Behavior>/videos/`` only with ``upload_videos: true``;
+  uploaded to ``<Behavior>/videos/`` only with ``upload_videos: true``.  Only a file evtrain
+  wrote in the run folder is uploaded (:func:`~evtrain_writers._tracker.run_file`): an event
+  naming another file is dead-lettered, neither logged nor uploaded;
 - the end of the run as the run's status: FINISHED (also when a subscriber stopped it), KILLED
   (interrupted) or FAILED, with the tags ``evtrain.status`` and ``evtrain.stop_reason``.
 
@@ -86,6 +88,7 @@ from evtrain_writers._tracker import (
     flatten,
     remote_overflow,
     require,
+    run_file,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +131,8 @@ class MlflowWriter(StatsWriter):
         self.options = options
         self.evtrain_run_id = run_id
         self.record = TrackerRecord(run_logs, RECORD)
+        self.run_folder = run_logs.parent
+        """``results/<run_id>``: files are uploaded only from inside it."""
         self.resume = resume
         self.hidden_keys = frozenset(options.hidden_keys)
         self.bounded = _bound_mlflow_requests()
@@ -329,6 +334,8 @@ class MlflowWriter(StatsWriter):
     ) -> None:
         from mlflow.entities import RunTag
 
+        if upload:
+            run_file(path, self.run_folder)
         client, run_id = self._open()
         tags = [
             RunTag(f"{category}/{name}", str(path)),

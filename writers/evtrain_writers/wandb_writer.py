@@ -16,7 +16,9 @@ Biases run, online or offline.
   at wandb's current step with ``<Behavior>/Evaluation/step``, the x-axis wandb plots
   ``<Behavior>/Evaluation/*`` against (``define_metric``); an evaluation video the same way, as
   ``<Behavior>/Evaluation/Video`` (a ``wandb.Video``) only with ``upload_videos: true``, its path
-  in the summary as ``<Behavior>/video`` anyway;
+  in the summary as ``<Behavior>/video`` anyway.  Only a file evtrain wrote in the run folder
+  is uploaded (:func:`~evtrain_writers._tracker.run_file`): an event naming another file is
+  dead-lettered, neither logged nor uploaded;
 - the end of the run as ``run.finish(exit_code=...)``: 0 completed or stopped by a subscriber,
   130 interrupted, 1 failed; the summary's ``evtrain.status`` says which, and
   ``evtrain.stop_reason`` why a subscriber stopped it.
@@ -53,7 +55,7 @@ from evtrain.events.payloads import (
 )
 from evtrain.events.stats import StatsAggregationMethod, StatsPropertyType, StatsSummary
 from evtrain_writers._options import writer_options
-from evtrain_writers._tracker import TrackerRecord, remote_overflow, require
+from evtrain_writers._tracker import TrackerRecord, remote_overflow, require, run_file
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
@@ -144,6 +146,8 @@ class WandbWriter(StatsWriter):
         self.options = options
         self.evtrain_run_id = run_id
         self.folder = Path(options.dir) if options.dir is not None else run_folder
+        self.run_folder = run_folder
+        """``results/<run_id>``: files are uploaded only from inside it."""
         self.record = TrackerRecord(run_logs, RECORD)
         self.resume = resume
         self.hidden_keys = frozenset(options.hidden_keys)
@@ -258,6 +262,8 @@ class WandbWriter(StatsWriter):
     def _log_file(self, category: str, name: str, step: int, path: Path) -> None:
         import wandb
 
+        if self.options.upload_artifacts:
+            run_file(path, self.run_folder)
         run = self._open()
         run.summary[f"{category}/{name}"] = str(path)
         run.summary[f"{category}/{name}_step"] = step
@@ -304,6 +310,8 @@ class WandbWriter(StatsWriter):
         """An evaluation video: its path in the summary; a ``wandb.Video`` when asked."""
         import wandb
 
+        if event.kind == "video" and self.options.upload_videos:
+            run_file(event.path, self.run_folder)
         run = self._open()
         run.summary[f"{event.category}/{event.kind}"] = str(event.path)
         run.summary[f"{event.category}/{event.kind}_step"] = event.step

@@ -222,7 +222,7 @@ def _dead_letter(
     sub: Subscription, inbox: SpoolInbox, seq: int, payload: Any, refused: PermanentDeliveryError
 ) -> None:
     """Append one record for ``payload`` (or its refused keys) to the dead-letter file and
-    count it; said as one WARNING line."""
+    count it; said as one WARNING line naming its journal record (``seq``)."""
     inbox.dead_lettered += 1
     path = dead_letter_path(inbox)
     record = {
@@ -243,10 +243,12 @@ def _dead_letter(
         logger.error("Subscriber %r: cannot write %s (%s)", sub.name, path, error)
     what = f"keys {', '.join(refused.keys)} of its event" if refused.keys else "an event"
     logger.warning(
-        "Subscriber %r refused %s %r for good (%s); written to %s, later events go on.",
+        "Subscriber %r refused %s %r (journal record %d) for good (%s); written to %s, later "
+        "events go on.",
         sub.name,
         what,
         record["signal"],
+        seq,
         refused.reason,
         path,
     )

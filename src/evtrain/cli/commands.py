@@ -138,7 +138,13 @@ def run_sync(args: argparse.Namespace) -> int:
         return 0
     for name, pending in report.pending.items():
         left = report.left.get(name, 0)
-        print(f"{name}: {pending - left:,} of {pending:,} journaled events delivered")
+        refused = report.refused.get(name, 0)
+        delivered = (
+            f"{name}: {pending - left - refused:,} of {pending:,} journaled events delivered"
+        )
+        if refused:
+            delivered += f", {refused:,} refused (see run_logs/dead_letter/)"
+        print(delivered)
     if report.complete:
         return 0
     print(

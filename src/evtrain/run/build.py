@@ -11,6 +11,8 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from evtrain.bus.reporter import StatsReporter
 from evtrain.errors import RunFolderError
 from evtrain.ranks import get_rank
@@ -77,13 +79,20 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and ok)
 
 
+def with_drawn_seed(options: RunOptions, world: World) -> RunOptions:
+    """``options`` with ``env_settings.seed`` drawn (on rank 0, shared) when it is -1, logged;
+    else ``options`` itself.  Drawn before the run folder is stamped, so its
+    ``configuration.yaml`` holds the seed the run used and the run can be given again."""
+    if options.env_settings.seed >= 0:
+        return options
+    seed = world.broadcast_object(random.SystemRandom().randrange(2**31))
+    logger.info("env_settings.seed is -1: using seed %d", seed)
+    return attrs.evolve(options, env_settings=attrs.evolve(options.env_settings, seed=seed))
+
+
 def rank_seed(options: RunOptions, world: World) -> int:
     """This rank's seed: ``env_settings.seed`` (rank 0's draw when -1) + 1000 x rank."""
-    seed = options.env_settings.seed
-    if seed < 0:
-        seed = world.broadcast_object(random.SystemRandom().randrange(2**31))
-        logger.info("env_settings.seed is -1: using seed %d", seed)
-    return seed + 1000 * get_rank()
+    return with_drawn_seed(options, world).env_settings.seed + 1000 * get_rank()
 
 
 def training_status(options: RunOptions) -> TrainingStatus:

@@ -27,7 +27,13 @@ from evtrain.events import signals
 from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD
 from evtrain.ranks import get_rank
-from evtrain.run.build import build_behavior, configure_torch, rank_seed, training_status
+from evtrain.run.build import (
+    build_behavior,
+    configure_torch,
+    rank_seed,
+    training_status,
+    with_drawn_seed,
+)
 from evtrain.run.checkpoint_fit import saved_configurations
 from evtrain.run.co_players import CoPlayerWiring
 from evtrain.run.curriculum import Curriculum
@@ -116,6 +122,7 @@ def _learn(options: RunOptions, bus: Bus | None, progress: ProgressHook | None) 
     options.torch_settings.check_device()
     check_trained_model(options)
     world = World.current()
+    options = with_drawn_seed(options, world)  # configuration.yaml says which seed was drawn
     # Locked for the whole run; a run that fails before its first step removes what it wrote
     # in a folder that held nothing before, so the same command can be given again.
     with _prepare_run_folder(options, world, get_rank()) as folder:

@@ -15,8 +15,9 @@ observation the last one the trainer saw, its reward 0.  Calls that changed the 
 (``set_attr``, and ``call`` of a method whose name starts with ``set_``, as the curriculum's
 ``set_environment_parameters``) are replayed on the new ones first.  Each loss is logged and
 counted (:meth:`RayVectorEnv.take_worker_restarts`; the trainers report it as
-``Environment/Worker Restarts``); a worker lost once more than ``max_restarts`` stops the run
-with :class:`~evtrain.errors.EnvWorkerError`.
+``Environment/Worker Restarts``) — once per death, however many calls Ray failed before it saw
+the death; a worker lost once more than ``max_restarts`` stops the run with
+:class:`~evtrain.errors.EnvWorkerError`.
 
 Ray is imported only here, when a run asks for it.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +42,10 @@ from evtrain.run.ray_worker import EnvMaker, EnvWorker, StepResult
 logger = logging.getLogger("evtrain")
 
 INSTALL = "pip install 'evtrain[ray]'"
+
+RESTART_TIMEOUT_S = 600.0
+"""How long a lost worker may take to answer from its new process (Ray starts one slowly on a
+busy node) before the run stops."""
 
 
 def import_ray() -> Any:
@@ -149,6 +155,8 @@ class RayVectorEnv(VectorEnv[Any, Any, Any]):
             raise
         self.nodes = [node for node, *_ in described]
         """The Ray node id of each worker."""
+        self._pids: list[int] = [pid for _, pid, *_ in described]
+        """The process of each worker that last answered."""
         _, _, self.single_observation_space, self.single_action_space = described[0]
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
@@ -270,47 +278,80 @@ class RayVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _restarted(self, w: int) -> list[StepResult]:
         """Worker ``w``'s step after it was lost: its new environments reset, each episode
-        truncated (see the module)."""
-        share = self.shares[w]
+        truncated (see the module).
+
+        One death is counted once.  Calls Ray sends before it has seen the death fail too
+        (``ActorUnavailableError``): those are the same loss, so the worker is asked for its
+        process id, with retries until it answers from its new process, and a loss is counted
+        again only when a process that answered is gone.  Ray says when the worker is gone for
+        good (``ActorDiedError``: its ``max_restarts`` are spent)."""
+        ray, worker, share = self._ray, self.workers[w], self.shares[w]
+        self._lost(w)
+        answered = False  # whether the new process answered (so that its death is another)
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
         while True:
-            self._restarts[w] += 1
-            self._untaken += 1
-            restarts = self._restarts[w]
-            if restarts > self.settings.max_restarts:
-                raise EnvWorkerError(
-                    f"Ray environment worker {w} (environments {_span(share)}) was lost "
-                    f"{restarts} time(s), more than env_settings.ray.max_restarts "
-                    f"({self.settings.max_restarts}) allows; raise it, or find out why its "
-                    "process dies (its Ray logs: ray logs, or the session's logs folder)"
-                )
-            logger.warning(
-                "Ray environment worker %d (environments %s) was lost; restarted (%d of "
-                "env_settings.ray.max_restarts %d): its episodes end truncated",
-                w,
-                _span(share),
-                restarts,
-                self.settings.max_restarts,
-            )
             try:
-                resets = self._renew(w, restarts)
-            except self._ray.exceptions.RayActorError:
-                continue  # lost again before its environments were ready
+                describe = worker.describe.options(max_task_retries=-1)
+                left = max(0.0, deadline - time.monotonic())
+                _, pid, *_ = ray.get(describe.remote(), timeout=left)
+                if answered and pid != self._pids[w]:
+                    self._lost(w)
+                self._pids[w], answered = pid, True
+                resets = self._renew(w, self._restarts[w])
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() < deadline:
+                    continue  # lost again, or Ray not caught up yet: the process id says which
+                raise self._not_back(w) from None
+            except ray.exceptions.RayActorError:
+                self._restarts[w] = max(self._restarts[w], self.settings.max_restarts + 1)
+                raise self._spent(w) from None
+            except ray.exceptions.GetTimeoutError:
+                raise self._not_back(w) from None
             return [
                 (obs, 0.0, False, True, info, (self._env_obs[i], {}))
                 for i, (obs, info) in zip(share, resets, strict=True)
             ]
 
+    def _lost(self, w: int) -> None:
+        """Count one loss of worker ``w``; log it, or raise past ``max_restarts``."""
+        self._restarts[w] += 1
+        self._untaken += 1
+        restarts = self._restarts[w]
+        if restarts > self.settings.max_restarts:
+            raise self._spent(w)
+        logger.warning(
+            "Ray environment worker %d (environments %s) was lost; restarted (%d of "
+            "env_settings.ray.max_restarts %d): its episodes end truncated",
+            w,
+            _span(self.shares[w]),
+            restarts,
+            self.settings.max_restarts,
+        )
+
+    def _not_back(self, w: int) -> EnvWorkerError:
+        return EnvWorkerError(
+            f"Ray environment worker {w} (environments {_span(self.shares[w])}) was lost and "
+            f"did not come back within {RESTART_TIMEOUT_S:.0f} s; find out why its process "
+            "cannot start (its Ray logs: ray logs, or the session's logs folder)"
+        )
+
+    def _spent(self, w: int) -> EnvWorkerError:
+        return EnvWorkerError(
+            f"Ray environment worker {w} (environments {_span(self.shares[w])}) was lost "
+            f"{self._restarts[w]} time(s), more than env_settings.ray.max_restarts "
+            f"({self.settings.max_restarts}) allows; raise it, or find out why its "
+            "process dies (its Ray logs: ray logs, or the session's logs folder)"
+        )
+
     def _renew(self, w: int, restarts: int) -> list[tuple[Any, dict[str, Any]]]:
         """Replay the changing calls on worker ``w``'s new environments, then reset them, each
-        with a seed drawn from its own and the restart's number."""
+        with a seed drawn from its own and the restart's number.  Sent once the new process
+        answered: a call that fails now means it was lost again."""
         worker, share = self.workers[w], self.shares[w]
-        # Sent maybe before Ray saw the actor die: retried on its new process.
-        retries = self.settings.max_restarts
         for send in self._replayed:
-            self._ray.get(send(worker, share, retries))
+            self._ray.get(send(worker, share, 0))
         seeds = [_restart_seed(self._seeds[i], restarts) for i in share]
-        reset = worker.reset.options(max_task_retries=retries)
-        resets: list[tuple[Any, dict[str, Any]]] = self._ray.get(reset.remote(seeds, None))
+        resets: list[tuple[Any, dict[str, Any]]] = self._ray.get(worker.reset.remote(seeds, None))
         return resets
 
     # -- helpers -----------------------------------------------------------------------------

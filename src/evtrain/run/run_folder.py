@@ -4,12 +4,15 @@ Checked against ``--resume``/``--force``, locked for the run's whole life (:mod:
 marked as evtrain's (``.evtrain-run``) and stamped with the resolved options before the first
 step.  Run ids and behavior names are folder names (:mod:`evtrain.config.names`), so nothing here
 reaches outside ``results_dir/<run_id>``; ``--force`` removes only a folder evtrain made as a run,
-never what a symbolic link points to, and never the run the new one is to start from.
+never what a symbolic link points to, and never the run the new one is to start from.  A run
+that continues a folder (``--resume``, inference) refuses one holding a symbolic link, so it
+never writes or rotates files through one.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 from types import TracebackType
@@ -90,7 +93,7 @@ def prepare_run_folder(options: RunOptions) -> RunFolder:
         ``resume`` is set and there is nothing to resume; the folder holds something else than
         an evtrain run; another process holds the run; ``initialize_from`` names a run that
         does not exist, or (with ``force``) it or an ``init_path`` lies in the run to remove;
-        the folder cannot be written.
+        the folder cannot be written; without ``force``, the folder holds a symbolic link.
     """
     cs = options.checkpoint_settings
     path = cs.write_path
@@ -121,6 +124,8 @@ def prepare_run_folder(options: RunOptions) -> RunFolder:
     try:
         content = _content(path)
         _check_content(options, content)
+        if content and not cs.force:  # --force removes links, never what they point to
+            _refuse_links(options)
         if cs.force and content:
             logger.warning("--force: removing the earlier run in %s", path)
             _clear(path)
@@ -162,6 +167,35 @@ def _check_content(options: RunOptions, content: list[Path]) -> None:
             "use or remove it. Choose another --run-id or --results-dir, or move it away "
             "yourself."
         )
+
+
+WANDB = "wandb"
+"""wandb's own folder in a run (``writers.wandb``): wandb links its latest run there, and
+evtrain writes nothing in it."""
+
+
+def _refuse_links(options: RunOptions) -> None:
+    """Refuse a run folder that holds a symbolic link, anywhere but in wandb's own folder.
+
+    The run writes, replaces and deletes files in its folder (checkpoints and their rotation,
+    the best model, videos, TensorBoard, ``progress.csv``, ``run_logs/``); through a link —
+    a behavior folder that points elsewhere — it would write and delete outside the run.
+    """
+    cs = options.checkpoint_settings
+    root = cs.write_path
+    for folder, dirs, files in os.walk(root):  # links are listed, never followed
+        here = Path(folder)
+        if here == root and WANDB in dirs and not (root / WANDB).is_symlink():
+            dirs.remove(WANDB)  # its inside is wandb's; a link in its place is refused
+        for name in sorted([*dirs, *files]):
+            entry = here / name
+            if entry.is_symlink():
+                raise RunFolderError(
+                    f"{entry} is a symbolic link (to {os.readlink(entry)}) in run "
+                    f"{cs.run_id!r}: evtrain writes and removes files in its run folder and "
+                    "never through a link. Replace the link with the folder or file itself "
+                    "(or remove it), then run again."
+                )
 
 
 def is_run_folder(path: Path) -> bool:

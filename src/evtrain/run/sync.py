@@ -47,6 +47,9 @@ class SyncReport:
     """Events journaled and not acknowledged before the sync."""
     left: dict[str, int]
     """Events still journaled after it (the tracker did not take them in time)."""
+    refused: dict[str, int] = attrs.field(factory=dict)
+    """Events the writer refused for good (dead-lettered, in ``run_logs/dead_letter/``): e.g.
+    one naming a file to upload that evtrain did not write in the run folder."""
 
     @property
     def complete(self) -> bool:
@@ -116,7 +119,7 @@ def _sync(
             pending[name] = backlog
             logger.info("Delivering %d journaled events to %s", backlog, name)
             bus.add_writer(writer, name=name)
-        bus.close(timeout=timeout)
+        report = bus.close(timeout=timeout)
     left = {name: journal_backlog(journal, name) for name in pending}
     behind = {name: n for name, n in left.items() if n}
     if behind:
@@ -124,7 +127,8 @@ def _sync(
             "Still journaled, the tracker did not take them: %s",
             ", ".join(f"{name}: {n} events" for name, n in behind.items()),
         )
-    return SyncReport(pending=pending, left=left)
+    refused = {name: n for name, n in report.dead_lettered.items() if name in pending}
+    return SyncReport(pending=pending, left=left, refused=refused)
 
 
 def _given_plugin_paths(config: Path, saved: Any, given: Sequence[str]) -> Any:

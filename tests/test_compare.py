@@ -18,6 +18,7 @@ from evtrain.compare.comparison import Settings, compare_group
 from evtrain.compare.reading import Series, read_stat
 from evtrain.compare.runs import find_groups
 from evtrain.compare.table import curve_table
+from evtrain.extras import install_hint
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
 from evtrain_writers.tensorboard import TensorboardWriter
@@ -331,7 +332,6 @@ def test_without_matplotlib_the_table_is_printed_and_the_png_refused(results: Pa
     assert done.stdout.splitlines()[5].startswith("a-*       4  CartPole  2.50 [")
     assert done.stderr == (
         "evtrain: error: --output 'curves.png': drawing the PNG needs matplotlib, which is not "
-        "installed; install it with pip install 'evtrain[plot]' (the table above is complete "
-        "without it)\n"
+        f"installed; {install_hint('plot')} (the table above is complete without it)\n"
     )
     assert not (results.parent / "curves.png").exists()

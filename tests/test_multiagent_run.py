@@ -18,6 +18,7 @@ import torch
 from evtrain import Bus
 from evtrain.config.options import EnvironmentSettings, RunOptions
 from evtrain.errors import ConfigError
+from evtrain.extras import install_hint
 from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.co_players import CoPlayerWiring, PolicyCoPlayer
 from evtrain.run.envs import make_envs
@@ -94,15 +95,14 @@ def test_missing_pettingzoo_names_the_extra_to_install(monkeypatch: pytest.Monke
     assert info.value.problems == (
         "env_settings.env_id: 'mpe2.simple_spread_v3:parallel_env' needs a package that is not "
         "installed (ModuleNotFoundError: No module named 'mpe2.simple_spread_v3'; 'mpe2' is not a "
-        "package); install "
-        'it with pip install "evtrain[pettingzoo]" (PettingZoo, its MPE and butterfly '
-        "environments)",
+        f"package); {install_hint('pettingzoo')}: PettingZoo, its MPE and butterfly "
+        "environments",
     )
     with pytest.raises(ConfigError) as info:
         make_envs(EnvironmentSettings(env_id="classic/connect_four-v3"), behavior="a")
     assert info.value.problems[0].endswith(
         " Or give module:callable. 'classic/connect_four-v3' looks like an id of PettingZoo, "
-        'which is not installed: install it with pip install "evtrain[pettingzoo]"'
+        f"which is not installed; {install_hint('pettingzoo')}"
     )
 
 

@@ -27,7 +27,8 @@ stratified bootstrap confidence intervals as rliable defines them (Agarwal et al
 Reinforcement Learning at the Edge of the Statistical Precipice", NeurIPS 2021).
 
 exit codes: 0 the report was printed (and the PNG written); 1 the PNG could not be drawn
-(matplotlib missing: pip install 'evtrain[plot]'); 2 usage error, or runs or stat not found.
+(matplotlib missing: the plot extra, README.md "Installing extras"); 2 usage error, or runs
+or stat not found.
 see docs/compare.md."""
 
 

@@ -1,6 +1,6 @@
 """``evtrain compare --output curves.png``: the learning curves and the final-score aggregates
-in one PNG, drawn with matplotlib (the optional ``plot`` extra: ``pip install
-'evtrain[plot]'``).
+in one PNG, drawn with matplotlib (the optional ``plot`` extra: README.md,
+"Installing extras").
 
 The figure is :data:`WIDTH` x :data:`HEIGHT` pixels: on the left each group's mean curve with
 its confidence band; on the right one panel per aggregate (IQM, mean, median, optimality gap
@@ -17,12 +17,12 @@ from pathlib import Path
 
 from evtrain.atomic import atomic_write
 from evtrain.compare.comparison import GroupResult, Settings
+from evtrain.extras import install_hint
 
 WIDTH = 1200
 HEIGHT = 500
 """The PNG's size in pixels."""
 DPI = 100
-INSTALL = "pip install 'evtrain[plot]'"
 
 
 class PlotUnavailable(ImportError):
@@ -31,7 +31,7 @@ class PlotUnavailable(ImportError):
     def __init__(self, path: Path) -> None:
         super().__init__(
             f"--output {str(path)!r}: drawing the PNG needs matplotlib, which is not installed; "
-            f"install it with {INSTALL} (the table above is complete without it)"
+            f"{install_hint('plot')} (the table above is complete without it)"
         )
 
 

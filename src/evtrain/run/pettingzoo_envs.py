@@ -21,6 +21,7 @@ from typing import Any
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
+from evtrain.extras import install_hint
 
 
 def call_factory(factory: Callable[..., Any], env_id: str, kwargs: Mapping[str, Any]) -> Any:
@@ -75,13 +76,13 @@ def pettingzoo_hint(env_id: str) -> str:
     else:
         return ""
     return (
-        f" {env_id!r} looks like an id of PettingZoo, which is not installed: install it with "
-        'pip install "evtrain[pettingzoo]"'
+        f" {env_id!r} looks like an id of PettingZoo, which is not installed; "
+        f"{install_hint('pettingzoo')}"
     )
 
 
 PETTINGZOO_PACKAGES = frozenset({"pettingzoo", "mpe2", "pymunk"})
-"""What ``evtrain[pettingzoo]`` installs."""
+"""What the ``pettingzoo`` extra installs."""
 
 
 def pettingzoo_missing(error: ImportError) -> bool:
@@ -92,8 +93,8 @@ def pettingzoo_missing(error: ImportError) -> bool:
 def pettingzoo_install(env_id: str, error: ImportError) -> str:
     return (
         f"env_settings.env_id: {env_id!r} needs a package that is not installed "
-        f'({type(error).__name__}: {error}); install it with pip install "evtrain[pettingzoo]" '
-        "(PettingZoo, its MPE and butterfly environments)"
+        f"({type(error).__name__}: {error}); {install_hint('pettingzoo')}: PettingZoo, its "
+        "MPE and butterfly environments"
     )
 
 

@@ -6,6 +6,7 @@ behavior, read back in onnxruntime and TensorBoard)."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,15 @@ def test_a_module_of_pettingzoo_stands_for_its_factory() -> None:
     )
     assert (by_module.api, by_module.num_envs) == ("aec", 3)
     by_module.close()
+    dotted = slots_of(
+        "pettingzoo.classic.connect_four_v3",
+        "first",
+        "first",
+        "second",
+        agent_behaviors=FIRST_SECOND,
+    )
+    assert dotted.api == "aec"
+    dotted.close()
     by_module = slots_of(
         "pettingzoo.butterfly:knights_archers_zombies_v11", "knight", "knight", "archer"
     )
@@ -103,6 +113,28 @@ def test_missing_pettingzoo_names_the_extra_to_install(monkeypatch: pytest.Monke
     assert info.value.problems[0].endswith(
         " Or give module:callable. 'classic/connect_four-v3' looks like an id of PettingZoo, "
         f"which is not installed; {install_hint('pettingzoo')}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env_id", "package", "extra"),
+    [
+        ("pettingzoo.classic.leduc_holdem_v4", "rlcard", "pettingzoo-classic"),
+        ("pettingzoo.classic:texas_holdem_v4", "rlcard", "pettingzoo-classic"),
+        ("classic/leduc_holdem-v4", "rlcard", "pettingzoo-classic"),
+        ("sisl/multiwalker-v9", "Box2D", "pettingzoo-sisl"),
+    ],
+)
+def test_a_game_whose_package_is_missing_names_it_and_its_extra(
+    env_id: str, package: str, extra: str
+) -> None:
+    """rlcard and Box2D are not installed with the test extras: their real imports fail."""
+    assert importlib.util.find_spec(package) is None
+    with pytest.raises(ConfigError) as info:
+        make_envs(EnvironmentSettings(env_id=env_id), behavior="player")
+    assert info.value.problems == (
+        f"env_settings.env_id: {env_id!r} needs {package}, which is not installed; "
+        f"{install_hint(extra)}",
     )
 
 

@@ -15,7 +15,8 @@ import yaml
 from gymnasium import spaces
 
 from evtrain.cli import main
-from evtrain.trainers.observations import observation_layout, one_hot, policy_inputs
+from evtrain.trainers.discrete_observations import one_hot
+from evtrain.trainers.observations import observation_layout, policy_inputs
 from tests.helpers import tensorboard_steps
 
 

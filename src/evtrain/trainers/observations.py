@@ -9,9 +9,8 @@ Each part is
   last).  ``uint8`` images are scaled to ``[0, 1]`` inside the network; float images are
   taken as they are;
 * a **vector** otherwise: flattened, as evtrain always did;
-* a **one-hot vector** of ``n`` columns for a ``Discrete(n)`` (:func:`one_hot`; PettingZoo's
-  rock-paper-scissors, Gymnasium's FrozenLake and Taxi): the networks, and the exported
-  policy's input, take the one-hot row, not the index.
+* a **one-hot vector** of ``n`` columns for a ``Discrete(n)``
+  (:mod:`evtrain.trainers.discrete_observations`), in the rows and the exported policy's input.
 
 A ``Dict`` part keyed ``action_mask`` (:data:`MASK_KEY`, PettingZoo's name) is neither: it is
 the **action mask** of a ``Discrete`` action space (:mod:`evtrain.trainers.networks.masks`),
@@ -48,6 +47,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import ConfigError, SpaceMismatchError
+from evtrain.trainers.discrete_observations import encoded, one_hot
 from evtrain.trainers.networks.encoders import MIN_RESOLUTION, build_encoder, too_small
 from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.settings import NetworkSettings, VisEncodeType
@@ -321,22 +321,6 @@ def _batch_size(part: Any) -> int:
     return int(np.shape(part)[0])
 
 
-def one_hot(values: Any, n: int, first: int = 0) -> npt.NDArray[np.float32]:
-    """A batch of ``Discrete(n, start=first)`` observations as ``(B, n)`` float32 rows: a 1 in
-    the column of each value (``value - first``), 0 elsewhere.
-
-    :raises ValueError: a value outside ``first .. first + n - 1``.
-    """
-    index = np.asarray(values).reshape(-1).astype(np.int64) - first
-    if index.size and (index.min() < 0 or index.max() >= n):
-        raise ValueError(
-            f"observation values {np.asarray(values).tolist()} outside Discrete({n}, start={first})"
-        )
-    rows = np.zeros((index.size, n), dtype=np.float32)
-    rows[np.arange(index.size), index] = 1.0
-    return rows
-
-
 def _columns(part: ObservationPart, values: Any, batch: int) -> npt.NDArray[np.float32]:
     if part.one_hot:
         return one_hot(values, part.size, part.first)
@@ -348,14 +332,8 @@ def policy_inputs(space: spaces.Space[Any], obs: Any) -> dict[str, npt.NDArray[A
     order its ``forward`` takes them: ``{"obs": array}`` for a ``Box``, a ``Dict``'s arrays
     in the space's key order; a ``Discrete``'s as its one-hot rows (:func:`one_hot`)."""
     if isinstance(space, spaces.Dict):
-        return {str(k): _policy_input(space.spaces[k], obs[k]) for k in space.spaces}
-    return {BOX_INPUT: _policy_input(space, obs)}
-
-
-def _policy_input(space: spaces.Space[Any], values: Any) -> npt.NDArray[Any]:
-    if isinstance(space, spaces.Discrete):
-        return one_hot(values, int(space.n), int(space.start))
-    return np.asarray(values)
+        return {str(k): encoded(space.spaces[k], obs[k]) for k in space.spaces}
+    return {BOX_INPUT: encoded(space, obs)}
 
 
 class ObservationFlattener(nn.Module):

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "evtrain.ranks",
             "evtrain.export",
             "evtrain.evaluation.video",
+            "evtrain.extras",
         ),
     ),
     ("events", ("evtrain.events",)),

@@ -20,6 +20,7 @@ from evtrain.compare.plot import labels
 from evtrain.compare.reading import Series, event_file_damage, read_stat
 from evtrain.compare.runs import find_groups
 from evtrain.compare.table import curve_table
+from evtrain.extras import install_hint
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
 from evtrain_writers.tensorboard import TensorboardWriter
@@ -515,7 +516,6 @@ def test_without_matplotlib_the_table_is_printed_and_the_png_refused(results: Pa
     assert done.stdout.splitlines()[5].startswith("a-*       4  CartPole  2.50 [")
     assert done.stderr == (
         "evtrain: error: --output 'curves.png': drawing the figure needs matplotlib, which is "
-        "not installed; install it with pip install 'evtrain[plot]' (the table above is "
-        "complete without it)\n"
+        f"not installed; {install_hint('plot')} (the table above is complete without it)\n"
     )
     assert not (results.parent / "curves.png").exists()

@@ -6,6 +6,7 @@ behavior, read back in onnxruntime and TensorBoard)."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 from evtrain import Bus
 from evtrain.config.options import EnvironmentSettings, RunOptions
 from evtrain.errors import ConfigError
+from evtrain.extras import install_hint
 from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.co_players import CoPlayerWiring, PolicyCoPlayer
 from evtrain.run.envs import make_envs
@@ -74,6 +76,15 @@ def test_a_module_of_pettingzoo_stands_for_its_factory() -> None:
     )
     assert (by_module.api, by_module.num_envs) == ("aec", 3)
     by_module.close()
+    dotted = slots_of(
+        "pettingzoo.classic.connect_four_v3",
+        "first",
+        "first",
+        "second",
+        agent_behaviors=FIRST_SECOND,
+    )
+    assert dotted.api == "aec"
+    dotted.close()
     by_module = slots_of(
         "pettingzoo.butterfly:knights_archers_zombies_v11", "knight", "knight", "archer"
     )
@@ -94,15 +105,36 @@ def test_missing_pettingzoo_names_the_extra_to_install(monkeypatch: pytest.Monke
     assert info.value.problems == (
         "env_settings.env_id: 'mpe2.simple_spread_v3:parallel_env' needs a package that is not "
         "installed (ModuleNotFoundError: No module named 'mpe2.simple_spread_v3'; 'mpe2' is not a "
-        "package); install "
-        'it with pip install "evtrain[pettingzoo]" (PettingZoo, its MPE and butterfly '
-        "environments)",
+        f"package); {install_hint('pettingzoo')}: PettingZoo, its MPE and butterfly "
+        "environments",
     )
     with pytest.raises(ConfigError) as info:
         make_envs(EnvironmentSettings(env_id="classic/connect_four-v3"), behavior="a")
     assert info.value.problems[0].endswith(
         " Or give module:callable. 'classic/connect_four-v3' looks like an id of PettingZoo, "
-        'which is not installed: install it with pip install "evtrain[pettingzoo]"'
+        f"which is not installed; {install_hint('pettingzoo')}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env_id", "package", "extra"),
+    [
+        ("pettingzoo.classic.leduc_holdem_v4", "rlcard", "pettingzoo-classic"),
+        ("pettingzoo.classic:texas_holdem_v4", "rlcard", "pettingzoo-classic"),
+        ("classic/leduc_holdem-v4", "rlcard", "pettingzoo-classic"),
+        ("sisl/multiwalker-v9", "Box2D", "pettingzoo-sisl"),
+    ],
+)
+def test_a_game_whose_package_is_missing_names_it_and_its_extra(
+    env_id: str, package: str, extra: str
+) -> None:
+    """rlcard and Box2D are not installed with the test extras: their real imports fail."""
+    assert importlib.util.find_spec(package) is None
+    with pytest.raises(ConfigError) as info:
+        make_envs(EnvironmentSettings(env_id=env_id), behavior="player")
+    assert info.value.problems == (
+        f"env_settings.env_id: {env_id!r} needs {package}, which is not installed; "
+        f"{install_hint(extra)}",
     )
 
 

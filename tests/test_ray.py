@@ -25,6 +25,7 @@ import yaml
 
 from evtrain.config.options import EnvironmentSettings, RaySettings
 from evtrain.errors import ConfigError, EnvWorkerError
+from evtrain.extras import install_hint
 from evtrain.run.envs import make_envs
 from evtrain.run.ray_envs import worker_count
 from tests.helpers import ROOT, tensorboard_scalars
@@ -288,8 +289,8 @@ def test_without_ray_installed_the_error_says_how_to_install_it() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
     assert done.stdout == (
-        "env_settings.vectorization: 'ray' needs Ray, which is not installed: "
-        "pip install 'evtrain[ray]' (or use vectorization: async)\n"
+        "env_settings.vectorization: 'ray' needs Ray, which is not installed; "
+        f"{install_hint('ray')} (or use vectorization: async)\n"
     )
 
 

@@ -19,6 +19,7 @@ from PIL import Image
 from evtrain.config.converter import structure
 from evtrain.errors import ConfigError
 from evtrain.evaluation.video import VideoSettings, media_type_of, write_video
+from evtrain.extras import install_hint
 from tests.helpers import ROOT
 
 COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255)]
@@ -147,7 +148,7 @@ def test_mp4_without_pyav_names_the_install_command(
 
     with pytest.raises(ModuleNotFoundError) as raised:
         write_video(coloured(), tmp_path / "episode", VideoSettings(format="mp4"))
-    assert "pip install 'evtrain[video]'" in str(raised.value)
+    assert install_hint("video") in str(raised.value)
     assert "format: gif" in str(raised.value)
     assert list(tmp_path.iterdir()) == []
 

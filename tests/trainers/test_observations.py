@@ -102,12 +102,13 @@ def test_box_rows_are_the_flat_observations_as_before() -> None:
     assert name == "obs" and inputs is obs
 
 
-def test_spaces_other_than_box_and_dict_of_boxes_are_refused() -> None:
+def test_spaces_other_than_box_discrete_and_dicts_of_them_are_refused() -> None:
     with pytest.raises(SpaceMismatchError) as info:
-        observation_layout(spaces.Dict({"a": spaces.Discrete(3)}))
+        observation_layout(spaces.Dict({"a": spaces.MultiDiscrete([3, 2])}))
     assert str(info.value) == (
-        "evtrain trainers need a Box observation space, or a Dict of Box spaces, got "
-        "Discrete (key 'a'); wrap the environment with gymnasium.wrappers.FlattenObservation"
+        "evtrain trainers need a Box or Discrete observation space, or a Dict of them, got "
+        "MultiDiscrete (key 'a'); wrap the environment with "
+        "gymnasium.wrappers.FlattenObservation"
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evtrain import ConfigError, RunOptions
+from evtrain.extras import install_hint
 from evtrain_writers.mlflow_writer import get_mlflow_writers
 from evtrain_writers.prometheus_writer import get_prometheus_writers
 from evtrain_writers.wandb_writer import get_wandb_writers
@@ -35,6 +36,4 @@ def test_a_configured_tracker_whose_library_is_missing_names_the_extra(
     with pytest.raises(ConfigError) as info:
         register(options)  # type: ignore[operator]
     (problem,) = info.value.problems
-    assert problem.startswith(
-        f'writers.{name}: needs the {package} package: pip install "evtrain[{name}]"'
-    )
+    assert problem.startswith(f"writers.{name}: needs the {package} package: {install_hint(name)}")

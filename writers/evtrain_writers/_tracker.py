@@ -22,6 +22,7 @@ from typing import Any
 from evtrain.atomic import atomic_write
 from evtrain.bus.inbox import Overflow
 from evtrain.errors import ConfigError, PermanentDeliveryError
+from evtrain.extras import install_hint
 
 SPOOL = "spool"
 """The overflow policy of writers to a remote tracker: lossless, journaled, never blocks the
@@ -78,8 +79,7 @@ def require(module: str, writer: str, extra: str | None = None) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as error:
         package = module.split(".")[0]
-        install = f'pip install "evtrain[{extra or writer}]"'
-        problem = f"writers.{writer}: needs the {package} package: {install}"
+        problem = f"writers.{writer}: needs the {package} package: {install_hint(extra or writer)}"
         if error.name not in (None, module, package):  # installed, but one of its imports failed
             problem += f" (importing it failed: {error})"
         raise ConfigError([problem]) from error

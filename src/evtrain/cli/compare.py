@@ -31,7 +31,8 @@ them (Agarwal et al., "Deep Reinforcement Learning at the Edge of the Statistica
 NeurIPS 2021).
 
 exit codes: 0 the report was printed (and the figure written); 1 the figure could not be drawn
-(matplotlib missing: pip install 'evtrain[plot]'); 2 usage error, or runs or stat not found.
+(matplotlib missing: the plot extra, README.md "Installing extras"); 2 usage error, or runs
+or stat not found.
 see docs/compare.md."""
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from evtrain.cli.arguments import positive_int
 from evtrain.config.names import name_problem
 from evtrain.errors import ConfigError
+from evtrain.extras import install_hint
 
 if TYPE_CHECKING:
     import optuna
@@ -135,8 +136,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         import optuna  # noqa: F401  # only to say what to install when it is missing
     except ImportError:
         print(
-            "evtrain: error: evtrain sweep needs Optuna, which is not installed: "
-            "pip install 'evtrain[sweep]'",
+            "evtrain: error: evtrain sweep needs Optuna, which is not installed; "
+            f"{install_hint('sweep')}",
             file=sys.stderr,
         )
         return 2

@@ -1,6 +1,6 @@
 """``evtrain compare --output curves.png``: the learning curves and the final-score aggregates
-in one figure, drawn with matplotlib (the optional ``plot`` extra: ``pip install
-'evtrain[plot]'``), as a PNG, an SVG or a PDF (:data:`FORMATS`, chosen by the file's suffix).
+in one figure, drawn with matplotlib (the optional ``plot`` extra: README.md, "Installing
+extras"), as a PNG, an SVG or a PDF (:data:`FORMATS`, chosen by the file's suffix).
 
 The figure is :data:`WIDTH` x :data:`HEIGHT` pixels at :data:`DPI` (12 x 5 inches): on the
 left each group's mean curve with its confidence band; on the right one panel per aggregate
@@ -25,12 +25,12 @@ from typing import Any
 
 from evtrain.atomic import atomic_write
 from evtrain.compare.comparison import GroupResult, Settings
+from evtrain.extras import install_hint
 
 WIDTH = 1200
 HEIGHT = 500
 """The figure's size in pixels (of the PNG; SVG and PDF have its size in inches at DPI)."""
 DPI = 100
-INSTALL = "pip install 'evtrain[plot]'"
 FORMATS = (".png", ".svg", ".pdf")
 """The suffixes ``--output`` takes, each drawn in its format."""
 _METADATA: dict[str, dict[str, Any]] = {
@@ -49,7 +49,7 @@ class PlotUnavailable(ImportError):
     def __init__(self, path: Path) -> None:
         super().__init__(
             f"--output {str(path)!r}: drawing the figure needs matplotlib, which is not "
-            f"installed; install it with {INSTALL} (the table above is complete without it)"
+            f"installed; {install_hint('plot')} (the table above is complete without it)"
         )
 
 

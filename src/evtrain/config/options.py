@@ -190,7 +190,7 @@ class EnvironmentSettings:
     """Sub-environments stepped together (per rank in a distributed run)."""
     vectorization: Literal["sync", "async", "ray"] = "sync"
     """``sync`` steps them in this process; ``async`` in one subprocess each; ``ray`` in Ray
-    actors (``ray`` below; ``pip install 'evtrain[ray]'``)."""
+    actors (``ray`` below; the ``ray`` extra, README.md "Installing extras")."""
     ray: RaySettings = attrs.field(factory=RaySettings)
     """Ray's cluster and workers, for ``vectorization: ray``."""
     seed: int = attrs.field(default=-1, validator=[_seed, at_most(MAX_SEED, "(a 32-bit seed)")])

@@ -4,7 +4,7 @@
 GIF is the default because it always works: Pillow encodes it, and Pillow is installed with
 evtrain (TensorBoard needs it too), so no ffmpeg is needed, and TensorBoard's Images tab plays
 an animated GIF.  MP4 (H.264) is smaller and smoother but needs PyAV (``av``, whose wheels
-bundle the ffmpeg libraries): ``pip install 'evtrain[video]'``.
+bundle the ffmpeg libraries): the ``video`` extra (README.md, "Installing extras").
 
 Memory stays bounded: :func:`write_video` reads at most ``max_frames`` frames (and one more, to
 know whether the episode was cut) from any iterable, so a caller that yields frames as an
@@ -27,6 +27,7 @@ import numpy as np
 from attrs import validators as v
 
 from evtrain.atomic import atomic_write
+from evtrain.extras import install_hint
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -38,8 +39,6 @@ VideoFormat = Literal["gif", "mp4"]
 MEDIA_TYPES: dict[str, str] = {".gif": "image/gif", ".mp4": "video/mp4"}
 """The media type of each video file's suffix (:func:`media_type_of`)."""
 
-MP4_INSTALL = "pip install 'evtrain[video]'  (or: pip install av)"
-"""How to get PyAV, which MP4 videos need."""
 
 _positive_int = [v.instance_of(int), v.gt(0)]
 
@@ -177,7 +176,8 @@ def _require_av() -> None:
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(
             f"evaluation.video.format: 'mp4' needs PyAV, which is not installed; "
-            f"run: {MP4_INSTALL}, or use format: gif (no extra needed)",
+            f"{install_hint('video')} (or: pip install av), or use format: gif (no extra "
+            "needed)",
             name="av",
         ) from error
 

@@ -37,6 +37,7 @@ from typing import Any
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.run.pettingzoo_envs import (
+    PETTINGZOO_MODULES,
     agent_slots,
     call_factory,
     pettingzoo_hint,
@@ -222,8 +223,11 @@ def _not_an_env(env_id: str, made: Any) -> str:
 
 def _callable(env_id: str) -> Any:
     """The callable ``module:attr`` names, if it is one and not a registered Gymnasium id; a
-    module stands for its ``parallel_env``, else its ``env`` (PettingZoo's factories)."""
+    module stands for its ``parallel_env``, else its ``env`` (PettingZoo's factories).  A
+    module of PettingZoo or mpe2 may be named with a dot too (``pettingzoo.classic.rps_v2``)."""
     module_name, sep, attr = env_id.partition(":")
+    if not sep and env_id.startswith(PETTINGZOO_MODULES):  # pettingzoo.classic.rps_v2
+        module_name, sep, attr = env_id.rpartition(".")
     if not sep or "-v" in attr:
         return None  # "pkg.module:Env-v0" is Gymnasium's own registering form
     try:

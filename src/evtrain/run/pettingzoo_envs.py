@@ -21,15 +21,18 @@ from typing import Any
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
+from evtrain.extras import install_hint
 
 
 def call_factory(factory: Callable[..., Any], env_id: str, kwargs: Mapping[str, Any]) -> Any:
-    """``factory(**kwargs)``; PettingZoo missing from inside it is said with what to install."""
+    """``factory(**kwargs)``; PettingZoo, or a package one of its games needs, missing from
+    inside it is said with the extra to install."""
     try:
         return factory(**kwargs)
-    except ImportError as error:
-        if pettingzoo_missing(error):
-            raise ConfigError([pettingzoo_install(env_id, error)]) from None
+    except Exception as error:
+        missing = missing_import(error)
+        if missing is not None and pettingzoo_missing(missing):
+            raise ConfigError([pettingzoo_install(env_id, missing)]) from None
         raise
 
 
@@ -63,6 +66,10 @@ def pettingzoo_ids() -> list[str]:
 PETTINGZOO_NAMESPACES = ("atari/", "butterfly/", "classic/", "sisl/")
 """The namespaces of PettingZoo's own registry."""
 
+PETTINGZOO_MODULES = ("pettingzoo.", "mpe2.")
+"""Names of modules of PettingZoo's, which an ``env_id`` may give with a dot before the last
+part as with a colon (no Gymnasium id starts so)."""
+
 
 def pettingzoo_hint(env_id: str) -> str:
     """What to install for a PettingZoo id when PettingZoo is not installed."""
@@ -75,25 +82,53 @@ def pettingzoo_hint(env_id: str) -> str:
     else:
         return ""
     return (
-        f" {env_id!r} looks like an id of PettingZoo, which is not installed: install it with "
-        'pip install "evtrain[pettingzoo]"'
+        f" {env_id!r} looks like an id of PettingZoo, which is not installed; "
+        f"{install_hint('pettingzoo')}"
     )
 
 
 PETTINGZOO_PACKAGES = frozenset({"pettingzoo", "mpe2", "pymunk"})
-"""What ``evtrain[pettingzoo]`` installs."""
+"""What the ``pettingzoo`` extra installs."""
+
+GAME_PACKAGES: dict[str, str] = {
+    "rlcard": "pettingzoo-classic",
+    "chess": "pettingzoo-classic",
+    "Box2D": "pettingzoo-sisl",
+}
+"""What some of PettingZoo's games need besides it, and the extra that installs it: RLCard for
+the card games of ``classic`` (leduc_holdem, texas_holdem, gin_rummy), python-chess for its
+chess, Box2D for ``sisl``'s multiwalker."""
 
 
-def pettingzoo_missing(error: ImportError) -> bool:
-    name = getattr(error, "name", None) or ""
-    return name.partition(".")[0] in PETTINGZOO_PACKAGES
+def missing_import(error: BaseException) -> ImportError | None:
+    """The :class:`ImportError` behind ``error``: itself, or what it was raised from
+    (PettingZoo's registry raises its own ``FailedToImport`` from the import that failed)."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, ImportError):
+        seen = seen.__cause__
+    return seen
+
+
+def pettingzoo_missing(error: ImportError) -> str | None:
+    """The extra that installs the package whose import failed, if one of ours does."""
+    package = (getattr(error, "name", None) or "").partition(".")[0]
+    if package in PETTINGZOO_PACKAGES:
+        return "pettingzoo"
+    return GAME_PACKAGES.get(package)
 
 
 def pettingzoo_install(env_id: str, error: ImportError) -> str:
+    extra = pettingzoo_missing(error)
+    if extra is not None and extra != "pettingzoo":
+        package = (error.name or "").partition(".")[0]
+        return (
+            f"env_settings.env_id: {env_id!r} needs {package}, which is not installed; "
+            f"{install_hint(extra)}"
+        )
     return (
         f"env_settings.env_id: {env_id!r} needs a package that is not installed "
-        f'({type(error).__name__}: {error}); install it with pip install "evtrain[pettingzoo]" '
-        "(PettingZoo, its MPE and butterfly environments)"
+        f"({type(error).__name__}: {error}); {install_hint('pettingzoo')}: PettingZoo, its "
+        "MPE and butterfly environments"
     )
 
 

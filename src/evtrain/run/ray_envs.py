@@ -37,11 +37,10 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from evtrain.config.options import EnvironmentSettings, RaySettings
 from evtrain.errors import ConfigError, EnvWorkerError
+from evtrain.extras import install_hint
 from evtrain.run.ray_worker import EnvMaker, EnvWorker, StepResult
 
 logger = logging.getLogger("evtrain")
-
-INSTALL = "pip install 'evtrain[ray]'"
 
 RESTART_TIMEOUT_S = 600.0
 """How long a lost worker may take to answer from its new process (Ray starts one slowly on a
@@ -55,8 +54,8 @@ def import_ray() -> Any:
     except ImportError:
         raise ConfigError(
             [
-                "env_settings.vectorization: 'ray' needs Ray, which is not installed: "
-                f"{INSTALL} (or use vectorization: async)"
+                "env_settings.vectorization: 'ray' needs Ray, which is not installed; "
+                f"{install_hint('ray')} (or use vectorization: async)"
             ]
         ) from None
     return ray

@@ -1,13 +1,16 @@
 """Observations as the networks see them: vectors and images, one flat row per observation.
 
-An environment's observation space is a ``Box`` or a Gymnasium ``Dict`` of them.  Each part is
+An environment's observation space is a ``Box``, a ``Discrete`` or a Gymnasium ``Dict`` of them.
+Each part is
 
 * an **image** when it is a ``Box`` of rank 3: ``H x W x C`` (channels last, Gymnasium's and
   ML-Agents' layout) or ``C x H x W`` (channels first), told apart by which end is smaller
   (channels first when the first dimension is smaller than the last; ties are channels
   last).  ``uint8`` images are scaled to ``[0, 1]`` inside the network; float images are
   taken as they are;
-* a **vector** otherwise: flattened, as evtrain always did.
+* a **vector** otherwise: flattened, as evtrain always did;
+* a **one-hot vector** of ``n`` columns for a ``Discrete(n)``
+  (:mod:`evtrain.trainers.discrete_observations`), in the rows and the exported policy's input.
 
 A ``Dict`` part keyed ``action_mask`` (:data:`MASK_KEY`, PettingZoo's name) is neither: it is
 the **action mask** of a ``Discrete`` action space (:mod:`evtrain.trainers.networks.masks`),
@@ -44,6 +47,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import ConfigError, SpaceMismatchError
+from evtrain.trainers.discrete_observations import encoded, one_hot
 from evtrain.trainers.networks.encoders import MIN_RESOLUTION, build_encoder, too_small
 from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.settings import NetworkSettings, VisEncodeType
@@ -71,6 +75,10 @@ class ObservationPart:
     """Images only: ``C x H x W`` rather than ``H x W x C``."""
     scale: float = 1.0
     """Images only: what the network multiplies pixels by (``1/255`` for ``uint8``)."""
+    one_hot: bool = False
+    """A ``Discrete`` observation: its index becomes :attr:`size` one-hot columns."""
+    first: int = 0
+    """One-hot only: the ``Discrete``'s first value (its ``start``), the first column."""
 
     @property
     def size(self) -> int:
@@ -88,11 +96,16 @@ class ObservationPart:
 
 
 def _part(key: str | None, space: spaces.Space[Any], start: int) -> ObservationPart:
+    if isinstance(space, spaces.Discrete) and key != MASK_KEY:
+        n, first = int(space.n), int(space.start)
+        return ObservationPart(
+            key=key, shape=(n,), start=start, image=False, one_hot=True, first=first
+        )
     if not isinstance(space, spaces.Box):
         where = "" if key is None else f" (key {key!r})"
         raise SpaceMismatchError(
-            f"evtrain trainers need a Box observation space, or a Dict of Box spaces, got "
-            f"{type(space).__name__}{where}; wrap the environment with "
+            f"evtrain trainers need a Box or Discrete observation space, or a Dict of them, "
+            f"got {type(space).__name__}{where}; wrap the environment with "
             "gymnasium.wrappers.FlattenObservation"
         )
     shape = tuple(int(d) for d in space.shape)
@@ -217,17 +230,16 @@ class ObservationLayout:
         """A batch of observations as ``(B, size)`` float32 rows; a view of ``obs`` where
         possible unless ``copy``."""
         if self.keys is None:
+            if self.parts[0].one_hot:
+                return _columns(self.parts[0], obs, _batch_size(obs))
             x = np.array(obs, dtype=np.float32, copy=copy or None)
             return x.reshape(x.shape[0], -1)
         batch = _batch_size(obs[self.parts[0].key])
-        return np.concatenate(
-            [np.asarray(obs[p.key], dtype=np.float32).reshape(batch, -1) for p in self.parts],
-            axis=1,
-        )
+        return np.concatenate([_columns(p, obs[p.key], batch) for p in self.parts], axis=1)
 
     def tensor(self, obs: Any, device: torch.device) -> torch.Tensor:
         """A batch of observations as ``(B, size)`` float32 rows on ``device``, a copy."""
-        if self.keys is None:
+        if self.keys is None and not self.parts[0].one_hot:
             x = torch.tensor(obs, dtype=torch.float32, device=device)
             return x.reshape(x.shape[0], -1)
         return torch.from_numpy(self.rows(obs)).to(device)
@@ -309,13 +321,19 @@ def _batch_size(part: Any) -> int:
     return int(np.shape(part)[0])
 
 
+def _columns(part: ObservationPart, values: Any, batch: int) -> npt.NDArray[np.float32]:
+    if part.one_hot:
+        return one_hot(values, part.size, part.first)
+    return np.asarray(values, dtype=np.float32).reshape(batch, -1)
+
+
 def policy_inputs(space: spaces.Space[Any], obs: Any) -> dict[str, npt.NDArray[Any]]:
     """A batch of ``space``'s observations as the exported policy's inputs, by name, in the
     order its ``forward`` takes them: ``{"obs": array}`` for a ``Box``, a ``Dict``'s arrays
-    in the space's key order."""
+    in the space's key order; a ``Discrete``'s as its one-hot rows (:func:`one_hot`)."""
     if isinstance(space, spaces.Dict):
-        return {str(k): np.asarray(obs[k]) for k in space.spaces}
-    return {BOX_INPUT: np.asarray(obs)}
+        return {str(k): encoded(space.spaces[k], obs[k]) for k in space.spaces}
+    return {BOX_INPUT: encoded(space, obs)}
 
 
 class ObservationFlattener(nn.Module):

@@ -15,7 +15,15 @@ import attrs
 import pytest
 import yaml
 
-from evtrain import RunOptions, StatsEvent, StatsSummary, StatsWriter, SubscriberFailed, signals
+from evtrain import (
+    Bus,
+    RunOptions,
+    StatsEvent,
+    StatsSummary,
+    StatsWriter,
+    SubscriberFailed,
+    signals,
+)
 from evtrain.errors import ConfigError
 from evtrain.events.payloads import SubscriberStalled
 from evtrain.run.wiring import make_bus
@@ -98,6 +106,36 @@ def test_bus_block_timeout_is_a_finite_number_of_seconds_above_zero(
     with pytest.raises(ConfigError) as refused:
         RunOptions.from_dict({"bus": {"block_timeout": value}})
     assert str(refused.value) == f"bus.block_timeout: {problem}"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("block_timeout", 0, "expected a finite number of seconds above 0, got 0.0"),
+        ("block_timeout", -1, "expected a finite number of seconds above 0, got -1.0"),
+        ("stall_timeout", float("inf"), "expected a finite number of seconds above 0, got inf"),
+        ("hang_timeout", float("nan"), "expected a finite number of seconds above 0, got nan"),
+        ("capacity", 0, "expected an integer of at least 1, got 0"),
+        ("capacity_bytes", -5, "expected an integer of at least 1, got -5"),
+        ("journal_max_bytes", 0, "expected an integer of at least 1, got 0"),
+        ("max_rss_bytes", 0, "expected an integer of at least 1, got 0"),
+    ],
+)
+def test_a_subscribers_own_sizes_and_timeouts_are_checked_like_the_buss(
+    key: str, value: Any, problem: str
+) -> None:
+    """0 once passed as 'unset' (the bus's value was used) and a negative timeout was taken."""
+    with pytest.raises(ConfigError) as refused:
+        RunOptions.from_dict({"bus": {"subscribers": {"named": {key: value}}}})
+    assert str(refused.value) == f"bus.subscribers.named.{key}: {problem}"
+
+
+def test_connect_names_the_option_it_refuses() -> None:
+    with Bus() as bus, pytest.raises(ValueError) as refused:
+        bus.connect(signals.stats, lambda e: None, block_timeout=-1)
+    assert str(refused.value) == (
+        "block_timeout: expected a finite number of seconds above 0, got -1"
+    )
 
 
 class Down(StatsWriter):

@@ -5,8 +5,21 @@ per-subscriber overrides of a run's options (``bus.subscribers``).
 from __future__ import annotations
 
 import enum
+import math
+from typing import Any
 
 import attrs
+
+
+# Validators raise (message, attribute), as attrs' own do: the attribute is the key in the path.
+def _count(_: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"expected an integer of at least 1, got {value}", attribute)
+
+
+def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"expected a finite number of seconds above 0, got {value}", attribute)
 
 
 class Overflow(enum.Enum):
@@ -42,21 +55,21 @@ class SubscriberSettings:
     """Inbox overrides for one subscriber, keyed by its name on the bus (``bus.subscribers``
     in a run's options)."""
 
-    capacity: int | None = attrs.field(default=None)
-    capacity_bytes: int | None = None
+    capacity: int | None = attrs.field(default=None, validator=_count)
+    capacity_bytes: int | None = attrs.field(default=None, validator=_count)
     """Most bytes of queued events (by :func:`~evtrain.bus.sizes.event_size`); a fuller inbox
     applies ``overflow`` as a full one does.  ``None``: bounded by ``capacity`` only."""
     overflow: Overflow | None = None
-    stall_timeout: float | None = None
+    stall_timeout: float | None = attrs.field(default=None, validator=_seconds)
     """Seconds one call may run before it is a stall (``subscriber_stalled``)."""
-    block_timeout: float | None = None
+    block_timeout: float | None = attrs.field(default=None, validator=_seconds)
     """``block``: seconds ``emit`` waits on the full inbox before it drops the event, counts
     it, and emits ``subscriber_stalled``."""
-    journal_max_bytes: int | None = None
+    journal_max_bytes: int | None = attrs.field(default=None, validator=_count)
     """Spool: the most bytes its journal keeps; beyond, the oldest events are dropped."""
     isolation: Isolation | None = None
     """``process``: the subscriber runs in a child process (:mod:`evtrain.bus.process`)."""
-    hang_timeout: float | None = None
+    hang_timeout: float | None = attrs.field(default=None, validator=_seconds)
     """``process``: seconds without progress, while events wait, before its child restarts."""
-    max_rss_bytes: int | None = None
+    max_rss_bytes: int | None = attrs.field(default=None, validator=_count)
     """``process``: resident bytes past which its child restarts."""

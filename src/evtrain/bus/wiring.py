@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
+
 from evtrain.bus.closing import Deadline, pass_close_marker, pass_marker
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
@@ -123,14 +125,20 @@ class Wiring:
             for hook in ("flush", "close", "probe")
             if callable(fn := getattr(subscriber, hook, None))
         }
-        settings = SubscriberSettings(
-            capacity=capacity,
-            overflow=None if overflow is None else Overflow(overflow),
-            stall_timeout=stall_timeout,
-            block_timeout=block_timeout,
-            capacity_bytes=capacity_bytes,
-            isolation=None if isolation is None else Isolation(isolation),
-        )
+        try:
+            settings = SubscriberSettings(
+                capacity=capacity,
+                overflow=None if overflow is None else Overflow(overflow),
+                stall_timeout=stall_timeout,
+                block_timeout=block_timeout,
+                capacity_bytes=capacity_bytes,
+                isolation=None if isolation is None else Isolation(isolation),
+            )
+        except ValueError as bad:
+            if len(bad.args) != 2 or not isinstance(bad.args[1], attrs.Attribute):
+                raise
+            # A validator's (message, attribute), as the config's problem lines read it.
+            raise ValueError(f"{bad.args[1].name}: {bad.args[0]}") from None
         return self._subscribe(
             signals, subscriber, sender, ranks, settings, label, key, hooks, journal_dir
         )

@@ -3,7 +3,7 @@
 The storage is one append-only file (``JournalFileBackend``, file locks, no server), so
 workers in several processes, or on several machines that share a disk, work on one study.
 A worker takes its next trial under a lock of its own beside the journal
-(``<journal>.lock`` of Optuna's ``JournalFileOpenLock``, NFS-safe), after counting the
+(``<journal>.next.lock`` of Optuna's ``JournalFileOpenLock``, NFS-safe), after counting the
 trials the study already has: so the study gets exactly ``--trials`` trials however many
 workers ask at once, and no trial runs twice (Optuna numbers each trial once).  Before a
 process writes to the journal, :func:`check_journal` reads it whole: one that is not Optuna's

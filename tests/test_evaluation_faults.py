@@ -36,7 +36,7 @@ from evtrain import (
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
-from tests.helpers import ROOT, clean_env, isolated_python
+from tests.helpers import ROOT, clean_env, fill, isolated_python
 
 ENV_ID = "tests.evaluation_envs:cartpole"
 WAIT_S = 120.0
@@ -241,8 +241,8 @@ class Cli:
     def finish(self) -> tuple[int, str, str]:
         """Exit code, stdout and stderr, once the process has ended (by itself, in time)."""
         assert self.proc.stdout is not None
-        out = self.proc.stdout.read()
         code = self.proc.wait(WAIT_S)
+        out = self.proc.stdout.read()  # a few lines: they never filled the pipe
         self._reader.join(WAIT_S)
         return code, out, "\n".join(self.lines)
 
@@ -452,3 +452,33 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, IndexError):
         return ""
+
+
+def test_a_full_disk_while_writing_a_video_is_one_line_naming_the_file(
+    tmp_path: Path, disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The videos folder of a resumed run is on a full filesystem (the rest of the run is
+    not): each video is one warning naming its file, no temporary file is left, and the run
+    completes."""
+    first = config(tmp_path, {}, max_steps=512)
+    del first["behaviors"]["CartPole"]["evaluation"]
+    assert run(first)[0] is RunStatus.COMPLETED
+    filler = fill(disk)
+    videos = tmp_path / "results" / "run" / "CartPole" / "videos"
+    videos.symlink_to(disk)
+    options = config(tmp_path, {"video": {"max_frames": 20}}, max_steps=1536)
+    options["checkpoint_settings"]["resume"] = True
+    status, recorder = run(options)
+    assert status is RunStatus.COMPLETED
+    assert [e.step for e in recorder.of(EvaluationEvent)] == [1024, 1536]
+    assert recorder.of(ArtifactEvent) == []
+    said = [r for r in caplog.records if "was not written" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        f"CartPole: a video of the evaluation at step {step} was not written: "
+        f"{videos / f'CartPole-{step}-episode-0.gif'}: [Errno 28] No space left on device; "
+        "the evaluation counts, and the run goes on"
+        for step in (1024, 1536)
+    ]
+    assert all(r.exc_info is None for r in said)  # one line each, no traceback
+    assert sorted(p.name for p in disk.iterdir()) == [filler.name, "probe"]  # fill's own
+    assert (tmp_path / "results" / "run" / "CartPole.onnx").exists()

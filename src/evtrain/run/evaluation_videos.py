@@ -5,12 +5,17 @@ policy just evaluated, each frame rendered (``render_mode="rgb_array"``) and han
 keeps is held in memory.  For a deterministic environment the video is the evaluation's
 episode ``i`` itself.
 
+Only the newest ``video.keep`` videos of a behavior stay in its folder: each evaluation's
+videos remove the oldest beyond that (:func:`prune_videos`).
+
 A video that cannot be written (a full disk, an environment that renders no frame) is skipped
 and said why, the file named: the evaluation's returns still count, the next video is tried.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +59,27 @@ def record_videos(
             except Exception as error:  # this video only: the evaluation still counts
                 target = path.with_suffix(f".{settings.format}")
                 failed.append(f"{target}: {_reason(error)}")
+    if written:
+        prune_videos(folder, behavior, settings.keep)
     return written, failed
+
+
+def prune_videos(folder: Path, behavior: str, keep: int) -> list[Path]:
+    """Remove ``behavior``'s videos in ``folder`` but the newest ``keep`` (by step, then
+    episode); returns what was removed.  A file that cannot be removed is left for the next
+    evaluation."""
+    pattern = re.compile(rf"{re.escape(behavior)}-(\d+)-episode-(\d+)\.(?:gif|mp4)")
+    videos = sorted(
+        (int(match[1]), int(match[2]), path)
+        for path in folder.iterdir()
+        if (match := pattern.fullmatch(path.name))
+    )
+    removed = []
+    for *_, path in videos[: max(0, len(videos) - keep)]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def _reason(error: Exception) -> str:

@@ -14,9 +14,9 @@ SIGHUP) ends that wait, and the run stops without the evaluation.
 
 An evaluation that fails (its worker raised, was killed, or outlasted ``evaluation.timeout``)
 is logged as a warning and counted in the stat ``Evaluation/Failed Evaluations`` of the
-behavior's next summary (one after the last summary is in the log only); a new worker plays the next evaluation, and training goes on.  A
-video that was not written is a warning naming its file and a count in ``Evaluation/Failed
-Videos``; its evaluation still counts.
+behavior's next summary (one after the last summary is in the log only); a new worker plays
+the next evaluation, and training goes on.  A video that was not written is a warning naming
+its file and a count in ``Evaluation/Failed Videos``; its evaluation still counts.
 
 When an evaluation's mean return beats the best so far, the snapshots of its step go to the
 run's background saver (:meth:`~evtrain.run.checkpoint.CheckpointManager.save_best`), which

@@ -5,6 +5,7 @@ goes on to its final save.  The faults are those of ``tests/evaluation_envs.py``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -247,10 +248,10 @@ class Cli:
         return code, out, "\n".join(self.lines)
 
     def close(self) -> None:
-        """Kill the whole group if it still runs (a failed test), and close the pipes."""
-        if self.proc.poll() is None:
+        """Kill what is left of the session (a failed test), and close the pipes."""
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(WAIT_S)
+        self.proc.wait(WAIT_S)
         self._reader.join(WAIT_S)
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:

@@ -106,3 +106,22 @@ def mlflow_server(shared_mlflow_server: MlflowServer) -> MlflowServer:
     it (on purpose) and failed before it brought it back."""
     shared_mlflow_server.ensure_up()
     return shared_mlflow_server
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs, unmounted after the test."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

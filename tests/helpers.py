@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import csv
+import errno
 import functools
 import json
 import os
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import attrs
 import importlib_metadata
+import pytest
 
 from evtrain import StatsEvent, StatsSummary
 from evtrain_writers._hparams import HParamValue
@@ -210,3 +213,15 @@ def hparams_dashboard(logdir: Path) -> HParamsDashboard:
         metrics=sorted(str(m.name.tag) for m in experiment.metric_infos),
         sessions=sessions,
     )
+
+
+def fill(folder: Path) -> Path:
+    """Write ``folder/filler`` until the filesystem is full; returns its path."""
+    filler = folder / "filler"
+    with filler.open("wb", buffering=0) as file, contextlib.suppress(OSError):
+        while True:
+            file.write(b"\0" * 4096)
+    with pytest.raises(OSError) as full, (folder / "probe").open("wb", buffering=0) as probe:
+        probe.write(b"\0" * 8192)
+    assert full.value.errno == errno.ENOSPC
+    return filler

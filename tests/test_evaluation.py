@@ -267,3 +267,24 @@ def test_a_stopped_run_waits_for_the_evaluation_in_flight(tmp_path: Path) -> Non
     assert result.status is RunStatus.STOPPED
     final = result.steps["CartPole"]
     assert [e.step for e in recorder.of(EvaluationEvent)] == list(range(128, final + 1, 128))
+
+
+def test_videos_are_stored_once_and_only_the_newest_keep_stay(tmp_path: Path) -> None:
+    """``video.keep: 2``: every evaluation is recorded and announced, the folder keeps the two
+    newest files; TensorBoard names each file, its event file holds no video."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    video = {"episodes": 1, "every": 1, "max_frames": 8, "keep": 2}
+    recorder = evaluated_run(tmp_path, 2048, evaluation={**EVALUATION, "video": video})
+    steps = [512, 1024, 1536, 2048]
+    assert [a.step for a in recorder.of(ArtifactEvent)] == steps
+    folder = tmp_path / "results" / "run" / "CartPole"
+    assert sorted(p.name for p in (folder / "videos").iterdir()) == [
+        "CartPole-1536-episode-0.gif",
+        "CartPole-2048-episode-0.gif",
+    ]
+    accumulator = EventAccumulator(str(folder), size_guidance={"images": 0, "tensors": 0})
+    accumulator.Reload()
+    assert accumulator.Tags()["images"] == []
+    texts = accumulator.Tensors("Evaluation/Video")
+    assert [t.step for t in texts] == steps

@@ -4,14 +4,12 @@ one line and leaves its last checkpoint loadable."""
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import logging
 import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from evtrain_writers.jsonl import JsonlWriter
 from tests.helpers import (
     clean_env,
     csv_steps,
+    fill,
     isolated_python,
     jsonl_steps,
     stats_event,
@@ -35,37 +34,6 @@ from tests.helpers import (
 
 KEYS = {f"Stat/Key number {i}": float(i) for i in range(40)}
 """Forty keys: about a kilobyte a row, so that the writers soon need a new page."""
-
-
-@pytest.fixture
-def disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs, unmounted after the test."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(folder: Path) -> Path:
-    """Write ``folder/filler`` until the filesystem is full; returns its path."""
-    filler = folder / "filler"
-    with filler.open("wb", buffering=0) as file, contextlib.suppress(OSError):
-        while True:
-            file.write(b"\0" * 4096)
-    with pytest.raises(OSError) as full, (folder / "probe").open("wb", buffering=0) as probe:
-        probe.write(b"\0" * 8192)
-    assert full.value.errno == errno.ENOSPC
-    return filler
 
 
 def wait_for(ready: Callable[[], bool], what: str) -> None:

@@ -1,5 +1,5 @@
 """What the default writers make of ``evaluation`` and ``artifact`` events, delivered by a real
-bus: TensorBoard's animated GIF read back with TensorBoard's EventAccumulator, the console
+bus: TensorBoard's text naming a video read back with TensorBoard's EventAccumulator, the console
 line, the CSV that gains the ``Evaluation/...`` columns mid-run, the gauges, Prometheus."""
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ def video(tmp_path: Path, video_format: str = "gif") -> ArtifactEvent:
     )
 
 
-def test_tensorboard_shows_a_gif_video_as_an_animated_image_at_its_step(tmp_path: Path) -> None:
+def test_tensorboard_names_a_gif_video_at_its_step_without_copying_it(tmp_path: Path) -> None:
+    """The video is stored once, as its file: the event file names it, and holds none of its
+    bytes (it grew by every video, without bound, when it held them)."""
     artifact = video(tmp_path)
     with Bus() as bus:
         bus.add_writer(TensorboardWriter(tmp_path / "tb"))
@@ -63,11 +65,15 @@ def test_tensorboard_shows_a_gif_video_as_an_animated_image_at_its_step(tmp_path
 
     accumulator = EventAccumulator(str(tmp_path / "tb" / "CartPole"), size_guidance={"images": 0})
     accumulator.Reload()
-    [image] = accumulator.Images("Evaluation/Video")
-    assert (image.step, image.width, image.height) == (1000, 40, 30)
-    assert image.encoded_image_string == artifact.path.read_bytes()
-    with Image.open(io.BytesIO(image.encoded_image_string)) as gif:
-        assert (gif.format, gif.size, gif.n_frames) == ("GIF", (40, 30), 3)
+    assert accumulator.Tags()["images"] == []
+    [text] = accumulator.Tensors("Evaluation/Video")
+    assert text.step == 1000
+    assert text.tensor_proto.string_val == [f"`{artifact.path}` (GIF: open the file)".encode()]
+    [event_file] = (tmp_path / "tb" / "CartPole").glob("events.out.tfevents.*")
+    gif = artifact.path.read_bytes()
+    assert gif[-64:] not in event_file.read_bytes()
+    with Image.open(artifact.path) as image:
+        assert (image.format, image.size, image.n_frames) == ("GIF", (40, 30), 3)
     # the evaluation's stats are scalars of its own step, after the trainer's later one
     assert [(e.step, e.value) for e in accumulator.Scalars("Evaluation/Mean Return")] == [
         (1000, 25.0)

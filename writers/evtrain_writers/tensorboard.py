@@ -8,9 +8,9 @@ earlier event files (with a warning per file) when a category's file is first op
 Added: the hyperparameters also open a session of TensorBoard's HParams dashboard in the
 category's own file, and the run's end closes it (:mod:`evtrain_writers._hparams`), so runs can
 be compared by hyperparameters against their final stats, as Lightning and SB3 users expect.
-An evaluation's GIF video (``artifact`` event) is an animated image summary ``Evaluation/Video``
-at the evaluation's step, shown in the Images tab (as torch's ``SummaryWriter.add_video`` writes
-one); an MP4 (TensorBoard cannot play it) is a text summary of that tag naming the file.
+An evaluation's video (``artifact`` event) is a text summary ``Evaluation/Video`` at the
+evaluation's step naming its file: the video is stored once, as that file, not copied into the
+event file too (an event file keeps every image written to it, and grew without bound).
 
 What differs: every scalar of one ``write_stats`` call goes into one Event (one Summary with a
 value per key), encoded by hand (:mod:`evtrain_writers.tfrecord`); files stay open and are
@@ -151,19 +151,18 @@ class TensorboardWriter(StatsWriter):
             file.write_event(_session_start_event(wall_time, step))
 
     def on_artifact(self, event: ArtifactEvent) -> None:
-        """Show an evaluation video at its step: a GIF as an animated image, an MP4 as a text
-        naming the file; other artifacts are not shown."""
+        """Name an evaluation video's file at its step, in a text summary (its bytes stay in
+        the file alone); other artifacts are not shown."""
         if event.kind != "video" or event.media_type not in ("image/gif", "video/mp4"):
             return
         file = self._files.get(event.category) or self._open(event.category)
         wall_time = time.time()
         self._start(file, event.category, wall_time, event.step)
         if event.media_type == "image/gif":
-            record = _image_event(wall_time, event.step, VIDEO_TAG, event.path)
+            text = f"`{event.path}` (GIF: open the file)"
         else:
             text = f"`{event.path}` (MP4: TensorBoard cannot play it; open the file)"
-            record = _text_event(wall_time, event.step, VIDEO_TAG, text)
-        file.write_event(record)
+        file.write_event(_text_event(wall_time, event.step, VIDEO_TAG, text))
 
     def add_property(self, category: str, property_type: StatsPropertyType, value: Any) -> None:
         """Write hyperparameters (a nested mapping) as a text summary and, the first time for a
@@ -345,20 +344,5 @@ def _text_event(wall_time: float, step: int, tag: str, text: str) -> bytes:
     )
     metadata = create_summary_metadata(display_name=tag, description="")
     summary = Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
-    data_bytes: bytes = Event(wall_time=wall_time, step=step, summary=summary).SerializeToString()
-    return data_bytes
-
-
-def _image_event(wall_time: float, step: int, tag: str, path: Path) -> bytes:
-    """An image summary of the encoded file at ``path`` (a GIF plays in the Images tab)."""
-    from PIL import Image
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    encoded = path.read_bytes()
-    with Image.open(path) as image:  # reads the header only
-        width, height = image.size
-    picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encoded)
-    summary = Summary(value=[Summary.Value(tag=tag, image=picture)])
     data_bytes: bytes = Event(wall_time=wall_time, step=step, summary=summary).SerializeToString()
     return data_bytes

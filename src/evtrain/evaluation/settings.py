@@ -47,6 +47,11 @@ class EvaluationSettings:
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
     """Keyword arguments of the evaluation environments over ``env_settings.env_kwargs``
     (a key given here replaces the training one; e.g. another ``render_mode``)."""
+    timeout: float = attrs.field(default=600.0, validator=v.gt(0.0))
+    """Seconds an evaluation may take, counted from when it is sent to the worker (the worker's
+    restart included): past it the worker is killed, the evaluation is reported failed and a
+    new worker plays the next one; so an environment that hangs costs one evaluation, never
+    the run."""
     video: VideoSettings | None = attrs.field(default=None, metadata={"absent_when_none": True})
     """Record some episodes as videos (:mod:`evtrain.evaluation.video`): the environments are
     built with ``render_mode="rgb_array"`` unless ``env_kwargs`` says otherwise."""

@@ -2,9 +2,9 @@
 ``rgb_array`` frames into a GIF or an MP4 file, written atomically.
 
 GIF is the default because it always works: Pillow encodes it, and Pillow is installed with
-evtrain (TensorBoard needs it too), so no ffmpeg is needed, and TensorBoard's Images tab plays
-an animated GIF.  MP4 (H.264) is smaller and smoother but needs PyAV (``av``, whose wheels
-bundle the ffmpeg libraries): the ``video`` extra (README.md, "Installing extras").
+evtrain (TensorBoard needs it too), so no ffmpeg is needed.  MP4 (H.264) is smaller and
+smoother but needs PyAV (``av``, whose wheels bundle the ffmpeg libraries): the ``video`` extra
+(README.md, "Installing extras").
 
 Memory stays bounded: :func:`write_video` reads at most ``max_frames`` frames (and one more, to
 know whether the episode was cut) from any iterable, so a caller that yields frames as an
@@ -65,6 +65,9 @@ class VideoSettings:
     max_frames: int = attrs.field(default=1000, validator=_positive_int)
     """At most this many frames per episode: a bound on memory and file size.  Later frames are
     not recorded, and the log says so once per video."""
+    keep: int = attrs.field(default=10, validator=_positive_int)
+    """The videos kept on disk per behavior: the newest ones (by step, then episode); each new
+    video removes the oldest beyond it, a bound on what evaluations keep on disk."""
 
     def recorded(self, evaluation: int, episode: int) -> bool:
         """Whether episode ``episode`` of a behavior's ``evaluation``-th evaluation (both

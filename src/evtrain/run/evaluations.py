@@ -9,11 +9,19 @@ deterministic policy (its observation normaliser inside, as of that step: never 
 with ``best_model``, of the trainer's state; the :class:`~evtrain.run.evaluator.Evaluator`
 plays the episodes in its worker process meanwhile.  At most one evaluation per behavior is in
 flight: if the next is due before the last has finished, training waits for it (and says so
-once), so that every multiple of ``every`` is evaluated.
+once), so that every multiple of ``every`` is evaluated; a first OS signal (Ctrl-C, SIGTERM,
+SIGHUP) ends that wait, and the run stops without the evaluation.
+
+An evaluation that fails (its worker raised, was killed, or outlasted ``evaluation.timeout``)
+is logged as a warning and counted in the stat ``Evaluation/Failed Evaluations`` of the
+behavior's next summary (one after the last summary is in the log only); a new worker plays
+the next evaluation, and training goes on.  A video that was not written is a warning naming
+its file and a count in ``Evaluation/Failed Videos``; its evaluation still counts.
 
 When an evaluation's mean return beats the best so far, the snapshots of its step go to the
 run's background saver (:meth:`~evtrain.run.checkpoint.CheckpointManager.save_best`), which
-writes the best model and emits ``save``/``export`` with ``best=True``.  ``--resume`` reads
+writes the best model and emits ``save``/``export`` with ``best=True``.  A mean return that is
+not finite (a NaN reward) is never the best.  ``--resume`` reads
 ``best.json`` back, so a resumed run replaces the best only with a better one.
 
 Only rank 0 evaluates (the other ranks train on); an ``--inference`` run does not.
@@ -22,8 +30,9 @@ Only rank 0 evaluates (the other ranks train on); an ``--inference`` run does no
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -32,14 +41,16 @@ from evtrain.errors import ConfigError
 from evtrain.evaluation.video import media_type_of
 from evtrain.events import signals
 from evtrain.events.payloads import ArtifactEvent, EvaluationEvent
+from evtrain.events.stats import StatsAggregationMethod
 from evtrain.run.best_model import (
     BestRecord,
     best_checkpoint_path,
     best_model_path,
     best_record_path,
+    recover_best,
     save_best,
 )
-from evtrain.run.evaluator import Episodes, Evaluator
+from evtrain.run.evaluator import Episodes, EvaluationFailed, Evaluator
 from evtrain.run.save_schedule import SaveSchedule, example_obs
 from evtrain.run.saver import snapshot
 from evtrain.timers import hierarchical_timer
@@ -49,6 +60,7 @@ if TYPE_CHECKING:
 
     from evtrain.bus import Bus
     from evtrain.config.options import RunOptions
+    from evtrain.evaluation.settings import EvaluationSettings
     from evtrain.run.checkpoint import CheckpointManager
     from evtrain.trainers.base import Trainer
 
@@ -56,6 +68,12 @@ logger = logging.getLogger("evtrain")
 
 _WAIT_NOTED_S = 0.05
 """Training held back longer than this by an evaluation still running is logged (once)."""
+
+FAILED_EVALUATIONS = "Evaluation/Failed Evaluations"
+"""The stat counting a behavior's evaluations that failed (in its next summary)."""
+
+FAILED_VIDEOS = "Evaluation/Failed Videos"
+"""The stat counting a behavior's videos that were not written (in its next summary)."""
 
 
 @attrs.define
@@ -91,6 +109,10 @@ class Evaluations:
         """The best evaluation so far per behavior (read from ``best.json`` on ``--resume``)."""
         self.waited: dict[str, float] = {}
         """Seconds training waited for an evaluation still running, per behavior."""
+        self.begun: dict[str, int] = {}
+        """Evaluations begun per behavior (which are recorded: ``video.every``)."""
+        self.stop_requested: Callable[[], bool] = lambda: False
+        """Whether an OS signal asked the run to stop: it ends a wait for an evaluation."""
 
     def start(self, *, rank: int) -> None:
         """Build each evaluated behavior's evaluator (rank 0, training only): its first
@@ -103,14 +125,10 @@ class Evaluations:
             if settings is None:
                 continue
             _refuse_agent_slots(name, trainer, self.options.env_settings.env_id)
-            self.evaluators[name] = Evaluator(
-                name,
-                settings,
-                self.options.env_settings,
-                self.options.behaviors,
-                videos=self.managers[name].folder / "videos",
-            )
+            self.evaluators[name] = self._evaluator(name, settings)
+            self.begun[name] = 0
             self.next_due[name] = (trainer.step // settings.every + 1) * settings.every
+            recover_best(self.managers[name])  # a best model's unit a killed save left
             record = best_record_path(self.managers[name])
             self.best[name] = BestRecord.read(record) if cs.resume else None
 
@@ -126,6 +144,8 @@ class Evaluations:
             started = time.monotonic()
             self._collect(name, wait=True)
             self._note_wait(name, trainer.step, time.monotonic() - started)
+            if self.evaluators[name].running is not None:  # a signal asked the run to stop
+                return
         every = self._begin(name, trainer)
         self.next_due[name] = (trainer.step // every + 1) * every
 
@@ -151,11 +171,46 @@ class Evaluations:
             state = snapshot(trainer.state_dict()) if settings.best_model else None
             example = example_obs(trainer.envs.single_observation_space, trainer.next_obs)
             self.pending[name] = _Pending(trainer.step, policy, state, example)
-            self.evaluators[name].start(trainer.step, policy)
+            evaluation, self.begun[name] = self.begun[name], self.begun[name] + 1
+            try:
+                self.evaluators[name].start(trainer.step, policy, evaluation)
+            except EvaluationFailed as error:  # the worker ended since the last evaluation
+                self._failed(name, trainer.step, error)
         return settings.every
 
+    def _evaluator(self, name: str, settings: EvaluationSettings) -> Evaluator:
+        return Evaluator(
+            name,
+            settings,
+            self.options.env_settings,
+            self.options.behaviors,
+            videos=self.managers[name].folder / "videos",
+        )
+
+    def _failed(self, name: str, step: int, error: EvaluationFailed) -> None:
+        """The evaluation of ``name`` at ``step`` failed: say so, count it, and replace the
+        worker for the next one."""
+        self.pending.pop(name, None)
+        logger.warning(
+            "%s: the evaluation at step %d failed and is skipped (%s); training goes on, and a "
+            "new evaluation worker plays the next one",
+            name,
+            step,
+            error,
+        )
+        trainer = self.trainers[name]
+        trainer.reporter.add_stat(FAILED_EVALUATIONS, 1.0, StatsAggregationMethod.SUM)
+        self.evaluators[name].close()
+        settings = trainer.settings.evaluation
+        assert settings is not None
+        self.evaluators[name] = self._evaluator(name, settings)
+
     def _collect(self, name: str, *, wait: bool) -> None:
-        episodes = self.evaluators[name].result(wait=wait)
+        try:
+            episodes = self.evaluators[name].result(wait=wait, stop=self.stop_requested)
+        except EvaluationFailed as error:
+            self._failed(name, self.pending[name].step, error)
+            return
         if episodes is None:
             return
         pending = self.pending.pop(name)
@@ -173,9 +228,20 @@ class Evaluations:
                 description=f"evaluation episode {number} at step {episodes.step}",
             )
             self.bus.emit(signals.artifact, artifact)
-        best = self.best.get(name)
-        if pending.state is not None and (best is None or event.mean_return > best.mean_return):
-            self._save_best(name, pending, episodes, event.mean_return)
+        for failure in episodes.video_failures:
+            logger.warning(
+                "%s: a video of the evaluation at step %d was not written: %s; the evaluation "
+                "counts, and the run goes on",
+                name,
+                episodes.step,
+                failure,
+            )
+            reporter = self.trainers[name].reporter
+            reporter.add_stat(FAILED_VIDEOS, 1.0, StatsAggregationMethod.SUM)
+        best, mean = self.best.get(name), event.mean_return
+        better = math.isfinite(mean) and (best is None or mean > best.mean_return)
+        if pending.state is not None and better:
+            self._save_best(name, pending, episodes, mean)
 
     def _save_best(self, name: str, pending: _Pending, episodes: Episodes, mean: float) -> None:
         manager = self.managers[name]

@@ -16,7 +16,15 @@ training does (10 CartPole episodes of 500 steps every 10,000 steps is half as m
 Python that holds the GIL; on a thread of the training process it took the training thread's
 turns (+32 % wall time in ``benchmarks/bench_evaluation.py``), in a process it runs on a
 core of its own.  The price: the worker's start (its imports, once, off the training thread)
-and its memory (a second Python with torch).  The worker ignores Ctrl-C: the run ends it.
+and its memory (a second Python with torch).
+
+A worker that fails never fails the run: one that raises, is killed, or outlasts
+``evaluation.timeout`` (then it is killed) makes :meth:`Evaluator.result` raise
+:class:`EvaluationFailed`, and the run replaces it with a new one for the next evaluation.  A
+video that cannot be written is reported with the evaluation's returns, which still count.  The
+worker ignores SIGINT, SIGTERM and SIGHUP, which a terminal, systemd or SLURM send to the whole
+process group: they are the run's to handle, and the run ends the worker (SIGKILL once it no
+longer answers).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -49,11 +57,22 @@ from evtrain.trainers.observations import policy_inputs
 logger = logging.getLogger("evtrain")
 
 _JOIN_S = 10.0
-"""How long :meth:`Evaluator.close` waits for the worker to end before it is terminated."""
+"""How long :meth:`Evaluator.close` waits for the worker to end before it is killed."""
+
+_POLL_S = 0.1
+"""How often a wait for an evaluation looks at its timeout and at a stop request."""
+
+_IGNORED = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+"""The OS signals the worker ignores: sent to the process group, they are the run's."""
+
+_FORKSERVER_GONE = 255
+"""The exit code ``multiprocessing`` gives a forkserver's worker once the server is gone."""
 
 
 class EvaluationFailed(RuntimeError):
-    """The evaluation worker raised, or ended without answering."""
+    """The evaluation worker raised, ended without answering, or outlasted its timeout."""
 
 
 @attrs.frozen(kw_only=True)
@@ -65,6 +84,8 @@ class Episodes:
     lengths: tuple[int, ...]
     videos: tuple[tuple[int, Path], ...] = ()
     """The video of each recorded episode: its number and its file."""
+    video_failures: tuple[str, ...] = ()
+    """Why each video that could not be written was not (its file named)."""
 
 
 class Evaluator:
@@ -80,6 +101,7 @@ class Evaluator:
     ) -> None:
         """:param videos: the folder of the videos (``evaluation.video``)."""
         self.behavior = behavior
+        self.timeout = settings.timeout
         kwargs = {**env_settings.env_kwargs, **settings.env_kwargs}
         if settings.video is not None:
             kwargs.setdefault("render_mode", "rgb_array")
@@ -107,6 +129,7 @@ class Evaluator:
         self._starter.start()
         self.running: int | None = None
         """The step of the evaluation in flight, if any."""
+        self._deadline = 0.0
         self.worker_cpu_s = 0.0
         """The worker's CPU seconds as of its last evaluation (its start included)."""
 
@@ -127,41 +150,54 @@ class Evaluator:
         if self._start_error is not None:
             raise self._start_error
 
-    def start(self, step: int, policy: torch.nn.Module) -> None:
-        """Send the worker an evaluation of ``policy`` (a snapshot nothing else changes).
+    def start(self, step: int, policy: torch.nn.Module, evaluation: int) -> None:
+        """Send the worker the ``evaluation``-th evaluation (counted from 0, which says whether
+        it is recorded) of ``policy`` (a snapshot nothing else changes).
 
         :raises RuntimeError: one is still in flight (take its :meth:`result` first).
+        :raises EvaluationFailed: the worker has ended (it raised, or was killed).
         """
         if self.running is not None:
             raise RuntimeError(f"an evaluation of {self.behavior} is still running")
         self._started()
         if self._conn.poll():  # the worker failed on its own (building its environments)
-            self._raise(*self._conn.recv())
+            self._raise(*self._receive())
         buffer = io.BytesIO()
         on_cpu = policy if _device_of(policy).type == "cpu" else _cpu_copy(policy)
         torch.save(on_cpu, buffer)
-        self._send((step, buffer.getvalue()))
+        self._send((step, evaluation, buffer.getvalue()))
         self.running = step
+        self._deadline = time.monotonic() + self.timeout
 
-    def result(self, *, wait: bool) -> Episodes | None:
-        """The evaluation in flight once it is done (waited for with ``wait``), else ``None``.
+    def result(self, *, wait: bool, stop: Callable[[], bool] = lambda: False) -> Episodes | None:
+        """The evaluation in flight once it is done, else ``None``: with ``wait``, waited for
+        until it is done or ``stop()`` is true (a signal asked the run to stop).
 
-        :raises EvaluationFailed: the worker raised (its message), or ended.
+        :raises EvaluationFailed: the worker raised (its message), ended, or outlasted
+            ``evaluation.timeout`` (it is then killed); no evaluation is in flight after it.
         """
-        if self.running is None or (not wait and not self._conn.poll()):
+        if self.running is None:
             return None
+        while not self._conn.poll(self._poll_s(wait)):
+            if time.monotonic() >= self._deadline:
+                self.running = None
+                self._kill()
+                raise EvaluationFailed(
+                    f"the evaluation of {self.behavior} took more than {self.timeout:g} s "
+                    f"(behaviors.{self.behavior}.evaluation.timeout); its worker was killed"
+                )
+            if not wait or stop():
+                return None
         step, self.running = self.running, None
-        try:
-            kind, value = self._conn.recv()
-        except (EOFError, OSError):
-            raise EvaluationFailed(self._ended()) from None
+        kind, value = self._receive()
         self._raise(kind, value)
-        returns, lengths, videos, self.worker_cpu_s = value
+        returns, lengths, videos, failures, self.worker_cpu_s = value
         return Episodes(
             step=step,
             returns=tuple(returns),
             lengths=tuple(lengths),
             videos=tuple((episode, Path(path)) for episode, path in videos),
+            video_failures=tuple(failures),
         )
 
     def close(self) -> None:
@@ -174,19 +210,46 @@ class Evaluator:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(None)
             self._process.join(_JOIN_S)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(_JOIN_S)
+        self._kill()
         self._conn.close()
         self.running = None
+
+    def _poll_s(self, wait: bool) -> float:
+        """How long to poll: not at all without ``wait``, else until the next look at the
+        stop request, or the deadline if sooner."""
+        return min(_POLL_S, max(0.0, self._deadline - time.monotonic())) if wait else 0.0
+
+    def _kill(self) -> None:
+        """SIGKILL the worker if it still runs (it ignores SIGTERM), and reap it.
+
+        A forkserver killed by a signal to the process group answers for its workers no more
+        (their exit code reads 255): the worker is then killed by its pid."""
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(_JOIN_S)
+        elif self._process.exitcode == _FORKSERVER_GONE and self._process.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._process.pid, signal.SIGKILL)
+
+    def _receive(self) -> tuple[str, Any]:
+        """The worker's next message.
+
+        :raises EvaluationFailed: it ended without one (killed, or its pipe broke).
+        """
+        try:
+            message: tuple[str, Any] = self._conn.recv()
+        except (EOFError, OSError):
+            self.running = None
+            raise EvaluationFailed(self._ended()) from None
+        return message
 
     def _send(self, message: Any) -> None:
         try:
             self._conn.send(message)
         except (OSError, ValueError):
-            with contextlib.suppress(EOFError, OSError):
+            with contextlib.suppress(OSError):
                 if self._conn.poll():  # why it ended
-                    self._raise(*self._conn.recv())
+                    self._raise(*self._receive())
             raise EvaluationFailed(self._ended()) from None
 
     def _raise(self, kind: str, value: Any) -> None:
@@ -242,7 +305,9 @@ def _work(
 ) -> None:
     """The worker: build the environments, then play each evaluation sent until ``None``
     (and record its videos)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's to handle
+    for number in _IGNORED:  # sent to the whole process group, they are the run's to handle
+        signal.signal(number, signal.SIG_IGN)
+    _end_with_the_run()
     # Frames are drawn off-screen: without a display SDL (pygame, which renders Gymnasium's
     # classic-control and box2d environments) would print an error for each worker.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -253,17 +318,15 @@ def _work(
         vector = make_envs(env_settings, behavior=behavior, behaviors=behaviors)
         if not hasattr(vector, "envs"):  # the parent refuses PettingZoo environments
             raise TypeError(f"expected a SyncVectorEnv, got {type(vector).__name__}")
-        evaluation = 0
         while (message := conn.recv()) is not None:
-            step, data = message
+            step, evaluation, data = message
             policy = torch.load(io.BytesIO(data), weights_only=False)  # our own snapshot
             with torch.no_grad():
                 answer = play_episodes(
                     policy, vector, episodes=settings.episodes, seed=settings.seed
                 )
-            recorded = _videos(policy, vector, settings, evaluation, videos, behavior, step)
-            conn.send(("done", (*answer, recorded, time.process_time())))
-            evaluation += 1
+            recorded, failed = _videos(policy, vector, settings, evaluation, videos, behavior, step)
+            conn.send(("done", (*answer, recorded, failed, time.process_time())))
     except EOFError:  # the run ended
         pass
     except ConfigError as error:  # told to the run, which raises it
@@ -275,6 +338,22 @@ def _work(
             vector.close()
 
 
+def _end_with_the_run() -> None:
+    """End this worker as soon as the run's process is gone, whatever it is doing (an
+    environment that hangs included): a run killed with ``kill -9`` leaves no worker behind."""
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch(sentinel: int) -> None:
+        from multiprocessing.connection import wait
+
+        wait([sentinel])
+        os._exit(0)
+
+    threading.Thread(target=watch, args=(parent.sentinel,), daemon=True).start()
+
+
 def _videos(
     policy: torch.nn.Module,
     vector: Any,
@@ -283,9 +362,9 @@ def _videos(
     folder: Path,
     behavior: str,
     step: int,
-) -> list[tuple[int, str]]:
+) -> tuple[list[tuple[int, str]], list[str]]:
     if settings.video is None:
-        return []
+        return [], []
     from evtrain.run.evaluation_videos import record_videos
 
     return record_videos(

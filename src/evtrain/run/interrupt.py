@@ -116,13 +116,18 @@ _FIRST = {
 @contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
     """Install the handlers of :data:`HANDLED` for the duration of a run (main thread only;
-    elsewhere the request simply never fires)."""
+    elsewhere the request simply never fires).
+
+    A signal ignored when the run starts (``SIG_IGN``, inherited: ``nohup`` ignores SIGHUP, a
+    shell script's ``&`` SIGINT) stays ignored: whoever started the process asked for that."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
     previous: dict[int, Any] = {}
     for sig in HANDLED:
+        if signal.getsignal(sig.value) is signal.SIG_IGN:  # nohup, or `&` in a script
+            continue
         previous[sig.value] = signal.signal(sig.value, request._handle)
     try:
         yield request

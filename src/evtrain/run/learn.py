@@ -200,6 +200,7 @@ class _Run:
         # The handlers stay from before the first step to the end of the drain: a signal
         # during the final save or the drain is a request like any other (see interrupt.py).
         with stop_on_signals() as stop:
+            self.evaluations.stop_requested = lambda: stop.requested is not None
             try:
                 try:
                     self._start()

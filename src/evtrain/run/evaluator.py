@@ -9,7 +9,8 @@ sends it a snapshot of the policy taken at the evaluation's step (pickled, on th
 later reads back each episode's return and length.  The worker steps its sub-environments one
 by one rather than through the vector environment, so that it decides each reset: episode
 ``i`` starts from ``reset(seed=seed + i)`` on whichever environment is free, the policy acting
-on one batch of every environment's observation per step (:func:`play_episodes`).
+on one batch of every environment's observation per step
+(:func:`evtrain.run.evaluation_worker.play_episodes`).
 
 A process, not a thread: an evaluation steps as many environments as a good part of the
 training does (10 CartPole episodes of 500 steps every 10,000 steps is half as many), in
@@ -43,16 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
 import torch
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.evaluation.settings import EvaluationSettings
-from evtrain.export import memory_size_of
-from evtrain.run.envs import make_envs, working_folder_importable
-from evtrain.trainers.networks.memory import StatefulPolicy
-from evtrain.trainers.observations import policy_inputs
+from evtrain.run.evaluation_worker import work
 
 logger = logging.getLogger("evtrain")
 
@@ -61,11 +58,6 @@ _JOIN_S = 10.0
 
 _POLL_S = 0.1
 """How often a wait for an evaluation looks at its timeout and at a stop request."""
-
-_IGNORED = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
-"""The OS signals the worker ignores: sent to the process group, they are the run's."""
 
 _FORKSERVER_GONE = 255
 """The exit code ``multiprocessing`` gives a forkserver's worker once the server is gone."""
@@ -114,7 +106,7 @@ class Evaluator:
         context = _context()
         self._conn, child = context.Pipe()
         self._process = context.Process(
-            target=_work,
+            target=work,
             args=(child, behavior, settings, built, dict(behaviors), videos),
             name=f"evtrain-evaluation-{behavior}",
             daemon=True,
@@ -276,12 +268,12 @@ class Evaluator:
 
 
 def _context() -> Any:
-    """``forkserver`` (its server imports this module once, torch with it: each worker forks
+    """``forkserver`` (its server imports the worker's module once, torch with it: each worker forks
     from there ready to run), else ``spawn``."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([work.__module__])
     return context
 
 
@@ -293,140 +285,3 @@ def _cpu_copy(policy: torch.nn.Module) -> torch.nn.Module:
     import copy
 
     return copy.deepcopy(policy).cpu()
-
-
-def _work(
-    conn: Connection,
-    behavior: str,
-    settings: EvaluationSettings,
-    env_settings: EnvironmentSettings,
-    behaviors: dict[str, Any],
-    videos: Path,
-) -> None:
-    """The worker: build the environments, then play each evaluation sent until ``None``
-    (and record its videos)."""
-    for number in _IGNORED:  # sent to the whole process group, they are the run's to handle
-        signal.signal(number, signal.SIG_IGN)
-    _end_with_the_run()
-    # Frames are drawn off-screen: without a display SDL (pygame, which renders Gymnasium's
-    # classic-control and box2d environments) would print an error for each worker.
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    torch.set_num_threads(1)
-    working_folder_importable()
-    vector = None
-    try:
-        vector = make_envs(env_settings, behavior=behavior, behaviors=behaviors)
-        if not hasattr(vector, "envs"):  # the parent refuses PettingZoo environments
-            raise TypeError(f"expected a SyncVectorEnv, got {type(vector).__name__}")
-        while (message := conn.recv()) is not None:
-            step, evaluation, data = message
-            policy = torch.load(io.BytesIO(data), weights_only=False)  # our own snapshot
-            with torch.no_grad():
-                answer = play_episodes(
-                    policy, vector, episodes=settings.episodes, seed=settings.seed
-                )
-            recorded, failed = _videos(policy, vector, settings, evaluation, videos, behavior, step)
-            conn.send(("done", (*answer, recorded, failed, time.process_time())))
-    except EOFError:  # the run ended
-        pass
-    except ConfigError as error:  # told to the run, which raises it
-        conn.send(("config", list(error.problems)))
-    except Exception as error:
-        conn.send(("error", f"{type(error).__name__}: {error}"))
-    finally:
-        if vector is not None:
-            vector.close()
-
-
-def _end_with_the_run() -> None:
-    """End this worker as soon as the run's process is gone, whatever it is doing (an
-    environment that hangs included): a run killed with ``kill -9`` leaves no worker behind."""
-    parent = multiprocessing.parent_process()
-    if parent is None or parent.sentinel is None:
-        return
-
-    def watch(sentinel: int) -> None:
-        from multiprocessing.connection import wait
-
-        wait([sentinel])
-        os._exit(0)
-
-    threading.Thread(target=watch, args=(parent.sentinel,), daemon=True).start()
-
-
-def _videos(
-    policy: torch.nn.Module,
-    vector: Any,
-    settings: EvaluationSettings,
-    evaluation: int,
-    folder: Path,
-    behavior: str,
-    step: int,
-) -> tuple[list[tuple[int, str]], list[str]]:
-    if settings.video is None:
-        return [], []
-    from evtrain.run.evaluation_videos import record_videos
-
-    return record_videos(
-        policy,
-        vector,
-        settings=settings.video,
-        evaluation=evaluation,
-        episodes=settings.episodes,
-        seed=settings.seed,
-        folder=folder,
-        behavior=behavior,
-        step=step,
-    )
-
-
-def play_episodes(
-    policy: torch.nn.Module,
-    vector: Any,
-    *,
-    episodes: int,
-    seed: int,
-) -> tuple[list[float], list[int]]:
-    """Play ``episodes`` episodes of ``policy`` on the sub-environments of ``vector`` (a
-    ``SyncVectorEnv``, its own reset never used): episode ``i`` starts from
-    ``reset(seed=seed + i)`` on the next free sub-environment.  Returns each episode's return
-    and length, in episode order.
-    """
-    from gymnasium.vector.utils import concatenate, create_empty_array, iterate
-
-    envs = vector.envs
-    space = vector.single_observation_space
-    device = next(iter(policy.parameters()), torch.empty(0)).device
-    act = StatefulPolicy(policy) if memory_size_of(policy) else policy
-    returns, lengths = [0.0] * episodes, [0] * episodes
-    playing: list[int | None] = [None] * len(envs)  # the episode each environment plays
-    obs: list[Any] = [None] * len(envs)
-    started = 0
-    for j, env in enumerate(envs[:episodes]):
-        obs[j], _ = env.reset(seed=seed + j)
-        playing[j], started = j, j + 1
-    for j in range(started, len(envs)):  # more environments than episodes: never stepped
-        obs[j] = obs[0]
-    batch: Any = create_empty_array(space, len(envs))  # an array, or a Dict space's dict
-    while any(e is not None for e in playing):
-        stacked = concatenate(space, obs, batch)
-        inputs = policy_inputs(space, stacked).values()
-        tensors = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) for x in inputs]
-        actions = list(iterate(vector.action_space, act(*tensors).cpu().numpy()))
-        ended = np.zeros(len(envs), dtype=np.bool_)
-        for j, env in enumerate(envs):
-            episode = playing[j]
-            if episode is None:
-                continue
-            obs[j], reward, terminated, truncated, _ = env.step(actions[j])
-            returns[episode] += float(reward)
-            lengths[episode] += 1
-            if terminated or truncated:
-                ended[j] = True
-                playing[j] = started if started < episodes else None
-                if started < episodes:
-                    obs[j], _ = env.reset(seed=seed + started)
-                    started += 1
-        if isinstance(act, StatefulPolicy):
-            act.forget(ended)
-    return returns, lengths

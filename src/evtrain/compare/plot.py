@@ -87,7 +87,21 @@ def plot(results: Sequence[GroupResult], settings: Settings, path: Path) -> Path
     shown = labels([result.name for result in results])
     figure = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI, layout="constrained")
     grid = figure.add_gridspec(1, 1 + len(names), width_ratios=[3.0] + [1.0] * len(names))
-    curves = figure.add_subplot(grid[0, 0])
+    _curves(figure.add_subplot(grid[0, 0]), results, shown, settings)
+    for column, name in enumerate(names, start=1):
+        panel = figure.add_subplot(grid[0, column])
+        _intervals(panel, name, results, shown if column == 1 else [""] * len(results), settings)
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
+        figure.savefig(buffer, format=suffix[1:], dpi=DPI, metadata=_METADATA[suffix])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, lambda file: file.write(buffer.getvalue()))
+
+
+def _curves(
+    curves: Any, results: Sequence[GroupResult], shown: list[str], settings: Settings
+) -> None:
+    """Each group's mean learning curve with its confidence band, on the axes ``curves``."""
     for index, (result, label) in enumerate(zip(results, shown, strict=True)):
         if result.curve is None:
             continue
@@ -100,41 +114,41 @@ def plot(results: Sequence[GroupResult], settings: Settings, path: Path) -> Path
     curves.set_title(f"Learning curves: mean, {settings.confidence:.0%} interval")
     if any(result.curve is not None for result in results):
         curves.legend(loc="best")
-    for column, name in enumerate(names, start=1):
-        panel = figure.add_subplot(grid[0, column])
-        for index, result in enumerate(results):
-            estimate = result.final[name]
-            color = f"C{index % 10}"
-            panel.barh(
+
+
+def _intervals(
+    panel: Any, name: str, results: Sequence[GroupResult], ticks: list[str], settings: Settings
+) -> None:
+    """One aggregate's panel: each group's interval as a bar, its estimate as a black tick
+    (and a diamond where the interval has no width), ``ticks`` naming the groups."""
+    for index, result in enumerate(results):
+        estimate = result.final[name]
+        color = f"C{index % 10}"
+        panel.barh(
+            index,
+            estimate.high - estimate.low,
+            left=estimate.low,
+            height=0.6,
+            color=color,
+            alpha=0.75,
+        )
+        panel.vlines(estimate.value, index - 0.3, index + 0.3, color="black")
+        if estimate.high == estimate.low:
+            panel.plot(
+                estimate.value,
                 index,
-                estimate.high - estimate.low,
-                left=estimate.low,
-                height=0.6,
+                marker="D",
+                markersize=8,
                 color=color,
-                alpha=0.75,
+                markeredgecolor="black",
             )
-            panel.vlines(estimate.value, index - 0.3, index + 0.3, color="black")
-            if estimate.high == estimate.low:
-                panel.plot(
-                    estimate.value,
-                    index,
-                    marker="D",
-                    markersize=8,
-                    color=color,
-                    markeredgecolor="black",
-                )
-        lows = [result.final[name].low for result in results]
-        highs = [result.final[name].high for result in results]
-        if lows:
-            span = max(highs) - min(lows) or max(1.0, abs(max(highs))) * 0.1
-            panel.set_xlim(min(lows) - 0.1 * span, max(highs) + 0.1 * span)
-        panel.set_yticks(range(len(results)), shown if column == 1 else [""] * len(results))
-        panel.set_ylim(len(results) - 0.5, -0.5)  # the first group on top
-        panel.set_title(name)
-        gap = name == "optimality gap"
-        panel.set_xlabel(f"short of {settings.target:g}" if gap else "final score")
-    buffer = io.BytesIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
-        figure.savefig(buffer, format=suffix[1:], dpi=DPI, metadata=_METADATA[suffix])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, lambda file: file.write(buffer.getvalue()))
+    lows = [result.final[name].low for result in results]
+    highs = [result.final[name].high for result in results]
+    if lows:
+        span = max(highs) - min(lows) or max(1.0, abs(max(highs))) * 0.1
+        panel.set_xlim(min(lows) - 0.1 * span, max(highs) + 0.1 * span)
+    panel.set_yticks(range(len(results)), ticks)
+    panel.set_ylim(len(results) - 0.5, -0.5)  # the first group on top
+    panel.set_title(name)
+    gap = name == "optimality gap"
+    panel.set_xlabel(f"short of {settings.target:g}" if gap else "final score")

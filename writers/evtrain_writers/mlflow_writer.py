@@ -7,14 +7,12 @@
 - each summary period as one ``log_batch`` request: metric ``<Behavior>/<key>`` holds the
   aggregated value at the period's step.  MLflow has no histogram, so a ``HISTOGRAM`` key also
   logs ``<key>/std``, ``<key>/min`` and ``<key>/max`` (the last two when it has values);
-- the hyperparameters as params ``<Behavior>/<section>/<key>``, values cut to MLflow's length
-  limit;
+- the hyperparameters as params ``<Behavior>/<section>/<key>``, cut to MLflow's length limit;
 - each checkpoint and export as the tags ``<Behavior>/checkpoint`` and ``<Behavior>/<format>``
   (the latest path; ``best_checkpoint``, ``best_<format>`` for the best evaluation's), uploaded
   as artifacts only with ``upload_artifacts: true``; an evaluation video as ``<Behavior>/video``,
-  uploaded to ``<Behavior>/videos/`` only with ``upload_videos: true``.  Only a file evtrain
-  wrote in the run folder is uploaded (:func:`~evtrain_writers._tracker.run_file`): an event
-  naming another file is dead-lettered, neither logged nor uploaded;
+  uploaded to ``<Behavior>/videos/`` only with ``upload_videos: true``; one naming a file
+  evtrain did not write in the run folder is dead-lettered (``_tracker.run_file``);
 - the end of the run as the run's status: FINISHED (also when a subscriber stopped it), KILLED
   (interrupted) or FAILED, with the tags ``evtrain.status`` and ``evtrain.stop_reason``.
 
@@ -74,10 +72,7 @@ from evtrain_writers._mlflow_checks import check_at_start, permanent
 from evtrain_writers._mlflow_options import (
     MlflowOptions as MlflowOptions,  # re-exported: part of this module's API
 )
-from evtrain_writers._mlflow_requests import (
-    _bound_mlflow_requests,
-    _limits,
-)
+from evtrain_writers._mlflow_requests import _bound_mlflow_requests, _limits
 from evtrain_writers._mlflow_requests import (
     request_limits as request_limits,  # re-exported: part of this module's API
 )
@@ -131,8 +126,7 @@ class MlflowWriter(StatsWriter):
         self.options = options
         self.evtrain_run_id = run_id
         self.record = TrackerRecord(run_logs, RECORD)
-        self.run_folder = run_logs.parent
-        """``results/<run_id>``: files are uploaded only from inside it."""
+        self.run_folder = run_logs.parent  # results/<run_id>: uploads come only from inside it
         self.resume = resume
         self.hidden_keys = frozenset(options.hidden_keys)
         self.bounded = _bound_mlflow_requests()

@@ -125,20 +125,14 @@ class Wiring:
             for hook in ("flush", "close", "probe")
             if callable(fn := getattr(subscriber, hook, None))
         }
-        try:
-            settings = SubscriberSettings(
-                capacity=capacity,
-                overflow=None if overflow is None else Overflow(overflow),
-                stall_timeout=stall_timeout,
-                block_timeout=block_timeout,
-                capacity_bytes=capacity_bytes,
-                isolation=None if isolation is None else Isolation(isolation),
-            )
-        except ValueError as bad:
-            if len(bad.args) != 2 or not isinstance(bad.args[1], attrs.Attribute):
-                raise
-            # A validator's (message, attribute), as the config's problem lines read it.
-            raise ValueError(f"{bad.args[1].name}: {bad.args[0]}") from None
+        settings = _settings(
+            capacity=capacity,
+            overflow=None if overflow is None else Overflow(overflow),
+            stall_timeout=stall_timeout,
+            block_timeout=block_timeout,
+            capacity_bytes=capacity_bytes,
+            isolation=None if isolation is None else Isolation(isolation),
+        )
         return self._subscribe(
             signals, subscriber, sender, ranks, settings, label, key, hooks, journal_dir
         )
@@ -268,3 +262,16 @@ class Wiring:
     def _unroute(self, sub: Subscription) -> None:
         self._routes.remove(sub)
         self._subscriptions.remove(sub)
+
+
+def _settings(**given: Any) -> SubscriberSettings:
+    """``connect()``'s options as :class:`SubscriberSettings`.
+
+    :raises ValueError: one is out of range, named as the config's problem lines name it.
+    """
+    try:
+        return SubscriberSettings(**given)
+    except ValueError as bad:
+        if len(bad.args) != 2 or not isinstance(bad.args[1], attrs.Attribute):
+            raise
+        raise ValueError(f"{bad.args[1].name}: {bad.args[0]}") from None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -121,16 +121,25 @@ def stop_on_signals() -> Iterator[StopRequest]:
     A signal ignored when the run starts (``SIG_IGN``, inherited: ``nohup`` ignores SIGHUP, a
     shell script's ``&`` SIGINT) stays ignored: whoever started the process asked for that."""
     request = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
+    with handling(request._handle):
         yield request
+
+
+@contextmanager
+def handling(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """``handler`` for each of :data:`HANDLED` that the process does not ignore, for the
+    duration of the block, the handlers of before put back after it (main thread only;
+    elsewhere nothing is installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
     previous: dict[int, Any] = {}
     for sig in HANDLED:
         if signal.getsignal(sig.value) is signal.SIG_IGN:  # nohup, or `&` in a script
             continue
-        previous[sig.value] = signal.signal(sig.value, request._handle)
+        previous[sig.value] = signal.signal(sig.value, handler)
     try:
-        yield request
+        yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        for number, before in previous.items():
+            signal.signal(number, before)

@@ -22,10 +22,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 from evtrain.bus import Bus
-from evtrain.run.interrupt import HANDLED, Aborted
+from evtrain.run.interrupt import Aborted, handling
 
 logger = logging.getLogger("evtrain")
 
@@ -91,15 +90,5 @@ def stop_on_signals(on_signal: Callable[[int], None] | None = None) -> Iterator[
     """The sweep's handlers of :data:`~evtrain.run.interrupt.HANDLED` (each one the process
     does not ignore) for the duration of the block (main thread only)."""
     stop = SweepStop(on_signal)
-    if threading.current_thread() is not threading.main_thread():
+    with handling(stop._handle):
         yield stop
-        return
-    previous: dict[int, Any] = {}
-    for sig in HANDLED:
-        if signal.getsignal(sig.value) is not signal.SIG_IGN:
-            previous[sig.value] = signal.signal(sig.value, stop._handle)
-    try:
-        yield stop
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)

@@ -69,7 +69,7 @@ def atomic_write(path: StrPath, write: Callable[[BinaryIO], object]) -> Path:
         with _in_flight_changed:
             _in_flight.discard(temp)
             _in_flight_changed.notify_all()
-    _fsync_folder(path.parent)
+    fsync_folder(path.parent)
     return path
 
 
@@ -93,7 +93,7 @@ def disk_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in DISK_FULL
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
     """Make a rename in ``folder`` durable (POSIX; Windows cannot open a folder)."""
     if os.name != "posix":
         return

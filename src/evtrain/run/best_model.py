@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from evtrain.atomic import atomic_write, remove_stale_temps
+from evtrain.atomic import atomic_write, fsync_folder, remove_stale_temps
 from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.run.checkpoint_file import save_checkpoint
@@ -131,22 +131,8 @@ def _put_in_place(pt: Path, onnx: Path, record: Path) -> None:
         best = BestRecord.read(record)
         if best is not None and best.model is None:
             onnx.unlink(missing_ok=True)
-    _fsync_folders(pt.parent, onnx.parent)
-
-
-def _fsync_folders(*folders: Path) -> None:
-    """Make the renames in ``folders`` durable (where a folder can be opened: not on Windows)."""
-    for folder in dict.fromkeys(folders):
-        try:
-            descriptor = os.open(folder, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(descriptor)
-        except OSError:
-            pass
-        finally:
-            os.close(descriptor)
+    for folder in dict.fromkeys((pt.parent, onnx.parent)):
+        fsync_folder(folder)
 
 
 def save_best(

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "evtrain.export",
             "evtrain.evaluation.video",
             "evtrain.extras",
+            "evtrain.checksums",
         ),
     ),
     ("events", ("evtrain.events",)),

@@ -13,6 +13,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tb_masked_crc
 
+from evtrain.checksums import masked_crc32c
 from evtrain_writers.tfrecord import (
     CHUNK_BYTES,
     FILE_VERSION,
@@ -22,7 +23,6 @@ from evtrain_writers.tfrecord import (
     encode_varint,
     event_file_name,
     frame_record,
-    masked_crc32c,
 )
 
 

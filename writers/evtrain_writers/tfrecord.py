@@ -38,9 +38,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-import google_crc32c
-
 from evtrain.atomic import DISK_FULL
+from evtrain.checksums import masked_crc32c
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,6 @@ CHUNK_BYTES = 64 * 1024
 """Buffered records are written once at least this many bytes are waiting."""
 FILE_PREFIX = "events.out.tfevents."
 
-_crc32c = google_crc32c.value
 _U64 = struct.Struct("<Q").pack
 _U32 = struct.Struct("<I").pack
 _TAGGED_DOUBLE = struct.Struct("<Bd").pack
@@ -60,12 +58,6 @@ _F32_MAX = 3.4028234663852886e38
 _file_numbers = itertools.count()
 # Field 2 (step) for steps below 128; step 0 is left out, as protobuf leaves out defaults.
 _SMALL_STEPS = (b"", *(bytes((0x10, step)) for step in range(1, 0x80)))
-
-
-def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
-    """The TFRecord checksum of ``data``: crc32c (Castagnoli), rotated and offset."""
-    crc: int = _crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def encode_varint(value: int) -> bytes:

@@ -32,6 +32,8 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
+from evtrain.checksums import masked_crc32c
+
 TENSORBOARD_PREFIX = "events.out.tfevents"
 CSV_FILE = "progress.csv"
 JSONL_FILE = "stats.jsonl"
@@ -134,8 +136,6 @@ def event_file_damage(path: Path) -> str | None:
     """What is wrong with the TFRecord framing of the event file ``path`` (a record whose
     length or data fails its masked CRC-32C, or the file ending inside a record), or
     ``None`` when every record is whole."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
     data = path.read_bytes()
     offset = 0
     while offset < len(data):

@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-MAX_DIGITS = 20
-"""Most digits a whole number on the command line may have: every option that takes one is
-bounded well below 10**20, and Python refuses to read one of more than 4,300 digits at all."""
+from evtrain.run.options import MAX_INTEGER_DIGITS as MAX_DIGITS
 
 
 def integer(text: str) -> int:

@@ -137,6 +137,9 @@ class ReplayBatch:
     memories: Mapping[str, torch.Tensor] = attrs.field(factory=dict)
     """Sequences: each memory (:attr:`RecurrentOffPolicyAlgorithm.memory_sizes`) at the
     sequence's first step, ``[S, size]``."""
+    step: int = 0
+    """The environment step (global) the loop takes this gradient step at: the step to name
+    to :attr:`AlgorithmSpec.finite` (``finite.update(batch.step, loss, grad_norm)``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -163,7 +166,8 @@ class OffPolicyAlgorithm(Protocol):
     the checkpoints.
 
     An implementation is a class whose constructor takes one :class:`AlgorithmSpec`
-    (:data:`OffPolicyAlgorithmType`); it never sees the loop.  Each environment step the loop
+    (:data:`OffPolicyAlgorithmType`; the trainer type's ``build_algorithm`` calls it); it never
+    sees the loop.  Each environment step the loop
     calls :meth:`observe` then :meth:`act`; once the replay buffer holds ``batch_size``
     transitions, :meth:`set_learning_rate`, then one :meth:`update` per gradient step due
     (``threaded``: on the behavior's update thread).
@@ -247,5 +251,5 @@ class RecurrentOffPolicyAlgorithm(OffPolicyAlgorithm, Protocol):
 
 
 OffPolicyAlgorithmType = Callable[[AlgorithmSpec], OffPolicyAlgorithm]
-"""How an off-policy trainer names its algorithm (``OffPolicyLoop.algorithm_type``): a class
-(or factory) built from an :class:`AlgorithmSpec`."""
+"""What an off-policy trainer's ``build_algorithm`` calls: a class (or factory) built from an
+:class:`AlgorithmSpec`."""

@@ -1,7 +1,18 @@
-"""A fixed-capacity replay buffer of transitions ``(s, a, r, s', terminated)``."""
+"""The off-policy loop's replay: a fixed-capacity buffer of transitions ``(s, a, r, s',
+terminated)`` (:class:`ReplayBuffer`), and, for algorithms with ``network_settings.memory``, a
+buffer of sequences with the memories they started from (:class:`SequenceReplayBuffer`).
+
+**Sequences.**  As ML-Agents' SAC does, the sequence buffer holds sequences of
+``sequence_length`` steps of one environment (an episode's end closes one early; it is padded at
+its end) with the algorithm's memories at their first step, and samples whole sequences,
+``batch_size / sequence_length`` of them (at least one) per gradient step.  The networks run
+each sequence from its stored memories (no burn-in).  Its capacity is ``buffer_size`` steps,
+padding included (ML-Agents counts them too).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -9,11 +20,12 @@ import numpy.typing as npt
 import torch
 
 _ARRAYS = ("obs", "actions", "rewards", "next_obs", "terminated")
+_FIELDS = (*_ARRAYS, "mask")
 
 
 class Transitions(Protocol):
-    """What samples single transitions: a :class:`ReplayBuffer`, or the replay of sequences
-    of a recurrent SAC (:class:`~evtrain.trainers.sac.memory.SequenceReplayBuffer`)."""
+    """What samples single transitions: a :class:`ReplayBuffer`, or a
+    :class:`SequenceReplayBuffer`."""
 
     def __len__(self) -> int: ...
 
@@ -151,3 +163,166 @@ class ReplayBuffer:
             getattr(self, name)[:n] = np.asarray(state[name])
         self.size = n
         self.pos = int(state["pos"]) % self.capacity
+
+
+class SequenceReplayBuffer:
+    """Ring buffer of padded sequences of transitions ``(s, a, r, s', terminated)``, each with
+    the memories at its first step (see the module's docstring).
+
+    :meth:`add` takes one vector step at a time: each environment's transitions gather into
+    its open sequence, which is stored when it is ``sequence_length`` long or its episode ends.
+    An open sequence is not part of :meth:`state_dict` (a resumed run starts new episodes).
+
+    :param capacity: steps held at most, padding included (rounded down to whole sequences,
+        at least one).
+    :param memory_sizes: each memory's width by name (at least one; the names are those of
+        :meth:`sample_sequences` and :meth:`state_dict`).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_dim: int,
+        action_dim: int,
+        sequence_length: int,
+        memory_sizes: Mapping[str, int],
+        num_envs: int,
+    ) -> None:
+        L = sequence_length
+        self.sequence_length = L
+        self.capacity = max(1, capacity // L)
+        """Sequences held at most."""
+        C = self.capacity
+        self.obs = np.zeros((C, L, obs_dim), dtype=np.float32)
+        self.actions = np.zeros((C, L, action_dim), dtype=np.float32)
+        self.rewards = np.zeros((C, L), dtype=np.float32)
+        self.next_obs = np.zeros((C, L, obs_dim), dtype=np.float32)
+        self.terminated = np.zeros((C, L), dtype=np.float32)
+        """1.0 where ``s'`` is terminal (no bootstrap); truncation is not termination."""
+        self.mask = np.zeros((C, L), dtype=np.bool_)
+        """True where a position holds a transition, false where it is padding."""
+        self.memories = {
+            name: np.zeros((C, size), dtype=np.float32) for name, size in memory_sizes.items()
+        }
+        """Each memory at each sequence's first step, ``[C, size]``."""
+        self.pos = 0
+        """Where the next sequence goes."""
+        self.size = 0
+        """Sequences held."""
+        self.transitions = 0
+        """Transitions held (padding not counted)."""
+        self._open: list[list[tuple[Any, ...]]] = [[] for _ in range(num_envs)]
+        self._open_memories: list[dict[str, npt.NDArray[np.float32]]] = [{}] * num_envs
+
+    def __len__(self) -> int:
+        return self.transitions
+
+    def add(
+        self,
+        obs: npt.NDArray[np.float32],
+        actions: npt.NDArray[np.float32],
+        rewards: npt.NDArray[Any],
+        next_obs: npt.NDArray[np.float32],
+        terminated: npt.NDArray[np.bool_],
+        ended: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_],
+        memories: Mapping[str, npt.NDArray[np.float32]],
+    ) -> None:
+        """One step of every environment (first dimension = environment).
+
+        :param ended: the episode ended at this step (its sequence closes).
+        :param valid: this step is a transition (false: the autoreset step of NEXT_STEP mode,
+            which is skipped).
+        :param memories: the memories the step was taken with, by name (kept where it opens
+            a sequence).
+        """
+        for n in np.flatnonzero(valid):
+            steps = self._open[n]
+            if not steps:
+                self._open_memories[n] = {name: m[n].copy() for name, m in memories.items()}
+            steps.append((obs[n], actions[n], rewards[n], next_obs[n], terminated[n]))
+            if ended[n] or len(steps) == self.sequence_length:
+                self._store(steps, self._open_memories[n])
+                self._open[n] = []
+
+    def _store(
+        self, steps: list[tuple[Any, ...]], memories: Mapping[str, npt.NDArray[np.float32]]
+    ) -> None:
+        i, k = self.pos, len(steps)
+        if self.size == self.capacity:
+            self.transitions -= int(self.mask[i].sum())
+        columns = [np.stack(column) for column in zip(*steps, strict=True)]
+        for name, value in zip(_ARRAYS, columns, strict=True):
+            field = getattr(self, name)
+            field[i] = 0.0
+            field[i, :k] = value.reshape(k, *field.shape[2:])
+        self.mask[i] = False
+        self.mask[i, :k] = True
+        for name, memory in self.memories.items():
+            memory[i] = memories[name]
+        self.transitions += k
+        self.pos = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def _arrays(self) -> dict[str, npt.NDArray[Any]]:
+        return {name: getattr(self, name) for name in _FIELDS} | self.memories
+
+    def sample_sequences(self, sequences: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """``sequences`` sequences drawn uniformly with replacement: ``obs``, ``actions``,
+        ``next_obs`` ``[S, L, ...]``, ``rewards``, ``terminated``, ``mask`` ``[S, L]``, and each
+        memory ``[S, size]`` by its name, as CPU tensors."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        idx = rng.integers(0, self.size, size=sequences)
+        return {name: torch.from_numpy(array[idx]) for name, array in self._arrays().items()}
+
+    def sample(
+        self, batch_size: int, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``batch_size`` single transitions drawn uniformly with replacement from the stored
+        sequences (padding never): ``(obs, actions, rewards, next_obs, terminated)``, as
+        :meth:`ReplayBuffer.sample` gives them (for the models of reward providers, which look
+        at one transition at a time)."""
+        if self.transitions == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        sequence, position = np.nonzero(self.mask[: self.size])
+        pick = rng.integers(0, len(sequence), size=batch_size)
+        where = (sequence[pick], position[pick])
+        return (
+            torch.from_numpy(self.obs[where]),
+            torch.from_numpy(self.actions[where]),
+            torch.from_numpy(self.rewards[where]),
+            torch.from_numpy(self.next_obs[where]),
+            torch.from_numpy(self.terminated[where]),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stored sequences (as tensors, for ``torch.load(weights_only=True)``), the
+        memories by name, and the write position."""
+        n = self.size
+        state: dict[str, Any] = {"pos": self.pos, "size": n, "transitions": self.transitions}
+        for name, array in self._arrays().items():
+            state[name] = torch.from_numpy(array[:n].copy())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        :raises ValueError: the saved sequences do not fit (``buffer_size``,
+            ``sequence_length`` or ``memory_size`` changed).
+        """
+        n = int(state["size"])
+        shape = tuple(state["obs"].shape[1:2]) + tuple(
+            state[name].shape[1] for name in self.memories
+        )
+        ours = (self.sequence_length, *(m.shape[1] for m in self.memories.values()))
+        if n > self.capacity or (int(state["pos"]) != n and n != self.capacity) or shape != ours:
+            raise ValueError(
+                f"saved replay buffer holds {n} sequences of shape {shape}, this one holds "
+                f"{self.capacity} of {ours}; resume with the same buffer_size and memory"
+            )
+        for name, array in self._arrays().items():
+            array[:n] = np.asarray(state[name])
+        self.size = n
+        self.pos = int(state["pos"]) % self.capacity
+        self.transitions = int(state["transitions"])

@@ -1,6 +1,7 @@
-"""SAC's intrinsic reward signals (gail, curiosity, rnd) and behavioral cloning.
+"""SAC's reward providers (the intrinsic reward signals gail, curiosity, rnd) and behavioral
+cloning.
 
-How SAC uses the signals, and where it differs from ML-Agents:
+How SAC uses the reward providers, and where it differs from ML-Agents:
 
 - **Rewards at update time.** The replay buffer keeps the environment's reward (``extrinsic``
   strength applied).  Each gradient step evaluates every signal on its sampled minibatch
@@ -35,7 +36,6 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.bus.reporter import StatsReporter
 from evtrain.trainers.loops.replay import Transitions
 from evtrain.trainers.settings import SACSettings, TrainerSettings
 from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, PolicyOutput
@@ -47,9 +47,14 @@ from evtrain.trainers.signals.build import (
 from evtrain.trainers.signals.reward_signal import RewardSignal
 from evtrain.world import World
 
+Stat = tuple[str, float]
+"""A statistic to report: ``(key, value)``."""
 
-class SACSignals:
-    """The signals and the cloning of one SAC trainer (see the module's docstring).
+
+class SACRewardProviders:
+    """The reward providers and the cloning of one SAC (see the module's docstring).  They
+    report nothing themselves: :meth:`observe` and :meth:`update` return their statistics, which
+    the SAC trainer hands its stats reporter.
 
     :param action_space: ``Box``, or ``Discrete``/``MultiDiscrete`` (whose actions the
         trainer stores as ``[B, branches]`` indices).
@@ -70,7 +75,6 @@ class SACSignals:
         policy: PolicyOutput,
         actor_params: nn.Parameter,
         num_envs: int,
-        reporter: StatsReporter,
         init_generator: torch.Generator,
         generator: torch.Generator,
         device: torch.device,
@@ -79,7 +83,6 @@ class SACSignals:
         hp: SACSettings = settings.hyperparameters  # type: ignore[assignment]  # SAC's own
         self.hp = hp
         self.normalize = normalize
-        self.reporter = reporter
         self.device = device
         self.world = world
         self.discrete = isinstance(action_space, spaces.Discrete)
@@ -121,7 +124,7 @@ class SACSignals:
         return bool(self.signals) or self.cloning is not None
 
     def modules(self) -> nn.ModuleDict:
-        """The signals' models, as one module (for the trainer's synchronisation)."""
+        """The providers' models, as one module (for the trainer's synchronisation)."""
         return nn.ModuleDict(self.signals)
 
     @torch.no_grad()
@@ -132,11 +135,12 @@ class SACSignals:
         next_obs: npt.NDArray[Any],
         dones: npt.NDArray[np.bool_],
         valid: npt.NDArray[np.bool_],
-    ) -> None:
-        """Add one vector step's signal rewards to the episodes' sums; report the sums of the
+    ) -> list[Stat]:
+        """Add one vector step's provider rewards to the episodes' sums; returns the sums of the
         episodes it ended (``Policy/<Signal> Reward``)."""
+        stats: list[Stat] = []
         if not self.signals:
-            return
+            return stats
         x = self.normalize(torch.as_tensor(obs, device=self.device))
         x_next = self.normalize(torch.as_tensor(next_obs, device=self.device))
         a = self._actions(torch.as_tensor(actions, device=self.device))
@@ -144,8 +148,9 @@ class SACSignals:
             self._episode[i] += np.where(valid, signal.evaluate(x, a, x_next), 0.0)
         for n in np.flatnonzero(dones & valid):
             for i, signal in enumerate(self.signals.values()):
-                self.reporter.add_stat(f"Policy/{signal.stat_name} Reward", self._episode[i, n])
+                stats.append((f"Policy/{signal.stat_name} Reward", float(self._episode[i, n])))
         self._episode[:, dones & valid] = 0.0
+        return stats
 
     @torch.no_grad()
     def rewards(
@@ -163,32 +168,34 @@ class SACSignals:
             total = total + torch.as_tensor(reward, device=mb_rewards.device)
         return total
 
-    def update(self, step: int, replay: Transitions, rng: np.random.Generator) -> None:
-        """The signals' model updates and the cloning updates due at environment step
-        ``step`` (after ``buffer_init_steps``)."""
-        hp = self.hp
+    def update(self, step: int, replay: Transitions, rng: np.random.Generator) -> list[Stat]:
+        """The providers' model updates and the cloning updates due at environment step
+        ``step`` (after ``buffer_init_steps``); returns their statistics."""
+        hp, stats = self.hp, list[Stat]()
         elapsed = step - hp.buffer_init_steps
         if self.signals and len(replay) >= hp.batch_size:
             due = int(elapsed / hp.reward_signal_steps_per_update)
             for _ in range(due - self.signal_updates):
-                self._update_signals(replay, rng)
+                stats += self._update_signals(replay, rng)
             self.signal_updates = max(self.signal_updates, due)
         if self.cloning is not None and elapsed >= 0:
             due = elapsed // self.cloning_every + 1
             for _ in range(due - self.cloning_updates):
-                for key, value in self.cloning.update(step).items():
-                    self.reporter.add_stat(key, value)
+                stats += self.cloning.update(step).items()
             self.cloning_updates = max(self.cloning_updates, due)
+        return stats
 
-    def _update_signals(self, replay: Transitions, rng: np.random.Generator) -> None:
+    def _update_signals(self, replay: Transitions, rng: np.random.Generator) -> list[Stat]:
         mb_obs, mb_actions, _, mb_next_obs, _ = (
             t.to(self.device) for t in replay.sample(self.hp.batch_size, rng)
         )
         x, x_next = self.normalize(mb_obs), self.normalize(mb_next_obs)
         mb_actions = self._actions(mb_actions)
-        for signal in self.signals.values():
-            for key, loss in signal.update(x, mb_actions, x_next, self.world).items():
-                self.reporter.add_stat(key, float(loss))
+        return [
+            (key, float(loss))
+            for signal in self.signals.values()
+            for key, loss in signal.update(x, mb_actions, x_next, self.world).items()
+        ]
 
     def _actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Actions as the signals take them: a ``Discrete`` action's index ``[B]`` from the

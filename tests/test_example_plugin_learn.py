@@ -123,3 +123,44 @@ def test_the_slurm_initializer_joins_two_ranks(plugin_site: Path, tmp_path: Path
         f"TensorBoard: tensorboard --logdir {run.parent}\n"
     )
     assert outputs[1][0] == ""
+
+
+def test_the_example_dqn_trains_checkpoints_and_exports(plugin_site: Path, tmp_path: Path) -> None:
+    """``trainer_type: dqn`` (examples/plugin/src/evtrain_example_plugin/dqn.py), found through
+    its entry point: 320 steps, a gradient step every 2 once 64 are in."""
+    run = tmp_path / "results" / "run"
+    config = {
+        "behaviors": {
+            "Agent": {
+                "trainer_type": "dqn",
+                "hyperparameters": {
+                    "batch_size": 32,
+                    "buffer_size": 1000,
+                    "buffer_init_steps": 64,
+                    "target_update_interval": 8,
+                },
+                "network_settings": {"hidden_units": 16, "num_layers": 1},
+                "max_steps": 320,
+                "summary_freq": 160,
+                "checkpoint_interval": 320,
+            }
+        },
+        "env_settings": {"env_id": "CartPole-v1", "num_envs": 2, "seed": 2},
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(run.parent)},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = evtrain_learn(plugin_site, path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"Agent: 320 steps, policy exported to {run / 'Agent.onnx'}\n"
+        f"TensorBoard: tensorboard --logdir {run.parent}\n"
+    )
+    checkpoint = load_checkpoint(run / "Agent" / "checkpoint.pt")
+    assert checkpoint["trainer_type"] == "dqn"
+    assert checkpoint["step"] == 320
+    assert checkpoint["num_updates"] == checkpoint["dqn_updates"] == (320 - 64) // 2
+    assert (run / "Agent" / "Agent-320.pt").is_file()
+    assert (run / "Agent" / "Agent-320.onnx").is_file()
+    assert (run / "Agent.onnx").stat().st_size > 0
+    assert "Agent. Step: 320. " in result.stderr

@@ -68,6 +68,13 @@ def test_evtrain_plugins_lists_the_installed_example(plugin_site: Path) -> None:
             "loaded",
         ],
         [
+            "dqn",
+            "evtrain-example-plugin",
+            "0.1.0",
+            "evtrain_example_plugin.dqn:trainer_types",
+            "loaded",
+        ],
+        [
             "reward_clip",
             "evtrain-example-plugin",
             "0.1.0",
@@ -95,7 +102,7 @@ def test_evtrain_plugins_lists_the_installed_example(plugin_site: Path) -> None:
     expected = (
         ["default", "example_jsonl"],
         ["save_log"],
-        ["ppo", "sac", "reward_clip"],
+        ["ppo", "sac", "dqn", "reward_clip"],
         ["slurm", "torch"],
     )
     for group, names in enumerate(expected):

@@ -236,6 +236,8 @@ def test_dqn_solves_cartpole() -> None:
         summary_freq=1000,
     )
     start = time.monotonic()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small networks: more threads only contend for the cores
     try:
         with Bus() as bus:
             bus.connect(signals.stats, stats.append)
@@ -244,6 +246,7 @@ def test_dqn_solves_cartpole() -> None:
                 trainer.advance()
             bus.flush()
     finally:
+        torch.set_num_threads(threads)
         envs.close()
     returns = [r for e in stats if REWARD in e.values for r in e.values[REWARD].full_dist]
     print(

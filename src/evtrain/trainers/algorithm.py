@@ -13,7 +13,7 @@ its loop and its algorithm (docs/architecture.md, "How to add a trainer").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -137,12 +137,15 @@ class OnPolicyBatch:
 class OnPolicyAlgorithm(Protocol):
     """What the on-policy loop (:mod:`evtrain.trainers.loops.on_policy`) needs of an algorithm.
 
-    An implementation is a class whose constructor takes one :class:`AlgorithmSpec`
-    (:data:`OnPolicyAlgorithmType`): it builds its networks there, drawing their initial
-    weights from ``spec.init_generator`` in a fixed order.  The loop acts and values with
-    :attr:`agent`, evaluates :attr:`reward_providers` on each rollout, and calls
-    :meth:`update` once per rollout (with ``threaded``, on the behavior's update thread).
+    An implementation is a class whose constructor takes one :class:`AlgorithmSpec`: it
+    builds its networks there, drawing their initial weights from ``spec.init_generator`` in a
+    fixed order.  The loop acts and values with :attr:`agent`, evaluates
+    :attr:`reward_providers` on each rollout, and calls :meth:`update` once per rollout (with
+    ``threaded``, on the behavior's update thread).
     """
+
+    def __init__(self, spec: AlgorithmSpec) -> None:
+        """Build the networks, optimizers and reward providers for ``spec``."""
 
     @property
     def agent(self) -> ActorCritic | RecurrentActorCritic:
@@ -183,10 +186,6 @@ class OnPolicyAlgorithm(Protocol):
         """Restore only the networks (normaliser and reward providers' models included) from
         :meth:`state_dict`'s output (``--initialize-from``)."""
         ...
-
-
-OnPolicyAlgorithmType = Callable[[AlgorithmSpec], OnPolicyAlgorithm]
-"""How a trainer names its algorithm: a class (or factory) built from an :class:`AlgorithmSpec`."""
 
 
 # -- off-policy algorithms -------------------------------------------------------------------

@@ -274,13 +274,18 @@ class Trainer(abc.ABC):
         books.synced = (books.step, books.local_step)
         if self.world.size == 1:
             return
-        modules = [value for value in vars(self).values() if isinstance(value, nn.Module)]
+        modules = self._shared_modules()
         for module in modules:
             for part in module.modules():
                 if isinstance(part, ObservationNormalizer):
                     part.deferred = True
         self.world.broadcast_(self._shared_tensors(modules))
         self._loaded()
+
+    def _shared_modules(self) -> list[nn.Module]:
+        """The modules every rank must hold alike: here the trainer's own attributes; a loop
+        adds its algorithm's."""
+        return [value for value in vars(self).values() if isinstance(value, nn.Module)]
 
     def _shared_tensors(self, modules: list[nn.Module]) -> list[torch.Tensor]:
         """Every tensor that must be equal on all ranks: the parameters and buffers of the

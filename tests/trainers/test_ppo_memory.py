@@ -102,14 +102,16 @@ def test_sequences_reproduce_the_rollouts_log_probs_and_values(
             b[1],
         )
     torch.testing.assert_close(logprob, b[2], rtol=0, atol=1e-5)
-    breaks = trainer.terminated | trainer.truncated
+    breaks = trainer.rollout.terminated | trainer.rollout.truncated
     breaks[19::20] = True
-    layout = sequence_layout(breaks, trainer.valid, 4)
-    in_order = trainer.b_values.flatten(0, 1)[torch.from_numpy(layout.steps)]
+    layout = sequence_layout(breaks, trainer.rollout.valid, 4)
+    in_order = trainer.rollout.b_values.flatten(0, 1)[torch.from_numpy(layout.steps)]
     torch.testing.assert_close(value, in_order, rtol=0, atol=1e-5)
     # every transition is in the batch, each once; padding is not
-    assert len(b[0]) == int(trainer.valid.sum()) == int(sequences.mask.sum())
-    assert (trainer.truncated & ~trainer.terminated).any()  # time limits were bootstrapped
+    assert len(b[0]) == int(trainer.rollout.valid.sum()) == int(sequences.mask.sum())
+    assert (
+        trainer.rollout.truncated & ~trainer.rollout.terminated
+    ).any()  # time limits were bootstrapped
 
 
 @pytest.mark.parametrize(
@@ -228,7 +230,7 @@ def test_intrinsic_reward_signals_train_alongside_the_recurrent_agent(
     assert {"Losses/Curiosity Forward Loss", "Losses/RND Loss", "Policy/Rnd Reward"} <= set(
         event.values
     )
-    assert trainer.b_values.shape == (32, 2, 3)
+    assert trainer.rollout.b_values.shape == (32, 2, 3)
     assert memory_of(trainer).b_critic_memory.shape == (64, 8)
 
 

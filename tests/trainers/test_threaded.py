@@ -38,7 +38,7 @@ def rollout_logprobs(
     assert isinstance(agent, ActorCritic)  # a feed-forward one
     rows = [
         agent.evaluate(x, a, entropy=False)[0]
-        for x, a in zip(trainer.b_obs, trainer.b_actions, strict=True)
+        for x, a in zip(trainer.rollout.b_obs, trainer.rollout.b_actions, strict=True)
     ]
     return torch.stack(rows)
 
@@ -50,14 +50,14 @@ def test_ppo_rollout_acts_with_the_agent_of_before_the_update_in_flight(
     assert trainer._acting is not None
     theta0 = copy.deepcopy(trainer.agent)
     trainer.advance()  # rollout 0 with theta0; update 0 starts on the update thread
-    assert torch.equal(trainer.b_logprobs, rollout_logprobs(theta0, trainer))
+    assert torch.equal(trainer.rollout.b_logprobs, rollout_logprobs(theta0, trainer))
     trainer.advance()  # rollout 1 while update 0 runs: theta0 still acts
-    assert torch.equal(trainer.b_logprobs, rollout_logprobs(theta0, trainer))
+    assert torch.equal(trainer.rollout.b_logprobs, rollout_logprobs(theta0, trainer))
     # Update 0 was waited for before rollout 1's values: theta1 acts next, while update 1 runs.
     theta1 = copy.deepcopy(trainer._acting.module)
-    assert not torch.equal(trainer.b_logprobs, rollout_logprobs(theta1, trainer))
+    assert not torch.equal(trainer.rollout.b_logprobs, rollout_logprobs(theta1, trainer))
     trainer.advance()
-    assert torch.equal(trainer.b_logprobs, rollout_logprobs(theta1, trainer))
+    assert torch.equal(trainer.rollout.b_logprobs, rollout_logprobs(theta1, trainer))
     trainer.wait_for_update()
     for acting, trained in zip(
         trainer._acting.module.parameters(), trainer.agent.parameters(), strict=True

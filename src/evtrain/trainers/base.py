@@ -44,6 +44,7 @@ from torch import nn
 from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import StatsPropertyType
 from evtrain.export import memory_size_of
+from evtrain.trainers.algorithm import AlgorithmSpec
 from evtrain.trainers.bookkeeping import Bookkeeping
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.finite import FiniteGuard
@@ -178,6 +179,29 @@ class Trainer(abc.ABC):
         last step, once the shared state exists.  The constructor's signature is declared
         only here: a subclass overrides this hook instead of re-declaring ``__init__`` (and
         calls ``super()._setup()`` when it extends a trainer that has one)."""
+
+    def algorithm_spec(self, hyperparameters: Any = None, *, group_size: int = 1) -> AlgorithmSpec:
+        """What this trainer's algorithm is built from: its settings (with
+        ``hyperparameters`` instead of the settings' own, when given: e.g. a rounded
+        ``buffer_size``), spaces, device and world, and its random generators and non-finite
+        guard (the trainer's own objects, shared)."""
+        settings = self.settings
+        if hyperparameters is not None and hyperparameters is not settings.hyperparameters:
+            settings = attrs.evolve(settings, hyperparameters=hyperparameters)
+        return AlgorithmSpec(
+            behavior_name=self.behavior_name,
+            settings=settings,
+            observation_space=self.envs.single_observation_space,
+            action_space=self.envs.single_action_space,
+            num_envs=self.num_envs,
+            device=self.device,
+            world=self.world,
+            init_generator=self.init_generator,
+            generator=self.generator,
+            rng=self.rng,
+            finite=self.finite,
+            group_size=group_size,
+        )
 
     # -- what the runner calls ----------------------------------------------------------------
 

@@ -28,7 +28,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import attrs
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -37,38 +36,26 @@ from torch import nn
 
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.algorithm import (
-    AlgorithmSpec,
+    GroupOnPolicyAlgorithm,
     OnPolicyAlgorithm,
     OnPolicyBatch,
 )
 from evtrain.trainers.base import Trainer
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import zeroed
-from evtrain.trainers.loops.gae import compute_gae
+from evtrain.trainers.loops.group_rollout import Finals, GroupSteps, group_size_of
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
+from evtrain.trainers.loops.rollout import Rollout, rollout_hyperparameters
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.observations import behavior_layout
-from evtrain.trainers.on_policy_settings import OnPolicySettings
 from evtrain.trainers.signals.reward_signal import RewardSignal
 from evtrain.trainers.threaded import ActingCopy
 
 logger = logging.getLogger("evtrain")
 
-Minibatch = tuple[torch.Tensor, ...]
-"""(obs, actions, logprobs, advantages, returns) of a batch (``b_``) or minibatch (``mb_``),
-followed by the next observations when there are reward providers."""
-Finals = tuple[int, npt.NDArray[np.bool_], torch.Tensor]
-"""(step, which environments, normalised final observations) of time-limited episodes."""
 StepResult = tuple[Any, Any, Any, Any, dict[str, Any]]
 """What ``envs.step`` returns: observations, rewards, terminated, truncated, infos."""
-
-
-def normalized(advantages: torch.Tensor) -> torch.Tensor:
-    """Advantages shifted and scaled to mean 0 and standard deviation 1."""
-    if advantages.numel() < 2:
-        return advantages
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
 class OnPolicyTrainer(Trainer):
@@ -76,12 +63,26 @@ class OnPolicyTrainer(Trainer):
 
     algorithm_type: ClassVar[type[OnPolicyAlgorithm]]
     """The algorithm this trainer runs, built from an :class:`AlgorithmSpec`."""
+    grouped: ClassVar[bool] = False
+    """Whether the environment's agent slots come in groups whose rollout the algorithm
+    values itself (a :class:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm`; see
+    :mod:`evtrain.trainers.loops.group_rollout`)."""
     _skip_update = False
     """A non-finite reward or observation came in this rollout (``on_nonfinite: skip``)."""
 
     def _setup(self) -> None:
         envs = self.envs
-        self.hp = self._hyperparameters()
+        self.group_size = 1
+        """Agent slots per environment copy (group trainers)."""
+        if self.grouped:
+            if self.autoreset.next_step:
+                raise ValueError(
+                    f"behavior {self.behavior_name!r}: trainer_type {self.settings.trainer_type} "
+                    "needs a vector environment in autoreset_mode SAME_STEP (evtrain builds "
+                    "one; see evtrain.trainers.make_vector_env)"
+                )
+            self.group_size = group_size_of(envs)
+        self.hp = rollout_hyperparameters(self.settings, self.num_envs, self.behavior_name)
         """The hyperparameters in use (``buffer_size`` as the rollout collects it)."""
         self.num_steps = self.hp.buffer_size // self.num_envs
         """Rollout length per environment."""
@@ -93,7 +94,8 @@ class OnPolicyTrainer(Trainer):
             self.action_space,
         )
         """Where each part of an observation sits in the rows the rollout stores."""
-        self.algorithm: OnPolicyAlgorithm = self.algorithm_type(self._algorithm_spec())
+        spec = self.algorithm_spec(self.hp, group_size=self.group_size)
+        self.algorithm: OnPolicyAlgorithm = self.algorithm_type(spec)
         """The algorithm: its networks, optimizers and update."""
         self.agent: ActorCritic | RecurrentActorCritic = self.algorithm.agent
         """The actor-critic the rollout acts and values with (the algorithm's)."""
@@ -111,45 +113,16 @@ class OnPolicyTrainer(Trainer):
         )
         """Each reward provider's reward so far in each environment's episode."""
         self._allocate_rollout()
+        self.groups: GroupSteps | None = None
+        """A group trainer's group bookkeeping."""
+        if self.grouped:
+            self.groups = GroupSteps(
+                self.behavior_name, self.reporter, self.num_steps, self.num_envs, self.group_size
+            )
+        self._estimates: dict[str, float] = {}
+        """A group algorithm's value estimates of the last rollout."""
         self._acting = ActingCopy(self.agent) if self.settings.threaded else None
         """threaded: the agent the rollout acts with while the update trains ``agent``."""
-
-    def _hyperparameters(self) -> OnPolicySettings:
-        """The settings' hyperparameters, ``buffer_size`` rounded up to what a rollout holds."""
-        hp: OnPolicySettings = self.settings.hyperparameters  # type: ignore[assignment]  # base checks
-        buffer_size = hp.rollout_buffer_size(self.num_envs)
-        if buffer_size != hp.buffer_size:
-            logger.info(
-                "behaviors.%s.hyperparameters.buffer_size: %d rounded up to %d, a multiple of "
-                "batch_size (%d) and of the number of environments (%d)",
-                self.behavior_name,
-                hp.buffer_size,
-                buffer_size,
-                hp.batch_size,
-                self.num_envs,
-            )
-            hp = attrs.evolve(hp, buffer_size=buffer_size)
-        return hp
-
-    def _algorithm_spec(self) -> AlgorithmSpec:
-        """What the algorithm is built from: the settings with :attr:`hp`, and the loop's
-        generators and non-finite guard (shared objects)."""
-        settings = self.settings
-        if self.hp is not settings.hyperparameters:
-            settings = attrs.evolve(settings, hyperparameters=self.hp)
-        return AlgorithmSpec(
-            behavior_name=self.behavior_name,
-            settings=settings,
-            observation_space=self.envs.single_observation_space,
-            action_space=self.action_space,
-            num_envs=self.num_envs,
-            device=self.device,
-            world=self.world,
-            init_generator=self.init_generator,
-            generator=self.generator,
-            rng=self.rng,
-            finite=self.finite,
-        )
 
     def _caught_up(self) -> None:
         if self._acting is not None:
@@ -163,18 +136,16 @@ class OnPolicyTrainer(Trainer):
             self._action_low = self.action_space.low.reshape(-1)
             self._action_high = self.action_space.high.reshape(-1)
             self._action_shape = (self.num_envs, *self.action_space.shape)
-        # Filled row by row every iteration; the tensors are stacked once per rollout instead
-        # (a per-step tensor slice assignment costs more than the policy's matrix products).
-        T, N = self.num_steps, self.num_envs
-        self.rewards = np.zeros((T, N), dtype=np.float32)
-        self.terminated = np.zeros((T, N), dtype=np.bool_)
-        self.truncated = np.zeros((T, N), dtype=np.bool_)
-        K = len(self.reward_providers)
-        self.bootstrap = np.zeros((T, N) if K == 0 else (T, N, 1 + K), dtype=np.float32)
-        self.valid = np.ones((T, N), dtype=np.bool_)
-        self._steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        """(obs, action, logprob) of each step of the rollout so far."""
-        self._finals: list[Finals] = []
+        self.rollout = Rollout(
+            self.num_steps,
+            self.num_envs,
+            len(self.reward_providers),
+            time_horizon=self.settings.time_horizon,
+            lambd=self.hp.lambd,
+            next_step=self.autoreset.next_step,
+            device=self.device,
+        )
+        """The rollout's arrays (:mod:`evtrain.trainers.loops.rollout`)."""
 
     @property
     def steps_per_update(self) -> int:
@@ -204,7 +175,7 @@ class OnPolicyTrainer(Trainer):
             action, logprob = acting.act(x, self.act_generator)
         else:  # with memory: the critic steps along, carrying its own memory
             action, logprob = self._memory().act(acting, x, self.act_generator)
-        self._steps.append((x, action, logprob))
+        self.rollout.add(x, action, logprob)
         return action
 
     def _acting_agent(self) -> ActorCritic | RecurrentActorCritic:
@@ -224,24 +195,28 @@ class OnPolicyTrainer(Trainer):
         after :meth:`act`'s actions); :attr:`next_obs` becomes ``next_obs``."""
         final = self._record_row(t, next_obs, reward, terminated, truncated, infos)
         if final is not None:
-            self._finals.append(final)
+            self.rollout.add_final(final)
         if self.memory is not None:
             # Episode ends erase the memories; in NEXT_STEP mode only after the next step,
             # which still observes (and values) the final observation.
-            dones = self.terminated[t] | self.truncated[t]
-            ended = ~self.valid[t] if self.autoreset.next_step else dones
+            dones = terminated | truncated
+            ended = ~self.rollout.valid[t] if self.autoreset.next_step else dones
             self.memory.stepped(self._acting_agent(), None if final is None else final[1:], ended)
 
     def end_rollout(self) -> OnPolicyBatch | None:
         """The rollout valued, GAE computed, flattened into the algorithm's batch; ``None``
         when a non-finite reward or observation skips this update (``on_nonfinite: skip``;
-        the ranks agree), the summary period then ended."""
-        next_value = self._rollout_values()
+        the ranks agree), the summary period then ended.  A group trainer's algorithm values
+        its rollout itself (:meth:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm.batch`)."""
+        finals = self._end_collection()
+        next_value = None if self.groups is not None else self._value_rollout(finals)
         self._sync_step()  # distributed: the schedules follow the global step
         skip, self._skip_update = self._skip_update, False
         if self.finite.policy == "skip" and self.world.any(skip):
             self._end_period()
             return None
+        if next_value is None:
+            return self._group_batch(finals)
         if self.reward_providers:
             self.provider_rewards = self._evaluate_reward_providers()
         # The update reads this batch only (threaded: the next rollout, collected while it
@@ -260,13 +235,39 @@ class OnPolicyTrainer(Trainer):
         for key, value in self.algorithm.update(batch).items():
             self.reporter.add_stat(key, value)
 
+    @torch.no_grad()
+    def _group_batch(self, finals: list[Finals]) -> OnPolicyBatch:
+        """The group algorithm's batch of the rollout (and its value estimates, kept)."""
+        assert self.groups is not None
+        algorithm: GroupOnPolicyAlgorithm = self.algorithm  # type: ignore[assignment]  # grouped
+        next_x = self.agent.normalizer(self.layout.tensor(self.next_obs, self.device))
+        r = self.rollout
+        rollout = self.groups.rollout(
+            r.b_obs,
+            r.b_actions,
+            r.b_logprobs,
+            next_x,
+            getattr(self.envs, "acting", None),
+            finals,
+            r.rewards,
+            r.valid,
+            self.step,
+        )
+        batch, self._estimates = algorithm.batch(rollout)
+        return batch
+
     def _report_estimates(self) -> None:
-        """``Policy/Extrinsic Value Estimate`` and each reward provider's."""
+        """``Policy/Extrinsic Value Estimate`` and each reward provider's (a group
+        algorithm's: what it said)."""
         report = self.reporter.add_stat
-        if not self.reward_providers:
-            report("Policy/Extrinsic Value Estimate", float(self.b_values.mean()))
+        if self.groups is not None:
+            for key, value in self._estimates.items():
+                report(key, value)
             return
-        b_values = self.b_values.flatten(0, 1)
+        if not self.reward_providers:
+            report("Policy/Extrinsic Value Estimate", float(self.rollout.b_values.mean()))
+            return
+        b_values = self.rollout.b_values.flatten(0, 1)
         report("Policy/Extrinsic Value Estimate", float(b_values[:, 0].mean()))
         for i, provider in enumerate(self.reward_providers.values(), start=1):
             report(f"Policy/{provider.stat_name} Value Estimate", float(b_values[:, i].mean()))
@@ -274,29 +275,22 @@ class OnPolicyTrainer(Trainer):
     @torch.no_grad()
     def _collect_rollout(self) -> torch.Tensor:
         """Step every environment ``num_steps`` times; returns ``V`` of the last observations
-        (:meth:`_rollout_values`)."""
+        (not for group trainers)."""
         for t in range(self.num_steps):
             self.record(t, *self.env_step(self.act(t)))
-        return self._rollout_values()
+        return self._value_rollout(self._end_collection())
 
     @torch.no_grad()
-    def _rollout_values(self) -> torch.Tensor:
-        """End the collection: ``b_obs``, ``b_actions``, ``b_logprobs``, ``b_values`` (``(T, N,
-        ...)`` tensors) beside the ``(T, N)`` numpy arrays ``rewards``, ``terminated``,
-        ``truncated``, ``bootstrap`` and ``valid``; returns ``V`` of the last observations."""
+    def _end_collection(self) -> list[Finals]:
+        """End the collection: ``b_obs``, ``b_actions``, ``b_logprobs`` (``(T, N, ...)``
+        tensors) beside the ``(T, N)`` numpy arrays ``rewards``, ``terminated``,
+        ``truncated``, ``bootstrap`` and ``valid``; returns the final observations to value."""
         if self.world.size > 1:  # every rank's observations into every rank's statistics
             self.agent.normalizer.merge_ranks(self.world)
-        strength = self.settings.reward_signals.extrinsic.strength
-        if strength != 1.0:
-            self.rewards *= strength
-        obs, actions, logprobs = zip(*self._steps, strict=True)
-        self.b_obs = torch.stack(obs)
-        self.b_actions = torch.stack(actions)
-        self.b_logprobs = torch.stack(logprobs)
-        finals, self._steps, self._finals = self._finals, [], []
+        finals = self.rollout.end(self.settings.reward_signals.extrinsic.strength)
         # threaded: the values come from the critic the update in flight trains
         self.wait_for_update()
-        return self._value_rollout(finals)
+        return finals
 
     def env_step(self, action: torch.Tensor) -> StepResult:
         """``envs.step`` with ``action`` (``Box`` actions clipped to their bounds); a non-finite
@@ -325,53 +319,23 @@ class OnPolicyTrainer(Trainer):
         """Record row ``t``; returns the normalised final observations of the episodes a time
         limit ended, if any."""
         dones = terminated | truncated
-        self.valid[t] = valid = self.autoreset.observe(dones, infos)
-        self.rewards[t] = reward
-        self.terminated[t] = terminated
-        self.truncated[t] = truncated
+        valid = self.autoreset.observe(dones, infos)
+        self.rollout.row(t, reward, terminated, truncated, valid)
         self._record_step(reward, dones, valid)
         self._record_infos(infos, dones, valid)
         self.next_obs = next_obs
         # A time-limited episode is worth V(final observation): keep it to value later.
         # (In NEXT_STEP mode the next step observes it; see _advantages.)  Reward providers
         # value terminated episodes' final observations too, and see them as s'.
-        ended = dones if self.reward_providers else truncated & ~terminated
+        if self.groups is not None:  # the agents still in a copy whose episode was truncated
+            ended = truncated & ~terminated & self.groups.record(t, infos, dones, valid)
+        else:
+            ended = dones if self.reward_providers else truncated & ~terminated
         if not ended.any() or self.autoreset.next_step:
             return None
         final = final_observations(infos, ended)
         final_x = self.agent.normalizer(self.layout.tensor(final, self.device))
         return t, ended, final_x
-
-    def _value_rollout(self, finals: list[Finals]) -> torch.Tensor:
-        """``b_values`` and ``bootstrap`` (``V`` of the time-limited finals); returns ``V`` of
-        the last observations.
-
-        One batched pass over every observation of the rollout: the values do not steer the
-        rollout, and one pass over T*N rows costs about what one step's does.
-        """
-        T, N = self.num_steps, self.num_envs
-        next_x = self.agent.normalizer(self.layout.tensor(self.next_obs, self.device))
-        if isinstance(self.agent, ActorCritic):
-            values = self.agent.value(
-                torch.cat([self.b_obs.flatten(0, 1), next_x, *(f[2] for f in finals)])
-            )
-        else:  # valued during the rollout, each step with the critic's memory there
-            values = self._memory().values(next_x)
-        self.b_values = values[: T * N].view(T, N, *values.shape[1:])
-        self.bootstrap.fill(0.0)
-        offset = (T + 1) * N
-        for t, which, final_x in finals:
-            count = final_x.shape[0]
-            self.bootstrap[t, which] = values[offset : offset + count].cpu().numpy()
-            offset += count
-        if self.reward_providers:
-            # s' of every transition: the next step's observation, the final one where an
-            # episode ended (NEXT_STEP mode: the next step's, which is the final one).
-            b_next_obs = torch.cat([self.b_obs[1:], next_x[None]])
-            for t, which, final_x in finals:
-                b_next_obs[t, torch.from_numpy(which).to(self.device)] = final_x
-            self.b_next_obs = b_next_obs
-        return values[T * N : (T + 1) * N]
 
     def _observe(self, obs: torch.Tensor) -> torch.Tensor:
         """Flattened, normalised observations (updating the normaliser's statistics)."""
@@ -382,129 +346,32 @@ class OnPolicyTrainer(Trainer):
         x: torch.Tensor = self.agent.normalizer(obs)
         return x
 
-    def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the rollout, cutting trajectories every ``time_horizon`` steps; with
-        reward providers, GAE per provider and the sum of their advantages, one return column
-        per value head."""
-        values = self.b_values.cpu().numpy()
-        next_v = next_value.cpu().numpy()
-        extrinsic = self.settings.reward_signals.extrinsic
-        if not self.reward_providers:
-            advantages, returns = self._gae(
-                self.rewards, values, self.bootstrap, next_v, extrinsic.gamma, episodic=True
-            )
-        else:
-            gammas = [extrinsic.gamma, *(s.gamma for s in self.reward_providers.values())]
-            episodic = [True, *(s.episodic for s in self.reward_providers.values())]
-            per_provider = [
-                self._gae(
-                    rewards,
-                    values[..., i],
-                    self.bootstrap[..., i],
-                    next_v[:, i],
-                    gammas[i],
-                    episodic=episodic[i],
-                )
-                for i, rewards in enumerate([self.rewards, *self.provider_rewards])
-            ]
-            advantages = np.sum([a for a, _ in per_provider], axis=0, dtype=np.float32)
-            returns = np.stack([r for _, r in per_provider], axis=-1)
-        return (
-            torch.from_numpy(advantages).to(self.device),
-            torch.from_numpy(returns).to(self.device),
-        )
-
-    def _gae(
-        self,
-        rewards: npt.NDArray[np.float32],
-        values: npt.NDArray[np.float32],
-        bootstrap: npt.NDArray[np.float32],
-        next_v: npt.NDArray[np.float32],
-        gamma: float,
-        *,
-        episodic: bool,
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-        """One reward's ``(T, N)`` advantages and returns.  An ``episodic`` signal (extrinsic,
-        gail) is worth 0 after a termination; the others (ML-Agents' ``ignore_done``) the value
-        of the final observation, as after a time limit."""
-        following = np.concatenate([values[1:], next_v[None]])
-        dones = self.terminated | self.truncated
-        if self.autoreset.next_step:
-            # The step after an episode end looked at the final observation: its value is
-            # the bootstrap value of the truncated step.
-            ended = self.truncated & ~self.terminated if episodic else dones
-            bootstrap = np.where(ended, following, 0.0)
-        elif episodic and self.reward_providers:
-            # the finals of terminated episodes were valued for the reward providers
-            bootstrap = np.where(self.terminated, 0.0, bootstrap)
-        horizon = self.settings.time_horizon
-        if horizon < self.num_steps:
-            # A time_horizon cut ends a trajectory like a truncation: bootstrap from V(s_t+1).
-            cuts = np.zeros_like(dones)
-            cuts[horizon - 1 : -1 : horizon] = True
-            cuts &= ~dones
-            bootstrap = np.where(cuts, following, bootstrap)
-            dones = dones | cuts
-        return compute_gae(rewards, values, dones, bootstrap, next_v, gamma, self.hp.lambd)
-
-    def _batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> OnPolicyBatch:
-        """The rollout flattened into the algorithm's batch (``b_obs``, ``b_actions``,
-        ``b_logprobs``, ``b_advantages``, ``b_returns``, and ``b_next_obs`` with reward
-        providers), without the autoreset steps of NEXT_STEP mode; with memory, in sequence
-        order, with its sequences."""
-        b: Minibatch = (
-            self.b_obs.flatten(0, 1),
-            self.b_actions.flatten(0, 1),
-            self.b_logprobs.flatten(0, 1),
-            advantages.flatten(),
-            returns.flatten(0, 1),
-        )
-        if self.reward_providers:
-            b = (*b, self.b_next_obs.flatten(0, 1))
-        sequences = None
-        if self.memory is not None:
-            # in sequences of sequence_length, cut where GAE cuts trajectories
-            breaks = self.terminated | self.truncated
-            breaks[self.settings.time_horizon - 1 :: self.settings.time_horizon] = True
-            b, sequences = self.memory.batch(b, self.b_obs, breaks, self.valid)
-        elif not self.valid.all():
-            keep = torch.from_numpy(np.flatnonzero(self.valid)).to(self.device)
-            b = tuple(t[keep] for t in b)
-        return OnPolicyBatch(
-            obs=b[0],
-            actions=b[1],
-            logprobs=b[2],
-            advantages=b[3],
-            returns=b[4],
-            next_obs=b[5] if self.reward_providers else None,
-            sequences=sequences,
-            step=self.step,
+    def _evaluate_reward_providers(self) -> list[npt.NDArray[np.float32]]:
+        """Each reward provider's rewards of the rollout (:meth:`Rollout.provider_rewards`)."""
+        return self.rollout.provider_rewards(
+            self.reward_providers, self._provider_returns, self.reporter
         )
 
     @torch.no_grad()
-    def _evaluate_reward_providers(self) -> list[npt.NDArray[np.float32]]:
-        """Each reward provider's ``(T, N)`` rewards of the rollout's transitions (0 on the
-        autoreset steps of NEXT_STEP mode); reports each provider's reward per finished
-        episode (``Policy/<Name> Reward``)."""
-        T, N = self.num_steps, self.num_envs
-        obs = self.b_obs.flatten(0, 1)
-        actions = self.b_actions.flatten(0, 1)
-        next_obs = self.b_next_obs.flatten(0, 1)
-        rewards = [
-            np.where(self.valid, p.evaluate(obs, actions, next_obs).reshape(T, N), 0.0)
-            for p in self.reward_providers.values()
-        ]
-        ended = (self.terminated | self.truncated) & self.valid
-        report = self.reporter.add_stat
-        for t in range(T):
-            for i, provider in enumerate(self.reward_providers.values()):
-                self._provider_returns[i] += rewards[i][t]
-                for n in np.flatnonzero(ended[t]):
-                    report(
-                        f"Policy/{provider.stat_name} Reward", float(self._provider_returns[i, n])
-                    )
-            self._provider_returns[:, ended[t]] = 0.0
-        return [r.astype(np.float32) for r in rewards]
+    def _value_rollout(self, finals: list[Finals]) -> torch.Tensor:
+        """The rollout valued with the agent's critic; returns ``V`` of the last
+        observations (:meth:`Rollout.value`)."""
+        next_x = self.agent.normalizer(self.layout.tensor(self.next_obs, self.device))
+        return self.rollout.value(self.agent, next_x, finals, self.memory)
+
+    def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE of every reward (:meth:`Rollout.advantages`)."""
+        extrinsic, providers = self.settings.reward_signals.extrinsic, self.reward_providers
+        return self.rollout.advantages(
+            next_value,
+            self.provider_rewards,
+            [extrinsic.gamma, *(p.gamma for p in providers.values())],
+            [True, *(p.episodic for p in providers.values())],
+        )
+
+    def _batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> OnPolicyBatch:
+        """The algorithm's batch (:meth:`Rollout.batch`)."""
+        return self.rollout.batch(advantages, returns, self.memory, self.step)
 
     def _memory(self) -> RecurrentRollout:
         if self.memory is None:

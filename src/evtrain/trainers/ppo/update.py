@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from evtrain.trainers.algorithm import Sequences
-from evtrain.trainers.loops.on_policy import Minibatch, normalized
 from evtrain.trainers.loops.recurrent_rollout import evaluate_sequences
+from evtrain.trainers.loops.rollout import Minibatch
 from evtrain.trainers.networks.mlp import clip_grad_norm_, zero_grad_
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
@@ -33,6 +33,13 @@ __all__ = [
     "gradient_step",
     "normalized",
 ]
+
+
+def normalized(advantages: torch.Tensor) -> torch.Tensor:
+    """Advantages shifted and scaled to mean 0 and standard deviation 1."""
+    if advantages.numel() < 2:
+        return advantages
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
 def clipped_surrogate_loss(

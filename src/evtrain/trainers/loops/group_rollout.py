@@ -42,17 +42,28 @@ import torch
 from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import StatsAggregationMethod
 from evtrain.multiagent.copies import EPISODE_OVER, GROUP_REWARD
-from evtrain.trainers.algorithm import GroupRollout
+from evtrain.trainers.algorithm import GroupOnPolicyAlgorithm, GroupRollout, OnPolicyBatch
 from evtrain.trainers.loops.gae import compute_gae
+from evtrain.trainers.loops.rollout import Finals, Rollout
 
 GROUP_CUMULATIVE_REWARD = "Environment/Group Cumulative Reward"
 """The stat of a copy episode's summed group reward (ML-Agents' name)."""
 CRITIC_CHUNK = 4096
 """Groups per critic pass when a whole rollout is valued (bounds the memory of attention)."""
 
-Finals = tuple[int, npt.NDArray[np.bool_], torch.Tensor]
-"""(step, which slots, normalised final observations) of the episodes that need valuing at
-their end: time-limited ones (a group trainer's: the agents still in a truncated copy)."""
+
+def group_size_for(envs: Any, behavior_name: str, trainer_type: str, next_step: bool) -> int:
+    """The group size of a group trainer's environment (:func:`group_size_of`).
+
+    :raises ValueError: the environment autoresets in NEXT_STEP mode.
+    """
+    if next_step:
+        raise ValueError(
+            f"behavior {behavior_name!r}: trainer_type {trainer_type} needs a vector "
+            "environment in autoreset_mode SAME_STEP (evtrain builds one; see "
+            "evtrain.trainers.make_vector_env)"
+        )
+    return group_size_of(envs)
 
 
 def group_size_of(envs: Any) -> int:
@@ -99,6 +110,8 @@ class GroupSteps:
         last step tells (an agent that appears later is not known before it acts), for
         environments that do not say (``envs.acting``)."""
         self._group_return = np.zeros(C, dtype=np.float64)
+        self.estimates: dict[str, float] = {}
+        """The algorithm's value estimates of the last rollout (reported after its update)."""
 
     def record(
         self,
@@ -145,47 +158,47 @@ class GroupSteps:
             )
         return group_reward, over
 
-    def rollout(
+    def batch(
         self,
-        b_obs: torch.Tensor,
-        b_actions: torch.Tensor,
-        b_logprobs: torch.Tensor,
+        algorithm: GroupOnPolicyAlgorithm,
+        rollout: Rollout,
         next_x: torch.Tensor,
         acting: Any,
         finals: list[Finals],
-        rewards: npt.NDArray[np.float32],
-        valid: npt.NDArray[np.bool_],
         step: int,
-    ) -> GroupRollout:
-        """The rollout in rows of whole groups, for the algorithm to value.
+    ) -> OnPolicyBatch:
+        """The ended ``rollout`` in rows of whole groups, valued by ``algorithm``: its batch
+        (its value estimates kept in :attr:`estimates`).
 
-        :param b_obs: ``(T, N, D)`` normalised observations (``b_actions``, ``b_logprobs``
-            alike).
         :param next_x: ``(N, D)`` the normalised observations after the rollout.
         :param acting: ``envs.acting`` (the agents that act next), or ``None`` where the
             environment does not say.
         """
-        device = b_obs.device
+        device = rollout.device
         present = self.alive if acting is None else np.asarray(acting, dtype=np.bool_)
         alive = torch.from_numpy(present).to(device)
-        steps, copies, final_x, final_present = self._final_groups(finals, b_obs.shape[-1], device)
-        return GroupRollout(
-            obs=self.groups(b_obs),
-            actions=self.groups(b_actions),
-            logprobs=self.groups(b_logprobs),
-            active=self.groups(torch.tensor(valid, device=device)),
-            next_obs=next_x.reshape(self.num_groups, self.group_size, -1),
-            next_present=self.groups(alive[None]),
-            final_steps=steps,
-            final_copies=copies,
-            final_obs=final_x,
-            final_present=final_present,
-            rewards=rewards,
-            group_rewards=self.group_rewards,
-            episode_over=self.episode_over,
-            valid=valid,
-            step=step,
+        width = rollout.b_obs.shape[-1]
+        steps, copies, final_x, final_present = self._final_groups(finals, width, device)
+        batch, self.estimates = algorithm.batch(
+            GroupRollout(
+                obs=self.groups(rollout.b_obs),
+                actions=self.groups(rollout.b_actions),
+                logprobs=self.groups(rollout.b_logprobs),
+                active=self.groups(torch.tensor(rollout.valid, device=device)),
+                next_obs=next_x.reshape(self.num_groups, self.group_size, -1),
+                next_present=self.groups(alive[None]),
+                final_steps=steps,
+                final_copies=copies,
+                final_obs=final_x,
+                final_present=final_present,
+                rewards=rollout.rewards,
+                group_rewards=self.group_rewards,
+                episode_over=self.episode_over,
+                valid=rollout.valid,
+                step=step,
+            )
         )
+        return batch
 
     def groups(self, slots: torch.Tensor) -> torch.Tensor:
         """A ``(T, N, ...)`` rollout tensor as ``(T * C, G, ...)``: one row per group step."""

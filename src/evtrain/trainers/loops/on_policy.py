@@ -39,13 +39,14 @@ from evtrain.trainers.algorithm import (
     GroupOnPolicyAlgorithm,
     OnPolicyAlgorithm,
     OnPolicyBatch,
+    spec_for,
 )
 from evtrain.trainers.base import Trainer
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import zeroed
-from evtrain.trainers.loops.group_rollout import Finals, GroupSteps, group_size_of
+from evtrain.trainers.loops.group_rollout import GroupSteps, group_size_for
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
-from evtrain.trainers.loops.rollout import Rollout, rollout_hyperparameters
+from evtrain.trainers.loops.rollout import EnvActions, Finals, Rollout, rollout_hyperparameters
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.observations import behavior_layout
@@ -75,13 +76,8 @@ class OnPolicyTrainer(Trainer):
         self.group_size = 1
         """Agent slots per environment copy (group trainers)."""
         if self.grouped:
-            if self.autoreset.next_step:
-                raise ValueError(
-                    f"behavior {self.behavior_name!r}: trainer_type {self.settings.trainer_type} "
-                    "needs a vector environment in autoreset_mode SAME_STEP (evtrain builds "
-                    "one; see evtrain.trainers.make_vector_env)"
-                )
-            self.group_size = group_size_of(envs)
+            type_name, next_step = self.settings.trainer_type, self.autoreset.next_step
+            self.group_size = group_size_for(envs, self.behavior_name, type_name, next_step)
         self.hp = rollout_hyperparameters(self.settings, self.num_envs, self.behavior_name)
         """The hyperparameters in use (``buffer_size`` as the rollout collects it)."""
         self.num_steps = self.hp.buffer_size // self.num_envs
@@ -94,7 +90,7 @@ class OnPolicyTrainer(Trainer):
             self.action_space,
         )
         """Where each part of an observation sits in the rows the rollout stores."""
-        spec = self.algorithm_spec(self.hp, group_size=self.group_size)
+        spec = spec_for(self, self.hp, group_size=self.group_size)
         self.algorithm: OnPolicyAlgorithm = self.algorithm_type(spec)
         """The algorithm: its networks, optimizers and update."""
         self.agent: ActorCritic | RecurrentActorCritic = self.algorithm.agent
@@ -108,10 +104,6 @@ class OnPolicyTrainer(Trainer):
             self.memory = RecurrentRollout(self.agent, self.num_envs, memory.sequence_length)
         self.provider_rewards: list[npt.NDArray[np.float32]] = []
         """Each reward provider's ``(T, N)`` rewards of the last rollout."""
-        self._provider_returns = np.zeros(
-            (len(self.reward_providers), self.num_envs), dtype=np.float64
-        )
-        """Each reward provider's reward so far in each environment's episode."""
         self._allocate_rollout()
         self.groups: GroupSteps | None = None
         """A group trainer's group bookkeeping."""
@@ -119,8 +111,6 @@ class OnPolicyTrainer(Trainer):
             self.groups = GroupSteps(
                 self.behavior_name, self.reporter, self.num_steps, self.num_envs, self.group_size
             )
-        self._estimates: dict[str, float] = {}
-        """A group algorithm's value estimates of the last rollout."""
         self._acting = ActingCopy(self.agent) if self.settings.threaded else None
         """threaded: the agent the rollout acts with while the update trains ``agent``."""
 
@@ -129,13 +119,8 @@ class OnPolicyTrainer(Trainer):
             self._acting.refresh()
 
     def _allocate_rollout(self) -> None:
-        """The rollout's arrays, and how actions go to the environments (``Box`` actions
-        clipped to their bounds)."""
-        self._clip_actions = isinstance(self.action_space, spaces.Box)
-        if isinstance(self.action_space, spaces.Box):
-            self._action_low = self.action_space.low.reshape(-1)
-            self._action_high = self.action_space.high.reshape(-1)
-            self._action_shape = (self.num_envs, *self.action_space.shape)
+        """The rollout's arrays, and how actions go to the environments."""
+        self._env_actions = EnvActions(self.action_space, self.num_envs)
         self.rollout = Rollout(
             self.num_steps,
             self.num_envs,
@@ -237,40 +222,22 @@ class OnPolicyTrainer(Trainer):
 
     @torch.no_grad()
     def _group_batch(self, finals: list[Finals]) -> OnPolicyBatch:
-        """The group algorithm's batch of the rollout (and its value estimates, kept)."""
+        """The group algorithm's batch of the rollout (:meth:`GroupSteps.batch`)."""
         assert self.groups is not None
         algorithm: GroupOnPolicyAlgorithm = self.algorithm  # type: ignore[assignment]  # grouped
         next_x = self.agent.normalizer(self.layout.tensor(self.next_obs, self.device))
-        r = self.rollout
-        rollout = self.groups.rollout(
-            r.b_obs,
-            r.b_actions,
-            r.b_logprobs,
-            next_x,
-            getattr(self.envs, "acting", None),
-            finals,
-            r.rewards,
-            r.valid,
-            self.step,
-        )
-        batch, self._estimates = algorithm.batch(rollout)
-        return batch
+        acting = getattr(self.envs, "acting", None)
+        return self.groups.batch(algorithm, self.rollout, next_x, acting, finals, self.step)
 
     def _report_estimates(self) -> None:
         """``Policy/Extrinsic Value Estimate`` and each reward provider's (a group
         algorithm's: what it said)."""
-        report = self.reporter.add_stat
         if self.groups is not None:
-            for key, value in self._estimates.items():
-                report(key, value)
-            return
-        if not self.reward_providers:
-            report("Policy/Extrinsic Value Estimate", float(self.rollout.b_values.mean()))
-            return
-        b_values = self.rollout.b_values.flatten(0, 1)
-        report("Policy/Extrinsic Value Estimate", float(b_values[:, 0].mean()))
-        for i, provider in enumerate(self.reward_providers.values(), start=1):
-            report(f"Policy/{provider.stat_name} Value Estimate", float(b_values[:, i].mean()))
+            estimates = self.groups.estimates
+        else:
+            estimates = self.rollout.estimates(self.reward_providers)
+        for key, value in estimates.items():
+            self.reporter.add_stat(key, value)
 
     @torch.no_grad()
     def _collect_rollout(self) -> torch.Tensor:
@@ -296,10 +263,7 @@ class OnPolicyTrainer(Trainer):
         """``envs.step`` with ``action`` (``Box`` actions clipped to their bounds); a non-finite
         reward or observation is zeroed and skips this rollout's update (``on_nonfinite:
         skip``; :class:`~evtrain.trainers.finite.FiniteGuard` stops the run otherwise)."""
-        env_action = action.cpu().numpy()
-        if self._clip_actions:
-            env_action = np.clip(env_action, self._action_low, self._action_high)
-            env_action = env_action.reshape(self._action_shape)
+        env_action = self._env_actions(action)
         next_obs, reward, terminated, truncated, infos = self.envs.step(env_action)
         finite = self.finite.step(self.step, reward, next_obs)
         if not finite.all():  # on_nonfinite: skip; this rollout's update is skipped
@@ -348,9 +312,7 @@ class OnPolicyTrainer(Trainer):
 
     def _evaluate_reward_providers(self) -> list[npt.NDArray[np.float32]]:
         """Each reward provider's rewards of the rollout (:meth:`Rollout.provider_rewards`)."""
-        return self.rollout.provider_rewards(
-            self.reward_providers, self._provider_returns, self.reporter
-        )
+        return self.rollout.provider_rewards(self.reward_providers, self.reporter)
 
     @torch.no_grad()
     def _value_rollout(self, finals: list[Finals]) -> torch.Tensor:

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import torch
+from gymnasium import spaces
 
 from evtrain.bus.reporter import StatsReporter
 from evtrain.trainers.algorithm import OnPolicyBatch
 from evtrain.trainers.loops.gae import compute_gae
-from evtrain.trainers.loops.group_rollout import Finals
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
@@ -32,9 +33,30 @@ from evtrain.trainers.signals.reward_signal import RewardSignal
 
 logger = logging.getLogger("evtrain")
 
+Finals = tuple[int, npt.NDArray[np.bool_], torch.Tensor]
+"""(step, which agents, normalised final observations) of the episodes that need valuing at
+their end: time-limited ones (a group trainer's: the agents still in a truncated copy)."""
 Minibatch = tuple[torch.Tensor, ...]
 """(obs, actions, logprobs, advantages, returns) of a batch (``b_``) or minibatch (``mb_``),
 followed by the next observations when there are reward providers."""
+
+
+class EnvActions:
+    """The actions the environments get from the policy's: ``Box`` actions clipped to their
+    bounds (the policy samples an unbounded Gaussian), others as they are."""
+
+    def __init__(self, action_space: spaces.Space[Any], num_envs: int) -> None:
+        self.box = isinstance(action_space, spaces.Box)
+        if isinstance(action_space, spaces.Box):
+            self.low = action_space.low.reshape(-1)
+            self.high = action_space.high.reshape(-1)
+            self.shape = (num_envs, *action_space.shape)
+
+    def __call__(self, action: torch.Tensor) -> Any:
+        env_action = action.cpu().numpy()
+        if self.box:
+            env_action = np.clip(env_action, self.low, self.high).reshape(self.shape)
+        return env_action
 
 
 def rollout_hyperparameters(
@@ -96,6 +118,8 @@ class Rollout:
         """``(T, N, ...)`` of the ended rollout."""
         self.b_next_obs = torch.zeros(0)
         """``(T, N, D)`` each transition's next observation (with reward providers)."""
+        self.provider_returns = np.zeros((K, N), dtype=np.float64)
+        """Each reward provider's reward so far in each environment's episode."""
 
     def add(self, x: torch.Tensor, action: torch.Tensor, logprob: torch.Tensor) -> None:
         """The observations acted on, the actions and their log-probabilities of one step."""
@@ -244,15 +268,12 @@ class Rollout:
 
     @torch.no_grad()
     def provider_rewards(
-        self,
-        providers: Mapping[str, RewardSignal],
-        episode_returns: npt.NDArray[np.float64],
-        reporter: StatsReporter,
+        self, providers: Mapping[str, RewardSignal], reporter: StatsReporter
     ) -> list[npt.NDArray[np.float32]]:
         """Each reward provider's ``(T, N)`` rewards of the rollout's transitions (0 on the
         autoreset steps of NEXT_STEP mode); reports each provider's reward per finished
-        episode (``Policy/<Name> Reward``), summing them in ``episode_returns`` (``(K, N)``)
-        across rollouts."""
+        episode (``Policy/<Name> Reward``), summed across rollouts."""
+        episode_returns = self.provider_returns
         T, N = self.num_steps, self.num_envs
         obs = self.b_obs.flatten(0, 1)
         actions = self.b_actions.flatten(0, 1)
@@ -271,6 +292,17 @@ class Rollout:
                     )
             episode_returns[:, ended[t]] = 0.0
         return [r.astype(np.float32) for r in rewards]
+
+    def estimates(self, providers: Mapping[str, RewardSignal]) -> dict[str, float]:
+        """``Policy/Extrinsic Value Estimate`` of the valued rollout, and each reward
+        provider's."""
+        if not self.num_providers:
+            return {"Policy/Extrinsic Value Estimate": float(self.b_values.mean())}
+        b_values = self.b_values.flatten(0, 1)
+        estimates = {"Policy/Extrinsic Value Estimate": float(b_values[:, 0].mean())}
+        for i, provider in enumerate(providers.values(), start=1):
+            estimates[f"Policy/{provider.stat_name} Value Estimate"] = float(b_values[:, i].mean())
+        return estimates
 
     def batch(
         self,

@@ -14,7 +14,7 @@ its loop and its algorithm (docs/architecture.md, "How to add a trainer").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
@@ -29,9 +29,6 @@ from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.settings import TrainerSettings
 from evtrain.trainers.signals.reward_signal import RewardSignal
 from evtrain.world import World
-
-if TYPE_CHECKING:
-    from evtrain.trainers.base import Trainer
 
 
 @attrs.frozen(kw_only=True)
@@ -68,32 +65,6 @@ class AlgorithmSpec:
     group_size: int = 1
     """Agents per group (the agent slots of one environment copy; group trainers' critics see
     a group whole); 1 for everything else."""
-
-
-def spec_for(
-    trainer: Trainer, hyperparameters: Any = None, *, group_size: int = 1
-) -> AlgorithmSpec:
-    """What ``trainer``'s algorithm is built from: its settings (with ``hyperparameters``
-    instead of the settings' own, when given: e.g. a rounded ``buffer_size``), spaces, device
-    and world, and its random generators and non-finite guard (the trainer's own objects,
-    shared)."""
-    settings = trainer.settings
-    if hyperparameters is not None and hyperparameters is not settings.hyperparameters:
-        settings = attrs.evolve(settings, hyperparameters=hyperparameters)
-    return AlgorithmSpec(
-        behavior_name=trainer.behavior_name,
-        settings=settings,
-        observation_space=trainer.envs.single_observation_space,
-        action_space=trainer.envs.single_action_space,
-        num_envs=trainer.num_envs,
-        device=trainer.device,
-        world=trainer.world,
-        init_generator=trainer.init_generator,
-        generator=trainer.generator,
-        rng=trainer.rng,
-        finite=trainer.finite,
-        group_size=group_size,
-    )
 
 
 # -- on-policy algorithms --------------------------------------------------------------------

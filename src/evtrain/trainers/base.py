@@ -202,7 +202,8 @@ class Trainer(abc.ABC):
         """Run the deterministic policy from now on, learning nothing (``--inference``): the
         runner calls :meth:`run_policy` instead of :meth:`advance`.  Steps count afresh from 0
         up to ``max_steps`` (global, as in training), and summaries say ``Is Training`` 0."""
-        self._policy = inference.begin(self)
+        self.wait_for_update()
+        self._policy = inference.begin(self.policy_module(), self.device, self.bookkeeping)
 
     def run_policy(self) -> None:
         """Step every environment once with the policy and report as :meth:`advance` does:
@@ -212,7 +213,11 @@ class Trainer(abc.ABC):
         """
         if self._policy is None:
             raise RuntimeError("run_policy() runs the policy of begin_inference(): call it first")
-        self.next_obs = _batch(inference.step(self, self._policy))
+        books, envs = self.bookkeeping, self.envs
+        next_obs = inference.step(
+            envs, self.next_obs, self._policy, self.device, self.autoreset, books
+        )
+        self.next_obs = _batch(next_obs)
 
     def _acting_rows(self, obs: torch.Tensor) -> torch.Tensor:
         """The rows of ``obs`` (one per sub-environment, before a step) whose sub-environment

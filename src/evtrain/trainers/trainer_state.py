@@ -9,19 +9,46 @@ own part (its algorithm's: ``agent``, ``optimizer``, ...) and ``attachments`` wh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
+from evtrain.bus.reporter import StatsReporter
+from evtrain.trainers.bookkeeping import Bookkeeping
 from evtrain.trainers.networks.normalizer import ObservationNormalizer
+from evtrain.trainers.settings import TrainerSettings
+from evtrain.world import World
 
-if TYPE_CHECKING:
-    from evtrain.trainers.base import Trainer
+
+class Stateful(Protocol):
+    """What of a :class:`~evtrain.trainers.base.Trainer` its state is made of (the trainer is
+    one; named here so that this module needs no import of it)."""
+
+    behavior_name: str
+    settings: TrainerSettings
+    reporter: StatsReporter
+    bookkeeping: Bookkeeping
+    world: World
+    device: torch.device
+    seed: int
+    generator: torch.Generator
+    rng: np.random.Generator
+    attachments: dict[str, Any]
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def act_generator(self) -> torch.Generator: ...
+    def wait_for_update(self) -> None: ...
+    def _shared_modules(self) -> list[nn.Module]: ...
+    def _state_dict(self) -> dict[str, Any]: ...
+    def _load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def _loaded(self) -> None: ...
 
 
-def synchronize(trainer: Trainer) -> None:
+def synchronize(trainer: Stateful) -> None:
     """Start every rank from rank 0's networks and normaliser statistics (see
     :meth:`Trainer.synchronize <evtrain.trainers.base.Trainer.synchronize>`)."""
     books = trainer.bookkeeping
@@ -37,7 +64,7 @@ def synchronize(trainer: Trainer) -> None:
     trainer._loaded()
 
 
-def _shared_tensors(trainer: Trainer, modules: list[nn.Module]) -> list[torch.Tensor]:
+def _shared_tensors(trainer: Stateful, modules: list[nn.Module]) -> list[torch.Tensor]:
     """Every tensor that must be equal on all ranks: the parameters and buffers of the
     trainer's modules, and parameters held directly (an entropy coefficient)."""
     tensors: dict[tuple[int, int], torch.Tensor] = {}
@@ -50,7 +77,7 @@ def _shared_tensors(trainer: Trainer, modules: list[nn.Module]) -> list[torch.Te
     return list(tensors.values())
 
 
-def state_dict(trainer: Trainer) -> dict[str, Any]:
+def state_dict(trainer: Stateful) -> dict[str, Any]:
     """The trainer's checkpoint (see the module's docstring); waits for the update in
     flight."""
     trainer.wait_for_update()
@@ -76,7 +103,7 @@ def state_dict(trainer: Trainer) -> dict[str, Any]:
     }
 
 
-def load_state_dict(trainer: Trainer, state: dict[str, Any]) -> None:
+def load_state_dict(trainer: Stateful, state: dict[str, Any]) -> None:
     """Restore :func:`state_dict`'s output (see :meth:`Trainer.load_state_dict
     <evtrain.trainers.base.Trainer.load_state_dict>`)."""
     check_type(trainer, state)
@@ -106,7 +133,7 @@ def load_state_dict(trainer: Trainer, state: dict[str, Any]) -> None:
     trainer.reporter.set_stat("Step", float(trainer.step))
 
 
-def check_type(trainer: Trainer, state: dict[str, Any]) -> None:
+def check_type(trainer: Stateful, state: dict[str, Any]) -> None:
     """:raises ValueError: ``state`` comes from another trainer type."""
     if state["trainer_type"] != trainer.settings.trainer_type:
         raise ValueError(

@@ -39,7 +39,6 @@ from evtrain.trainers.algorithm import (
     GroupOnPolicyAlgorithm,
     OnPolicyAlgorithm,
     OnPolicyBatch,
-    spec_for,
 )
 from evtrain.trainers.base import Trainer
 from evtrain.trainers.envs import final_observations
@@ -47,6 +46,7 @@ from evtrain.trainers.finite import zeroed
 from evtrain.trainers.loops.group_rollout import GroupSteps, group_size_for
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
 from evtrain.trainers.loops.rollout import EnvActions, Finals, Rollout, rollout_hyperparameters
+from evtrain.trainers.loops.spec import spec_for
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.observations import behavior_layout

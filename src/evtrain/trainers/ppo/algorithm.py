@@ -22,17 +22,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from evtrain.trainers.algorithm import AlgorithmSpec, OnPolicyBatch
+from evtrain.trainers.algorithm import AlgorithmSpec, OnPolicyBatch, Sequences
 from evtrain.trainers.finite import finite_mean
 from evtrain.trainers.loops.recurrent_rollout import sequence_minibatches
 from evtrain.trainers.loops.schedules import scheduled
-from evtrain.trainers.networks.mlp import flatten_parameters
+from evtrain.trainers.networks.mlp import clip_grad_norm_, flatten_parameters, zero_grad_
 from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy, flat_obs_dim
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.networks.sampled import SampledPolicy
 from evtrain.trainers.optim import make_adam
-from evtrain.trainers.ppo.gradients import supports
-from evtrain.trainers.ppo.update import Minibatch, gradient_step, normalized
+from evtrain.trainers.ppo.gradients import ppo_gradients, supports
+from evtrain.trainers.ppo.update import Minibatch, autograd_backward, normalized
 from evtrain.trainers.settings import PPOSettings
 from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, actor_critic_output
 from evtrain.trainers.signals.build import (
@@ -150,8 +150,7 @@ class PPO:
             for mb, sequences in self._minibatches(b, batch, num_minibatches):
                 # Entropy enters the loss only with a nonzero beta; otherwise it is measured
                 # once per minibatch in the first epoch (the rollout policy's), for the stats.
-                pg_loss, v_loss, entropy = gradient_step(
-                    self,
+                pg_loss, v_loss, entropy = self._gradient_step(
                     mb,
                     sequences,
                     batch.step,
@@ -186,9 +185,53 @@ class PPO:
         stats["Policy/Beta"] = values.beta
         return stats
 
+    def _gradient_step(
+        self,
+        mb: Minibatch,
+        sequences: Sequences | None,
+        step: int,
+        clip_coef: float,
+        ent_coef: float,
+        *,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One optimizer step on minibatch ``mb`` (with memory, of ``sequences``); returns
+        ``pg_loss``, ``v_loss`` and the mean entropy (``None`` unless ``with_entropy``),
+        detached.  ``step`` is what the non-finite guard reports.
+
+        The gradients come from :mod:`~evtrain.trainers.ppo.gradients` where it supports the
+        agent (the same numbers, without autograd's per-operation cost), else from autograd.
+        """
+        flat_params, hp, spec = self.flat_params, self.hp, self.spec
+        zero_grad_(flat_params)
+        if self.analytic_gradients and isinstance(self.agent, ActorCritic):
+            pg_loss, v_loss, entropy_loss = ppo_gradients(
+                self.agent,
+                mb,
+                clip_coef=clip_coef,
+                vf_coef=hp.vf_coef,
+                ent_coef=ent_coef,
+                with_entropy=with_entropy,
+            )
+        else:
+            pg_loss, v_loss, entropy_loss = autograd_backward(
+                self.agent,
+                mb,
+                sequences,
+                clip_coef=clip_coef,
+                vf_coef=hp.vf_coef,
+                ent_coef=ent_coef,
+                with_entropy=with_entropy,
+            )
+        spec.world.average_(flat_params.grad)  # data parallel: the mean over ranks
+        grad_norm = clip_grad_norm_(flat_params, hp.max_grad_norm)
+        if spec.finite.update(step, pg_loss + v_loss, grad_norm):
+            self.optimizer.step()
+        return pg_loss, v_loss, entropy_loss
+
     def _minibatches(
         self, b: Minibatch, batch: OnPolicyBatch, num_minibatches: int
-    ) -> Iterator[tuple[Minibatch, Any]]:
+    ) -> Iterator[tuple[Minibatch, Sequences | None]]:
         """One epoch's minibatches of ``b``, shuffled, advantages normalised per minibatch,
         each with its sequences (with memory; else ``None``).
 

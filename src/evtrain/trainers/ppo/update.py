@@ -1,7 +1,7 @@
 """PPO's gradient step (Schulman et al. 2017): on one minibatch, the clipped surrogate
 objective (the paper's eq. 7), the value loss (regression onto the GAE returns) and the entropy
 bonus (eq. 9) make one loss, and one Adam step follows on its clipped gradient.  The epochs and
-minibatches around it are :meth:`evtrain.trainers.ppo.algorithm.PPO.update`'s.
+minibatches around it, and the optimizer step, are :class:`evtrain.trainers.ppo.algorithm.PPO`'s.
 
 The gradients come from :mod:`~evtrain.trainers.ppo.gradients` where it supports the agent
 (the same numbers written out by hand, without autograd's per-operation cost), else from
@@ -10,27 +10,19 @@ autograd (:func:`autograd_backward`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 
 from evtrain.trainers.algorithm import Sequences
 from evtrain.trainers.loops.recurrent_rollout import evaluate_sequences
 from evtrain.trainers.loops.rollout import Minibatch
-from evtrain.trainers.networks.mlp import clip_grad_norm_, zero_grad_
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
-from evtrain.trainers.ppo.gradients import ppo_gradients
-
-if TYPE_CHECKING:
-    from evtrain.trainers.ppo.algorithm import PPO
 
 __all__ = [
     "Minibatch",
     "autograd_backward",
     "clipped_surrogate_loss",
-    "gradient_step",
     "normalized",
 ]
 
@@ -56,51 +48,6 @@ def clipped_surrogate_loss(
     surr1 = ratio * advantages
     surr2 = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages
     return -torch.min(surr1, surr2).mean()
-
-
-def gradient_step(
-    ppo: PPO,
-    mb: Minibatch,
-    sequences: Sequences | None,
-    step: int,
-    clip_coef: float,
-    ent_coef: float,
-    *,
-    with_entropy: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """One optimizer step of ``ppo`` on minibatch ``mb`` (with memory, of ``sequences``);
-    returns ``pg_loss``, ``v_loss`` and the mean entropy (``None`` unless ``with_entropy``),
-    detached.  ``step`` is what the non-finite guard reports.
-
-    The gradients come from :mod:`~evtrain.trainers.ppo.gradients` where it supports the
-    agent (the same numbers, without autograd's per-operation cost), else from autograd.
-    """
-    flat_params, hp = ppo.flat_params, ppo.hp
-    zero_grad_(flat_params)
-    if ppo.analytic_gradients and isinstance(ppo.agent, ActorCritic):
-        pg_loss, v_loss, entropy_loss = ppo_gradients(
-            ppo.agent,
-            mb,
-            clip_coef=clip_coef,
-            vf_coef=hp.vf_coef,
-            ent_coef=ent_coef,
-            with_entropy=with_entropy,
-        )
-    else:
-        pg_loss, v_loss, entropy_loss = autograd_backward(
-            ppo.agent,
-            mb,
-            sequences,
-            clip_coef=clip_coef,
-            vf_coef=hp.vf_coef,
-            ent_coef=ent_coef,
-            with_entropy=with_entropy,
-        )
-    ppo.spec.world.average_(flat_params.grad)  # data parallel: the mean over ranks
-    grad_norm = clip_grad_norm_(flat_params, hp.max_grad_norm)
-    if ppo.spec.finite.update(step, pg_loss + v_loss, grad_norm):
-        ppo.optimizer.step()
-    return pg_loss, v_loss, entropy_loss
 
 
 def autograd_backward(

@@ -52,8 +52,8 @@ def test_ppo_stores_counts_and_reports_only_the_steps_agents_acted(bus: Bus) -> 
     assert trainer.num_steps == 6  # 6 slots: one rollout is one episode of each copy
     trainer.advance()
     assert trainer.step == 2 * ACTIVE_PER_EPISODE
-    assert trainer.valid.sum() == 2 * ACTIVE_PER_EPISODE
-    assert trainer.valid[:, :3].T.tolist() == [
+    assert trainer.rollout.valid.sum() == 2 * ACTIVE_PER_EPISODE
+    assert trainer.rollout.valid[:, :3].T.tolist() == [
         [True] * 6,
         [True, True, False, False, False, False],
         [False, False, False, True, True, True],
@@ -109,11 +109,11 @@ def test_gae_of_the_steps_agents_acted_ignores_the_others() -> None:
         advantages, _ = trainer._advantages(next_value)
         # whatever the inactive steps' rewards and values were, the acted steps' advantages
         # stay: an agent's leaving is a terminated step, where GAE cuts
-        inactive = torch.from_numpy(~trainer.valid)
-        trainer.rewards[~trainer.valid] = 1000.0
-        trainer.b_values[inactive] = -1000.0
+        inactive = torch.from_numpy(~trainer.rollout.valid)
+        trainer.rollout.rewards[~trainer.rollout.valid] = 1000.0
+        trainer.rollout.b_values[inactive] = -1000.0
         changed, _ = trainer._advantages(next_value)
-    valid = torch.from_numpy(trainer.valid)
+    valid = torch.from_numpy(trainer.rollout.valid)
     assert not bool(inactive.all()) and bool(inactive.any())
     assert torch.equal(advantages[valid], changed[valid])
     slots.close()

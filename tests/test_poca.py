@@ -31,14 +31,19 @@ from evtrain.export import PolicyExporter, onnx_policy
 from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.trainers import NetworkSettings, RewardSignals, RewardSignalSettings
+from evtrain.trainers.algorithm import OnPolicyBatch
 from evtrain.trainers.envs import make_vector_env
-from evtrain.trainers.loops.group_update import GroupBatch, GroupOnPolicyTrainer
+from evtrain.trainers.loops.group_rollout import GroupSteps
+from evtrain.trainers.loops.group_update import GroupPPO
+from evtrain.trainers.loops.on_policy import OnPolicyTrainer
 from evtrain.trainers.mappo import MAPPOTrainer
 from evtrain.trainers.mappo.critic import MAPPOCritic
+from evtrain.trainers.mappo.trainer import MAPPO
 from evtrain.trainers.networks.attention import ResidualSelfAttention
 from evtrain.trainers.observations import observation_layout, policy_inputs
 from evtrain.trainers.poca import POCATrainer
 from evtrain.trainers.poca.critic import POCACritic
+from evtrain.trainers.poca.trainer import POCA
 from evtrain.trainers.settings import MAPPOSettings, POCASettings, TrainerSettings
 from tests.group_envs import RelayEnv
 from tests.helpers import ROOT, clean_env, python
@@ -47,7 +52,7 @@ from tests.multiagent_envs import walkers
 from tests.test_learn import config, scalar_steps
 from tests.trainers.helpers import Recording
 
-TRAINERS: dict[str, type[GroupOnPolicyTrainer]] = {"poca": POCATrainer, "mappo": MAPPOTrainer}
+TRAINERS: dict[str, type[OnPolicyTrainer]] = {"poca": POCATrainer, "mappo": MAPPOTrainer}
 HYPERPARAMETERS = {"poca": POCASettings, "mappo": MAPPOSettings}
 GROUP = 3
 """Agents per copy of the relay game."""
@@ -77,7 +82,7 @@ def settings(kind: str, **overrides: Any) -> TrainerSettings:
 
 def trainer(
     kind: str, recording: Recording, env: Any = None, *, seed: int = 0, **overrides: Any
-) -> GroupOnPolicyTrainer:
+) -> OnPolicyTrainer:
     """A group trainer on the relay game: agent 2 leaves after step 2, agent 1 joins at step 1."""
     env = RelayEnv(leave={2: 2}, join={1: 1}) if env is None else env
     return TRAINERS[kind]("Relay", settings(kind, **overrides), env, recording.reporter, seed=seed)
@@ -207,8 +212,34 @@ def test_steps_episodes_and_group_rewards_count_what_the_environment_did(
     assert expected <= set(stats)
 
 
-def rollout(group: GroupOnPolicyTrainer) -> GroupBatch:
-    return group._targets(group._collect_rollout())
+def rollout(group: OnPolicyTrainer) -> OnPolicyBatch:
+    """One rollout collected step by step, as the group algorithm's batch."""
+    for t in range(group.num_steps):
+        group.record(t, *group.env_step(group.act(t)))
+    batch = group.end_rollout()
+    assert batch is not None
+    return batch
+
+
+def steps(group: OnPolicyTrainer) -> GroupSteps:
+    assert group.groups is not None
+    return group.groups
+
+
+def core(group: OnPolicyTrainer) -> GroupPPO:
+    """The group algorithm's policy, critic and optimizer."""
+    assert isinstance(group.algorithm, POCA | MAPPO)
+    return group.algorithm.ppo
+
+
+def need(x: torch.Tensor | None) -> torch.Tensor:
+    assert x is not None  # the group loop's batches have values and active
+    return x
+
+
+def poca(group: OnPolicyTrainer) -> POCA:
+    assert isinstance(group.algorithm, POCA)
+    return group.algorithm
 
 
 def test_poca_returns_are_the_groups_and_a_departed_agent_keeps_its_credit(
@@ -217,35 +248,34 @@ def test_poca_returns_are_the_groups_and_a_departed_agent_keeps_its_credit(
     group = trainer("poca", recording, RelayEnv(leave={2: 2}, truncate=False), **to_episodes())
     b = rollout(group)
     T, C = 12, 2
-    assert group.episode_over[5].all() and group.episode_over[11].all()
+    assert steps(group).episode_over[5].all() and steps(group).episode_over[11].all()
     # the group's reward: every agent's own, and the group reward
-    rewards = group.rewards.reshape(T, C, GROUP).sum(-1) + group.group_rewards
-    returns = monte_carlo(rewards, group.episode_over)
+    rewards = group.rollout.rewards.reshape(T, C, GROUP).sum(-1) + steps(group).group_rewards
+    returns = monte_carlo(rewards, steps(group).episode_over)
     np.testing.assert_allclose(b.returns.view(T, C).numpy(), returns, rtol=1e-5)
     # agent 2 acts in steps 0-2 of each episode only, and trains on those alone ...
-    active = b.active.view(T, C, GROUP)
+    active = need(b.active).view(T, C, GROUP)
     assert active[[0, 1, 2, 6, 7, 8], :, 2].all() and not active[[3, 4, 5, 9, 10, 11], :, 2].any()
     # ... with the whole group's return after it left (the 1.0 of the episode's end included)
     assert (returns[2] >= 1.0).all()
     advantages = b.advantages.view(T, C, GROUP)
-    assert b.baselines is not None
-    baselines = b.baselines.view(T, C, GROUP)
+    baselines = b.extras["baselines"].view(T, C, GROUP)
     torch.testing.assert_close(advantages[2, :, 2], b.returns.view(T, C)[2] - baselines[2, :, 2])
-    torch.testing.assert_close(b.values.view(T, C), group.b_values)
+    torch.testing.assert_close(need(b.values).view(T, C), poca(group).b_values)
 
 
 def test_mappo_returns_are_each_agents_own_and_the_groups_rewards(recording: Recording) -> None:
     group = trainer("mappo", recording, RelayEnv(leave={2: 2}, truncate=False), **to_episodes())
     b = rollout(group)
     T, C = 12, 2
-    rewards = group.rewards + np.repeat(group.group_rewards, GROUP, axis=1)
-    over = np.repeat(group.episode_over, GROUP, axis=1)
+    rewards = group.rollout.rewards + np.repeat(steps(group).group_rewards, GROUP, axis=1)
+    over = np.repeat(steps(group).episode_over, GROUP, axis=1)
     returns = monte_carlo(rewards, over)
     np.testing.assert_allclose(b.returns.reshape(T, C * GROUP).numpy(), returns, rtol=1e-5)
     # agent 2 left after step 2: the group rewards after it still reach its last steps
     slot = [c * GROUP + 2 for c in range(C)]
     assert (returns[2, slot] >= 1.0).all()
-    torch.testing.assert_close(b.advantages + b.values, b.returns)
+    torch.testing.assert_close(b.advantages + need(b.values), b.returns)
 
 
 @pytest.mark.parametrize("truncate", [True, False])
@@ -256,12 +286,12 @@ def test_a_time_limit_bootstraps_a_group_from_its_final_observations(
     assert isinstance(group, POCATrainer)
     b = rollout(group)
     T, C = 12, 2
-    bootstrap = group.group_bootstrap
-    rewards = group.rewards.reshape(T, C, GROUP).sum(-1) + group.group_rewards
+    bootstrap = poca(group).group_bootstrap
+    rewards = group.rollout.rewards.reshape(T, C, GROUP).sum(-1) + steps(group).group_rewards
     returns = b.returns.view(T, C).numpy()
     np.testing.assert_allclose(returns[5], rewards[5] + bootstrap[5], rtol=1e-5)
-    assert bool((bootstrap[group.episode_over] != 0.0).all()) is truncate
-    assert (bootstrap[~group.episode_over] == 0.0).all()
+    assert bool((bootstrap[steps(group).episode_over] != 0.0).all()) is truncate
+    assert (bootstrap[~steps(group).episode_over] == 0.0).all()
 
 
 def test_on_agent_slots_of_a_pettingzoo_env_a_departed_agent_keeps_the_groups_credit(
@@ -283,17 +313,17 @@ def test_on_agent_slots_of_a_pettingzoo_env_a_departed_agent_keeps_the_groups_cr
     b = rollout(group)
     assert group.step == 2 * (6 + 2 + 3)
     T, C = 6, 2
-    rewards = group.rewards.reshape(T, C, GROUP).sum(-1) + group.group_rewards
-    assert group.group_rewards[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    rewards = group.rollout.rewards.reshape(T, C, GROUP).sum(-1) + steps(group).group_rewards
+    assert steps(group).group_rewards[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     # a time limit: the final group (walker_0 and walker_2) is worth V of its observations
-    assert group.episode_over[5].all() and (group.group_bootstrap[5] != 0.0).all()
-    returns = monte_carlo(rewards, group.episode_over) + group.group_bootstrap[5]
+    assert steps(group).episode_over[5].all() and (poca(group).group_bootstrap[5] != 0.0).all()
+    returns = monte_carlo(rewards, steps(group).episode_over) + poca(group).group_bootstrap[5]
     np.testing.assert_allclose(b.returns.view(T, C).numpy(), returns, rtol=1e-5)
-    active = b.active.view(T, C, GROUP)
+    active = need(b.active).view(T, C, GROUP)
     assert active[:, 0, 1].tolist() == [True, True, False, False, False, False]
     assert active[:, 0, 2].tolist() == [False, False, False, True, True, True]
     # walker_1's last step is worth the group rewards of steps 2 to 6 (and its own rewards)
-    assert (returns[1] - group.group_bootstrap[5] >= 2.0 + 3.0 + 4.0 + 5.0 + 6.0).all()
+    assert (returns[1] - poca(group).group_bootstrap[5] >= 2.0 + 3.0 + 4.0 + 5.0 + 6.0).all()
     group.write_final_summary()
     recording.flush()
     stats = recording.stats[-1].values
@@ -332,7 +362,7 @@ def test_the_agents_learn_to_act_together(kind: str, recording: Recording) -> No
 @pytest.mark.parametrize("kind", ["poca", "mappo"])
 def test_a_gymnasium_environment_is_groups_of_one(kind: str, recording: Recording) -> None:
     group = trainer(kind, recording, make_vector_env("CartPole-v1", 4), max_steps=256)
-    assert (group.group_size, group.num_groups) == (1, 4)
+    assert (group.group_size, steps(group).num_groups) == (1, 4)
     while not group.should_stop:
         group.advance()
     group.write_final_summary()
@@ -348,7 +378,7 @@ def test_image_observations_go_through_encoders_in_the_policy_and_the_critic(
     kind: str, recording: Recording
 ) -> None:
     group = trainer(kind, recording, RelayEnv(leave={2: 2}, image=True))
-    encoder = getattr(group.critic, "encoder")  # noqa: B009  # each critic's own
+    encoder = getattr(core(group).critic, "encoder")  # noqa: B009  # each critic's own
     assert isinstance(encoder, nn.Module) and group.agent.actor_encoder is not None
     before = [p.clone() for p in encoder.parameters()]
     for _ in range(2):
@@ -404,7 +434,7 @@ def test_masked_actions_are_never_taken_and_the_export_takes_the_mask(
 def test_threaded_runs_are_reproducible_and_count_as_unthreaded(
     kind: str, recording: Recording
 ) -> None:
-    def run(threaded: bool) -> GroupOnPolicyTrainer:
+    def run(threaded: bool) -> OnPolicyTrainer:
         group = trainer(kind, recording, threaded=threaded, max_steps=8 * 56)
         while not group.should_stop:
             group.advance()
@@ -413,11 +443,15 @@ def test_threaded_runs_are_reproducible_and_count_as_unthreaded(
         return group
 
     first, second, unthreaded = run(True), run(True), run(False)
-    assert torch.equal(first.flat_params, second.flat_params)
+    assert torch.equal(core(first).flat_params, core(second).flat_params)
     # 8 rollouts of 56 agent steps, each updated: 2 epochs x 2 minibatches
     assert first.step == unthreaded.step == 8 * 56
-    assert int(first.optimizer.step_count) == int(unthreaded.optimizer.step_count) == 8 * 2 * 2
-    assert not torch.equal(first.flat_params, unthreaded.flat_params)  # acting lagged
+    assert (
+        int(core(first).optimizer.step_count)
+        == int(core(unthreaded).optimizer.step_count)
+        == 8 * 2 * 2
+    )
+    assert not torch.equal(core(first).flat_params, core(unthreaded).flat_params)  # acting lagged
 
 
 # -- what the group trainers refuse -------------------------------------------------------------
@@ -490,7 +524,7 @@ def test_environments_a_group_trainer_cannot_read_are_refused(recording: Recordi
 # -- checkpoints and the CLI --------------------------------------------------------------------
 
 
-def saved(group: GroupOnPolicyTrainer) -> dict[str, Any]:
+def saved(group: OnPolicyTrainer) -> dict[str, Any]:
     buffer = io.BytesIO()
     torch.save(group.state_dict(), buffer)
     buffer.seek(0)
@@ -510,10 +544,10 @@ def test_a_resumed_trainer_continues_from_its_state(kind: str, recording: Record
     for group in resumed:
         group.load_state_dict(state)
         assert group.step == original.step
-        assert torch.equal(group.flat_params, original.flat_params)
+        assert torch.equal(core(group).flat_params, core(original).flat_params)
         group.advance()
-    assert torch.equal(resumed[0].flat_params, resumed[1].flat_params)
-    assert not torch.equal(resumed[0].flat_params, original.flat_params)
+    assert torch.equal(core(resumed[0]).flat_params, core(resumed[1]).flat_params)
+    assert not torch.equal(core(resumed[0]).flat_params, core(original).flat_params)
     other = "mappo" if kind == "poca" else "poca"
     with pytest.raises(ValueError, match=f"state of a {kind!r} trainer cannot be loaded"):
         trainer(other, recording).load_state_dict(state)

@@ -168,11 +168,11 @@ from evtrain.trainers.ppo import PPOTrainer
 
 
 class FailingPPO(PPOTrainer):
-    def _update(self, b, clip_coef, ent_coef):
+    def _update(self, batch):
         self.updates = getattr(self, "updates", 0) + 1
         if self.updates == 3:
             raise FloatingPointError("update 3 failed on purpose")
-        super()._update(b, clip_coef, ent_coef)
+        super()._update(batch)
 
 
 def trainer_types():

@@ -87,9 +87,9 @@ def test_sequences_reproduce_the_rollouts_log_probs_and_values(
         trainer.advance()  # memories carried over from earlier rollouts, weights trained
     next_value = trainer._collect_rollout()
     advantages, returns = trainer._advantages(next_value)
-    b = trainer._batch(advantages, returns)
-    memory = memory_of(trainer)
-    sequences = memory._sequences
+    batch = trainer._batch(advantages, returns)
+    b = (batch.obs, batch.actions, batch.logprobs)
+    sequences = batch.sequences
     assert sequences is not None
     agent = trainer.agent
     assert isinstance(agent, RecurrentActorCritic)
@@ -102,14 +102,16 @@ def test_sequences_reproduce_the_rollouts_log_probs_and_values(
             b[1],
         )
     torch.testing.assert_close(logprob, b[2], rtol=0, atol=1e-5)
-    breaks = trainer.terminated | trainer.truncated
+    breaks = trainer.rollout.terminated | trainer.rollout.truncated
     breaks[19::20] = True
-    layout = sequence_layout(breaks, trainer.valid, 4)
-    in_order = trainer.b_values.flatten(0, 1)[torch.from_numpy(layout.steps)]
+    layout = sequence_layout(breaks, trainer.rollout.valid, 4)
+    in_order = trainer.rollout.b_values.flatten(0, 1)[torch.from_numpy(layout.steps)]
     torch.testing.assert_close(value, in_order, rtol=0, atol=1e-5)
     # every transition is in the batch, each once; padding is not
-    assert len(b[0]) == int(trainer.valid.sum()) == int(sequences.mask.sum())
-    assert (trainer.truncated & ~trainer.terminated).any()  # time limits were bootstrapped
+    assert len(b[0]) == int(trainer.rollout.valid.sum()) == int(sequences.mask.sum())
+    assert (
+        trainer.rollout.truncated & ~trainer.rollout.terminated
+    ).any()  # time limits were bootstrapped
 
 
 @pytest.mark.parametrize(
@@ -151,16 +153,15 @@ def test_minibatches_are_whole_sequences_batch_size_over_sequence_length_each(
         "Test", settings, masked_envs(AutoresetMode.SAME_STEP), recording.reporter, seed=0
     )
     next_value = trainer._collect_rollout()
-    b = trainer._batch(*trainer._advantages(next_value))
-    memory = memory_of(trainer)
-    assert memory._sequences is not None
-    count = memory._sequences.mask.shape[0]
+    batch = trainer._batch(*trainer._advantages(next_value))
+    b = (batch.obs, batch.actions, batch.logprobs, batch.advantages, batch.returns)
+    assert batch.sequences is not None
+    count = batch.sequences.mask.shape[0]
     assert count >= 16
     seen: list[int] = []
     minibatches = 0
-    for mb in trainer._minibatches(b, num_minibatches=999):
+    for mb, chosen in trainer.algorithm._minibatches(b, batch, num_minibatches=999):
         minibatches += 1
-        chosen = memory._minibatch
         assert chosen is not None and chosen.mask.shape == (2, 4)
         # the minibatch's rows are its two sequences' steps, in order
         rows = chosen.rows[chosen.mask]
@@ -182,9 +183,9 @@ def test_memory_longer_than_a_rollout_trains_and_exports_box_actions(
     )
     envs = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")
     trainer = PPOTrainer("Test", settings, envs, recording.reporter, seed=0)
-    before = trainer.flat_params.detach().clone()
+    before = trainer.algorithm.flat_params.detach().clone()
     trainer.advance()
-    assert not torch.equal(before, trainer.flat_params)
+    assert not torch.equal(before, trainer.algorithm.flat_params)
     policy = trainer.policy_module()
     with torch.no_grad():
         action, memory = policy(torch.full((5, 3), 100.0), torch.zeros(5, 6))
@@ -229,7 +230,7 @@ def test_intrinsic_reward_signals_train_alongside_the_recurrent_agent(
     assert {"Losses/Curiosity Forward Loss", "Losses/RND Loss", "Policy/Rnd Reward"} <= set(
         event.values
     )
-    assert trainer.b_values.shape == (32, 2, 3)
+    assert trainer.rollout.b_values.shape == (32, 2, 3)
     assert memory_of(trainer).b_critic_memory.shape == (64, 8)
 
 

@@ -89,7 +89,7 @@ def test_schedules_are_taken_at_update_time(recording: Recording) -> None:
     learning_rates = []
     while not trainer.should_stop:
         trainer.advance()
-        learning_rates.append(trainer.optimizer.lr)
+        learning_rates.append(trainer.algorithm.optimizer.lr)
     recording.flush()
     envs.close()
 
@@ -168,15 +168,15 @@ def test_truncation_bootstraps_from_final_observation_same_step(recording: Recor
     trainer = bootstrap_trainer(recording, AutoresetMode.SAME_STEP)
     next_value = trainer._collect_rollout()
     # Observations 0, 1, 2 | reset 0: step 2 is truncated with final observation [3].
-    assert trainer.b_obs[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 0.0]
+    assert trainer.rollout.b_obs[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 0.0]
     with torch.no_grad():
         v_final = trainer.agent.value(torch.tensor([[3.0]])).item()
-    assert trainer.truncated[:, 0].tolist() == [False, False, True, False]
-    assert trainer.bootstrap[2, 0] == pytest.approx(v_final)
-    assert trainer.valid.all()
+    assert trainer.rollout.truncated[:, 0].tolist() == [False, False, True, False]
+    assert trainer.rollout.bootstrap[2, 0] == pytest.approx(v_final)
+    assert trainer.rollout.valid.all()
 
     advantages, _ = trainer._advantages(next_value)
-    v = trainer.b_values[:, 0].tolist()
+    v = trainer.rollout.b_values[:, 0].tolist()
     gamma, lambd = 0.99, 0.5
     delta2 = 1 + gamma * v_final - v[2]
     delta1 = 1 + gamma * v[2] - v[1]
@@ -188,12 +188,12 @@ def test_truncation_bootstraps_from_final_observation_next_step(recording: Recor
     trainer = bootstrap_trainer(recording, AutoresetMode.NEXT_STEP)
     next_value = trainer._collect_rollout()
     # Observations 0, 1, 2, 3 (final): step 3 only resets and is no transition.
-    assert trainer.b_obs[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
-    assert trainer.valid[:, 0].tolist() == [True, True, True, False]
+    assert trainer.rollout.b_obs[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert trainer.rollout.valid[:, 0].tolist() == [True, True, True, False]
     assert trainer.step == 3
 
     advantages, _ = trainer._advantages(next_value)
-    v = trainer.b_values[:, 0].tolist()  # v[3] = V(final observation)
+    v = trainer.rollout.b_values[:, 0].tolist()  # v[3] = V(final observation)
     assert advantages[2, 0].item() == pytest.approx(1 + 0.99 * v[3] - v[2], rel=1e-5)
 
 
@@ -208,7 +208,7 @@ def test_time_horizon_cuts_the_rollout_into_bootstrapped_trajectories(
     )
     next_value = trainer._collect_rollout()
     advantages, _ = trainer._advantages(next_value)
-    v = trainer.b_values[:, 0].tolist()
+    v = trainer.rollout.b_values[:, 0].tolist()
     # Step 3 ends a 4-step trajectory: its target is r + gamma V(s4), nothing flows back.
     assert advantages[3, 0].item() == pytest.approx(1 + 0.99 * v[4] - v[3], rel=1e-5)
 

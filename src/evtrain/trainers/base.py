@@ -15,16 +15,12 @@ rank from rank 0's networks.  An algorithm averages its gradients with
 ``self.world.average_(grad)`` before each optimizer step, and merges observation normalisers
 with ``merge_ranks`` — PPO and SAC do; a subclass of either inherits it.
 
-A trainer *has* its parts; it derives from nothing of evtrain's.  Steps, episodes and
-summaries: :attr:`Trainer.bookkeeping` (:class:`evtrain.trainers.bookkeeping.Bookkeeping`).
-``threaded: true``: :attr:`Trainer.update_runner`
-(:class:`evtrain.trainers.threaded.ThreadedUpdates`): a loop hands its update to
-``_run_update``, which runs it on the behavior's update thread and returns, and acts with
-copies of its networks that ``_caught_up`` refreshes.  Whatever reads the trained state waits
-for the update first (:meth:`Trainer.wait_for_update`): a summary, :meth:`Trainer.state_dict`,
-the runner before it exports, the end of the run.  The methods of both that loops call
-(``_record_step``, ``_record_infos``, ``_sync_step``, ``_end_period``, ``_run_update``,
-``_loaded``, :attr:`Trainer.step`, :attr:`Trainer.act_generator`, ...) delegate to them.
+A trainer *has* its parts, deriving from nothing of evtrain's: :attr:`Trainer.bookkeeping`
+(steps, episodes, summaries; :mod:`evtrain.trainers.bookkeeping`) and
+:attr:`Trainer.update_runner` (``threaded: true``; :mod:`evtrain.trainers.threaded`), whose
+methods a loop calls through the trainer (``_record_step``, ``_sync_step``, ``_end_period``,
+``_run_update``, :meth:`Trainer.wait_for_update`, ...).  Its checkpoint is
+:mod:`evtrain.trainers.trainer_state`'s, ``--inference`` :mod:`evtrain.trainers.inference`'s.
 """
 
 from __future__ import annotations
@@ -43,19 +39,18 @@ from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import StatsPropertyType
-from evtrain.export import memory_size_of
+from evtrain.trainers import inference, trainer_state
 from evtrain.trainers.bookkeeping import Bookkeeping
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.finite import FiniteGuard
 from evtrain.trainers.info_stats import InfoStats
 from evtrain.trainers.networks.memory import StatefulPolicy
-from evtrain.trainers.networks.normalizer import ObservationNormalizer
-from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
 from evtrain.trainers.threaded import ThreadedUpdates
 from evtrain.world import World
 
 P = ParamSpec("P")
+BoolArray = npt.NDArray[np.bool_]
 
 
 def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> float:
@@ -133,29 +128,7 @@ class Trainer(abc.ABC):
         """Every random draw on ``device``: action sampling, minibatch shuffling."""
         self.rng = np.random.default_rng(seed)
         """Every random draw made in numpy (replay sampling, warm-up actions)."""
-        self.update_runner = ThreadedUpdates(
-            behavior_name,
-            settings.threaded,
-            world=self.world,
-            device=self.device,
-            seed=seed,
-            generator=self.generator,
-            caught_up=_weakly(self._caught_up),
-        )
-        """Runs the updates (on the behavior's update thread with ``threaded``)."""
-        self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
-        self.bookkeeping = Bookkeeping(
-            behavior_name,
-            settings,
-            reporter,
-            self.world,
-            envs,
-            self.autoreset,
-            self.num_envs,
-            self.update_runner.wait,
-            _weakly(self._write_summary),
-        )
-        """Steps, episodes and summaries."""
+        self._init_parts()
         self.attachments: dict[str, Attachment] = {}
         """What the runner attached, by name; saved with :meth:`state_dict` (under
         ``"attachments"``) and restored by :meth:`load_state_dict` (not by
@@ -172,6 +145,32 @@ class Trainer(abc.ABC):
             StatsPropertyType.HYPERPARAMETERS, attrs.asdict(settings, filter=absent_when_none)
         )
         self._setup()
+
+    def _init_parts(self) -> None:
+        """The update runner, the autoreset tracker and the bookkeeping (the constructor's)."""
+        self.update_runner = ThreadedUpdates(
+            self.behavior_name,
+            self.settings.threaded,
+            world=self.world,
+            device=self.device,
+            seed=self.seed,
+            generator=self.generator,
+            caught_up=_weakly(self._caught_up),
+        )
+        """Runs the updates (on the behavior's update thread with ``threaded``)."""
+        self.autoreset = AutoresetTracker(autoreset_mode(self.envs), self.num_envs)
+        self.bookkeeping = Bookkeeping(
+            self.behavior_name,
+            self.settings,
+            self.reporter,
+            self.world,
+            self.envs,
+            self.autoreset,
+            self.num_envs,
+            self.update_runner.wait,
+            _weakly(self._write_summary),
+        )
+        """Steps, episodes and summaries."""
 
     def _setup(self) -> None:  # noqa: B027 (a hook: a trainer may need nothing more)
         """Build what the algorithm needs (networks, optimizers, buffers); the constructor's
@@ -204,14 +203,8 @@ class Trainer(abc.ABC):
         runner calls :meth:`run_policy` instead of :meth:`advance`.  Steps count afresh from 0
         up to ``max_steps`` (global, as in training), and summaries say ``Is Training`` 0."""
         self.wait_for_update()
-        # Buffers an export view makes (action bounds) start on the CPU; the parameters are
-        # the trainer's own, on its device already.
-        policy = self.policy_module().to(self.device)
-        self._policy = StatefulPolicy(policy) if memory_size_of(policy) else policy
-        self.bookkeeping.restart()
-        self.bookkeeping.training = False
+        self._policy = inference.begin(self.policy_module(), self.device, self.bookkeeping)
 
-    @torch.no_grad()
     def run_policy(self) -> None:
         """Step every environment once with the policy and report as :meth:`advance` does:
         episode returns and lengths, ``Step``, a summary per ``summary_freq`` steps.
@@ -220,19 +213,11 @@ class Trainer(abc.ABC):
         """
         if self._policy is None:
             raise RuntimeError("run_policy() runs the policy of begin_inference(): call it first")
-        inputs = policy_inputs(self.envs.single_observation_space, self.next_obs).values()
-        obs = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device) for x in inputs]
-        actions = self._policy(*obs).cpu().numpy()
-        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
-        dones = terminated | truncated
-        valid = self.autoreset.observe(dones, infos)
-        self._record_step(rewards, dones, valid)
-        self._record_infos(infos, dones, valid)
-        if isinstance(self._policy, StatefulPolicy):
-            # a new episode starts without memory (NEXT_STEP mode: after the autoreset step)
-            self._policy.forget(dones | ~valid)
+        books, envs = self.bookkeeping, self.envs
+        next_obs = inference.step(
+            envs, self.next_obs, self._policy, self.device, self.autoreset, books
+        )
         self.next_obs = _batch(next_obs)
-        self._end_period()
 
     def _acting_rows(self, obs: torch.Tensor) -> torch.Tensor:
         """The rows of ``obs`` (one per sub-environment, before a step) whose sub-environment
@@ -270,29 +255,12 @@ class Trainer(abc.ABC):
         Also switches observation normalisers to collecting batches between ``merge_ranks``.
         Does nothing in a one-process run.
         """
-        books = self.bookkeeping
-        books.synced = (books.step, books.local_step)
-        if self.world.size == 1:
-            return
-        modules = [value for value in vars(self).values() if isinstance(value, nn.Module)]
-        for module in modules:
-            for part in module.modules():
-                if isinstance(part, ObservationNormalizer):
-                    part.deferred = True
-        self.world.broadcast_(self._shared_tensors(modules))
-        self._loaded()
+        trainer_state.synchronize(self)
 
-    def _shared_tensors(self, modules: list[nn.Module]) -> list[torch.Tensor]:
-        """Every tensor that must be equal on all ranks: the parameters and buffers of the
-        trainer's modules, and parameters held directly (an entropy coefficient)."""
-        tensors: dict[tuple[int, int], torch.Tensor] = {}
-        for module in modules:
-            for tensor in (*module.parameters(), *module.buffers()):
-                tensors.setdefault((tensor.data_ptr(), tensor.numel()), tensor.data)
-        for value in vars(self).values():
-            if isinstance(value, nn.Parameter):
-                tensors.setdefault((value.data_ptr(), value.numel()), value.data)
-        return list(tensors.values())
+    def _shared_modules(self) -> list[nn.Module]:
+        """The modules every rank must hold alike: here the trainer's own attributes; a loop
+        adds its algorithm's."""
+        return [value for value in vars(self).values() if isinstance(value, nn.Module)]
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: networks, optimizers, normaliser, step and RNG states,
@@ -302,29 +270,7 @@ class Trainer(abc.ABC):
         The environments are not part of it: a resumed trainer starts fresh episodes.  With
         ``threaded``, the update in flight is waited for: the state includes it.
         """
-        self.wait_for_update()
-        acting = {}
-        if self.act_generator is not self.generator:
-            acting["act_generator"] = self.act_generator.get_state()
-        return {
-            "trainer_type": self.settings.trainer_type,
-            "step": self.step,
-            "last_summary": self.bookkeeping.last_summary,
-            "recent_rewards": list(self.bookkeeping.recent_rewards),
-            "generator_device": self.device.type,
-            "generator": self.generator.get_state(),
-            "rng": self.rng.bit_generator.state,
-            **acting,
-            **self._state_dict(),
-            **self._attachments_state(),
-        }
-
-    def _attachments_state(self) -> dict[str, Any]:
-        """The attachments' part of :meth:`state_dict` (none without attachments: a state as
-        before there were any)."""
-        if not self.attachments:
-            return {}
-        return {"attachments": {name: a.state_dict() for name, a in self.attachments.items()}}
+        return trainer_state.state_dict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (``--resume``).
@@ -336,31 +282,7 @@ class Trainer(abc.ABC):
 
         :raises ValueError: the state comes from another trainer type.
         """
-        self._check_type(state)
-        self.bookkeeping.restore(
-            int(state["step"]),
-            int(state["last_summary"]),
-            [float(r) for r in state["recent_rewards"]],
-        )
-        if self.world.size > 1:
-            # in place: the generators are shared objects (an algorithm's spec holds them)
-            self.generator.manual_seed(self.seed * 1_000_003 + self.step)
-            self.rng.bit_generator.state = np.random.default_rng(
-                [self.seed, self.step]
-            ).bit_generator.state
-        else:
-            if state["generator_device"] == self.device.type:
-                self.generator.set_state(state["generator"])
-                if "act_generator" in state and self.act_generator is not self.generator:
-                    self.act_generator.set_state(state["act_generator"])
-            self.rng.bit_generator.state = state["rng"]
-        self._load_state_dict(state)
-        saved = state.get("attachments", {})
-        for name, attachment in self.attachments.items():
-            if name in saved:  # an attachment the checkpoint lacks starts afresh
-                attachment.load_state_dict(saved[name])
-        self._loaded()
-        self.reporter.set_stat("Step", float(self.step))
+        trainer_state.load_state_dict(self, state)
 
     def load_weights(self, state: dict[str, Any]) -> None:
         """Start from the networks (and normaliser) of :meth:`state_dict`'s output, nothing else:
@@ -368,16 +290,9 @@ class Trainer(abc.ABC):
 
         :raises ValueError: the state comes from another trainer type.
         """
-        self._check_type(state)
+        trainer_state.check_type(self, state)
         self._load_weights(state)
         self._loaded()
-
-    def _check_type(self, state: dict[str, Any]) -> None:
-        if state["trainer_type"] != self.settings.trainer_type:
-            raise ValueError(
-                f"state of a {state['trainer_type']!r} trainer cannot be loaded into a "
-                f"{self.settings.trainer_type!r} trainer for behavior {self.behavior_name!r}"
-            )
 
     # -- what subclasses implement -------------------------------------------------------------
 
@@ -406,18 +321,15 @@ class Trainer(abc.ABC):
 
     @property
     def local_step(self) -> int:
-        """Environment steps this process took since it started."""
         return self.bookkeeping.local_step
 
     @property
     def info_stats(self) -> InfoStats:
-        """Records the behavior's ``info_stats``."""
         return self.bookkeeping.info_stats
 
     @property
     def last_mean_reward(self) -> float | None:
-        """Mean cumulative reward of the last (up to) 100 finished episodes; ``None`` before the
-        first.  What the runner records with a checkpoint."""
+        """See :attr:`Bookkeeping.last_mean_reward`: what the runner records with a checkpoint."""
         return self.bookkeeping.last_mean_reward
 
     @property
@@ -437,14 +349,10 @@ class Trainer(abc.ABC):
         """See :meth:`ThreadedUpdates.close`; the environments are the caller's to close."""
         self.update_runner.close()
 
-    def _record_step(
-        self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
-    ) -> None:
+    def _record_step(self, rewards: Any, dones: BoolArray, valid: BoolArray) -> None:
         self.bookkeeping.record_step(rewards, dones, valid)
 
-    def _record_infos(
-        self, infos: Mapping[str, Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
-    ) -> None:
+    def _record_infos(self, infos: Mapping[str, Any], dones: BoolArray, valid: BoolArray) -> None:
         self.bookkeeping.record_infos(infos, dones, valid)
 
     def _sync_step(self) -> None:
@@ -457,14 +365,13 @@ class Trainer(abc.ABC):
         self.update_runner.run(update, *args)
 
     def _write_summary(self, label: int) -> None:
-        """Write the summary labelled ``label`` (:meth:`Bookkeeping.write_summary`); a loop that
-        sums statistics over a period reports them first, then calls this."""
+        """Write the summary labelled ``label``; a loop that sums statistics over a period
+        reports them first, then calls this."""
         self.bookkeeping.write_summary(label)
 
     def _caught_up(self) -> None:  # noqa: B027 (a hook: a loop without acting copies has none)
-        """``threaded`` only: no update is running now (the training thread has just waited
-        for it); make what the environments act with equal to the trained networks again, and
-        store what was held back from the update while it ran."""
+        """``threaded`` only: no update is running now; make what the environments act with
+        equal to the trained networks again, and store what was held back meanwhile."""
 
     def _loaded(self) -> None:
         """The networks were replaced: with ``threaded``, the acting copies follow."""

@@ -1,6 +1,6 @@
-"""The update the group trainers share: PPO's clipped policy objective per agent, on the steps
-each agent acted in, beside a critic loss the algorithm defines (POCA's value and
-counterfactual baselines, MAPPO's centralised value).
+"""The update the group algorithms share (:class:`GroupPPO`, which POCA and MAPPO have): PPO's
+clipped policy objective per agent, on the steps each agent acted in, beside a critic loss the
+algorithm defines (POCA's value and counterfactual baselines, MAPPO's centralised value).
 
 A batch is a rollout's **group steps** (every slot of one environment copy at one step), so a
 minibatch keeps each group whole, as the critics need: ``buffer_size / batch_size`` minibatches
@@ -13,47 +13,24 @@ PPO's schedules.  One Adam over the policy and the critic, gradients clipped tog
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import attrs
 import torch
 from torch import nn
 
-from evtrain.timers import hierarchical_timer
+from evtrain.trainers.algorithm import AlgorithmSpec, OnPolicyBatch
 from evtrain.trainers.finite import finite_mean
-from evtrain.trainers.loops.group_rollout import GroupRollout
-from evtrain.trainers.loops.schedules import report_scheduled, scheduled
+from evtrain.trainers.group_settings import GroupSettings
+from evtrain.trainers.loops.schedules import scheduled
 from evtrain.trainers.networks.mlp import clip_grad_norm_, flatten_parameters, zero_grad_
-from evtrain.trainers.networks.policies import DeterministicPolicy, score_actions
-from evtrain.trainers.optim import FlatAdam, make_adam
+from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy, score_actions
+from evtrain.trainers.optim import make_adam
 
-
-class GroupBatch(NamedTuple):
-    """A rollout's group steps (``b_``) or a minibatch of them (``mb_``): ``B`` rows of ``G``
-    agents; ``K`` is 1 where the critic values the group (POCA) and ``G`` where it values each
-    agent (MAPPO)."""
-
-    obs: torch.Tensor
-    """``(B, G, D)`` normalised observations."""
-    actions: torch.Tensor
-    """``(B, G)`` discrete or ``(B, G, A)`` continuous actions, as sampled."""
-    logprobs: torch.Tensor
-    """``(B, G)`` log-probabilities of the actions under the rollout's policy."""
-    advantages: torch.Tensor
-    """``(B, G)``."""
-    active: torch.Tensor
-    """``(B, G)`` booleans: the agent acted (only those steps train the policy)."""
-    returns: torch.Tensor
-    """``(B, K)`` the critic's targets."""
-    values: torch.Tensor
-    """``(B, K)`` the critic's estimates during the rollout (the trust region's centre)."""
-    baselines: torch.Tensor | None = None
-    """POCA: ``(B, G)`` the counterfactual baselines during the rollout."""
-
-    def rows(self, index: torch.Tensor) -> GroupBatch:
-        """The group steps ``index`` picks."""
-        return GroupBatch._make(None if x is None else x[index] for x in self)
+CriticLoss = Callable[[OnPolicyBatch, float], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+"""An algorithm's critic loss on a minibatch (with the clip range), and its parts by stat
+name."""
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -88,84 +65,97 @@ def clipped_value_loss(
     return loss.mean() if mask is None else masked_mean(loss, mask)
 
 
-class GroupOnPolicyTrainer(GroupRollout):
-    """A group trainer's loop and update; the algorithm supplies the critic, its values, the
-    targets and the critic's loss."""
+def rows(batch: OnPolicyBatch, index: torch.Tensor) -> OnPolicyBatch:
+    """The group steps ``index`` picks of ``batch``."""
 
-    flat_params: nn.Parameter
-    optimizer: FlatAdam
+    def pick(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x[index]
 
-    def _setup(self) -> None:
-        self._build_group_trainer()
+    return attrs.evolve(
+        batch,
+        obs=batch.obs[index],
+        actions=batch.actions[index],
+        logprobs=batch.logprobs[index],
+        advantages=batch.advantages[index],
+        returns=batch.returns[index],
+        values=pick(batch.values),
+        active=pick(batch.active),
+        extras={key: x[index] for key, x in batch.extras.items()},
+    )
+
+
+class GroupPPO:
+    """The policy, the critic, one Adam over both and the update a group algorithm shares.
+
+    :param critic: the algorithm's critic (built after the policy, on the CPU).
+    :param critic_loss: its loss on a minibatch.
+    """
+
+    def __init__(
+        self, spec: AlgorithmSpec, build_critic: Callable[[], nn.Module], critic_loss: CriticLoss
+    ) -> None:
+        self.spec = spec
+        self.hp: GroupSettings = spec.settings.hyperparameters  # type: ignore[assignment]
+        # Each agent acts on its own observation: PPO's policy (its own value head unused),
+        # so the export and the action handling (action masks included) are PPO's.
+        self.agent = ActorCritic(
+            spec.observation_space,
+            spec.action_space,
+            spec.settings.network_settings,
+            spec.init_generator,
+        ).to(spec.device)
+        self.critic = build_critic().to(spec.device)
+        self.critic_loss = critic_loss
         parts = nn.ModuleDict({"agent": self.agent, "critic": self.critic})
         self.flat_params = flatten_parameters(parts)
         """The policy's and the critic's parameters (and gradients) as one tensor."""
         self.optimizer = make_adam(self.flat_params, self.hp.learning_rate, eps=1e-5)
 
-    # -- what the algorithm supplies ------------------------------------------------------------
+    # -- the update ----------------------------------------------------------------------------
 
-    @abc.abstractmethod
-    def _targets(self, next_value: torch.Tensor) -> GroupBatch:
-        """The rollout as a batch: advantages, the critic's targets and estimates."""
-
-    @abc.abstractmethod
-    def _critic_loss(
-        self, mb: GroupBatch, clip_coef: float
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The critic's loss on a minibatch, and its parts by stat name."""
-
-    @abc.abstractmethod
-    def _report_estimates(self) -> None:
-        """Report the rollout's value estimates (``Policy/Extrinsic Value Estimate``, ...)."""
-
-    # -- the algorithm's steps -----------------------------------------------------------------
-
-    def advance(self) -> None:
-        """Collect one rollout, update the policy and the critic on it, report."""
-        next_value = self._collect_for_update()
-        if next_value is None:
-            return
-        values = scheduled(self.hp, self.step, self.settings.max_steps)
-        self.optimizer.lr = values.learning_rate
-        # The update reads this batch only (threaded: the next rollout writes the arrays).
-        b = self._targets(next_value)
-        with hierarchical_timer("update"):
-            self._run_update(self._update, b, values.epsilon, values.beta)
-        report_scheduled(self.reporter, values)
-        self._report_estimates()
-        self._end_period()
-
-    def _update(self, b: GroupBatch, clip_coef: float, ent_coef: float) -> None:
-        """``num_epoch`` passes of minibatch gradient steps over the group steps of ``b``."""
-        hp = self.hp
+    def update(self, batch: OnPolicyBatch) -> dict[str, float]:
+        """``num_epoch`` passes of minibatch gradient steps over the group steps of ``batch``;
+        returns the losses, the entropy and the scheduled values."""
+        hp, spec = self.hp, self.spec
+        scheduled_values = scheduled(hp, batch.step, spec.settings.max_steps)
+        self.optimizer.lr = scheduled_values.learning_rate
+        clip_coef, ent_coef = scheduled_values.epsilon, scheduled_values.beta
         # From the settings, not the batch: every rank takes as many steps (each an all-reduce).
-        num_minibatches = max(1, min(hp.buffer_size // hp.batch_size, b.obs.shape[0]))
+        num_minibatches = max(1, min(hp.buffer_size // hp.batch_size, batch.obs.shape[0]))
         stats: dict[str, list[torch.Tensor]] = {}
         for epoch in range(hp.num_epoch):
-            for mb in self._group_minibatches(b, num_minibatches):
+            for mb in self._minibatches(batch, num_minibatches):
                 # entropy: in the loss with a nonzero beta, else measured in the first epoch
                 with_entropy = ent_coef > 0.0 or epoch == 0
-                for key, value in self._gradient_step(mb, clip_coef, ent_coef, with_entropy):
+                step_stats = self._gradient_step(mb, batch.step, clip_coef, ent_coef, with_entropy)
+                for key, value in step_stats:
                     stats.setdefault(key, []).append(value)
-        self.finite.check_updates(self.step)  # on_nonfinite: stop (one sync per update)
+        spec.finite.check_updates(batch.step)  # on_nonfinite: stop (one sync per update)
+        means: dict[str, float] = {}
         for key, values in stats.items():
             mean = finite_mean(values)  # without the steps skipped as non-finite, if any
             if mean is not None:
-                self.reporter.add_stat(key, mean)
+                means[key] = mean
+        means["Policy/Learning Rate"] = scheduled_values.learning_rate
+        means["Policy/Epsilon"] = scheduled_values.epsilon
+        means["Policy/Beta"] = scheduled_values.beta
+        return means
 
-    def _group_minibatches(self, b: GroupBatch, num_minibatches: int) -> Iterator[GroupBatch]:
+    def _minibatches(self, b: OnPolicyBatch, num_minibatches: int) -> Iterator[OnPolicyBatch]:
         if num_minibatches == 1:
             yield b
             return
-        perm = torch.randperm(b.obs.shape[0], generator=self.generator, device=self.device)
+        spec = self.spec
+        perm = torch.randperm(b.obs.shape[0], generator=spec.generator, device=spec.device)
         for index in torch.tensor_split(perm, num_minibatches):
-            yield b.rows(index)
+            yield rows(b, index)
 
     def _gradient_step(
-        self, mb: GroupBatch, clip_coef: float, ent_coef: float, with_entropy: bool
+        self, mb: OnPolicyBatch, step: int, clip_coef: float, ent_coef: float, with_entropy: bool
     ) -> list[tuple[str, torch.Tensor]]:
         """One optimizer step on ``mb``; returns its losses (and entropy), detached, by stat
         name."""
+        assert mb.active is not None  # the group loop's batches say who acted
         zero_grad_(self.flat_params)
         # -- policy: PPO's clipped surrogate objective, over the agents that acted
         logprob, entropy = self._score(mb, with_entropy=with_entropy, entropy_grad=ent_coef > 0)
@@ -177,7 +167,7 @@ class GroupOnPolicyTrainer(GroupRollout):
         surr2 = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages
         pg_loss = -masked_mean(torch.min(surr1, surr2), mb.active)
         # -- critic: the algorithm's
-        critic_loss, parts = self._critic_loss(mb, clip_coef)
+        critic_loss, parts = self.critic_loss(mb, clip_coef)
         loss = pg_loss + self.hp.vf_coef * critic_loss
         stats = [("Losses/Policy Loss", pg_loss), *parts.items()]
         # -- entropy bonus
@@ -187,14 +177,14 @@ class GroupOnPolicyTrainer(GroupRollout):
                 loss = loss - ent_coef * entropy_mean
             stats.append(("Policy/Entropy", entropy_mean))
         torch.autograd.backward(loss)
-        self.world.average_(self.flat_params.grad)  # data parallel: the mean over ranks
+        self.spec.world.average_(self.flat_params.grad)  # data parallel: the mean over ranks
         grad_norm = clip_grad_norm_(self.flat_params, self.hp.max_grad_norm)
-        if self.finite.update(self.step, loss, grad_norm):
+        if self.spec.finite.update(step, loss, grad_norm):
             self.optimizer.step()
         return [(key, value.detach()) for key, value in stats]
 
     def _score(
-        self, mb: GroupBatch, *, with_entropy: bool, entropy_grad: bool
+        self, mb: OnPolicyBatch, *, with_entropy: bool, entropy_grad: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(B, G)`` log-probabilities (and entropies) of the minibatch's actions under the
         current policy (the masked distribution, with an action mask)."""
@@ -210,24 +200,29 @@ class GroupOnPolicyTrainer(GroupRollout):
         shape = mb.logprobs.shape
         return logprob.view(shape), None if entropy is None else entropy.view(shape)
 
-    # -- what the runner needs ------------------------------------------------------------------
+    # -- export and checkpoints ----------------------------------------------------------------
 
     def policy_module(self) -> nn.Module:
         """One agent's observation to its deterministic action (argmax, or the clipped
         mean): the policy every agent of the behavior runs."""
-        return DeterministicPolicy(self.agent, self.action_space).eval()
+        return DeterministicPolicy(self.agent, self.spec.action_space).eval()
 
-    def _state_dict(self) -> dict[str, Any]:
+    def sampling_policy_module(self, generator: torch.Generator) -> nn.Module:
+        """The deterministic policy: group trainers do not sample for self-play."""
+        del generator
+        return self.policy_module()
+
+    def state_dict(self) -> dict[str, Any]:
         return {
             "agent": self.agent.state_dict(),
             "critic": self.critic.state_dict(),
             "optimizer": self.optimizer.state_dict(),
         }
 
-    def _load_weights(self, state: dict[str, Any]) -> None:
+    def load_weights(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
         self.critic.load_state_dict(state["critic"])
 
-    def _load_state_dict(self, state: dict[str, Any]) -> None:
-        self._load_weights(state)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_weights(state)
         self.optimizer.load_state_dict(state["optimizer"])

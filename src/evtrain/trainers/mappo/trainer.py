@@ -7,82 +7,133 @@ An agent's reward is its own plus the group reward (ML-Agents' MAPPO: groupmates
 not added, so roles may be rewarded differently).  GAE runs over each slot's trajectory with
 the agent's centralised value, cut only where the copy's episode ends: an agent that left
 early keeps the group rewards that follow (and its value there is learnt too).  The update
-(:mod:`~evtrain.trainers.loops.group_update`): PPO's clipped objective on the steps an agent
-acted in, and the trust-region value loss over every slot step.
+(:class:`~evtrain.trainers.loops.group_update.GroupPPO`, which :class:`MAPPO` has): PPO's
+clipped objective on the steps an agent acted in, and the trust-region value loss over every
+slot step.  :class:`MAPPOTrainer` is the on-policy loop (in its group mode) with
+:class:`MAPPO`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+from torch import nn
 
+from evtrain.trainers.algorithm import AlgorithmSpec, GroupRollout, OnPolicyBatch
 from evtrain.trainers.group_settings import MAPPOSettings
-from evtrain.trainers.loops.group_update import GroupBatch, GroupOnPolicyTrainer, clipped_value_loss
-from evtrain.trainers.loops.on_policy import Finals
+from evtrain.trainers.loops.group_rollout import chunked, lambda_returns
+from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss
+from evtrain.trainers.loops.on_policy import OnPolicyTrainer
 from evtrain.trainers.mappo.critic import MAPPOCritic
+from evtrain.trainers.observations import behavior_layout
+from evtrain.trainers.signals.reward_signal import RewardSignal
 
 
-class MAPPOTrainer(GroupOnPolicyTrainer):
-    """MAPPO for ``Discrete`` and ``Box`` actions (see the module's docstring)."""
+class MAPPO:
+    """MAPPO as a group on-policy algorithm
+    (:class:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm`)."""
 
-    settings_type = MAPPOSettings
-    critic: MAPPOCritic
+    def __init__(self, spec: AlgorithmSpec) -> None:
+        self.spec = spec
+        self.layout = behavior_layout(
+            spec.observation_space,
+            spec.settings.network_settings,
+            spec.behavior_name,
+            spec.action_space,
+        )
+        self.ppo = GroupPPO(spec, self._build_critic, self._critic_loss)
+        """The policy, the optimizer and the update (this critic's loss in it)."""
+        self.agent = self.ppo.agent
+        self.reward_providers: dict[str, RewardSignal] = {}
 
     def _build_critic(self) -> MAPPOCritic:
-        return MAPPOCritic(
-            self.layout, self.settings.network_settings, self.group_size, self.init_generator
+        spec = self.spec
+        self.critic = MAPPOCritic(
+            self.layout, spec.settings.network_settings, spec.group_size, spec.init_generator
         )
+        return self.critic
 
     @torch.no_grad()
-    def _value_rollout(self, finals: list[Finals]) -> torch.Tensor:
-        """``b_values`` and ``slot_bootstrap`` (``V_i`` of truncated copies' final groups), both
-        ``(T, N)``; returns ``V_i`` of the groups after the rollout, ``(N,)``."""
-        T, C, G = self.num_steps, self.num_groups, self.group_size
-        next_x, alive = self._next_groups()
-        steps, copies, final_x, final_present = self._final_groups(finals)
-        values = self._chunked(
+    def batch(self, rollout: GroupRollout) -> tuple[OnPolicyBatch, dict[str, float]]:
+        """``V_i`` of every slot step from its group's observations; GAE of each slot's
+        trajectory with its own reward and the group's."""
+        spec = self.spec
+        T, C = rollout.group_rewards.shape
+        G = spec.group_size
+        # -- value every group step, the groups after the rollout, truncated copies' finals
+        values = chunked(
             self.critic,
-            torch.cat([self._groups(self.b_obs), next_x, final_x]),
-            torch.cat([self._active(), alive, final_present]),
+            torch.cat([rollout.obs, rollout.next_obs, rollout.final_obs]),
+            torch.cat([rollout.active, rollout.next_present, rollout.final_present]),
         )
-        self.b_values = values[: T * C].reshape(T, C * G)
+        b_values = values[: T * C].reshape(T, C * G)
         bootstrap = np.zeros((T, C, G), dtype=np.float32)
-        bootstrap[steps, copies] = values[(T + 1) * C :].cpu().numpy()
-        self.slot_bootstrap = bootstrap.reshape(T, C * G)
-        return values[T * C : (T + 1) * C].reshape(C * G)
-
-    def _targets(self, next_value: torch.Tensor) -> GroupBatch:
-        """GAE of each slot's trajectory with its own reward and the group's."""
-        G = self.group_size
-        strength = self.settings.reward_signals.extrinsic.strength
-        # the rollout's own rewards are scaled by strength already (the on-policy loop)
-        rewards = self.rewards + np.repeat(strength * self.group_rewards, G, axis=1)
-        advantages, returns = self._lambda_returns(
+        bootstrap[rollout.final_steps, rollout.final_copies] = values[(T + 1) * C :].cpu().numpy()
+        next_value = values[T * C : (T + 1) * C].reshape(C * G)
+        # -- an agent's reward: its own (scaled by strength already) and the group's
+        strength = spec.settings.reward_signals.extrinsic.strength
+        rewards = rollout.rewards + np.repeat(strength * rollout.group_rewards, G, axis=1)
+        advantages, returns = lambda_returns(
             rewards,
-            self.b_values.cpu().numpy(),
-            np.repeat(self.episode_over, G, axis=1),
-            self.slot_bootstrap,
+            b_values.cpu().numpy(),
+            np.repeat(rollout.episode_over, G, axis=1),
+            bootstrap.reshape(T, C * G),
             next_value.cpu().numpy(),
+            gamma=spec.settings.reward_signals.extrinsic.gamma,
+            lambd=self.ppo.hp.lambd,
+            time_horizon=spec.settings.time_horizon,
         )
-        return GroupBatch(
-            obs=self._groups(self.b_obs),
-            actions=self._groups(self.b_actions),
-            logprobs=self._groups(self.b_logprobs),
-            advantages=self._groups(torch.from_numpy(advantages).to(self.device)),
-            active=self._active(),
-            returns=self._groups(torch.from_numpy(returns).to(self.device)),
-            values=self._groups(self.b_values),
+        device = spec.device
+        batch = OnPolicyBatch(
+            obs=rollout.obs,
+            actions=rollout.actions,
+            logprobs=rollout.logprobs,
+            advantages=torch.from_numpy(advantages).to(device).reshape(-1, G),
+            active=rollout.active,
+            returns=torch.from_numpy(returns).to(device).reshape(-1, G),
+            values=b_values.reshape(-1, G),
+            step=rollout.step,
         )
+        return batch, {"Policy/Extrinsic Value Estimate": float(b_values.mean())}
 
     def _critic_loss(
-        self, mb: GroupBatch, clip_coef: float
+        self, mb: OnPolicyBatch, clip_coef: float
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The trust-region value loss over every slot step of the minibatch (an agent gone
         from the episode still has a value: the group rewards it will share)."""
+        assert mb.active is not None and mb.values is not None  # the group loop's batches
         value_loss = clipped_value_loss(
             self.critic(mb.obs, mb.active), mb.values, mb.returns, clip_coef
         )
         return value_loss, {"Losses/Value Loss": value_loss}
 
-    def _report_estimates(self) -> None:
-        self.reporter.add_stat("Policy/Extrinsic Value Estimate", float(self.b_values.mean()))
+    # -- the rest is the shared group update's ---------------------------------------------------
+
+    def update(self, batch: OnPolicyBatch) -> dict[str, float]:
+        return self.ppo.update(batch)
+
+    def policy_module(self) -> nn.Module:
+        return self.ppo.policy_module()
+
+    def sampling_policy_module(self, generator: torch.Generator) -> nn.Module:
+        return self.ppo.sampling_policy_module(generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.ppo.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ppo.load_state_dict(state)
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.ppo.load_weights(state)
+
+
+class MAPPOTrainer(OnPolicyTrainer):
+    """MAPPO for ``Discrete`` and ``Box`` actions (see the module's docstring)."""
+
+    settings_type = MAPPOSettings
+    algorithm_type = MAPPO
+    grouped = True
+    algorithm: MAPPO

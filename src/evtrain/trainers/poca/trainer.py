@@ -8,9 +8,10 @@ at a step is what ML-Agents' POCA gives each of its agents: the sum of the agent
 and the group reward (``infos["group_reward"]``).  Lambda-returns ``G_t`` run over the group's
 trajectory, cut only where the copy's episode ends, so an agent that left early still gets
 credit for what the group earned after it left; agent ``i``'s advantage is ``G_t - b_i``.
-The update (:mod:`~evtrain.trainers.loops.group_update`): PPO's clipped objective per agent
-on the steps it acted in, and ML-Agents' critic loss ``value + 0.5 * baseline``, both
-trust-region losses towards ``G_t``.
+The update (:class:`~evtrain.trainers.loops.group_update.GroupPPO`, which :class:`POCA` has):
+PPO's clipped objective per agent on the steps it acted in, and ML-Agents' critic loss
+``value + 0.5 * baseline``, both trust-region losses towards ``G_t``.  :class:`POCATrainer` is
+the on-policy loop (in its group mode) with :class:`POCA`.
 
 Stats beside the usual ones: ``Environment/Group Cumulative Reward``,
 ``Policy/Extrinsic Value Estimate``, ``Policy/Extrinsic Baseline Estimate``,
@@ -19,103 +20,156 @@ Stats beside the usual ones: ``Environment/Group Cumulative Reward``,
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+from torch import nn
 
+from evtrain.trainers.algorithm import AlgorithmSpec, GroupRollout, OnPolicyBatch
 from evtrain.trainers.group_settings import POCASettings
-from evtrain.trainers.loops.group_update import (
-    GroupBatch,
-    GroupOnPolicyTrainer,
-    clipped_value_loss,
-    masked_mean,
-)
-from evtrain.trainers.loops.on_policy import Finals
+from evtrain.trainers.loops.group_rollout import chunked, lambda_returns
+from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss, masked_mean
+from evtrain.trainers.loops.on_policy import OnPolicyTrainer
+from evtrain.trainers.observations import behavior_layout
 from evtrain.trainers.poca.critic import POCACritic
+from evtrain.trainers.signals.reward_signal import RewardSignal
 
 BASELINE_WEIGHT = 0.5
 """The baseline loss's weight beside the value loss (ML-Agents')."""
 
 
-class POCATrainer(GroupOnPolicyTrainer):
-    """MA-POCA for ``Discrete`` and ``Box`` actions (see the module's docstring)."""
+class POCA:
+    """MA-POCA as a group on-policy algorithm
+    (:class:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm`)."""
 
-    settings_type = POCASettings
-    critic: POCACritic
+    def __init__(self, spec: AlgorithmSpec) -> None:
+        self.spec = spec
+        self.layout = behavior_layout(
+            spec.observation_space,
+            spec.settings.network_settings,
+            spec.behavior_name,
+            spec.action_space,
+        )
+        self.ppo = GroupPPO(spec, self._build_critic, self._critic_loss)
+        """The policy, the optimizer and the update (this critic's loss in it)."""
+        self.agent = self.ppo.agent
+        self.reward_providers: dict[str, RewardSignal] = {}
+        self.b_values = torch.zeros(0)
+        """``(T, C)`` the last rollout's values of its group steps."""
+        self.group_bootstrap = np.zeros((0, 0), dtype=np.float32)
+        """``(T, C)`` the last rollout's values of truncated copies' final groups."""
 
     def _build_critic(self) -> POCACritic:
-        return POCACritic(
+        spec = self.spec
+        self.critic = POCACritic(
             self.layout,
-            self.action_space,
-            self.settings.network_settings,
-            self.group_size,
-            self.init_generator,
+            spec.action_space,
+            spec.settings.network_settings,
+            spec.group_size,
+            spec.init_generator,
         )
+        return self.critic
 
     @torch.no_grad()
-    def _value_rollout(self, finals: list[Finals]) -> torch.Tensor:
-        """``b_values`` ``(T, C)``, ``b_baselines`` ``(T, C, G)`` and ``group_bootstrap`` (``V``
-        of truncated copies' final groups); returns ``V`` of the groups after the rollout."""
-        T, C, G = self.num_steps, self.num_groups, self.group_size
-        obs = self._groups(self.b_obs)
-        active = self._active()
-        next_x, alive = self._next_groups()
-        steps, copies, final_x, final_present = self._final_groups(finals)
-        values = self._chunked(
+    def batch(self, rollout: GroupRollout) -> tuple[OnPolicyBatch, dict[str, float]]:
+        """``V`` of every group step and each acting agent's baseline; lambda-returns of the
+        groups' trajectories; each agent's advantage over its baseline."""
+        spec = self.spec
+        T, C = rollout.group_rewards.shape
+        G = spec.group_size
+        # -- value every group step, the groups after the rollout, truncated copies' finals
+        values = chunked(
             self.critic.value,
-            torch.cat([obs, next_x, final_x]),
-            torch.cat([active, alive, final_present]),
+            torch.cat([rollout.obs, rollout.next_obs, rollout.final_obs]),
+            torch.cat([rollout.active, rollout.next_present, rollout.final_present]),
         )
-        self.b_values = values[: T * C].view(T, C)
-        self.group_bootstrap = np.zeros((T, C), dtype=np.float32)
-        self.group_bootstrap[steps, copies] = values[(T + 1) * C :].cpu().numpy()
-        baselines = self._chunked(self.critic.baseline, obs, self._groups(self.b_actions), active)
-        self.b_baselines = baselines.view(T, C, G)
-        return values[T * C : (T + 1) * C]
-
-    def _targets(self, next_value: torch.Tensor) -> GroupBatch:
-        """Lambda-returns of the groups' trajectories; each agent's advantage over its
-        baseline."""
-        T, C, G = self.num_steps, self.num_groups, self.group_size
-        strength = self.settings.reward_signals.extrinsic.strength
-        # the rollout's own rewards are scaled by strength already (the on-policy loop)
-        rewards = self.rewards.reshape(T, C, G).sum(-1) + strength * self.group_rewards
-        _, returns = self._lambda_returns(
+        b_values = values[: T * C].view(T, C)
+        group_bootstrap = np.zeros((T, C), dtype=np.float32)
+        group_bootstrap[rollout.final_steps, rollout.final_copies] = (
+            values[(T + 1) * C :].cpu().numpy()
+        )
+        baselines = chunked(self.critic.baseline, rollout.obs, rollout.actions, rollout.active)
+        b_baselines = baselines.view(T, C, G)
+        next_value = values[T * C : (T + 1) * C]
+        self.b_values, self.group_bootstrap = b_values, group_bootstrap  # kept for inspection
+        # -- the group's reward: its agents' own (scaled by strength already) and the group's
+        strength = spec.settings.reward_signals.extrinsic.strength
+        rewards = rollout.rewards.reshape(T, C, G).sum(-1) + strength * rollout.group_rewards
+        _, returns = lambda_returns(
             rewards,
-            self.b_values.cpu().numpy(),
-            self.episode_over,
-            self.group_bootstrap,
+            b_values.cpu().numpy(),
+            rollout.episode_over,
+            group_bootstrap,
             next_value.cpu().numpy(),
+            gamma=spec.settings.reward_signals.extrinsic.gamma,
+            lambd=self.ppo.hp.lambd,
+            time_horizon=spec.settings.time_horizon,
         )
-        b_returns = torch.from_numpy(returns).to(self.device)
-        advantages = b_returns[..., None] - self.b_baselines
-        return GroupBatch(
-            obs=self._groups(self.b_obs),
-            actions=self._groups(self.b_actions),
-            logprobs=self._groups(self.b_logprobs),
+        b_returns = torch.from_numpy(returns).to(spec.device)
+        advantages = b_returns[..., None] - b_baselines
+        batch = OnPolicyBatch(
+            obs=rollout.obs,
+            actions=rollout.actions,
+            logprobs=rollout.logprobs,
             advantages=advantages.reshape(T * C, G),
-            active=self._active(),
+            active=rollout.active,
             returns=b_returns.reshape(T * C, 1),
-            values=self.b_values.reshape(T * C, 1),
-            baselines=self.b_baselines.reshape(T * C, G),
+            values=b_values.reshape(T * C, 1),
+            extras={"baselines": b_baselines.reshape(T * C, G)},
+            step=rollout.step,
         )
+        active = rollout.active.view_as(b_baselines)
+        estimates = {
+            "Policy/Extrinsic Value Estimate": float(b_values.mean()),
+            "Policy/Extrinsic Baseline Estimate": float(masked_mean(b_baselines, active)),
+        }
+        return batch, estimates
 
     def _critic_loss(
-        self, mb: GroupBatch, clip_coef: float
+        self, mb: OnPolicyBatch, clip_coef: float
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """ML-Agents' ``value_loss + 0.5 * baseline_loss``: the group's value over every group
         step, the baselines over the agents that acted, both towards the group's return."""
-        assert mb.baselines is not None  # POCA's batches carry them
+        assert mb.active is not None and mb.values is not None  # the group loop's batches
         value, baselines = self.critic.evaluate(mb.obs, mb.actions, mb.active)
         returns = mb.returns[:, 0]
         value_loss = clipped_value_loss(value, mb.values[:, 0], returns, clip_coef)
         baseline_loss = clipped_value_loss(
-            baselines, mb.baselines, returns[:, None].expand_as(baselines), clip_coef, mb.active
+            baselines,
+            mb.extras["baselines"],
+            returns[:, None].expand_as(baselines),
+            clip_coef,
+            mb.active,
         )
         loss = value_loss + BASELINE_WEIGHT * baseline_loss
         return loss, {"Losses/Value Loss": value_loss, "Losses/Baseline Loss": baseline_loss}
 
-    def _report_estimates(self) -> None:
-        report = self.reporter.add_stat
-        report("Policy/Extrinsic Value Estimate", float(self.b_values.mean()))
-        active = torch.from_numpy(self.valid).to(self.device).view_as(self.b_baselines)
-        report("Policy/Extrinsic Baseline Estimate", float(masked_mean(self.b_baselines, active)))
+    # -- the rest is the shared group update's ---------------------------------------------------
+
+    def update(self, batch: OnPolicyBatch) -> dict[str, float]:
+        return self.ppo.update(batch)
+
+    def policy_module(self) -> nn.Module:
+        return self.ppo.policy_module()
+
+    def sampling_policy_module(self, generator: torch.Generator) -> nn.Module:
+        return self.ppo.sampling_policy_module(generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.ppo.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ppo.load_state_dict(state)
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.ppo.load_weights(state)
+
+
+class POCATrainer(OnPolicyTrainer):
+    """MA-POCA for ``Discrete`` and ``Box`` actions (see the module's docstring)."""
+
+    settings_type = POCASettings
+    algorithm_type = POCA
+    grouped = True
+    algorithm: POCA

@@ -103,7 +103,7 @@ class RecordingSAC(SACTrainer):
         self.batches: list[tuple[int, torch.Tensor]] = []
 
     def _run_update(self, update: Callable[..., None], *args: Any) -> None:
-        self.batches.append((args[0], self.actor_params.detach().clone()))
+        self.batches.append((args[0], self.algorithm.networks.actor_params.detach().clone()))
         super()._run_update(update, *args)
 
 
@@ -128,7 +128,7 @@ def test_sac_acts_with_the_actor_of_before_the_gradient_steps_in_flight(
             assert torch.equal(torch.cat([p.reshape(-1) for p in acting.parameters()]), started)
     trainer.write_final_summary()
     # int((300 - 100) / 1.5) gradient steps, as unthreaded: 1 or 2 per step of 2 environments
-    assert trainer.num_updates == int(trainer.q_optimizer.step_count) == 133
+    assert trainer.num_updates == int(trainer.algorithm.networks.q_optimizer.step_count) == 133
     assert sum(count for count, _ in trainer.batches) == 133
     assert {count for count, _ in trainer.batches} == {1, 2}
     assert not torch.equal(trainer.batches[-1][1], trainer.batches[-2][1])
@@ -151,11 +151,17 @@ def test_sac_threaded_counts_as_unthreaded(recording: Recording) -> None:
         return trainer
 
     threaded, again, unthreaded = run(True), run(True), run(False)
-    assert torch.equal(threaded.actor_params, again.actor_params)
-    assert torch.equal(threaded.qf_params, again.qf_params)
+    assert torch.equal(
+        threaded.algorithm.networks.actor_params, again.algorithm.networks.actor_params
+    )
+    assert torch.equal(threaded.algorithm.networks.qf_params, again.algorithm.networks.qf_params)
     assert threaded.num_updates == unthreaded.num_updates == 140
-    assert int(threaded.actor_optimizer.step_count) == 140
-    assert float(threaded.normalizer.count) == float(unthreaded.normalizer.count) == 240
+    assert int(threaded.algorithm.networks.actor_optimizer.step_count) == 140
+    assert (
+        float(threaded.algorithm.networks.normalizer.count)
+        == float(unthreaded.algorithm.networks.normalizer.count)
+        == 240
+    )
     assert len(threaded.replay) == len(unthreaded.replay) == 240
     # the warm-up's random actions are the same draws: the first 100 transitions are equal
     assert (threaded.replay.actions[:100] == unthreaded.replay.actions[:100]).all()

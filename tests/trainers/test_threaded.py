@@ -16,7 +16,7 @@ from evtrain.trainers import PPOSettings, SACSettings
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.ppo import PPOTrainer
-from evtrain.trainers.sac import SACTrainer
+from evtrain.trainers.sac import SACPolicy, SACTrainer
 from evtrain.trainers.threaded import UpdateThread
 from tests.trainers.helpers import Recording, make_envs, small_ppo, small_sac
 
@@ -120,7 +120,9 @@ def test_sac_acts_with_the_actor_of_before_the_gradient_steps_in_flight(
         "Pendulum", settings, make_envs("Pendulum-v1", 2), recording.reporter, seed=2
     )
     assert trainer._acting is not None
-    acting = trainer._acting.module.actor
+    view = trainer._acting.module
+    assert isinstance(view, SACPolicy)
+    acting = view.actor
     while not trainer.should_stop:
         trainer.advance()
         if trainer.step > 104:  # learning: a batch runs now, acting has its starting weights

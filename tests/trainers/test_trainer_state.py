@@ -120,9 +120,9 @@ def test_sac_round_trip(recording: Recording, save_replay_buffer: bool) -> None:
         assert (trainer.step, trainer.num_updates) == (60, 40)
         for name in ("actor", "qf", "qf_target", "normalizer"):
             assert_same_parameters(
-                    getattr(trainer.algorithm.networks, name),
-                    getattr(original.algorithm.networks, name),
-                )
+                getattr(trainer.algorithm.networks, name),
+                getattr(original.algorithm.networks, name),
+            )
         assert torch.equal(
             trainer.algorithm.networks.log_alpha, original.algorithm.networks.log_alpha
         )

@@ -92,7 +92,7 @@ def test_the_observation_normalisers_count_only_the_agents_that_act(bus: Bus) ->
         for _ in range(12):
             sac.advance()
         sac.wait_for_update()
-        assert float(sac.normalizer.count) == 2 * ACTIVE_PER_EPISODE
+        assert float(sac.algorithm.networks.normalizer.count) == 2 * ACTIVE_PER_EPISODE
         sac.close()
         sac_slots.close()
     ppo_slots.close()

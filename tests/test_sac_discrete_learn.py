@@ -205,11 +205,11 @@ def test_recurrent_discrete_sac_exports_memory_and_acts_as_torch(tmp_path: Path)
         trainer = SACTrainer("Test", settings, envs, StatsReporter(bus, "Test"), seed=0)
         while trainer.step < 60:
             trainer.advance()
-    assert trainer.num_updates == 40 and trainer.log_alpha.shape == (1,)
+    assert trainer.num_updates == 40 and trainer.algorithm.networks.log_alpha.shape == (1,)
     # the actor: a logit per action, from the LSTM's output (half the memory: h of h and c);
     # each critic: the value of both actions
-    assert trainer.actor.out.weight.shape == (2, 3)
-    assert trainer.qf.critics[0].out.weight.shape == (2, 16)
+    assert trainer.algorithm.networks.actor.out.weight.shape == (2, 3)
+    assert trainer.algorithm.networks.qf.critics[0].out.weight.shape == (2, 16)
     policy = trainer.policy_module()
     obs = np.asarray(trainer.next_obs, dtype=np.float32)
     path = PolicyExporter().export(policy, torch.as_tensor(obs), tmp_path / "sac.onnx")

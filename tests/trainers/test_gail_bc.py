@@ -176,14 +176,15 @@ def test_sac_learns_from_the_minibatch_rewards_plus_the_signals(recording: Recor
     for _ in range(60):
         trainer.advance()
     obs, actions, rewards, next_obs, _ = (t.clone() for t in trainer.replay.sample(16, trainer.rng))
-    x, x_next = trainer.normalizer(obs), trainer.normalizer(next_obs)
-    total = trainer.extras.rewards(x, actions, x_next, rewards)
-    rnd = trainer.extras.signals["rnd"]
+    normalizer = trainer.algorithm.networks.normalizer
+    x, x_next = normalizer(obs), normalizer(next_obs)
+    total = trainer.algorithm.reward_providers.rewards(x, actions, x_next, rewards)
+    rnd = trainer.algorithm.reward_providers.providers["rnd"]
     with torch.no_grad():
         error = (rnd.rnd.predictor(x) - rnd.rnd.target(x)).square().sum(1)
     torch.testing.assert_close(total, rewards + 0.5 * error)
     # one model update per reward_signal_steps_per_update (= steps_per_update, 1) env step
     # after buffer_init_steps (100): 120 steps taken
-    assert trainer.extras.signal_updates == 20
+    assert trainer.algorithm.reward_providers.provider_updates == 20
     assert int(rnd.optimizer.step_count) == 20
     assert not math.isnan(float(total.sum()))

@@ -173,8 +173,10 @@ def test_warm_up_stores_uniform_action_indices_then_the_policy_acts(recording: R
     assert stored.shape == (40, 1) and set(np.unique(stored)) == {0.0, 1.0}
     trainer.advance()
     assert trainer.num_updates == 2  # one per environment step after buffer_init_steps
-    assert trainer.log_alpha.shape == (1,)
-    torch.testing.assert_close(trainer.target_entropy, torch.tensor([0.2 * math.log(2)]))
+    assert trainer.algorithm.networks.log_alpha.shape == (1,)
+    torch.testing.assert_close(
+        trainer.algorithm.networks.target_entropy, torch.tensor([0.2 * math.log(2)])
+    )
     trainer.envs.close()
 
 
@@ -183,11 +185,16 @@ def test_one_update_is_the_paper_s_step_computed_by_hand(recording: Recording) -
     while trainer.step < 40:
         trainer.advance()
     actor, qf, qf_target = (
-        copy.deepcopy(m) for m in (trainer.actor, trainer.qf, trainer.qf_target)
+        copy.deepcopy(m)
+        for m in (
+            trainer.algorithm.networks.actor,
+            trainer.algorithm.networks.qf,
+            trainer.algorithm.networks.qf_target,
+        )
     )
     rng = copy.deepcopy(trainer.rng)
-    alpha = trainer.log_alpha.detach().exp().item()
-    trainer._update()
+    alpha = trainer.algorithm.networks.log_alpha.detach().exp().item()
+    stats = trainer.algorithm.update(trainer._sample(trainer.step))  # the loop's minibatch
     obs, actions, rewards, next_obs, terminated = (
         t.double() for t in trainer.replay.sample(8, rng)
     )
@@ -217,16 +224,21 @@ def test_one_update_is_the_paper_s_step_computed_by_hand(recording: Recording) -
         policy_loss = 0.0
         for i in range(8):
             p = policy(actor, obs[i])
-            q1, q2 = critic(trainer.qf, 0, obs[i][None]), critic(trainer.qf, 1, obs[i][None])
+            q1, q2 = (
+                critic(trainer.algorithm.networks.qf, 0, obs[i][None]),
+                critic(trainer.algorithm.networks.qf, 1, obs[i][None]),
+            )
             policy_loss += sum(
                 p[a] * (alpha * math.log(p[a]) - min(q1[a], q2[a])) for a in range(2)
             )
-    reported = trainer._stats_sum.tolist()
+    reported = [float(value) for value in stats.values()]
     assert reported[:3] == pytest.approx([*q_losses, policy_loss / 8], rel=1e-5)
     # alpha's first Adam step: lr times the sign of (entropy - target), downwards here as the
     # near-uniform policy's entropy (~log 2) is above the target 0.2 log 2
     assert reported[3] == pytest.approx(math.log(2), abs=0.01)
-    assert trainer.log_alpha.item() == pytest.approx(math.log(alpha) - 3e-4, rel=1e-3)
+    assert trainer.algorithm.networks.log_alpha.item() == pytest.approx(
+        math.log(alpha) - 3e-4, rel=1e-3
+    )
     trainer.envs.close()
 
 
@@ -237,10 +249,10 @@ def test_policy_module_gives_each_branch_s_most_likely_action(recording: Recordi
     stored = trainer.replay.actions[: len(trainer.replay)]
     assert stored.shape == (trainer.step, 2)
     assert set(np.unique(stored[:, 1])) == {0.0, 1.0, 2.0}
-    assert trainer.log_alpha.shape == (2,)
+    assert trainer.algorithm.networks.log_alpha.shape == (2,)
     x = torch.randn(16, 4)
     action = trainer.policy_module()(x)
-    logits = trainer.actor.net(x)
+    logits = trainer.algorithm.networks.actor.net(x)
     assert action.dtype == torch.int64
     assert (
         action.tolist()
@@ -284,9 +296,15 @@ def test_threaded_discrete_sac_acts_with_a_categorical_copy_and_counts_as_unthre
         return trainer
 
     threaded, again, unthreaded = run(True), run(True), run(False)
-    assert torch.equal(threaded.actor_params, again.actor_params)
-    assert torch.equal(threaded.qf_params, again.qf_params)
+    assert torch.equal(
+        threaded.algorithm.networks.actor_params, again.algorithm.networks.actor_params
+    )
+    assert torch.equal(threaded.algorithm.networks.qf_params, again.algorithm.networks.qf_params)
     # (the runs' episodes differ, so do the steps their resets take: NEXT_STEP autoreset)
     for trainer in (threaded, unthreaded):
-        assert trainer.num_updates == int(trainer.actor_optimizer.step_count) == trainer.step - 40
+        assert (
+            trainer.num_updates
+            == int(trainer.algorithm.networks.actor_optimizer.step_count)
+            == trainer.step - 40
+        )
         assert len(trainer.replay) == trainer.step

@@ -12,9 +12,10 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from evtrain.trainers import MemorySettings, NetworkSettings, RewardSignals, SACSettings
+from evtrain.trainers.loops.replay import SequenceReplayBuffer
 from evtrain.trainers.networks.memory import RecurrentMLP
 from evtrain.trainers.sac import UPDATE_STATS, SACTrainer
-from evtrain.trainers.sac.memory import RecurrentSACPolicy, RecurrentTwinQ, SequenceReplayBuffer
+from evtrain.trainers.sac.memory import RecurrentSACPolicy, RecurrentTwinQ
 from evtrain.trainers.settings import CuriositySettings
 from tests.trainers.helpers import Recording, small_sac
 
@@ -68,7 +69,7 @@ def test_sequences_hold_one_episodes_consecutive_steps_and_their_starting_memori
         trainer.advance()
     replay = trainer.replay
     assert isinstance(replay, SequenceReplayBuffer)
-    actor, qf = trainer.actor, trainer.qf
+    actor, qf = trainer.algorithm.networks.actor, trainer.algorithm.networks.qf
     assert isinstance(actor, RecurrentMLP) and isinstance(qf, RecurrentTwinQ)
     # each episode of 5 steps: a sequence of 3, then one of 2 padded
     assert replay.size == 8 and len(replay) == 20
@@ -87,9 +88,9 @@ def test_sequences_hold_one_episodes_consecutive_steps_and_their_starting_memori
                 x = torch.tensor([[float(step)]])
                 _, actor_memory = actor.step(x, actor_memory)
                 critic_memory = qf.step(x, critic_memory)
-        np.testing.assert_allclose(replay.actor_memory[i], actor_memory[0], atol=1e-6)
-        np.testing.assert_allclose(replay.critic_memory[i], critic_memory[0], atol=1e-6)
-        assert replay.actor_memory[i].any() == (obs[0] > 1)
+        np.testing.assert_allclose(replay.memories["actor_memory"][i], actor_memory[0], atol=1e-6)
+        np.testing.assert_allclose(replay.memories["critic_memory"][i], critic_memory[0], atol=1e-6)
+        assert replay.memories["actor_memory"][i].any() == (obs[0] > 1)
 
 
 def test_recurrent_sac_learns_reports_and_exports(recording: Recording) -> None:
@@ -99,17 +100,22 @@ def test_recurrent_sac_learns_reports_and_exports(recording: Recording) -> None:
     )
     envs = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")
     trainer = SACTrainer("Test", settings, envs, recording.reporter, seed=0)
-    before = trainer.actor_params.detach().clone(), trainer.qf_params.detach().clone()
+    before = (
+        trainer.algorithm.networks.actor_params.detach().clone(),
+        trainer.algorithm.networks.qf_params.detach().clone(),
+    )
     while trainer.step < 120:
         trainer.advance()
     recording.flush()
     [event] = recording.stats
     assert set(UPDATE_STATS) <= set(event.values)
     assert trainer.num_updates == 60
-    assert not torch.equal(before[0], trainer.actor_params)
-    assert not torch.equal(before[1], trainer.qf_params)
+    assert not torch.equal(before[0], trainer.algorithm.networks.actor_params)
+    assert not torch.equal(before[1], trainer.algorithm.networks.qf_params)
     # the target critics followed by Polyak averaging: close to the critics, not equal
-    assert not torch.equal(trainer.qf_target_params, trainer.qf_params)
+    assert not torch.equal(
+        trainer.algorithm.networks.qf_target_params, trainer.algorithm.networks.qf_params
+    )
 
     policy = trainer.policy_module()
     assert isinstance(policy, RecurrentSACPolicy) and policy.memory_size == 8
@@ -126,26 +132,36 @@ def test_recurrent_sac_learns_reports_and_exports(recording: Recording) -> None:
     assert isinstance(trainer.replay, SequenceReplayBuffer)
     assert resumed.replay.size == trainer.replay.size > 0
     assert len(resumed.replay) == len(trainer.replay)
-    for name in ("obs", "next_obs", "mask", "actor_memory", "critic_memory"):
+    for name in ("obs", "next_obs", "mask"):
         np.testing.assert_array_equal(getattr(resumed.replay, name), getattr(trainer.replay, name))
-    assert torch.equal(resumed.actor_params, trainer.actor_params)
+    for name in ("actor_memory", "critic_memory"):
+        np.testing.assert_array_equal(resumed.replay.memories[name], trainer.replay.memories[name])
+    assert torch.equal(
+        resumed.algorithm.networks.actor_params, trainer.algorithm.networks.actor_params
+    )
+
+
+SIZES = {"actor_memory": 4, "critic_memory": 8}
 
 
 def test_a_replay_of_another_shape_is_refused() -> None:
-    small = SequenceReplayBuffer(30, 2, 1, 3, (4, 8), num_envs=1)
-    other = SequenceReplayBuffer(30, 2, 1, 5, (4, 8), num_envs=1)
-    with pytest.raises(ValueError, match=r"holds 0 sequences of shape \(3, 4\), this one"):
+    small = SequenceReplayBuffer(30, 2, 1, 3, SIZES, num_envs=1)
+    other = SequenceReplayBuffer(30, 2, 1, 5, SIZES, num_envs=1)
+    with pytest.raises(ValueError, match=r"holds 0 sequences of shape \(3, 4, 8\), this one"):
         other.load_state_dict(small.state_dict())
 
 
 def test_single_transitions_come_from_the_stored_sequences_never_from_padding() -> None:
-    replay = SequenceReplayBuffer(30, 1, 1, 3, (2, 4), num_envs=1)
-    memories = np.zeros((1, 2), np.float32), np.zeros((1, 4), np.float32)
+    replay = SequenceReplayBuffer(30, 1, 1, 3, {"actor_memory": 2, "critic_memory": 4}, num_envs=1)
+    memories = {
+        "actor_memory": np.zeros((1, 2), np.float32),
+        "critic_memory": np.zeros((1, 4), np.float32),
+    }
     for t in range(1, 5):  # an episode of 4 steps: a sequence of 3, one of 1 padded
         step = np.array([[float(t)]], np.float32)
         replay.add(
             step, step, np.ones(1), step + 1, np.zeros(1, bool), np.array([t == 4]),
-            np.ones(1, bool), *memories,
+            np.ones(1, bool), memories,
         )  # fmt: skip
     assert replay.size == 2 and len(replay) == 4
     obs, actions, rewards, next_obs, terminated = replay.sample(400, np.random.default_rng(0))

@@ -65,7 +65,7 @@ def test_policy_module_acts_within_the_action_bounds(recording: Recording) -> No
     assert action.shape == (64, 1)
     assert ((action > -2.0) & (action < 2.0)).all()
     with torch.no_grad():
-        expected = torch.tanh(trainer.actor.net(obs)[:, :1]) * 2.0
+        expected = torch.tanh(trainer.algorithm.networks.actor.net(obs)[:, :1]) * 2.0
     torch.testing.assert_close(action, expected)
     envs.close()
 

@@ -17,7 +17,7 @@ from evtrain.trainers.algorithm import OnPolicyBatch
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.ppo import PPOTrainer
-from evtrain.trainers.sac import SACTrainer
+from evtrain.trainers.sac import SACPolicy, SACTrainer
 from evtrain.trainers.threaded import UpdateThread
 from tests.trainers.helpers import Recording, make_envs, small_ppo, small_sac
 
@@ -105,7 +105,7 @@ class RecordingSAC(SACTrainer):
         self.batches: list[tuple[int, torch.Tensor]] = []
 
     def _run_update(self, update: Callable[..., None], *args: Any) -> None:
-        self.batches.append((args[0], self.actor_params.detach().clone()))
+        self.batches.append((args[0], self.algorithm.networks.actor_params.detach().clone()))
         super()._run_update(update, *args)
 
 
@@ -122,7 +122,9 @@ def test_sac_acts_with_the_actor_of_before_the_gradient_steps_in_flight(
         "Pendulum", settings, make_envs("Pendulum-v1", 2), recording.reporter, seed=2
     )
     assert trainer._acting is not None
-    acting = trainer._acting.module.actor
+    view = trainer._acting.module
+    assert isinstance(view, SACPolicy)
+    acting = view.actor
     while not trainer.should_stop:
         trainer.advance()
         if trainer.step > 104:  # learning: a batch runs now, acting has its starting weights
@@ -130,7 +132,7 @@ def test_sac_acts_with_the_actor_of_before_the_gradient_steps_in_flight(
             assert torch.equal(torch.cat([p.reshape(-1) for p in acting.parameters()]), started)
     trainer.write_final_summary()
     # int((300 - 100) / 1.5) gradient steps, as unthreaded: 1 or 2 per step of 2 environments
-    assert trainer.num_updates == int(trainer.q_optimizer.step_count) == 133
+    assert trainer.num_updates == int(trainer.algorithm.networks.q_optimizer.step_count) == 133
     assert sum(count for count, _ in trainer.batches) == 133
     assert {count for count, _ in trainer.batches} == {1, 2}
     assert not torch.equal(trainer.batches[-1][1], trainer.batches[-2][1])
@@ -153,11 +155,17 @@ def test_sac_threaded_counts_as_unthreaded(recording: Recording) -> None:
         return trainer
 
     threaded, again, unthreaded = run(True), run(True), run(False)
-    assert torch.equal(threaded.actor_params, again.actor_params)
-    assert torch.equal(threaded.qf_params, again.qf_params)
+    assert torch.equal(
+        threaded.algorithm.networks.actor_params, again.algorithm.networks.actor_params
+    )
+    assert torch.equal(threaded.algorithm.networks.qf_params, again.algorithm.networks.qf_params)
     assert threaded.num_updates == unthreaded.num_updates == 140
-    assert int(threaded.actor_optimizer.step_count) == 140
-    assert float(threaded.normalizer.count) == float(unthreaded.normalizer.count) == 240
+    assert int(threaded.algorithm.networks.actor_optimizer.step_count) == 140
+    assert (
+        float(threaded.algorithm.networks.normalizer.count)
+        == float(unthreaded.algorithm.networks.normalizer.count)
+        == 240
+    )
     assert len(threaded.replay) == len(unthreaded.replay) == 240
     # the warm-up's random actions are the same draws: the first 100 transitions are equal
     assert (threaded.replay.actions[:100] == unthreaded.replay.actions[:100]).all()

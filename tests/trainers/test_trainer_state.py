@@ -119,16 +119,21 @@ def test_sac_round_trip(recording: Recording, save_replay_buffer: bool) -> None:
         trainer.load_state_dict(state)
         assert (trainer.step, trainer.num_updates) == (60, 40)
         for name in ("actor", "qf", "qf_target", "normalizer"):
-            assert_same_parameters(getattr(trainer, name), getattr(original, name))
-        assert torch.equal(trainer.log_alpha, original.log_alpha)
+            assert_same_parameters(
+                getattr(trainer.algorithm.networks, name),
+                getattr(original.algorithm.networks, name),
+            )
+        assert torch.equal(
+            trainer.algorithm.networks.log_alpha, original.algorithm.networks.log_alpha
+        )
         assert len(trainer.replay) == (60 if save_replay_buffer else 0)
     if save_replay_buffer:
         first, second = resumed
         first.advance()
         second.advance()
         assert first.num_updates == 42
-        assert_same_parameters(first.actor, second.actor)
-        assert_same_parameters(first.qf, second.qf)
+        assert_same_parameters(first.algorithm.networks.actor, second.algorithm.networks.actor)
+        assert_same_parameters(first.algorithm.networks.qf, second.algorithm.networks.qf)
 
 
 def test_state_of_another_trainer_type_is_refused(recording: Recording) -> None:

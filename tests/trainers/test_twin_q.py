@@ -107,9 +107,13 @@ def test_a_checkpoint_of_the_two_network_layout_loads(recording: Recording) -> N
     resumed.load_state_dict(torch.load(buffer, weights_only=True))
     xa = torch.randn(6, 4)
     with torch.no_grad():
-        torch.testing.assert_close(resumed.qf.values(xa[:, :3], xa[:, 3:]), old(xa))
-        torch.testing.assert_close(resumed.qf_target.values(xa[:, :3], xa[:, 3:]), old_target(xa))
-    adam = resumed.q_optimizer
-    torch.testing.assert_close(adam.exp_avg, resumed.qf_params.detach())
-    torch.testing.assert_close(adam.exp_avg_sq, 2 * resumed.qf_params.detach())
+        torch.testing.assert_close(
+            resumed.algorithm.networks.qf.values(xa[:, :3], xa[:, 3:]), old(xa)
+        )
+        torch.testing.assert_close(
+            resumed.algorithm.networks.qf_target.values(xa[:, :3], xa[:, 3:]), old_target(xa)
+        )
+    adam = resumed.algorithm.networks.q_optimizer
+    torch.testing.assert_close(adam.exp_avg, resumed.algorithm.networks.qf_params.detach())
+    torch.testing.assert_close(adam.exp_avg_sq, 2 * resumed.algorithm.networks.qf_params.detach())
     resumed.advance()  # and it trains on

@@ -81,7 +81,7 @@ class SAC:
             generator=spec.generator,
             world=spec.world,
             finite=spec.finite,
-            rewards=providers.rewards if providers.signals else None,
+            rewards=providers.rewards if providers.providers else None,
         )
         self._sequences = SequenceUpdate(self._update) if network.memory is not None else None
         self._view = None if network.memory is not None else self._export_view()

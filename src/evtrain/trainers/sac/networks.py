@@ -60,14 +60,31 @@ class SACNetworks:
             self.high = action_space.high.reshape(-1).astype(np.float32)
             self.action_dim = int(np.prod(action_space.shape))
             """Columns of a stored action: a ``Box``'s flattened size, or one per branch."""
-            policy_out, critic_in, num_actions = 2 * self.action_dim, self.action_dim, 0
         else:  # stored: an index per branch; the critics output the value of every action
             self.branches = Branches(action_space)
             self.action_dim = len(self.branches)
-            policy_out, critic_in, num_actions = self.branches.total, 0, self.branches.total
         self.normalizer: ObservationNormalizer = layout.normalizer(network.normalize).to(device)
+        self._build_networks(network, layout, generator)
+        self.actor.to(device)
+        self.qf.to(device)
+        self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
+        self.actor_params = flatten_parameters(self.actor)
+        self.qf_params = flatten_parameters(self.qf)
+        self.qf_target_params = flatten_parameters(self.qf_target)
+        """One tensor per network (see flatten_parameters): one kernel per optimizer step, and
+        the target update is a single lerp."""
+        self._build_optimizers(hp, device)
+
+    def _build_networks(
+        self, network: NetworkSettings, layout: ObservationLayout, generator: torch.Generator
+    ) -> None:
+        """The actor and the twin critics.  Image encoders: the actor's and each critic's own,
+        as ML-Agents' networks have (none for vector observations)."""
         obs_dim = layout.features(network)  # what the hidden layers get
-        # Image encoders: the actor's and each critic's own, as ML-Agents' networks have.
+        if self.branches is None:
+            policy_out, critic_in, num_actions = 2 * self.action_dim, self.action_dim, 0
+        else:
+            policy_out, critic_in, num_actions = self.branches.total, 0, self.branches.total
         memory = network.memory
         if memory is None:
             encoder = layout.encoder(network, generator)
@@ -88,17 +105,10 @@ class SACNetworks:
             self.qf = RecurrentTwinQ(
                 obs_dim, critic_in, network, memory, generator, layout, num_actions=num_actions
             )
-        self.actor.to(device)
-        self.qf.to(device)
-        self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
-        self.actor_params = flatten_parameters(self.actor)
-        self.qf_params = flatten_parameters(self.qf)
-        self.qf_target_params = flatten_parameters(self.qf_target)
-        """One tensor per network (see flatten_parameters): one kernel per optimizer step, and
-        the target update is a single lerp."""
 
-        # -- the entropy coefficient (one per branch for discrete actions, ML-Agents') and
-        # its target, and the three optimizers
+    def _build_optimizers(self, hp: SACSettings, device: torch.device) -> None:
+        """The entropy coefficient (one per branch for discrete actions, ML-Agents') and its
+        target, and the three optimizers."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.init_entcoef), device=device))
         self.target_entropy: float | torch.Tensor = (
             -float(self.action_dim) if hp.target_entropy is None else hp.target_entropy

@@ -4,24 +4,24 @@ cloning.
 How SAC uses the reward providers, and where it differs from ML-Agents:
 
 - **Rewards at update time.** The replay buffer keeps the environment's reward (``extrinsic``
-  strength applied).  Each gradient step evaluates every signal on its sampled minibatch
+  strength applied).  Each gradient step evaluates every provider on its sampled minibatch
   (observations normalised as the critics see them) and learns from the sum
-  ``r_extrinsic + sum_i strength_i * r_i``, so a transition is paid what the signals' models
+  ``r_extrinsic + sum_i strength_i * r_i``, so a transition is paid what the providers' models
   say now, not what they said when it was collected (ML-Agents does the same).
-- **One critic, one gamma.** ML-Agents' SAC gives each signal its own Q head with its own
+- **One critic, one gamma.** ML-Agents' SAC gives each provider its own Q head with its own
   ``gamma``, and its curiosity and rnd heads ignore episode ends.  evtrain's twin critics learn
   the summed reward, discounted with the extrinsic ``gamma``, with no bootstrap after a
-  termination, for every signal: an intrinsic signal's ``gamma`` is not applied (a warning
+  termination, for every provider: an intrinsic provider's ``gamma`` is not applied (a warning
   says so when it differs), and there is no ``Policy/<Signal> Value Estimate``.
-- **The signals' models** train on minibatches of their own from the replay buffer, one per
+- **The providers' models** train on minibatches of their own from the replay buffer, one per
   ``reward_signal_steps_per_update`` environment steps (after ``buffer_init_steps``), as in
   ML-Agents.
-- **Stats:** ``Policy/<Signal> Reward`` is each finished episode's sum of the signal's reward,
+- **Stats:** ``Policy/<Signal> Reward`` is each finished episode's sum of the provider's reward,
   evaluated as the transitions are collected; the losses keep their ML-Agents names.
 - **Behavioral cloning** updates once per ``time_horizon`` steps of every environment (as
   ML-Agents updates once per trajectory), after ``buffer_init_steps``.  SAC's ``Box`` actions
   are in ``[-1, 1]``: the demonstrations' are rescaled from the action bounds.  With
-  ``Discrete`` actions the signals see the action index (curiosity and gail one-hot it) and
+  ``Discrete`` actions the providers see the action index (curiosity and gail one-hot it) and
   the cloning is the cross-entropy of the policy's logits, as for PPO.
 """
 
@@ -89,7 +89,7 @@ class SACRewardProviders:
         experts = load_experts(
             settings, behavior_name, observation_space, action_space, device, unit_actions=True
         )
-        self.signals: dict[str, RewardSignal] = make_reward_signals(
+        self.providers: dict[str, RewardSignal] = make_reward_signals(
             settings.reward_signals,
             obs_dim,
             action_space,
@@ -113,19 +113,19 @@ class SACRewardProviders:
         )
         self.cloning_every = settings.time_horizon * num_envs * world.size
         """Environment steps (global) per cloning update."""
-        self.signal_updates = 0
-        """Updates of the signals' models so far."""
+        self.provider_updates = 0
+        """Updates of the providers' models so far."""
         self.cloning_updates = 0
         """Cloning updates so far."""
-        self._episode = np.zeros((len(self.signals), num_envs), dtype=np.float64)
-        """Each signal's reward so far in each environment's episode."""
+        self._episode = np.zeros((len(self.providers), num_envs), dtype=np.float64)
+        """Each provider's reward so far in each environment's episode."""
 
     def __bool__(self) -> bool:
-        return bool(self.signals) or self.cloning is not None
+        return bool(self.providers) or self.cloning is not None
 
     def modules(self) -> nn.ModuleDict:
         """The providers' models, as one module (for the trainer's synchronisation)."""
-        return nn.ModuleDict(self.signals)
+        return nn.ModuleDict(self.providers)
 
     @torch.no_grad()
     def observe(
@@ -139,16 +139,16 @@ class SACRewardProviders:
         """Add one vector step's provider rewards to the episodes' sums; returns the sums of the
         episodes it ended (``Policy/<Signal> Reward``)."""
         stats: list[Stat] = []
-        if not self.signals:
+        if not self.providers:
             return stats
         x = self.normalize(torch.as_tensor(obs, device=self.device))
         x_next = self.normalize(torch.as_tensor(next_obs, device=self.device))
         a = self._actions(torch.as_tensor(actions, device=self.device))
-        for i, signal in enumerate(self.signals.values()):
-            self._episode[i] += np.where(valid, signal.evaluate(x, a, x_next), 0.0)
+        for i, provider in enumerate(self.providers.values()):
+            self._episode[i] += np.where(valid, provider.evaluate(x, a, x_next), 0.0)
         for n in np.flatnonzero(dones & valid):
-            for i, signal in enumerate(self.signals.values()):
-                stats.append((f"Policy/{signal.stat_name} Reward", float(self._episode[i, n])))
+            for i, provider in enumerate(self.providers.values()):
+                stats.append((f"Policy/{provider.stat_name} Reward", float(self._episode[i, n])))
         self._episode[:, dones & valid] = 0.0
         return stats
 
@@ -160,11 +160,11 @@ class SACRewardProviders:
         mb_next_obs: torch.Tensor,
         mb_rewards: torch.Tensor,
     ) -> torch.Tensor:
-        """The minibatch's rewards plus every signal's (normalised observations)."""
+        """The minibatch's rewards plus every provider's (normalised observations)."""
         total = mb_rewards
         mb_actions = self._actions(mb_actions)
-        for signal in self.signals.values():
-            reward = signal.evaluate(mb_obs, mb_actions, mb_next_obs)
+        for provider in self.providers.values():
+            reward = provider.evaluate(mb_obs, mb_actions, mb_next_obs)
             total = total + torch.as_tensor(reward, device=mb_rewards.device)
         return total
 
@@ -173,11 +173,11 @@ class SACRewardProviders:
         ``step`` (after ``buffer_init_steps``); returns their statistics."""
         hp, stats = self.hp, list[Stat]()
         elapsed = step - hp.buffer_init_steps
-        if self.signals and len(replay) >= hp.batch_size:
+        if self.providers and len(replay) >= hp.batch_size:
             due = int(elapsed / hp.reward_signal_steps_per_update)
-            for _ in range(due - self.signal_updates):
-                stats += self._update_signals(replay, rng)
-            self.signal_updates = max(self.signal_updates, due)
+            for _ in range(due - self.provider_updates):
+                stats += self._update_providers(replay, rng)
+            self.provider_updates = max(self.provider_updates, due)
         if self.cloning is not None and elapsed >= 0:
             due = elapsed // self.cloning_every + 1
             for _ in range(due - self.cloning_updates):
@@ -185,7 +185,7 @@ class SACRewardProviders:
             self.cloning_updates = max(self.cloning_updates, due)
         return stats
 
-    def _update_signals(self, replay: Transitions, rng: np.random.Generator) -> list[Stat]:
+    def _update_providers(self, replay: Transitions, rng: np.random.Generator) -> list[Stat]:
         mb_obs, mb_actions, _, mb_next_obs, _ = (
             t.to(self.device) for t in replay.sample(self.hp.batch_size, rng)
         )
@@ -193,20 +193,20 @@ class SACRewardProviders:
         mb_actions = self._actions(mb_actions)
         return [
             (key, float(loss))
-            for signal in self.signals.values()
-            for key, loss in signal.update(x, mb_actions, x_next, self.world).items()
+            for provider in self.providers.values()
+            for key, loss in provider.update(x, mb_actions, x_next, self.world).items()
         ]
 
     def _actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """Actions as the signals take them: a ``Discrete`` action's index ``[B]`` from the
+        """Actions as the providers take them: a ``Discrete`` action's index ``[B]`` from the
         trainer's ``[B, 1]`` (the replay buffer's float column holds it exactly)."""
         return actions[:, 0].long() if self.discrete else actions
 
     def state_dict(self) -> dict[str, Any]:
-        """The signals' models and optimizers, the cloning's optimizer and both counts."""
+        """The providers' models and optimizers, the cloning's optimizer and both counts."""
         state: dict[str, Any] = {
-            "reward_signals": {n: s.signal_state_dict() for n, s in self.signals.items()},
-            "signal_updates": self.signal_updates,
+            "reward_signals": {n: p.signal_state_dict() for n, p in self.providers.items()},
+            "signal_updates": self.provider_updates,
             "cloning_updates": self.cloning_updates,
         }
         if self.cloning is not None:
@@ -214,25 +214,25 @@ class SACRewardProviders:
         return state
 
     def load_weights(self, state: dict[str, Any]) -> None:
-        """The signals' models of :meth:`state_dict`'s output.
+        """The providers' models of :meth:`state_dict`'s output.
 
-        :raises ValueError: it holds other signals than those configured.
+        :raises ValueError: it holds other providers than those configured.
         """
         saved = state.get("reward_signals", {})
-        if set(saved) != set(self.signals):
+        if set(saved) != set(self.providers):
             raise ValueError(
                 f"the state has the intrinsic reward signals {sorted(saved)}, the behavior "
-                f"is configured with {sorted(self.signals)}; configure the reward signals of "
+                f"is configured with {sorted(self.providers)}; configure the reward signals of "
                 "the run that saved it"
             )
-        for name, signal in self.signals.items():
-            signal.model.load_state_dict(saved[name]["model"])
+        for name, provider in self.providers.items():
+            provider.model.load_state_dict(saved[name]["model"])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_weights(state)
-        for name, signal in self.signals.items():
-            signal.optimizer.load_state_dict(state["reward_signals"][name]["optimizer"])
-        self.signal_updates = int(state.get("signal_updates", 0))
+        for name, provider in self.providers.items():
+            provider.optimizer.load_state_dict(state["reward_signals"][name]["optimizer"])
+        self.provider_updates = int(state.get("signal_updates", 0))
         self.cloning_updates = int(state.get("cloning_updates", 0))
         if self.cloning is not None and "behavioral_cloning" in state:
             self.cloning.load_state_dict(state["behavioral_cloning"])

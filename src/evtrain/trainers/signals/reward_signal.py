@@ -6,7 +6,7 @@ Each signal is a model with its own Adam, as in ML-Agents' reward providers:
 :meth:`RewardSignal.update` takes one gradient step on a minibatch and returns the losses under
 ML-Agents' stat names.  PPO evaluates a rollout once it is collected and trains the signals on
 the same minibatches as the policy; SAC evaluates them on its replay minibatches
-(:mod:`evtrain.trainers.sac.signals`).  Both signals ignore episode ends (ML-Agents'
+(:mod:`evtrain.trainers.sac.reward_providers`).  Both signals ignore episode ends (ML-Agents'
 ``_ignore_done``, :attr:`RewardSignal.episodic` false): a terminated episode is worth the
 signal's value of its final observation, not 0, since novelty does not stop at a goal.
 

@@ -13,7 +13,7 @@ its loop and its algorithm (docs/architecture.md, "How to add a trainer").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 import torch
-from evtrain_example_plugin.a2c import A2CSettings, A2CTrainer
+from evtrain_example_plugin.a2c import A2C, A2CSettings, A2CTrainer
 from evtrain_example_plugin.reward_clip import RewardClipPPO, RewardClipSettings, trainer_types
 from evtrain_example_plugin.slurm import SlurmInitializer, slurm_initializer
 
@@ -40,8 +40,8 @@ def test_rewards_are_clipped_before_the_advantages() -> None:
     finally:
         envs.close()
     # CartPole pays 1 per step: every reward the advantages saw was clipped to 0.25
-    assert trainer.rewards.shape == (32, 2)
-    assert (trainer.rewards == 0.25).all()
+    assert trainer.rollout.rewards.shape == (32, 2)
+    assert (trainer.rollout.rewards == 0.25).all()
 
 
 def test_slurm_initializer_outside_slurm_says_what_is_missing(
@@ -79,7 +79,8 @@ def test_a2c_is_the_on_policy_loop_and_one_gradient_step_per_rollout() -> None:
         with Bus() as bus:
             bus.connect(signals.stats, stats.append)
             trainer = a2c(bus, envs[0])
-            before = {k: p.detach().clone() for k, p in trainer.agent.named_parameters()}
+            agent = trainer.algorithm.agent
+            before = {k: p.detach().clone() for k, p in agent.named_parameters()}
             for _ in range(5):  # 5 rollouts of 8 steps in each of 2 environments
                 trainer.advance()
             resumed = a2c(bus, envs[1])
@@ -88,10 +89,11 @@ def test_a2c_is_the_on_policy_loop_and_one_gradient_step_per_rollout() -> None:
     finally:
         for env in envs:
             env.close()
-    assert isinstance(trainer, OnPolicyTrainer)
+    assert isinstance(trainer, OnPolicyTrainer) and isinstance(trainer.algorithm, A2C)
+    assert trainer.agent is agent  # the loop acts with the algorithm's actor-critic
     assert trainer.step == resumed.step == 80
-    assert trainer.b_obs.shape == (8, 2, 4)  # the loop's rollout
-    moved = {k for k, p in trainer.agent.named_parameters() if not torch.equal(p, before[k])}
+    assert trainer.num_steps == 8  # the loop's rollout: 8 steps of each of 2 environments
+    moved = {k for k, p in agent.named_parameters() if not torch.equal(p, before[k])}
     assert moved == set(before) - {"log_std"}  # (a Discrete policy has no standard deviation)
     assert [event.step for event in stats] == [80]
     assert {"Losses/Policy Loss", "Losses/Value Loss", "Policy/Entropy"} <= set(stats[0].values)

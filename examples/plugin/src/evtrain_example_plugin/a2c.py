@@ -1,26 +1,33 @@
 """A trainer plugin written on evtrain's on-policy loop: advantage actor-critic (A2C, the
 synchronous variant of Mnih et al. 2016's A3C), ``trainer_type: a2c``.
 
-What it shows: a new algorithm reuses :class:`~evtrain.trainers.loops.on_policy.OnPolicyTrainer`
-(rollout, time-limit bootstrapping, GAE, the flattened batch) and writes only what makes it
-A2C: its settings class, its networks in ``_setup``, and one gradient step per rollout in
-``advance``.  The built-in PPO is the same loop with its own update
-(:mod:`evtrain.trainers.ppo.update`).  One process only: it averages no gradients over ranks.
+What it shows: a new on-policy algorithm is one class behind the public on-policy protocol
+(:class:`~evtrain.trainers.algorithm.OnPolicyAlgorithm`).  The loop
+(:class:`~evtrain.trainers.loops.on_policy.OnPolicyTrainer`) collects the rollout with the
+algorithm's :attr:`A2C.agent`, bootstraps time limits, computes GAE and hands :meth:`A2C.update`
+the frozen :class:`~evtrain.trainers.algorithm.OnPolicyBatch`; it reports the statistics the
+update returns, runs the update thread and writes the checkpoints.  The algorithm owns its
+networks and its optimizer, and takes one gradient step per rollout.  The built-in PPO is the
+same loop with its own algorithm (:mod:`evtrain.trainers.ppo.algorithm`).  One process only: it
+averages no gradients over ranks.  Only public names of evtrain are used (a test parses this
+module to hold it to that).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, cast
 
 import attrs
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from evtrain.trainers.algorithm import AlgorithmSpec, OnPolicyBatch
 from evtrain.trainers.loops.on_policy import OnPolicyTrainer
 from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy
-from evtrain.trainers.observations import behavior_layout
+from evtrain.trainers.networks.sampled import SampledPolicy
+from evtrain.trainers.signals.reward_signal import RewardSignal
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -47,64 +54,70 @@ class A2CSettings:
         """One gradient step on the whole rollout."""
         return self.buffer_size
 
+    def rollout_buffer_size(self, num_envs: int) -> int:
+        """What the loop collects: ``buffer_size`` rounded up to a multiple of ``num_envs``."""
+        return math.ceil(self.buffer_size / num_envs) * num_envs
 
-class A2CTrainer(OnPolicyTrainer):
-    """A2C for ``Discrete`` and ``Box`` actions (no memory, no intrinsic reward signals)."""
 
-    settings_type = A2CSettings
-    hp: A2CSettings
+class A2C:
+    """The algorithm (an :class:`~evtrain.trainers.algorithm.OnPolicyAlgorithm`) for
+    ``Discrete`` and ``Box`` actions (no memory, no intrinsic reward providers)."""
 
-    def _setup(self) -> None:
-        hp: A2CSettings = self.settings.hyperparameters  # type: ignore[assignment]  # base checks
-        space = self.envs.single_observation_space
-        self.hp = hp
-        self.num_steps = max(1, hp.buffer_size // self.num_envs)
-        self.action_space = self.envs.single_action_space
-        self.layout = behavior_layout(space, self.settings.network_settings, self.behavior_name)
+    def __init__(self, spec: AlgorithmSpec) -> None:
+        self.hp = cast("A2CSettings", spec.settings.hyperparameters)
+        self.action_space = spec.action_space
         self.agent = ActorCritic(
-            space, self.action_space, self.settings.network_settings, self.init_generator
-        ).to(self.device)
-        self.memory = None
-        self.signals = {}
-        self.signal_rewards = []
-        self._signal_returns = np.zeros((0, self.num_envs))
-        self._acting = None
-        self.optimizer = torch.optim.RMSprop(self.agent.parameters(), lr=hp.learning_rate)
-        self._allocate_rollout()
+            spec.observation_space,
+            spec.action_space,
+            spec.settings.network_settings,
+            spec.init_generator,
+        ).to(spec.device)
+        """The actor-critic the loop acts and values with."""
+        self.reward_providers: dict[str, RewardSignal] = {}
+        """None: the environment's reward only."""
+        self.optimizer = torch.optim.RMSprop(self.agent.parameters(), lr=self.hp.learning_rate)
 
-    def advance(self) -> None:
-        """One rollout (the loop's), then one gradient step on all of it."""
-        next_value = self._collect_rollout()
-        self._sync_step()
-        advantages, returns = self._advantages(next_value)
-        obs, actions, _, advantages, returns = self._batch(advantages, returns)
-        agent = self.agent
-        assert isinstance(agent, ActorCritic)
-        logprob, entropy, value = agent.evaluate(obs, actions)
+    def update(self, batch: OnPolicyBatch) -> dict[str, float]:
+        """One gradient step on the whole rollout."""
+        b_advantages = batch.advantages
+        if self.hp.normalize_advantage:
+            b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+        logprob, entropy, value = self.agent.evaluate(batch.obs, batch.actions)
         assert entropy is not None
         # -- the policy gradient, the critic's regression, the entropy bonus
-        policy_loss = -(logprob * advantages).mean()
-        value_loss = F.mse_loss(value, returns)
-        loss = policy_loss + self.hp.vf_coef * value_loss - self.hp.ent_coef * entropy.mean()
+        pg_loss = -(logprob * b_advantages).mean()
+        v_loss = F.mse_loss(value, batch.returns)
+        loss = pg_loss + self.hp.vf_coef * v_loss - self.hp.ent_coef * entropy.mean()
         self.optimizer.zero_grad()
         torch.autograd.backward(loss)
-        nn.utils.clip_grad_norm_(agent.parameters(), self.hp.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.agent.parameters(), self.hp.max_grad_norm)
         self.optimizer.step()
-        self.reporter.add_stat("Losses/Policy Loss", float(policy_loss.detach()))
-        self.reporter.add_stat("Losses/Value Loss", float(value_loss.detach()))
-        self.reporter.add_stat("Policy/Entropy", float(entropy.detach().mean()))
-        self._end_period()
+        return {
+            "Losses/Policy Loss": float(pg_loss.detach()),
+            "Losses/Value Loss": float(v_loss.detach()),
+            "Policy/Entropy": float(entropy.detach().mean()),
+        }
 
     def policy_module(self) -> nn.Module:
-        assert isinstance(self.agent, ActorCritic)
         return DeterministicPolicy(self.agent, self.action_space).eval()
 
-    def _state_dict(self) -> dict[str, Any]:
+    def sampling_policy_module(self, generator: torch.Generator) -> nn.Module:
+        return SampledPolicy(self.agent, self.action_space, generator).eval()
+
+    def state_dict(self) -> dict[str, Any]:
         return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}
 
-    def _load_weights(self, state: dict[str, Any]) -> None:
+    def load_weights(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
 
-    def _load_state_dict(self, state: dict[str, Any]) -> None:
-        self._load_weights(state)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_weights(state)
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+class A2CTrainer(OnPolicyTrainer):
+    """``trainer_type: a2c``: evtrain's on-policy loop with :class:`A2C`."""
+
+    settings_type = A2CSettings
+    algorithm_type = A2C
+    algorithm: A2C

@@ -12,9 +12,11 @@ built-in PPO; the plugin adds one hyperparameter and one line.  What it shows:
   before reading the config's behaviors;
 * subclassing a built-in trainer keeps everything evtrain's trainers do, data-parallel
   training under ``torchrun`` included;
-* :meth:`_advantages` is a step of the on-policy loop PPO runs on
-  (:class:`~evtrain.trainers.loops.on_policy.OnPolicyTrainer`): a plugin changes one step of
-  the loop by overriding it (:mod:`evtrain_example_plugin.a2c` writes a whole algorithm on it);
+* :meth:`~evtrain.trainers.loops.on_policy.OnPolicyTrainer.end_rollout` is a public step of
+  the on-policy loop PPO runs on (:class:`~evtrain.trainers.loops.on_policy.OnPolicyTrainer`):
+  a plugin changes one step of the loop by overriding it, here to clip the rewards of the
+  loop's :attr:`rollout` before they are valued (:mod:`evtrain_example_plugin.a2c` writes a
+  whole algorithm for the loop);
 * a plugin's own phases appear in ``run_logs/timers.json`` through
   :func:`evtrain.timers.hierarchical_timer` (here ``reward_clip``, under ``advance``).
 """
@@ -22,9 +24,9 @@ built-in PPO; the plugin adds one hyperparameter and one line.  What it shows:
 from __future__ import annotations
 
 import attrs
-import torch
 
 from evtrain.timers import hierarchical_timer
+from evtrain.trainers.algorithm import OnPolicyBatch
 from evtrain.trainers.base import Trainer
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.settings import PPOSettings
@@ -52,11 +54,12 @@ class RewardClipPPO(PPOTrainer):
 
     settings_type = RewardClipSettings
 
-    def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def end_rollout(self) -> OnPolicyBatch | None:
         clip = self.hp.reward_clip  # type: ignore[attr-defined]  # RewardClipSettings
         with hierarchical_timer("reward_clip"):
-            self.rewards.clip(-clip, clip, out=self.rewards)
-        return super()._advantages(next_value)
+            rewards = self.rollout.rewards
+            rewards.clip(-clip, clip, out=rewards)
+        return super().end_rollout()
 
 
 def trainer_types() -> dict[str, type[Trainer]]:

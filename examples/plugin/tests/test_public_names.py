@@ -76,15 +76,18 @@ def violations(path: Path) -> list[str]:
     own = defined_names(tree)
     evtrains = evtrain_private_names(f"evtrain_example_plugin.{path.stem}")
     for node in ast.walk(tree):
-        name = node.attr if isinstance(node, ast.Attribute) else None
-        if isinstance(node, ast.FunctionDef):
-            name = node.name
-        if name is None or not private(name):
+        if isinstance(node, ast.Attribute):
+            name, line = node.attr, node.lineno
+        elif isinstance(node, ast.FunctionDef):
+            name, line = node.name, node.lineno
+        else:
+            continue
+        if not private(name):
             continue
         if name not in own:
-            found.append(f"line {node.lineno}: {name} is not the plugin's own")
+            found.append(f"line {line}: {name} is not the plugin's own")
         elif name in evtrains:
-            found.append(f"line {node.lineno}: {name} is private to an evtrain base class")
+            found.append(f"line {line}: {name} is private to an evtrain base class")
     return found
 
 

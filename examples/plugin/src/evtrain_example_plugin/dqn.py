@@ -68,7 +68,10 @@ def _one_of(*choices: str) -> Any:
 
 @attrs.define(kw_only=True)
 class DQNSettings:
-    """DQN's hyperparameters (``trainer_type: dqn``); the defaults are RL Zoo's for CartPole."""
+    """DQN's hyperparameters (``trainer_type: dqn``); the defaults are RL Zoo's for CartPole,
+    but ``target_update_interval``: the Zoo copies the target every 10 environment steps and
+    takes its gradient steps in bursts of 128 every 256 steps, so that its target changes once
+    per 128 gradient steps, as it does here."""
 
     learning_rate: float = attrs.field(default=2.3e-3, validator=_positive)
     """Adam's step size."""
@@ -85,7 +88,7 @@ class DQNSettings:
     ``learning_starts``)."""
     steps_per_update: float = attrs.field(default=2.0, validator=_positive)
     """Environment steps (summed over environments) per gradient step."""
-    target_update_interval: int = attrs.field(default=10, validator=_positive)
+    target_update_interval: int = attrs.field(default=128, validator=_positive)
     """Gradient steps between two updates of the target network."""
     tau: float = attrs.field(default=1.0, validator=_unit_open)
     """Polyak factor of a target update: 1 copies the Q-network, less moves part of the way."""

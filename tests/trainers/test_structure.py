@@ -92,7 +92,7 @@ def test_a_rollout_driven_step_by_step_is_advance(recording: Recording) -> None:
         whole.advance()
         for t in range(steps.num_steps):
             actions = steps.act(t)
-            results = steps.envs.step(actions.numpy())  # Discrete: the actions as they are
+            results = steps.envs.step(steps.env_actions(actions))
             steps.record(t, *results)
         batch = steps.end_rollout()
         assert batch is not None and batch.obs.shape == (64, 4)

@@ -10,8 +10,10 @@ steps one environment for several behaviors drives itself, behavior by behavior)
 
 1. :meth:`OnPolicyTrainer.act` — observe :attr:`~evtrain.trainers.base.Trainer.next_obs` (all
    ``num_envs`` agents), normalise, sample the actions (``t`` is the rollout's step);
-2. step the environment with them (:meth:`OnPolicyTrainer.env_step` steps ``envs``);
-3. :meth:`OnPolicyTrainer.record` — record the step's results at row ``t``;
+2. step the environment with them (:meth:`OnPolicyTrainer.env_step` steps ``envs`` with
+   :attr:`~OnPolicyTrainer.env_actions` of them);
+3. :meth:`OnPolicyTrainer.record` — record the step's results at row ``t`` (the non-finite
+   guard sees them first);
 4. after ``num_steps`` steps, :meth:`OnPolicyTrainer.end_rollout` — value the rollout, GAE,
    the frozen :class:`~evtrain.trainers.algorithm.OnPolicyBatch` (``None`` when a non-finite
    value skips the update);
@@ -120,7 +122,8 @@ class OnPolicyTrainer(Trainer):
 
     def _allocate_rollout(self) -> None:
         """The rollout's arrays, and how actions go to the environments."""
-        self._env_actions = EnvActions(self.action_space, self.num_envs)
+        self.env_actions = EnvActions(self.action_space, self.num_envs)
+        """The policy's actions as the environments take them (``Box`` ones clipped)."""
         self.rollout = Rollout(
             self.num_steps,
             self.num_envs,
@@ -177,7 +180,13 @@ class OnPolicyTrainer(Trainer):
         infos: dict[str, Any],
     ) -> None:
         """Record row ``t`` of the rollout: one step's results (as ``envs.step`` returns them,
-        after :meth:`act`'s actions); :attr:`next_obs` becomes ``next_obs``."""
+        after :meth:`act`'s actions); :attr:`next_obs` becomes ``next_obs``.  A non-finite
+        reward or observation is zeroed and skips this rollout's update (``on_nonfinite:
+        skip``; :class:`~evtrain.trainers.finite.FiniteGuard` stops the run otherwise)."""
+        finite = self.finite.step(self.step, reward, next_obs)
+        if not finite.all():  # on_nonfinite: skip; this rollout's update is skipped
+            reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
+            self._skip_update = True
         final = self._record_row(t, next_obs, reward, terminated, truncated, infos)
         if final is not None:
             self.rollout.add_final(final)
@@ -260,16 +269,9 @@ class OnPolicyTrainer(Trainer):
         return finals
 
     def env_step(self, action: torch.Tensor) -> StepResult:
-        """``envs.step`` with ``action`` (``Box`` actions clipped to their bounds); a non-finite
-        reward or observation is zeroed and skips this rollout's update (``on_nonfinite:
-        skip``; :class:`~evtrain.trainers.finite.FiniteGuard` stops the run otherwise)."""
-        env_action = self._env_actions(action)
-        next_obs, reward, terminated, truncated, infos = self.envs.step(env_action)
-        finite = self.finite.step(self.step, reward, next_obs)
-        if not finite.all():  # on_nonfinite: skip; this rollout's update is skipped
-            reward, next_obs = zeroed(reward, finite), zeroed(next_obs, finite)
-            self._skip_update = True
-        return next_obs, reward, terminated, truncated, infos
+        """``envs.step`` with :attr:`env_actions` of ``action``."""
+        result: StepResult = self.envs.step(self.env_actions(action))
+        return result
 
     def _record_row(
         self,

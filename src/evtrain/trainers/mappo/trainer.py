@@ -15,13 +15,18 @@ slot step.  :class:`MAPPOTrainer` is the on-policy loop (in its group mode) with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from evtrain.trainers.algorithm import AlgorithmSpec, GroupRollout, OnPolicyBatch
+from evtrain.trainers.algorithm import (
+    AlgorithmSpec,
+    GroupOnPolicyAlgorithm,
+    GroupRollout,
+    OnPolicyBatch,
+)
 from evtrain.trainers.group_settings import MAPPOSettings
 from evtrain.trainers.loops.group_rollout import chunked, lambda_returns
 from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss
@@ -134,6 +139,6 @@ class MAPPOTrainer(OnPolicyTrainer):
     """MAPPO for ``Discrete`` and ``Box`` actions (see the module's docstring)."""
 
     settings_type = MAPPOSettings
-    algorithm_type = MAPPO
+    algorithm_type: ClassVar[type[GroupOnPolicyAlgorithm]] = MAPPO
     grouped = True
     algorithm: MAPPO

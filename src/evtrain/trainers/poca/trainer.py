@@ -20,13 +20,18 @@ Stats beside the usual ones: ``Environment/Group Cumulative Reward``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from evtrain.trainers.algorithm import AlgorithmSpec, GroupRollout, OnPolicyBatch
+from evtrain.trainers.algorithm import (
+    AlgorithmSpec,
+    GroupOnPolicyAlgorithm,
+    GroupRollout,
+    OnPolicyBatch,
+)
 from evtrain.trainers.group_settings import POCASettings
 from evtrain.trainers.loops.group_rollout import chunked, lambda_returns
 from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss, masked_mean
@@ -170,6 +175,6 @@ class POCATrainer(OnPolicyTrainer):
     """MA-POCA for ``Discrete`` and ``Box`` actions (see the module's docstring)."""
 
     settings_type = POCASettings
-    algorithm_type = POCA
+    algorithm_type: ClassVar[type[GroupOnPolicyAlgorithm]] = POCA
     grouped = True
     algorithm: POCA

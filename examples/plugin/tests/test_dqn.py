@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -151,6 +152,23 @@ def test_dqn_learns_on_the_off_policy_loop_and_resumes() -> None:
     obs = torch.randn(5, 4)
     expected = dqn.q_network(obs).argmax(dim=1)
     assert torch.equal(trainer.policy_module()(obs), expected)
+
+
+def test_threaded_dqn_acts_with_a_copy_and_takes_as_many_gradient_steps() -> None:
+    """``threaded: true``: the loop's update thread runs the gradient steps while the
+    environments step, acting with its copy of the algorithm's ``acting_module``."""
+    envs = make_vector_env("CartPole-v1", 2)
+    try:
+        with Bus() as bus:
+            threaded = attrs.evolve(settings(), threaded=True)
+            trainer = DQNTrainer("CartPole", threaded, envs, StatsReporter(bus, "CartPole"), seed=0)
+            assert trainer.algorithm.acting_module() is trainer.algorithm.q_network
+            while trainer.step < 256:
+                trainer.advance()
+            trainer.wait_for_update()
+    finally:
+        envs.close()
+    assert trainer.num_updates == trainer.algorithm.num_updates == 96
 
 
 def test_dqn_acts_greedily_once_epsilon_is_zero() -> None:

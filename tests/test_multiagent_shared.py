@@ -1,0 +1,183 @@
+"""``env_settings.shared_env``: every behavior acts in the same instances of a PettingZoo Parallel
+environment, each for its own agents in one shared step; each keeps its own steps, summaries and
+checkpoints; what it does not support yet is refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime  # type: ignore[import-untyped]  # ships no type information
+import pytest
+
+from evtrain import Bus
+from evtrain.config.options import EnvironmentSettings
+from evtrain.errors import ConfigError
+from evtrain.events.payloads import RunStatus, SaveEvent, StatsEvent
+from evtrain.multiagent.shared import SharedEnvironment
+from evtrain.run.envs import make_shared_env
+from evtrain.run.learn import learn
+from evtrain.testing import Recorder
+from tests import multiagent_envs
+from tests.multiagent_envs import walkers
+
+
+def test_one_shared_step_takes_every_behaviors_actions_and_gives_each_its_part() -> None:
+    env = walkers()
+    shared = SharedEnvironment([env], ["walker", "guide"])
+    walker, guide = shared.view("walker"), shared.view("guide")
+    assert (walker.num_envs, guide.num_envs) == (3, 1)  # walker_0..2 / guide_0
+    obs, infos = walker.reset(seed=3)
+    assert obs.tolist() == [[0, 0, -1], [0, 1, -1], [0, 0, 0]]  # walker_2 not there yet
+    assert infos["active"].tolist() == [True, True, False]
+    assert guide.reset(seed=5)[0].tolist() == [[0, 3, -1]]  # the episode the walkers are in
+    assert env.seeds == [3]
+    parts = []
+    for _ in range(7):
+        part = shared.step({"walker": np.array([1, 2, 0]), "guide": np.array([2])})
+        parts.append(part)
+    assert env.played[0] == {"walker_0": 1, "walker_1": 2, "guide_0": 2}
+    assert env.played[3] == {"walker_0": 1, "walker_2": 0, "guide_0": 2}
+    walker_steps = [p["walker"] for p in parts]
+    assert [r.active.tolist() for r in walker_steps[:6]] == [
+        [True, True, False],
+        [True, True, False],  # walker_1 terminated here, leaving
+        [True, False, False],
+        [True, False, True],  # walker_2 appeared after step 3
+        [True, False, True],
+        [True, False, True],
+    ]
+    assert walker_steps[1].terminated.tolist() == [False, True, False]
+    assert walker_steps[5].truncated.tolist() == [True, False, True]
+    # the episode's end is every behavior's, and the instance was reset once for all
+    assert [r.episode_over.all() for r in walker_steps] == [False] * 5 + [True, False]
+    assert [p["guide"].episode_over.tolist() for p in parts] == [[False]] * 5 + [[True], [False]]
+    assert [p["guide"].rewards.tolist() for p in parts] == [[2.0]] * 7
+    assert env.seeds == [3, None]
+    walker.close()
+    assert not env.closed  # the guide's view still steps it
+    guide.close()
+    assert env.closed
+
+
+def behavior(buffer_size: int, max_steps: int, summary_freq: int) -> dict[str, Any]:
+    return {
+        "trainer_type": "ppo",
+        "hyperparameters": {"batch_size": 12, "buffer_size": buffer_size, "num_epoch": 1},
+        "network_settings": {"hidden_units": 8, "num_layers": 1},
+        "max_steps": max_steps,
+        "time_horizon": 12,
+        "summary_freq": summary_freq,
+        "checkpoint_interval": 10**6,
+        "keep_checkpoints": 1,
+    }
+
+
+def shared_run(results: Path) -> dict[str, Any]:
+    """Walkers (3 slots) and a guide (1) in one instance of ``Walkers``, 12 steps a rollout
+    each: a walkers' rollout counts 22 steps (an episode of 6 steps has 11 walker steps), the
+    guide's 12.  The guide is done after 2 rollouts, the walkers after 3."""
+    return {
+        "behaviors": {"walker": behavior(36, 66, 22), "guide": behavior(12, 24, 12)},
+        "env_settings": {
+            "env_id": "tests.multiagent_envs:made_walkers",
+            "shared_env": True,
+            "seed": 1,
+        },
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(results)},
+    }
+
+
+def guide_observations(played: list[dict[str, Any]], steps: range) -> np.ndarray:
+    """What the guide saw before each step of ``steps`` (1-based): ``[step in the episode, its
+    index 3, its last action]``, episodes of 6 steps."""
+    rows = []
+    for step in steps:
+        t = (step - 1) % 6
+        last = -1.0 if t == 0 else float(played[step - 2]["guide_0"])
+        rows.append([t, 3.0, last])
+    return np.array(rows, dtype=np.float32)
+
+
+def test_two_behaviors_train_in_one_instance_each_acting_in_every_step(tmp_path: Path) -> None:
+    played = []
+    for attempt in range(2):
+        multiagent_envs.MADE.clear()
+        recorder = Recorder()
+        with Bus() as bus:
+            recorder.connect(bus)
+            result = learn(shared_run(tmp_path / str(attempt)), bus)
+        assert result.status is RunStatus.COMPLETED
+        assert result.steps == {"walker": 66, "guide": 24}
+        (env,) = multiagent_envs.MADE  # one instance for both behaviors, the whole run
+        assert env.closed
+        # 3 walker rollouts of 12 steps; the guide acted in every one of the 36
+        assert len(env.played) == 36
+        assert all("guide_0" in actions and "walker_0" in actions for actions in env.played)
+        stats = [(e.category, e.step) for e in recorder.of(StatsEvent)]
+        assert stats == [
+            ("walker", 22),
+            ("guide", 12),
+            ("walker", 44),
+            ("guide", 24),
+            ("walker", 66),
+        ]
+        saves = {(e.category, e.step, e.path.name) for e in recorder.of(SaveEvent)}
+        assert {("walker", 66, "walker-66.pt"), ("guide", 24, "guide-24.pt")} <= saves
+        run = tmp_path / str(attempt) / "run"
+        for name in ("walker", "guide"):
+            assert (run / name / "checkpoint.pt").is_file()
+            assert (run / f"{name}.onnx").is_file()
+        played.append(env.played)
+    # the turns take strict turns with the loop: the same run, action for action
+    assert played[0] == played[1]
+    # done after step 24, the guide kept acting with its final (exported) policy
+    session = onnxruntime.InferenceSession(
+        str(tmp_path / "0" / "run" / "guide.onnx"), providers=["CPUExecutionProvider"]
+    )
+    late = range(25, 37)
+    expected = session.run(None, {"obs": guide_observations(played[0], late)})[0]
+    assert [int(played[0][step - 1]["guide_0"]) for step in late] == expected.tolist()
+
+
+def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    options = shared_run(tmp_path)
+    options["behaviors"]["guide"]["trainer_type"] = "sac"
+    options["behaviors"]["guide"]["hyperparameters"] = {"batch_size": 12}
+    options["behaviors"]["walker"]["self_play"] = {}
+    options["env_settings"]["vectorization"] = "async"
+    with pytest.raises(ConfigError) as info:
+        learn(options)
+    fallback = "or remove env_settings.shared_env (each behavior then trains on copies of its own)"
+    assert info.value.problems == (
+        "behaviors.walker.self_play: not supported in a shared environment "
+        "(env_settings.shared_env) yet: every agent acts with its behavior's current policy; "
+        f"remove self_play, {fallback}",
+        "behaviors.guide.trainer_type: 'sac' does not train in a shared environment "
+        f"(env_settings.shared_env) yet, ppo does; use trainer_type: ppo, {fallback}",
+        "env_settings.vectorization: 'async' is not supported in a shared environment "
+        "(env_settings.shared_env) yet; use vectorization: sync (the num_envs instances still "
+        "step together)",
+    )
+    assert not (tmp_path / "run").exists()  # said before the run folder is touched
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kind"),
+    [
+        ("tests.multiagent_envs:countdown", "a turn-based (AEC) game"),
+        ("CartPole-v1", "a Gymnasium environment"),
+    ],
+)
+def test_only_a_parallel_environment_can_be_shared(env_id: str, kind: str) -> None:
+    settings = EnvironmentSettings(env_id=env_id, shared_env=True)
+    with pytest.raises(ConfigError) as info:
+        make_shared_env(settings, {"player": None})
+    assert info.value.problems == (
+        f"env_settings.shared_env: {env_id!r} is {kind}; behaviors share the instances of a "
+        "PettingZoo Parallel environment only (every agent acts in every step): remove "
+        "shared_env",
+    )

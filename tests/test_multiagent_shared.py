@@ -61,6 +61,28 @@ def test_one_shared_step_takes_every_behaviors_actions_and_gives_each_its_part()
     assert env.closed
 
 
+def test_a_behavior_whose_agents_all_left_waits_for_the_others_to_end_the_episode() -> None:
+    env = walkers()
+    shared = SharedEnvironment(
+        [env], ["walker", "leaver", "guide"], agent_behaviors={"walker_1": "leaver"}
+    )
+    leaver = shared.view("leaver")
+    leaver.reset(seed=0)
+    parts = [
+        shared.step({"walker": np.array([0, 0]), "leaver": np.array([1]), "guide": np.array([0])})
+        for _ in range(6)
+    ]
+    steps = [p["leaver"] for p in parts]
+    # walker_1 terminated at step 2; its slot is inactive until the walkers end the episode
+    assert [r.active.tolist() for r in steps] == [[True], [True]] + [[False]] * 4
+    assert [r.terminated.tolist() for r in steps] == [[False], [True]] + [[False]] * 4
+    assert [r.episode_over.tolist() for r in steps] == [[False]] * 5 + [[True]]
+    assert len(env.seeds) == 2  # reset once, after step 6
+    assert [sorted(actions) for actions in env.played[2:]] == [["guide_0", "walker_0"]] + [
+        ["guide_0", "walker_0", "walker_2"]
+    ] * 3
+
+
 def behavior(buffer_size: int, max_steps: int, summary_freq: int) -> dict[str, Any]:
     return {
         "trainer_type": "ppo",
@@ -181,3 +203,23 @@ def test_only_a_parallel_environment_can_be_shared(env_id: str, kind: str) -> No
         "PettingZoo Parallel environment only (every agent acts in every step): remove "
         "shared_env",
     )
+
+
+def test_a_stop_lets_the_turns_in_flight_end_the_others_acting_meanwhile(tmp_path: Path) -> None:
+    options = shared_run(tmp_path)
+    options["behaviors"]["guide"] = behavior(24, 48, 24)  # a turn of 24 steps
+    multiagent_envs.MADE.clear()
+    with Bus() as bus:
+
+        def stop_after_the_first_turn(name: str, step: int, max_steps: int) -> None:
+            bus.request_stop(f"{name} reached {step}")
+
+        result = learn(options, bus, progress=stop_after_the_first_turn)
+    assert result.status is RunStatus.STOPPED
+    assert result.stop_reason == "walker reached 22"  # its turn of 12 steps ended first
+    # the guide's turn in flight ended, the walkers acting (without learning) meanwhile
+    assert result.steps == {"walker": 22, "guide": 24}
+    (env,) = multiagent_envs.MADE
+    assert len(env.played) == 24
+    for name in ("walker", "guide"):
+        assert (tmp_path / "run" / name / "checkpoint.pt").is_file()

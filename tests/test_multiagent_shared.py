@@ -99,9 +99,13 @@ def behavior(buffer_size: int, max_steps: int, summary_freq: int) -> dict[str, A
 def shared_run(results: Path) -> dict[str, Any]:
     """Walkers (3 slots) and a guide (1) in one instance of ``Walkers``, 12 steps a rollout
     each: a walkers' rollout counts 22 steps (an episode of 6 steps has 11 walker steps), the
-    guide's 12.  The guide is done after 2 rollouts, the walkers after 3."""
+    guide's 12.  The guide is done after 2 rollouts, the walkers after 3 (a checkpoint due
+    after the second)."""
     return {
-        "behaviors": {"walker": behavior(36, 66, 22), "guide": behavior(12, 24, 12)},
+        "behaviors": {
+            "walker": {**behavior(36, 66, 22), "checkpoint_interval": 44},
+            "guide": behavior(12, 24, 12),
+        },
         "env_settings": {
             "env_id": "tests.multiagent_envs:made_walkers",
             "shared_env": True,
@@ -146,7 +150,12 @@ def test_two_behaviors_train_in_one_instance_each_acting_in_every_step(tmp_path:
             ("walker", 66),
         ]
         saves = {(e.category, e.step, e.path.name) for e in recorder.of(SaveEvent)}
-        assert {("walker", 66, "walker-66.pt"), ("guide", 24, "guide-24.pt")} <= saves
+        # a checkpoint due after a turn, and the final ones
+        assert {
+            ("walker", 44, "walker-44.pt"),
+            ("walker", 66, "walker-66.pt"),
+            ("guide", 24, "guide-24.pt"),
+        } <= saves
         run = tmp_path / str(attempt) / "run"
         for name in ("walker", "guide"):
             assert (run / name / "checkpoint.pt").is_file()
@@ -171,6 +180,8 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
     options["behaviors"]["guide"]["hyperparameters"] = {"batch_size": 12}
     options["behaviors"]["walker"]["self_play"] = {}
     options["env_settings"]["vectorization"] = "async"
+    options["environment_parameters"] = {"speed": 2.0}
+    options["checkpoint_settings"]["inference"] = True
     with pytest.raises(ConfigError) as info:
         learn(options)
     fallback = "or remove env_settings.shared_env (each behavior then trains on copies of its own)"
@@ -183,6 +194,11 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
         "env_settings.vectorization: 'async' is not supported in a shared environment "
         "(env_settings.shared_env) yet; use vectorization: sync (the num_envs instances still "
         "step together)",
+        "environment_parameters: not supported in a shared environment "
+        f"(env_settings.shared_env) yet; remove environment_parameters, {fallback}",
+        "checkpoint_settings.inference (--inference): not supported in a shared environment "
+        "(env_settings.shared_env) yet; remove env_settings.shared_env (each behavior then "
+        "trains on copies of its own)",
     )
     assert not (tmp_path / "run").exists()  # said before the run folder is touched
 

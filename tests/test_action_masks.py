@@ -205,7 +205,7 @@ def test_intrinsic_signals_see_the_whole_row_mask_included() -> None:
         settings = small_ppo(reward_signals=signals)
         trainer = PPOTrainer("C", settings, envs, StatsReporter(bus, "C"), seed=0)
         trainer.advance()  # the env raises on a masked action
-    weight = trainer.signals["curiosity"].model.state_dict()["encoder.layers.0.weight"]
+    weight = trainer.reward_providers["curiosity"].model.state_dict()["encoder.layers.0.weight"]
     assert weight.shape[1] == 2 * N  # the observation and its mask
     envs.close()
 

@@ -53,7 +53,11 @@ def _out() -> Path:
 def checksum(trainer: Trainer) -> str:
     """SHA-256 of every module's state and every optimizer's state tensors, in a fixed order."""
     digest = hashlib.sha256()
-    for name, value in sorted(vars(trainer).items()):
+    parts = dict(vars(trainer))
+    algorithm = getattr(trainer, "algorithm", None)  # an on-policy loop's
+    if algorithm is not None:
+        parts.update({f"algorithm.{name}": value for name, value in vars(algorithm).items()})
+    for name, value in sorted(parts.items()):
         if isinstance(value, torch.nn.Module):
             tensors = [t for _, t in sorted(value.state_dict().items())]
         elif isinstance(value, FlatAdam):

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from evtrain import Bus
-from evtrain.trainers import NetworkSettings, PPOTrainer
+from evtrain.trainers import NetworkSettings, PPOSettings, PPOTrainer
 from evtrain.trainers.networks.mlp import flatten_parameters, zero_grad_
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.ppo.gradients import ppo_gradients, supports
+from evtrain.trainers.ppo.update import autograd_backward
 from tests.trainers.helpers import Recording, make_envs, small_ppo, zoo_cartpole
 
 DISCRETE = gym.spaces.Discrete(3)
@@ -38,13 +39,19 @@ def minibatch(agent: ActorCritic, num_values: int, seed: int) -> tuple[torch.Ten
 def autograd_reference(
     agent: ActorCritic, mb: tuple[torch.Tensor, ...], ent_coef: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """PPO's loss as PPOTrainer._autograd_backward computes it, backpropagated by autograd."""
-    trainer: Any = object.__new__(PPOTrainer)
-    trainer.agent = agent
-    trainer.hp = small_ppo().hyperparameters
-    result: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
-    result = PPOTrainer._autograd_backward(trainer, mb, 0.2, ent_coef, with_entropy=with_entropy)
-    return result
+    """PPO's loss as its autograd path computes it, backpropagated by autograd."""
+    hp = small_ppo().hyperparameters
+    assert isinstance(hp, PPOSettings)
+    vf_coef = hp.vf_coef
+    return autograd_backward(
+        agent,
+        mb,
+        None,
+        clip_coef=0.2,
+        vf_coef=vf_coef,
+        ent_coef=ent_coef,
+        with_entropy=with_entropy,
+    )
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
@@ -117,12 +124,12 @@ def test_a_trainer_learns_the_same_numbers_either_way() -> None:
             trainer = PPOTrainer(
                 "CartPole", settings, envs, Recording(bus, "CartPole").reporter, seed=3
             )
-            assert trainer._analytic_gradients
-            trainer._analytic_gradients = analytic
+            assert trainer.algorithm.analytic_gradients
+            trainer.algorithm.analytic_gradients = analytic
             while not trainer.should_stop:
                 trainer.advance()
         envs.close()
-        weights.append(trainer.flat_params.detach().clone())
+        weights.append(trainer.algorithm.flat_params.detach().clone())
     assert torch.equal(weights[0], weights[1])
 
 

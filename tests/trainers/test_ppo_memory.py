@@ -87,9 +87,9 @@ def test_sequences_reproduce_the_rollouts_log_probs_and_values(
         trainer.advance()  # memories carried over from earlier rollouts, weights trained
     next_value = trainer._collect_rollout()
     advantages, returns = trainer._advantages(next_value)
-    b = trainer._batch(advantages, returns)
-    memory = memory_of(trainer)
-    sequences = memory._sequences
+    batch = trainer._batch(advantages, returns)
+    b = (batch.obs, batch.actions, batch.logprobs)
+    sequences = batch.sequences
     assert sequences is not None
     agent = trainer.agent
     assert isinstance(agent, RecurrentActorCritic)
@@ -151,16 +151,15 @@ def test_minibatches_are_whole_sequences_batch_size_over_sequence_length_each(
         "Test", settings, masked_envs(AutoresetMode.SAME_STEP), recording.reporter, seed=0
     )
     next_value = trainer._collect_rollout()
-    b = trainer._batch(*trainer._advantages(next_value))
-    memory = memory_of(trainer)
-    assert memory._sequences is not None
-    count = memory._sequences.mask.shape[0]
+    batch = trainer._batch(*trainer._advantages(next_value))
+    b = (batch.obs, batch.actions, batch.logprobs, batch.advantages, batch.returns)
+    assert batch.sequences is not None
+    count = batch.sequences.mask.shape[0]
     assert count >= 16
     seen: list[int] = []
     minibatches = 0
-    for mb in trainer._minibatches(b, num_minibatches=999):
+    for mb, chosen in trainer.algorithm._minibatches(b, batch, num_minibatches=999):
         minibatches += 1
-        chosen = memory._minibatch
         assert chosen is not None and chosen.mask.shape == (2, 4)
         # the minibatch's rows are its two sequences' steps, in order
         rows = chosen.rows[chosen.mask]
@@ -182,9 +181,9 @@ def test_memory_longer_than_a_rollout_trains_and_exports_box_actions(
     )
     envs = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")
     trainer = PPOTrainer("Test", settings, envs, recording.reporter, seed=0)
-    before = trainer.flat_params.detach().clone()
+    before = trainer.algorithm.flat_params.detach().clone()
     trainer.advance()
-    assert not torch.equal(before, trainer.flat_params)
+    assert not torch.equal(before, trainer.algorithm.flat_params)
     policy = trainer.policy_module()
     with torch.no_grad():
         action, memory = policy(torch.full((5, 3), 100.0), torch.zeros(5, 6))

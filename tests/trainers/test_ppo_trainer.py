@@ -89,7 +89,7 @@ def test_schedules_are_taken_at_update_time(recording: Recording) -> None:
     learning_rates = []
     while not trainer.should_stop:
         trainer.advance()
-        learning_rates.append(trainer.optimizer.lr)
+        learning_rates.append(trainer.algorithm.optimizer.lr)
     recording.flush()
     envs.close()
 

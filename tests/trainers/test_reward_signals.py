@@ -200,7 +200,7 @@ def test_ppo_values_terminated_episodes_for_the_intrinsic_signals_only(
         trainer.advance()
     assert trainer.terminated.any()
     next_value = trainer._collect_rollout()
-    trainer.signal_rewards = trainer._evaluate_signals()
+    trainer.provider_rewards = trainer._evaluate_reward_providers()
     ended = trainer.terminated & trainer.valid
     ended[-1] = False  # a step with a next one in the rollout
     t, n = (int(i) for i in np.argwhere(ended)[0])
@@ -212,7 +212,7 @@ def test_ppo_values_terminated_episodes_for_the_intrinsic_signals_only(
     advantages, returns = trainer._advantages(next_value)
     v = trainer.b_values[t, n]
     gamma = 0.99
-    for i, reward in enumerate([trainer.rewards, *trainer.signal_rewards]):
+    for i, reward in enumerate([trainer.rewards, *trainer.provider_rewards]):
         # one-step: the last step of an episode carries nothing from the next one
         bootstrap = 0.0 if i == 0 else float(v_final[i])
         expected = reward[t, n] + gamma * bootstrap
@@ -243,10 +243,10 @@ def test_round_trip_restores_the_signal_models_and_optimizers(recording: Recordi
     ]
     for trainer in resumed:
         trainer.load_state_dict(state)
-        for name, signal in trainer.signals.items():
+        for name, signal in trainer.reward_providers.items():
             for (key, x), (_, y) in zip(
                 signal.model.state_dict().items(),
-                original.signals[name].model.state_dict().items(),
+                original.reward_providers[name].model.state_dict().items(),
                 strict=True,
             ):
                 assert torch.equal(x, y), (name, key)
@@ -256,7 +256,9 @@ def test_round_trip_restores_the_signal_models_and_optimizers(recording: Recordi
     second.advance()
     for name in ("curiosity", "rnd"):
         assert torch.equal(first.signals[name].flat_params, second.signals[name].flat_params)
-        assert not torch.equal(first.signals[name].flat_params, original.signals[name].flat_params)
+        assert not torch.equal(
+            first.signals[name].flat_params, original.reward_providers[name].flat_params
+        )
     plain = PPOTrainer(
         "Test", small_ppo(), make_vector_env("CartPole-v1", 2), recording.reporter, seed=0
     )

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from evtrain.trainers import PPOSettings, SACSettings
+from evtrain.trainers.algorithm import OnPolicyBatch
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.ppo import PPOTrainer
@@ -85,11 +86,12 @@ def test_ppo_threaded_runs_are_reproducible_and_count_as_unthreaded(
         assert torch.equal(a, b)
     # 10 rollouts of 64 steps, each updated: 2 epochs x 2 minibatches
     assert first.step == unthreaded.step == 640
-    assert int(first.optimizer.step_count) == int(unthreaded.optimizer.step_count) == 40
+    first_steps = first.algorithm.optimizer.step_count
+    assert int(first_steps) == int(unthreaded.algorithm.optimizer.step_count) == 40
     # every observation went into the normaliser (2 environments x 320 steps)
     assert float(first.agent.normalizer.count) == float(unthreaded.agent.normalizer.count) == 640
     # a threaded run is not the unthreaded one: acting lags by one update
-    assert not torch.equal(first.flat_params, unthreaded.flat_params)
+    assert not torch.equal(first.algorithm.flat_params, unthreaded.algorithm.flat_params)
     recording.flush()
     labels = [e.step for e in recording.stats]
     assert labels == [256, 512, 640] * 3
@@ -166,11 +168,11 @@ def test_sac_threaded_counts_as_unthreaded(recording: Recording) -> None:
 
 
 class FailingPPO(PPOTrainer):
-    def _update(self, b: Any, clip_coef: float, ent_coef: float) -> None:
+    def _update(self, batch: OnPolicyBatch) -> None:
         self.updates = getattr(self, "updates", 0) + 1
         if self.updates == 2:
             raise RuntimeError("update 2 failed on purpose")
-        super()._update(b, clip_coef, ent_coef)
+        super()._update(batch)
 
 
 def test_an_error_in_the_update_is_raised_on_the_training_thread_once(
@@ -263,9 +265,9 @@ class GatedPPO(PPOTrainer):
         super()._setup()
         self.gate = threading.Event()
 
-    def _update(self, b: Any, clip_coef: float, ent_coef: float) -> None:
+    def _update(self, batch: OnPolicyBatch) -> None:
         assert self.gate.wait(10)
-        super()._update(b, clip_coef, ent_coef)
+        super()._update(batch)
 
 
 def test_state_dict_waits_for_the_update_in_flight(recording: Recording) -> None:
@@ -274,7 +276,7 @@ def test_state_dict_waits_for_the_update_in_flight(recording: Recording) -> None
         "CartPole", settings, make_envs("CartPole-v1", 2), recording.reporter, seed=0
     )
     trainer.advance()  # the update waits at the gate
-    assert int(trainer.optimizer.step_count) == 0
+    assert int(trainer.algorithm.optimizer.step_count) == 0
     opener = threading.Timer(0.2, trainer.gate.set)
     opener.start()
     state = trainer.state_dict()

@@ -57,7 +57,7 @@ def test_ppo_round_trip(recording: Recording) -> None:
         trainer.load_state_dict(state)
         assert trainer.step == original.step == 192
         assert_same_parameters(trainer.agent, original.agent)  # normaliser buffers included
-        assert trainer.optimizer.state_dict()["state"][0]["step"] == 3 * 2 * 2
+        assert trainer.algorithm.optimizer.state_dict()["state"][0]["step"] == 3 * 2 * 2
     first, second = resumed
     first.advance()
     second.advance()
@@ -67,7 +67,7 @@ def test_ppo_round_trip(recording: Recording) -> None:
     with pytest.raises(AssertionError):
         assert_same_parameters(first.agent, original.agent)  # and it did learn
     # The flattened parameters and the module's views stayed one and the same memory.
-    assert first.agent.critic.out.weight.data_ptr() >= first.flat_params.data_ptr()
+    assert first.agent.critic.out.weight.data_ptr() >= first.algorithm.flat_params.data_ptr()
 
 
 def test_ppo_summaries_continue_from_the_resumed_step(recording: Recording) -> None:
@@ -186,7 +186,7 @@ def test_load_weights_takes_the_networks_only(recording: Recording) -> None:
     fresh.load_weights(saved(original))
     assert_same_parameters(fresh.agent, original.agent)
     assert fresh.step == 0
-    assert fresh.optimizer.state_dict()["state"] == {}
+    assert fresh.algorithm.optimizer.state_dict()["state"] == {}
     assert fresh.last_mean_reward is None
 
 

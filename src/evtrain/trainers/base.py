@@ -15,24 +15,28 @@ rank from rank 0's networks.  An algorithm averages its gradients with
 ``self.world.average_(grad)`` before each optimizer step, and merges observation normalisers
 with ``merge_ranks`` — PPO and SAC do; a subclass of either inherits it.
 
-Steps, episodes and summaries: :class:`evtrain.trainers.bookkeeping.Bookkeeping`, which
-``Trainer`` derives from.
-
-``threaded: true`` (:class:`evtrain.trainers.threaded.ThreadedUpdates`, which ``Bookkeeping``
-derives from): an algorithm hands its update to ``_run_update``, which runs it on the
-behavior's update thread and returns, and acts with copies of its networks that
-``_caught_up`` refreshes.  Whatever reads the trained state waits for the update first
-(:meth:`~evtrain.trainers.threaded.ThreadedUpdates.wait_for_update`): a summary,
-:meth:`Trainer.state_dict`, the runner before it exports, the end of the run.
+A trainer *has* its parts; it derives from nothing of evtrain's.  Steps, episodes and
+summaries: :attr:`Trainer.bookkeeping` (:class:`evtrain.trainers.bookkeeping.Bookkeeping`).
+``threaded: true``: :attr:`Trainer.update_runner`
+(:class:`evtrain.trainers.threaded.ThreadedUpdates`): a loop hands its update to
+``_run_update``, which runs it on the behavior's update thread and returns, and acts with
+copies of its networks that ``_caught_up`` refreshes.  Whatever reads the trained state waits
+for the update first (:meth:`Trainer.wait_for_update`): a summary, :meth:`Trainer.state_dict`,
+the runner before it exports, the end of the run.  The methods of both that loops call
+(``_record_step``, ``_record_infos``, ``_sync_step``, ``_end_period``, ``_run_update``,
+``_loaded``, :attr:`Trainer.step`, :attr:`Trainer.act_generator`, ...) delegate to them.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Protocol
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, Protocol
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 import torch
 from gymnasium.vector import VectorEnv
 from torch import nn
@@ -43,11 +47,15 @@ from evtrain.export import memory_size_of
 from evtrain.trainers.bookkeeping import Bookkeeping
 from evtrain.trainers.envs import AutoresetTracker, autoreset_mode
 from evtrain.trainers.finite import FiniteGuard
+from evtrain.trainers.info_stats import InfoStats
 from evtrain.trainers.networks.memory import StatefulPolicy
 from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.observations import policy_inputs
 from evtrain.trainers.settings import TrainerSettings, absent_when_none
+from evtrain.trainers.threaded import ThreadedUpdates
 from evtrain.world import World
+
+P = ParamSpec("P")
 
 
 def linear_decay(initial: float, floor: float, step: int, max_steps: int) -> float:
@@ -75,7 +83,7 @@ class Attachment(Protocol):
         """Restore :meth:`state_dict`'s output."""
 
 
-class Trainer(Bookkeeping, abc.ABC):
+class Trainer(abc.ABC):
     """Trains one behavior on a Gymnasium vector environment and reports on the bus.
 
     :param behavior_name: the stats category (e.g. ``"CartPole"``).
@@ -125,9 +133,29 @@ class Trainer(Bookkeeping, abc.ABC):
         """Every random draw on ``device``: action sampling, minibatch shuffling."""
         self.rng = np.random.default_rng(seed)
         """Every random draw made in numpy (replay sampling, warm-up actions)."""
-        self._init_updates(behavior_name, settings.threaded)
+        self.update_runner = ThreadedUpdates(
+            behavior_name,
+            settings.threaded,
+            world=self.world,
+            device=self.device,
+            seed=seed,
+            generator=self.generator,
+            caught_up=_weakly(self._caught_up),
+        )
+        """Runs the updates (on the behavior's update thread with ``threaded``)."""
         self.autoreset = AutoresetTracker(autoreset_mode(envs), self.num_envs)
-        self._init_bookkeeping()
+        self.bookkeeping = Bookkeeping(
+            behavior_name,
+            settings,
+            reporter,
+            self.world,
+            envs,
+            self.autoreset,
+            self.num_envs,
+            self.update_runner.wait,
+            _weakly(self._write_summary),
+        )
+        """Steps, episodes and summaries."""
         self.attachments: dict[str, Attachment] = {}
         """What the runner attached, by name; saved with :meth:`state_dict` (under
         ``"attachments"``) and restored by :meth:`load_state_dict` (not by
@@ -145,7 +173,7 @@ class Trainer(Bookkeeping, abc.ABC):
         )
         self._setup()
 
-    def _setup(self) -> None:
+    def _setup(self) -> None:  # noqa: B027 (a hook: a trainer may need nothing more)
         """Build what the algorithm needs (networks, optimizers, buffers); the constructor's
         last step, once the shared state exists.  The constructor's signature is declared
         only here: a subclass overrides this hook instead of re-declaring ``__init__`` (and
@@ -180,9 +208,8 @@ class Trainer(Bookkeeping, abc.ABC):
         # the trainer's own, on its device already.
         policy = self.policy_module().to(self.device)
         self._policy = StatefulPolicy(policy) if memory_size_of(policy) else policy
-        self.step = self.local_step = 0
-        self._synced = (0, 0)
-        self._last_summary = self._summarised_at = 0
+        self.bookkeeping.restart()
+        self.bookkeeping.training = False
 
     @torch.no_grad()
     def run_policy(self) -> None:
@@ -243,16 +270,22 @@ class Trainer(Bookkeeping, abc.ABC):
         Also switches observation normalisers to collecting batches between ``merge_ranks``.
         Does nothing in a one-process run.
         """
-        self._synced = (self.step, self.local_step)
+        books = self.bookkeeping
+        books.synced = (books.step, books.local_step)
         if self.world.size == 1:
             return
-        modules = [value for value in vars(self).values() if isinstance(value, nn.Module)]
+        modules = self._shared_modules()
         for module in modules:
             for part in module.modules():
                 if isinstance(part, ObservationNormalizer):
                     part.deferred = True
         self.world.broadcast_(self._shared_tensors(modules))
         self._loaded()
+
+    def _shared_modules(self) -> list[nn.Module]:
+        """The modules every rank must hold alike: here the trainer's own attributes; a loop
+        adds its algorithm's."""
+        return [value for value in vars(self).values() if isinstance(value, nn.Module)]
 
     def _shared_tensors(self, modules: list[nn.Module]) -> list[torch.Tensor]:
         """Every tensor that must be equal on all ranks: the parameters and buffers of the
@@ -281,8 +314,8 @@ class Trainer(Bookkeeping, abc.ABC):
         return {
             "trainer_type": self.settings.trainer_type,
             "step": self.step,
-            "last_summary": self._last_summary,
-            "recent_rewards": list(self._recent_rewards),
+            "last_summary": self.bookkeeping.last_summary,
+            "recent_rewards": list(self.bookkeeping.recent_rewards),
             "generator_device": self.device.type,
             "generator": self.generator.get_state(),
             "rng": self.rng.bit_generator.state,
@@ -309,15 +342,17 @@ class Trainer(Bookkeeping, abc.ABC):
         :raises ValueError: the state comes from another trainer type.
         """
         self._check_type(state)
-        self.step = int(state["step"])
-        self._synced = (self.step, self.local_step)
-        self._last_summary = int(state["last_summary"])
-        self._summarised_at = self.step
-        self._recent_rewards.clear()
-        self._recent_rewards.extend(float(r) for r in state["recent_rewards"])
+        self.bookkeeping.restore(
+            int(state["step"]),
+            int(state["last_summary"]),
+            [float(r) for r in state["recent_rewards"]],
+        )
         if self.world.size > 1:
+            # in place: the generators are shared objects (an algorithm's spec holds them)
             self.generator.manual_seed(self.seed * 1_000_003 + self.step)
-            self.rng = np.random.default_rng([self.seed, self.step])
+            self.rng.bit_generator.state = np.random.default_rng(
+                [self.seed, self.step]
+            ).bit_generator.state
         else:
             if state["generator_device"] == self.device.type:
                 self.generator.set_state(state["generator"])
@@ -363,7 +398,95 @@ class Trainer(Bookkeeping, abc.ABC):
     def _load_weights(self, state: dict[str, Any]) -> None:
         """Restore only the networks and normaliser from :meth:`state_dict`'s output."""
 
-    # -- shared bookkeeping --------------------------------------------------------------------
+    # -- what loops call: the bookkeeping's and the update runner's ----------------------------
+
+    @property
+    def step(self) -> int:
+        """Environment steps so far (global in a distributed run; see :class:`Bookkeeping`)."""
+        return self.bookkeeping.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.bookkeeping.step = value
+
+    @property
+    def local_step(self) -> int:
+        """Environment steps this process took since it started."""
+        return self.bookkeeping.local_step
+
+    @property
+    def info_stats(self) -> InfoStats:
+        """Records the behavior's ``info_stats``."""
+        return self.bookkeeping.info_stats
+
+    @property
+    def last_mean_reward(self) -> float | None:
+        """Mean cumulative reward of the last (up to) 100 finished episodes; ``None`` before the
+        first.  What the runner records with a checkpoint."""
+        return self.bookkeeping.last_mean_reward
+
+    @property
+    def act_generator(self) -> torch.Generator:
+        """The action draws of the environments' steps (see :class:`ThreadedUpdates`)."""
+        return self.update_runner.act_generator
+
+    def write_final_summary(self) -> None:
+        """See :meth:`Bookkeeping.write_final_summary`."""
+        self.bookkeeping.write_final_summary()
+
+    def wait_for_update(self) -> None:
+        """See :meth:`ThreadedUpdates.wait`."""
+        self.update_runner.wait()
+
+    def close(self) -> None:
+        """See :meth:`ThreadedUpdates.close`; the environments are the caller's to close."""
+        self.update_runner.close()
+
+    def _record_step(
+        self, rewards: npt.NDArray[Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
+    ) -> None:
+        self.bookkeeping.record_step(rewards, dones, valid)
+
+    def _record_infos(
+        self, infos: Mapping[str, Any], dones: npt.NDArray[np.bool_], valid: npt.NDArray[np.bool_]
+    ) -> None:
+        self.bookkeeping.record_infos(infos, dones, valid)
+
+    def _sync_step(self) -> None:
+        self.bookkeeping.sync_step()
+
+    def _end_period(self) -> None:
+        self.bookkeeping.end_period()
+
+    def _run_update(self, update: Callable[..., None], *args: Any) -> None:
+        self.update_runner.run(update, *args)
+
+    def _write_summary(self, label: int) -> None:
+        """Write the summary labelled ``label`` (:meth:`Bookkeeping.write_summary`); a loop that
+        sums statistics over a period reports them first, then calls this."""
+        self.bookkeeping.write_summary(label)
+
+    def _caught_up(self) -> None:  # noqa: B027 (a hook: a loop without acting copies has none)
+        """``threaded`` only: no update is running now (the training thread has just waited
+        for it); make what the environments act with equal to the trained networks again, and
+        store what was held back from the update while it ran."""
+
+    def _loaded(self) -> None:
+        """The networks were replaced: with ``threaded``, the acting copies follow."""
+        self.update_runner.loaded()
+
+
+def _weakly(method: Callable[P, None]) -> Callable[P, None]:
+    """``method`` (bound to a trainer) without a reference to the trainer: its parts call
+    back through it, and a dropped trainer is still freed at once (its update thread ends)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: P.args, **kwargs: P.kwargs) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args, **kwargs)
+
+    return call
 
 
 def _batch(obs: Any) -> Any:

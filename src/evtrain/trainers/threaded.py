@@ -19,9 +19,10 @@ is as reproducible as an unthreaded one.
 An exception raised by the update is kept and raised on the training thread at the next
 wait, with a note naming the behavior; never lost, never raised twice.
 
-:class:`ThreadedUpdates` is the part of :class:`~evtrain.trainers.base.Trainer` that does this:
-an algorithm hands its update to ``_run_update`` and refreshes its acting copies in
-``_caught_up``; without ``threaded`` both run the update and nothing else, as before.
+:class:`ThreadedUpdates` does this for a trainer, which has one
+(:attr:`~evtrain.trainers.base.Trainer.update_runner`): a loop hands its update to
+:meth:`ThreadedUpdates.run` and refreshes its acting copies when told they caught up; without
+``threaded`` the update runs at once and nothing else happens, as before.
 """
 
 from __future__ import annotations
@@ -54,44 +55,49 @@ _ACTING_SEED = 0x5EED
 
 class ThreadedUpdates:
     """What a trainer does with ``threaded: true``: the update on the behavior's
-    :class:`UpdateThread`, waited for by whoever reads the trained networks.
+    :class:`UpdateThread`, waited for by whoever reads the trained networks.  A trainer *has*
+    one (:attr:`evtrain.trainers.base.Trainer.update_runner`); without ``threaded`` it runs each
+    update on the calling thread and waits for nothing.
 
-    :class:`~evtrain.trainers.base.Trainer` derives from it and calls :meth:`_init_updates`
-    once its random generators exist.
+    :param caught_up: called once no update is running after a wait (or after the networks
+        were replaced): the owner refreshes the copies its environments act with.
+    :raises ConfigError: ``threaded`` in a distributed run.
     """
 
-    world: World
-    device: torch.device
-    seed: int
-    generator: torch.Generator
-
-    def _init_updates(self, behavior_name: str, threaded: bool) -> None:
-        """Set up the update thread (started with the first update) when ``threaded``.
-
-        :raises ConfigError: ``threaded`` in a distributed run.
-        """
-        self._update_thread: UpdateThread | None = None
+    def __init__(
+        self,
+        behavior_name: str,
+        threaded: bool,
+        *,
+        world: World,
+        device: torch.device,
+        seed: int,
+        generator: torch.Generator,
+        caught_up: Callable[[], None],
+    ) -> None:
+        self._caught_up = caught_up
+        self.thread: UpdateThread | None = None
         """Where the updates run with ``threaded: true``; ``None``: on the calling thread."""
-        self.act_generator = self.generator
+        self.act_generator = generator
         """The action draws of the environments' steps: ``generator`` itself, or with
         ``threaded`` a generator of their own, so that the update thread's draws and theirs
         never interleave in an order that depends on timing."""
         if not threaded:
             return
-        if self.world.size > 1:
+        if world.size > 1:
             raise ConfigError(
                 [
                     f"behaviors.{behavior_name}.threaded: true is not supported in a "
-                    f"distributed run (world size {self.world.size}): the update's all-reduces "
+                    f"distributed run (world size {world.size}): the update's all-reduces "
                     "would interleave with the environment steps' collectives; set threaded: "
                     "false (every rank steps its environments already)"
                 ]
             )
-        self._update_thread = UpdateThread(f"evtrain-update[{behavior_name}]", behavior_name)
-        weakref.finalize(self, self._update_thread.shutdown)
-        self.act_generator = torch.Generator(self.device).manual_seed(self.seed + _ACTING_SEED)
+        self.thread = UpdateThread(f"evtrain-update[{behavior_name}]", behavior_name)
+        weakref.finalize(self, self.thread.shutdown)
+        self.act_generator = torch.Generator(device).manual_seed(seed + _ACTING_SEED)
 
-    def wait_for_update(self) -> None:
+    def wait(self) -> None:
         """With ``threaded: true``: wait until the update running on the update thread is done
         (re-raising what it raised), then bring the networks the environments act with up to
         date.  Nothing otherwise.
@@ -99,38 +105,36 @@ class ThreadedUpdates:
         Whoever reads the trained networks calls it first: a summary, ``state_dict`` and the
         final summary do, and the runner before it exports a policy.
         """
-        if self._update_thread is None:
+        if self.thread is None:
             return
         with hierarchical_timer("wait_for_update"):
-            self._update_thread.wait()
-        self._caught_up()
+            self.thread.wait()
+        self._refresh()
 
     def close(self) -> None:
         """End the update thread (``threaded: true``) once its update is done; an error that
         update raised is logged, not raised (a run closes its trainers while it ends, maybe on
-        an error of its own).  The environments are the caller's to close."""
-        if self._update_thread is not None:
-            self._update_thread.close()
+        an error of its own)."""
+        if self.thread is not None:
+            self.thread.close()
 
-    def _run_update(self, update: Callable[..., None], *args: Any) -> None:
+    def run(self, update: Callable[..., None], *args: Any) -> None:
         """``update(*args)`` now, or with ``threaded`` on the update thread: then it returns at
-        once, and the algorithm goes on stepping the environments with the networks of before
-        the update (see :meth:`_caught_up`) until it waits for it."""
-        if self._update_thread is None:
+        once, and the loop goes on stepping the environments with the networks of before the
+        update (see ``caught_up``) until it waits for it."""
+        if self.thread is None:
             update(*args)
         else:
-            self._update_thread.start(lambda: update(*args))
+            self.thread.start(lambda: update(*args))
 
-    def _caught_up(self) -> None:
-        """``threaded`` only: no update is running now (the training thread has just waited
-        for it); make what the environments act with equal to the trained networks again, and
-        store what was held back from the update while it ran."""
-
-    def _loaded(self) -> None:
+    def loaded(self) -> None:
         """The networks were replaced (a checkpoint loaded, rank 0's broadcast): with
         ``threaded``, the acting copies follow."""
-        if self._update_thread is not None:
-            self._caught_up()
+        if self.thread is not None:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self._caught_up()
 
 
 class UpdateThread:

@@ -1,7 +1,9 @@
 """What PPO does differently with ``network_settings.memory`` (ML-Agents' recurrent PPO).
 
-:class:`RecurrentRollout` is the on-policy loop's companion (PPO's) for a
-:class:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic`:
+:class:`RecurrentRollout` is the on-policy loop's companion for a
+:class:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic`; the update's half is
+:func:`sequence_minibatches` and :func:`evaluate_sequences`, which an algorithm runs on the
+:class:`~evtrain.trainers.algorithm.Sequences` of its batch:
 
 * **Rollout.**  The policy and the critic step together, each carrying each environment's
   memory from step to step; both memories are recorded at every step, and zeroed where an
@@ -23,12 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import attrs
 import numpy as np
 import numpy.typing as npt
 import torch
 from torch import nn
 
+from evtrain.trainers.algorithm import Sequences
 from evtrain.trainers.networks.memory import forget, padded, sequence_layout
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.world import World
@@ -44,7 +46,6 @@ class RecurrentRollout:
     :param agent: the trainer's networks.
     :param num_envs: environments stepped together.
     :param sequence_length: steps per training sequence.
-    :param batch_size: steps per minibatch (``batch_size / sequence_length`` sequences).
     """
 
     def __init__(
@@ -52,11 +53,9 @@ class RecurrentRollout:
         agent: RecurrentActorCritic,
         num_envs: int,
         sequence_length: int,
-        batch_size: int,
     ) -> None:
         self.agent = agent
         self.sequence_length = sequence_length
-        self.sequences_per_minibatch = max(1, batch_size // sequence_length)
         device = agent.log_std.device
         zeros = torch.zeros((num_envs, agent.memory_size), device=device)
         self.actor_memory = zeros
@@ -69,8 +68,6 @@ class RecurrentRollout:
         self._final_values: list[torch.Tensor] = []
         self.b_actor_memory = self.b_critic_memory = zeros[:0]
         """The memories each step of the last rollout was taken with, ``[T * N, M]``."""
-        self._sequences: _Sequences | None = None
-        self._minibatch: _Sequences | None = None
 
     # -- rollout ---------------------------------------------------------------------------
 
@@ -129,11 +126,11 @@ class RecurrentRollout:
         b_obs: torch.Tensor,
         breaks: npt.NDArray[np.bool_],
         valid: npt.NDArray[np.bool_],
-    ) -> Batch:
+    ) -> tuple[Batch, Sequences]:
         """The rollout's steps in sequence order: ``b`` (every ``[T * N, ...]`` tensor of the
-        rollout, flattened time-major) indexed by the steps of :func:`sequence_layout`.  The
-        sequences themselves (padded observations, the memories at their starts) are kept for
-        :meth:`minibatches`.
+        rollout, flattened time-major) indexed by the steps of :func:`sequence_layout`, and the
+        sequences themselves (padded observations, the memories at their starts) for
+        :func:`sequence_minibatches`.
 
         :param b_obs: ``(T, N, obs)`` normalised observations.
         :param breaks: ``(T, N)`` a trajectory ends after this step (episode end or cut).
@@ -145,7 +142,7 @@ class RecurrentRollout:
         # rows[s, l]: where the step at position l of sequence s is in the returned batch
         rows = torch.cumsum(mask.flatten(), 0).view_as(mask) - 1
         starts = torch.from_numpy(layout.starts).to(device)
-        self._sequences = _Sequences(
+        sequences = Sequences(
             obs=padded(b_obs.flatten(0, 1), layout),
             actor_memory=self.b_actor_memory[starts],
             critic_memory=self.b_critic_memory[starts],
@@ -153,73 +150,54 @@ class RecurrentRollout:
             rows=rows,
         )
         steps = torch.from_numpy(layout.steps).to(device)
-        return tuple(t[steps] for t in b)
-
-    def minibatches(self, b: Batch, generator: torch.Generator, world: World) -> Iterator[Batch]:
-        """One epoch's minibatches of :meth:`batch`'s output: the steps of shuffled whole
-        sequences, ``batch_size / sequence_length`` sequences per minibatch.
-        :meth:`evaluate` evaluates the one yielded last.
-
-        In a distributed run every rank takes as many minibatches as the rank with the fewest
-        sequences can fill (each minibatch is an all-reduce).
-        """
-        sequences = self._sequences
-        if sequences is None:
-            raise RuntimeError("minibatches() needs the sequences of batch(): call it first")
-        count = sequences.mask.shape[0]
-        per = self.sequences_per_minibatch
-        num_minibatches = max(1, count // per)
-        if world.size > 1:
-            counts = world.all_gather(torch.tensor([num_minibatches], device=world.device))
-            num_minibatches = int(torch.cat(counts).min())
-        perm = torch.randperm(count, generator=generator, device=sequences.mask.device)
-        for i in range(num_minibatches):
-            chosen = perm[i * per : (i + 1) * per]
-            self._minibatch = mb_sequences = sequences.select(chosen)
-            mb_rows = mb_sequences.rows[mb_sequences.mask]
-            yield tuple(t[mb_rows] for t in b)
-
-    def evaluate(
-        self, actions: torch.Tensor, *, entropy: bool, entropy_grad: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """``(log_prob, entropy, value)`` of the minibatch :meth:`minibatches` yielded last,
-        under the current networks (see
-        :meth:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic.evaluate`)."""
-        mb = self._minibatch
-        if mb is None:
-            raise RuntimeError("evaluate() evaluates a minibatch of minibatches(): none yet")
-        return self.agent.evaluate(
-            mb.obs,
-            mb.actor_memory,
-            mb.critic_memory,
-            mb.mask,
-            actions,
-            entropy=entropy,
-            entropy_grad=entropy_grad,
-        )
+        return tuple(t[steps] for t in b), sequences
 
 
-@attrs.frozen(kw_only=True)
-class _Sequences:
-    """Padded sequences of steps."""
+def sequence_minibatches(
+    b: Batch,
+    sequences: Sequences,
+    sequences_per_minibatch: int,
+    generator: torch.Generator,
+    world: World,
+) -> Iterator[tuple[Batch, Sequences]]:
+    """One epoch's minibatches of a batch in sequence order (:meth:`RecurrentRollout.batch`):
+    the steps of shuffled whole sequences, ``sequences_per_minibatch`` sequences per
+    minibatch, each with its sequences (what :func:`evaluate_sequences` runs).
 
-    obs: torch.Tensor
-    """``[S, L, obs]`` normalised observations, zero at padded positions."""
-    actor_memory: torch.Tensor
-    """``[S, M]`` the policy's memory at each sequence's first step."""
-    critic_memory: torch.Tensor
-    """``[S, M]`` the critic's memory there."""
-    mask: torch.Tensor
-    """``[S, L]`` which positions hold steps."""
-    rows: torch.Tensor
-    """``[S, L]`` each position's row in the flat batch (meaningless where padded)."""
+    In a distributed run every rank takes as many minibatches as the rank with the fewest
+    sequences can fill (each minibatch is an all-reduce).
+    """
+    count = sequences.mask.shape[0]
+    per = sequences_per_minibatch
+    num_minibatches = max(1, count // per)
+    if world.size > 1:
+        counts = world.all_gather(torch.tensor([num_minibatches], device=world.device))
+        num_minibatches = int(torch.cat(counts).min())
+    perm = torch.randperm(count, generator=generator, device=sequences.mask.device)
+    for i in range(num_minibatches):
+        chosen = perm[i * per : (i + 1) * per]
+        mb_sequences = sequences.select(chosen)
+        mb_rows = mb_sequences.rows[mb_sequences.mask]
+        yield tuple(t[mb_rows] for t in b), mb_sequences
 
-    def select(self, which: torch.Tensor) -> _Sequences:
-        """The sequences ``which``, in that order."""
-        return _Sequences(
-            obs=self.obs[which],
-            actor_memory=self.actor_memory[which],
-            critic_memory=self.critic_memory[which],
-            mask=self.mask[which],
-            rows=self.rows[which],
-        )
+
+def evaluate_sequences(
+    agent: RecurrentActorCritic,
+    sequences: Sequences,
+    actions: torch.Tensor,
+    *,
+    entropy: bool,
+    entropy_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(log_prob, entropy, value)`` of a minibatch's ``actions`` under the current networks,
+    each sequence run from its recorded memories (see
+    :meth:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic.evaluate`)."""
+    return agent.evaluate(
+        sequences.obs,
+        sequences.actor_memory,
+        sequences.critic_memory,
+        sequences.mask,
+        actions,
+        entropy=entropy,
+        entropy_grad=entropy_grad,
+    )

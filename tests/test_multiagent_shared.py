@@ -4,6 +4,7 @@ checkpoints; what it does not support yet is refused by name."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +240,31 @@ def test_a_stop_lets_the_turns_in_flight_end_the_others_acting_meanwhile(tmp_pat
     assert len(env.played) == 24
     for name in ("walker", "guide"):
         assert (tmp_path / "run" / name / "checkpoint.pt").is_file()
+
+
+def test_a_shared_run_resumes_each_behavior_from_its_own_checkpoint(tmp_path: Path) -> None:
+    learn(shared_run(tmp_path))
+    options = shared_run(tmp_path)
+    options["behaviors"]["walker"]["max_steps"] = 88  # one rollout more each
+    options["behaviors"]["guide"]["max_steps"] = 36
+    options["checkpoint_settings"]["resume"] = True
+    multiagent_envs.MADE.clear()
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(options, bus)
+    assert result.steps == {"walker": 88, "guide": 36}
+    (env,) = multiagent_envs.MADE
+    assert len(env.played) == 12  # both rollouts in the same 12 steps
+    assert [(e.category, e.step) for e in recorder.of(StatsEvent)] == [
+        ("walker", 88),
+        ("guide", 36),
+    ]
+
+
+def test_a_failure_ends_every_behaviors_turn(tmp_path: Path) -> None:
+    options = shared_run(tmp_path)
+    options["env_settings"]["env_id"] = "tests.multiagent_envs:Failing"  # fails at step 3
+    with pytest.raises(ValueError, match="walkers broke at step 3"):
+        learn(options)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("evtrain-turn-")] == []

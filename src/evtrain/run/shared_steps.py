@@ -136,7 +136,7 @@ class SharedSteps:
                 step = self.env.step(actions)
                 for name in turns:
                     results[name] = step[name]
-        finally:
+        finally:  # nothing of the turns runs on (a failure, an abort)
             for turn in turns.values():
                 turn.cancel()
 
@@ -213,5 +213,7 @@ class _Turn:
         return actions
 
     def cancel(self) -> None:
-        """Unwind the turn: at once when it waits for the loop, else at its next step."""
+        """Unwind the turn and wait until it has: at once when it waits for the loop, else at
+        its next step (or when its ``advance`` returns)."""
         self._to_turn.put(_CANCEL)
+        self._thread.join()

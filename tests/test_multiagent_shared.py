@@ -57,9 +57,8 @@ def test_one_shared_step_takes_every_behaviors_actions_and_gives_each_its_part()
     assert [p["guide"].rewards.tolist() for p in parts] == [[2.0]] * 7
     assert env.seeds == [3, None]
     walker.close()
-    assert not env.closed  # the guide's view still steps it
+    assert env.closed  # the behaviors act in it together or not at all
     guide.close()
-    assert env.closed
 
 
 def test_a_behavior_whose_agents_all_left_waits_for_the_others_to_end_the_episode() -> None:
@@ -182,7 +181,6 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
     options["behaviors"]["walker"]["self_play"] = {}
     options["env_settings"]["vectorization"] = "async"
     options["environment_parameters"] = {"speed": 2.0}
-    options["checkpoint_settings"]["inference"] = True
     with pytest.raises(ConfigError) as info:
         learn(options)
     fallback = "or remove env_settings.shared_env (each behavior then trains on copies of its own)"
@@ -197,9 +195,6 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
         "step together)",
         "environment_parameters: not supported in a shared environment "
         f"(env_settings.shared_env) yet; remove environment_parameters, {fallback}",
-        "checkpoint_settings.inference (--inference): not supported in a shared environment "
-        "(env_settings.shared_env) yet; remove env_settings.shared_env (each behavior then "
-        "trains on copies of its own)",
     )
     assert not (tmp_path / "run").exists()  # said before the run folder is touched
 
@@ -268,3 +263,26 @@ def test_a_failure_ends_every_behaviors_turn(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="walkers broke at step 3"):
         learn(options)
     assert [t.name for t in threading.enumerate() if t.name.startswith("evtrain-turn-")] == []
+
+
+def test_inference_runs_every_behaviors_policy_in_the_shared_instance(tmp_path: Path) -> None:
+    learn(shared_run(tmp_path))
+    options = shared_run(tmp_path)
+    options["checkpoint_settings"]["inference"] = True
+    multiagent_envs.MADE.clear()
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(options, bus)
+    assert result.steps == {"walker": 66, "guide": 24}  # counted afresh, as on copies
+    (env,) = multiagent_envs.MADE
+    assert len(env.played) == 36  # the walkers' 66 steps; the guide acting in all of them
+    assert all("guide_0" in actions for actions in env.played)
+    stats = [(e.category, e.step) for e in recorder.of(StatsEvent)]
+    assert stats == [
+        ("walker/inference", 22),  # both at step 12 of the instance
+        ("guide/inference", 12),
+        ("walker/inference", 44),
+        ("guide/inference", 24),
+        ("walker/inference", 66),
+    ]

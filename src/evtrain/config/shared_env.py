@@ -54,9 +54,4 @@ def shared_env_problems(options: RunOptions) -> list[str]:
             f"environment_parameters: not supported in a shared environment ({SHARED_ENV}) "
             f"yet; remove environment_parameters, {FALLBACK}"
         )
-    if options.checkpoint_settings.inference:
-        problems.append(
-            f"checkpoint_settings.inference (--inference): not supported in a shared "
-            f"environment ({SHARED_ENV}) yet; {FALLBACK.removeprefix('or ')}"
-        )
     return problems

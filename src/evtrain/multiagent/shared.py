@@ -88,8 +88,6 @@ class SharedEnvironment:
             behavior: BehaviorView(self, behavior, observation_spaces, action_spaces)
             for behavior in behaviors
         }
-        self._open = set(behaviors)
-        """The behaviors whose view is not closed yet."""
         self._closed = False
 
     def view(self, behavior: str) -> BehaviorView:
@@ -131,12 +129,6 @@ class SharedEnvironment:
             self._started(k, obs)
         return self._observed(records)
 
-    def release(self, behavior: str) -> None:
-        """Behavior ``behavior``'s view is closed: the last one closes the instances."""
-        self._open.discard(behavior)
-        if not self._open:
-            self.close()
-
     def close(self) -> None:
         """Close every instance (once)."""
         if self._closed:
@@ -167,7 +159,9 @@ class BehaviorView(VectorEnv[Any, Any, Any]):
 
     ``reset`` resets the shared environment at the first call of any view, with that call's
     seed; later calls give the current observations (one behavior cannot restart the episode
-    the others are in).  ``close`` closes the shared environment once every view is closed.
+    the others are in).  ``close`` closes the shared environment: the behaviors act in it
+    together or not at all (a run closes each trainer's environments at its end, or when one
+    of them fails to build).
     """
 
     def __init__(
@@ -224,7 +218,7 @@ class BehaviorView(VectorEnv[Any, Any, Any]):
         )
 
     def close_extras(self, **kwargs: Any) -> None:
-        self.shared.release(self.behavior)
+        self.shared.close()
 
     def _unconnected(self, actions: npt.NDArray[Any]) -> StepRecord:
         raise RuntimeError(

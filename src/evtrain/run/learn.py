@@ -296,13 +296,14 @@ class _Run:
         summary, so that even a run shorter than ``summary_freq`` writes one (an abort never
         gets there)."""
         world, progress = self.world, self.progress
+        turns = take_turns if self.shared is None else self.shared.take_turns
         if self.options.checkpoint_settings.inference:
             status = run_inference(
-                self.trainers, stop_requested=stop_requested, world=world, progress=progress
+                self.trainers, turns, stop_requested=stop_requested, world=world, progress=progress
             )
         else:
             self.saves.start()
-            status = (take_turns if self.shared is None else self.shared.take_turns)(
+            status = turns(
                 self.trainers,
                 lambda trainer: trainer.advance(),
                 stop_requested=stop_requested,
@@ -338,9 +339,7 @@ class _Run:
         self.saves.close()  # save and export are emitted before run_finished
         for trainer in self.trainers.values():
             trainer.close()  # threaded: the update still running, if any, ends first
-            trainer.envs.close()
-        if self.shared is not None:
-            self.shared.close()
+            trainer.envs.close()  # a shared environment closes with its first view
         steps = sum(t.step for t in self.trainers.values())
         self.bus.take_stop_request()  # a later run on the same bus starts without it
         finished = RunFinished(

@@ -15,7 +15,7 @@ A turn ends when its ``advance`` returns; the loop then does what the run does a
 (progress, a due checkpoint), and the behavior's next turn starts in the same step.  Each
 behavior keeps its own steps, summaries and checkpoints.  A behavior that reaches its
 ``max_steps`` before another keeps acting with its final policy (the one it exports), learning
-nothing, until every behavior is done.  A stop request (a signal, a subscriber's) lets the
+nothing, until every behavior is done.  A stop request (an OS signal, a subscriber's) lets the
 turns in flight end, as a run on copies ends the turn in progress, then stops.
 
 What shared environments do not support yet is refused with the options
@@ -52,21 +52,26 @@ class SharedSteps:
     """A run's shared environment (``env_settings.shared_env``) and the loop that drives every
     behavior in it (see the module's docs).
 
-    :param env: closed by :meth:`close`.
+    The environment is made when the first behavior asks for its :meth:`view` (where a run on
+    copies makes a behavior's), and closed with the first view a trainer closes: a run that
+    fails before a trainer holds a view has none to close.
+
+    :param make: makes the environment.
     """
 
-    def __init__(self, env: SharedEnvironment) -> None:
-        self.env = env
+    def __init__(self, make: Callable[[], SharedEnvironment]) -> None:
+        self._make = make
+        self._env: SharedEnvironment | None = None
         self._idle: dict[str, PolicyCoPlayer] = {}
         """What acts for the behaviors that learn no more (done, or stopping)."""
 
     @classmethod
     def of_run(cls, options: RunOptions, world: World) -> SharedSteps | None:
-        """The run's shared environment, made from ``env_settings``; ``None`` when
+        """The run's shared environment, to be made from ``env_settings``; ``None`` when
         ``shared_env`` is off.
 
         :raises ConfigError: what :func:`~evtrain.config.shared_env.shared_env_problems`
-            names, a distributed run, or an environment that cannot be shared.
+            names, or a distributed run.
         """
         if not options.env_settings.shared_env:
             return None
@@ -80,8 +85,17 @@ class SharedSteps:
             )
         if problems:
             raise ConfigError(problems)
+        return cls(functools.partial(make_shared_env, options.env_settings, options.behaviors))
 
-        return cls(make_shared_env(options.env_settings, options.behaviors))
+    @property
+    def env(self) -> SharedEnvironment:
+        """The environment, made at the first use.
+
+        :raises ConfigError: it cannot be shared, or its agents do not fit the behaviors.
+        """
+        if self._env is None:
+            self._env = self._make()
+        return self._env
 
     def view(self, behavior: str) -> BehaviorView:
         """Behavior ``behavior``'s environments: its view of the shared one."""
@@ -139,10 +153,6 @@ class SharedSteps:
         finally:  # nothing of the turns runs on (a failure, an abort)
             for turn in turns.values():
                 turn.cancel()
-
-    def close(self) -> None:
-        """Close the shared environment (also when a behavior's trainer was never built)."""
-        self.env.close()
 
     def _idle_actions(self, name: str, trainer: Trainer) -> npt.NDArray[Any]:
         """The actions of behavior ``name``, which learns no more: its final policy's."""

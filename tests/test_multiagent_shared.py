@@ -83,6 +83,11 @@ def test_a_behavior_whose_agents_all_left_waits_for_the_others_to_end_the_episod
     ] * 3
 
 
+def turn_threads() -> list[str]:
+    """The threads behaviors' turns run on (:mod:`evtrain.run.shared_steps`) still alive."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("evtrain-turns-")]
+
+
 def behavior(buffer_size: int, max_steps: int, summary_freq: int) -> dict[str, Any]:
     return {
         "trainer_type": "ppo",
@@ -138,6 +143,7 @@ def test_two_behaviors_train_in_one_instance_each_acting_in_every_step(tmp_path:
         assert result.steps == {"walker": 66, "guide": 24}
         (env,) = multiagent_envs.MADE  # one instance for both behaviors, the whole run
         assert env.closed
+        assert turn_threads() == []  # ended with the loop
         # 3 walker rollouts of 12 steps; the guide acted in every one of the 36
         assert len(env.played) == 36
         assert all("guide_0" in actions and "walker_0" in actions for actions in env.played)
@@ -262,7 +268,7 @@ def test_a_failure_ends_every_behaviors_turn(tmp_path: Path) -> None:
     options["env_settings"]["env_id"] = "tests.multiagent_envs:Failing"  # fails at step 3
     with pytest.raises(ValueError, match="walkers broke at step 3"):
         learn(options)
-    assert [t.name for t in threading.enumerate() if t.name.startswith("evtrain-turn-")] == []
+    assert turn_threads() == []
 
 
 def test_inference_runs_every_behaviors_policy_in_the_shared_instance(tmp_path: Path) -> None:

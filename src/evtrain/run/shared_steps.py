@@ -6,10 +6,10 @@ rollout from its view of the shared environment (:class:`~evtrain.multiagent.sha
 BehaviorView`) and learns from it, as on copies of its own.  What changes is who takes the
 step: a view's ``step`` hands the behavior's actions over and waits, and once every behavior
 has handed its actions over, :meth:`SharedSteps.take_turns` steps the instances and gives each its
-part.  To do so each behavior's turn (one ``advance``) runs on a thread of its own, and the
-loop and the turns take strict turns: exactly one of them runs at any time, in the behaviors'
-order, so a run does the same thing in the same order every time (the turns' threads are
-coroutines, not parallelism).
+part.  To do so each behavior's turns (each one ``advance``) run on a thread of the
+behavior's, and the loop and the turns take strict turns: exactly one of them runs at any time,
+in the behaviors' order, so a run does the same thing in the same order every time (the threads
+are coroutines, not parallelism).  The threads end with the loop.
 
 A turn ends when its ``advance`` returns; the loop then does what the run does after any turn
 (progress, a due checkpoint), and the behavior's next turn starts in the same step.  Each
@@ -119,7 +119,9 @@ class SharedSteps:
         :param after: called after each turn, once ``progress`` has its step (the runner saves
             a due checkpoint there).
         """
-        turns: dict[str, _Turn] = {}
+        workers: dict[str, _Worker] = {}
+        in_turn: set[str] = set()
+        """The behaviors whose turn is in flight."""
         results: dict[str, StepRecord] = {}
         """The part of the last step of each behavior whose turn waits for it."""
         stopping = False
@@ -129,30 +131,31 @@ class SharedSteps:
                 for name, trainer in trainers.items():
                     chosen = None
                     while chosen is None:
-                        turn = turns.get(name)
-                        if turn is None:
+                        if name not in in_turn:
                             if stopping or trainer.should_stop:
                                 break
-                            turn = turns[name] = _Turn(name, functools.partial(advance, trainer))
-                            self.view(name).exchange = turn.exchange
-                        chosen = turn.resume(results.pop(name, None))
+                            if name not in workers:
+                                workers[name] = _Worker(name, functools.partial(advance, trainer))
+                                self.view(name).exchange = workers[name].exchange
+                            in_turn.add(name)
+                        chosen = workers[name].resume(results.pop(name, None))
                         if chosen is not None:
                             break
-                        del turns[name]  # its advance returned: one turn done
+                        in_turn.discard(name)  # its advance returned: one turn done
                         if progress is not None:
                             progress(name, trainer.step, trainer.settings.max_steps)
                         if after is not None:
                             after(name, trainer)
                         stopping = stopping or world.any(stop_requested())
                     actions[name] = self._idle_actions(name, trainer) if chosen is None else chosen
-                if not turns:
+                if not in_turn:
                     return RunStatus.INTERRUPTED if stopping else RunStatus.COMPLETED
                 step = self.env.step(actions)
-                for name in turns:
+                for name in in_turn:
                     results[name] = step[name]
-        finally:  # nothing of the turns runs on (a failure, an abort)
-            for turn in turns.values():
-                turn.cancel()
+        finally:  # nothing of the turns runs on (at the end, after a failure, an abort)
+            for worker in workers.values():
+                worker.cancel()
 
     def _idle_actions(self, name: str, trainer: Trainer) -> npt.NDArray[Any]:
         """The actions of behavior ``name``, which learns no more: its final policy's."""
@@ -176,30 +179,30 @@ class _Cancelled(BaseException):
 _CANCEL = object()
 
 
-class _Turn:
-    """One behavior's ``advance`` on a thread of its own, taking strict turns with the loop:
-    :meth:`resume` runs it until it hands over its actions for a step (:meth:`exchange`) or
-    returns, and only then does the loop go on."""
+class _Worker:
+    """The thread a behavior's turns run on, taking strict turns with the loop: each
+    :meth:`resume` runs it until it hands over its actions for a step (:meth:`exchange`) or its
+    ``advance`` returns; only then does the loop go on.  The next :meth:`resume` after an
+    ``advance`` returned starts the next one."""
 
     def __init__(self, name: str, advance: Callable[[], None]) -> None:
         self._to_turn: SimpleQueue[Any] = SimpleQueue()
         self._to_loop: SimpleQueue[tuple[str, Any]] = SimpleQueue()
         self._thread = threading.Thread(
-            target=self._main, args=(advance,), name=f"evtrain-turn-{name}", daemon=True
+            target=self._main, args=(advance,), name=f"evtrain-turns-{name}", daemon=True
         )
         self._thread.start()
 
     def _main(self, advance: Callable[[], None]) -> None:
-        try:
-            if self._to_turn.get() is _CANCEL:
+        while self._to_turn.get() is not _CANCEL:
+            try:
+                advance()
+            except _Cancelled:
                 return
-            advance()
-        except _Cancelled:
-            return
-        except BaseException as error:  # the loop's thread raises it
-            self._to_loop.put(("error", error))
-            return
-        self._to_loop.put(("done", None))
+            except BaseException as error:  # the loop's thread raises it
+                self._to_loop.put(("error", error))
+                return
+            self._to_loop.put(("done", None))
 
     def exchange(self, actions: npt.NDArray[Any]) -> StepRecord:
         """(The turn's side.)  Hand ``actions`` for the next step over; its result, once the
@@ -213,7 +216,7 @@ class _Turn:
 
     def resume(self, result: StepRecord | None) -> npt.NDArray[Any] | None:
         """(The loop's side.)  Go on with the turn, ``result`` answering its last
-        :meth:`exchange` (``None`` at the start); its actions for the next step, or ``None``
+        :meth:`exchange` (``None`` to start a turn); its actions for the next step, or ``None``
         when its ``advance`` returned.  What the ``advance`` raised is raised here."""
         self._to_turn.put(result)
         kind, value = self._to_loop.get()
@@ -223,7 +226,7 @@ class _Turn:
         return actions
 
     def cancel(self) -> None:
-        """Unwind the turn and wait until it has: at once when it waits for the loop, else at
-        its next step (or when its ``advance`` returns)."""
+        """End the thread and wait until it has: at once when it waits for the loop, else at
+        its turn's next step (or when its ``advance`` returns)."""
         self._to_turn.put(_CANCEL)
         self._thread.join()

@@ -178,12 +178,38 @@ def test_two_behaviors_train_in_one_instance_each_acting_in_every_step(tmp_path:
     assert [int(played[0][step - 1]["guide_0"]) for step in late] == expected.tolist()
 
 
+def test_a_ppo_and_a_sac_behavior_train_in_one_instance_each_with_its_algorithm(
+    tmp_path: Path,
+) -> None:
+    options = shared_run(tmp_path)
+    options["behaviors"]["guide"] = {
+        "trainer_type": "sac",  # a turn of one step
+        "hyperparameters": {"batch_size": 8, "buffer_size": 100, "buffer_init_steps": 8},
+        "network_settings": {"hidden_units": 8, "num_layers": 1},
+        "max_steps": 24,
+        "summary_freq": 12,
+    }
+    multiagent_envs.MADE.clear()
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        result = learn(options, bus)
+    assert result.steps == {"walker": 66, "guide": 24}
+    (env,) = multiagent_envs.MADE
+    assert len(env.played) == 36
+    assert all("guide_0" in actions for actions in env.played)
+    stats = {e.category: e for e in recorder.of(StatsEvent)}  # each behavior's last
+    assert "Losses/Q1 Loss" in stats["guide"].values  # SAC learned
+    assert "Losses/Value Loss" in stats["walker"].values  # and PPO
+    for name in ("walker", "guide"):
+        assert (tmp_path / "run" / name / "checkpoint.pt").is_file()
+
+
 def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
     tmp_path: Path,
 ) -> None:
     options = shared_run(tmp_path)
-    options["behaviors"]["guide"]["trainer_type"] = "sac"
-    options["behaviors"]["guide"]["hyperparameters"] = {"batch_size": 12}
+    options["behaviors"]["guide"]["trainer_type"] = "poca"
     options["behaviors"]["walker"]["self_play"] = {}
     options["env_settings"]["vectorization"] = "async"
     options["environment_parameters"] = {"speed": 2.0}
@@ -194,8 +220,8 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
         "behaviors.walker.self_play: not supported in a shared environment "
         "(env_settings.shared_env) yet: every agent acts with its behavior's current policy; "
         f"remove self_play, {fallback}",
-        "behaviors.guide.trainer_type: 'sac' does not train in a shared environment "
-        f"(env_settings.shared_env) yet, ppo does; use trainer_type: ppo, {fallback}",
+        "behaviors.guide.trainer_type: 'poca' does not train in a shared environment "
+        f"(env_settings.shared_env) yet (ppo and sac do); use one of them, {fallback}",
         "env_settings.vectorization: 'async' is not supported in a shared environment "
         "(env_settings.shared_env) yet; use vectorization: sync (the num_envs instances still "
         "step together)",

@@ -1,10 +1,10 @@
 """What ``env_settings.shared_env`` does not support yet, said as the keys to change.
 
 With ``shared_env`` every behavior acts in the same instances of a PettingZoo Parallel
-environment (:mod:`evtrain.multiagent.shared`, :mod:`evtrain.run.shared_steps`): PPO behaviors,
-``vectorization: sync``, one process.  Loading a config refuses the rest with these lines
-(:func:`evtrain.run.options.options_and_types`), and so does the run (for options built in
-code).
+environment (:mod:`evtrain.multiagent.shared`, :mod:`evtrain.run.shared_steps`): PPO and SAC
+behaviors, ``vectorization: sync``, one process.  Loading a config refuses the rest with these
+lines (:func:`evtrain.run.options.options_and_types`), and so does the run (for options built
+in code).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 SHARED_ENV = "env_settings.shared_env"
 """The option's path, as errors name it."""
 
-SHARED_TRAINER_TYPES = ("ppo",)
+SHARED_TRAINER_TYPES = ("ppo", "sac")
 """The trainer types that train in a shared environment."""
 
 FALLBACK = f"or remove {SHARED_ENV} (each behavior then trains on copies of its own)"
@@ -34,8 +34,8 @@ def shared_env_problems(options: RunOptions) -> list[str]:
         if settings.trainer_type not in SHARED_TRAINER_TYPES:
             problems.append(
                 f"behaviors.{name}.trainer_type: {settings.trainer_type!r} does not train in a "
-                f"shared environment ({SHARED_ENV}) yet, {', '.join(SHARED_TRAINER_TYPES)} "
-                f"does; use trainer_type: ppo, {FALLBACK}"
+                f"shared environment ({SHARED_ENV}) yet ({' and '.join(SHARED_TRAINER_TYPES)} "
+                f"do); use one of them, {FALLBACK}"
             )
         if settings.self_play is not None:
             problems.append(

@@ -229,6 +229,16 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
         f"(env_settings.shared_env) yet; remove environment_parameters, {fallback}",
     )
     assert not (tmp_path / "run").exists()  # said before the run folder is touched
+    options = shared_run(tmp_path)
+    memory = {"memory_size": 8, "sequence_length": 4}
+    options["behaviors"]["walker"]["network_settings"]["memory"] = memory
+    with pytest.raises(ConfigError) as info:
+        learn(options)
+    assert info.value.problems == (
+        "behaviors.walker.network_settings.memory: not supported with a PettingZoo environment "
+        "yet: an agent's memory would run on through the steps it is out of its episode; remove "
+        "network_settings.memory",
+    )
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,12 @@ def shared_env_problems(options: RunOptions) -> list[str]:
                 f"shared environment ({SHARED_ENV}) yet ({' and '.join(SHARED_TRAINER_TYPES)} "
                 f"do); use one of them, {FALLBACK}"
             )
+        if settings.network_settings.memory is not None:
+            problems.append(
+                f"behaviors.{name}.network_settings.memory: not supported with a PettingZoo "
+                "environment yet: an agent's memory would run on through the steps it is out "
+                "of its episode; remove network_settings.memory"
+            )
         if settings.self_play is not None:
             problems.append(
                 f"behaviors.{name}.self_play: not supported in a shared environment "

@@ -93,6 +93,17 @@ def walkers(**kwargs: Any) -> Walkers:
     return Walkers(**kwargs)
 
 
+MADE: list[Walkers] = []
+"""Every :class:`Walkers` that :func:`made_walkers` made, in order (a test clears it)."""
+
+
+def made_walkers(**kwargs: Any) -> Walkers:
+    """:func:`walkers`, kept in :data:`MADE`: how many instances a run makes."""
+    env = Walkers(**kwargs)
+    MADE.append(env)
+    return env
+
+
 class TurnGame(AECEnv):  # type: ignore[misc]  # an untyped base class
     """A turn-based (AEC) game's PettingZoo bookkeeping, typed, and how a game starts."""
 

@@ -20,11 +20,12 @@ CONFIGS = sorted((Path(__file__).parent.parent / "examples" / "configs").glob("*
 def test_example_config_runs(path: Path, tmp_path: Path) -> None:
     options: dict[str, Any] = yaml.safe_load(path.read_text())
     options.pop("sweep", None)  # a sweep's config trains like any without it (test_sweep.py)
-    slots = options["env_settings"]["num_envs"] * slots_per_copy(options)
-    # Three summaries: every 200 steps, or every rollout's worth rounded up to 200 when the
-    # environment has more slots than a 200-step rollout holds (agent slots of PettingZoo).
-    freq = 200 * -(-16 * slots // 200)
-    for settings in options["behaviors"].values():
+    freqs = {}
+    for behavior, settings in options["behaviors"].items():
+        slots = options["env_settings"]["num_envs"] * slots_per_copy(options, behavior)
+        # Three summaries: every 200 steps, or every rollout's worth rounded up to 200 when the
+        # environment has more slots than a 200-step rollout holds (agent slots of PettingZoo).
+        freqs[behavior] = freq = 200 * -(-16 * slots // 200)
         settings.update(max_steps=3 * freq, summary_freq=freq, checkpoint_interval=10**6)
         hyperparameters = settings["hyperparameters"]
         if settings["trainer_type"] == "sac":
@@ -48,21 +49,22 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
     with Bus() as bus:
         recorder.connect(bus)
         result = learn(options, bus)
-    (behavior,) = options["behaviors"]
-    assert result.steps[behavior] >= 3 * freq
-    assert [e.step for e in recorder.of(StatsEvent)][:3] == [freq, 2 * freq, 3 * freq]
-    assert (tmp_path / path.stem / f"{behavior}.onnx").exists()
+    for behavior, freq in freqs.items():
+        assert result.steps[behavior] >= 3 * freq
+        stats = [e.step for e in recorder.of(StatsEvent) if e.category == behavior]
+        assert stats[:3] == [freq, 2 * freq, 3 * freq]
+        assert (tmp_path / path.stem / f"{behavior}.onnx").exists()
 
 
-def slots_per_copy(options: dict[str, Any]) -> int:
-    """The sub-environments one copy of the config's environment makes: 1 for a Gymnasium
-    environment, the behavior's learning agents for a PettingZoo one (docs/multi-agent.md)."""
+def slots_per_copy(options: dict[str, Any], behavior: str) -> int:
+    """The sub-environments one copy of the config's environment makes for ``behavior``: 1 for
+    a Gymnasium environment, the behavior's learning agents for a PettingZoo one
+    (docs/multi-agent.md)."""
     from evtrain.config.options import RunOptions
     from evtrain.run.envs import make_envs
 
     run = RunOptions.from_dict({**options, "env_settings": {**options["env_settings"]}})
     settings = attrs.evolve(run.env_settings, num_envs=1)
-    (behavior,) = run.behaviors
     envs = make_envs(settings, behavior=behavior, behaviors=run.behaviors)
     try:
         return int(envs.num_envs)

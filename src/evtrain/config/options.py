@@ -200,6 +200,10 @@ class EnvironmentSettings:
     """A PettingZoo environment's agents' behaviors, ``{agent_id: "behavior"}`` or ML-Agents'
     ``"behavior?team=N"``; an agent not named here belongs to its id without ``_<digits>``
     (``player_0`` -> ``player``)."""
+    shared_env: bool = False
+    """A PettingZoo Parallel environment's ``num_envs`` instances are every behavior's at once:
+    in each step each behavior acts for its own agents (:mod:`evtrain.multiagent.shared`),
+    instead of training on copies of its own where the others' agents are co-players."""
 
 
 @attrs.define(kw_only=True)

@@ -34,15 +34,37 @@ class ParallelCopies(Copies):
         every = list(range(len(self.copies)))
         self._reset_copies(every, [None if seed is None else seed + k for k in every])
         for k in every:
-            self._mark_present(record, k)
+            self.mark_present(record, k)
             self.observe(record, k)
         return record
 
     def step(self, actions: npt.NDArray[Any]) -> StepRecord:
         record = StepRecord(self.num_slots)
         joint: list[dict[str, Any]] = [{} for _ in self.copies]
+        self.learners_act(record, actions, joint)
         requests: list[tuple[str, Any]] = []
         owners: list[int] = []
+        for k, copy in enumerate(self.copies):
+            for agent in copy.env.agents:
+                if agent not in joint[k]:
+                    requests.append((agent, copy.last_obs[agent]))
+                    owners.append(k)
+        for (agent, _), k, action in zip(requests, owners, self.co_actions(requests), strict=True):
+            joint[k][agent] = action
+        results = self._on_copies(range(len(self.copies)), "step", [((a,), {}) for a in joint])
+        over = [k for k, result in enumerate(results) if self.record_step(record, k, result)]
+        for k in over:
+            self.end_episode(record, k)
+        self._reset_copies(over, [None] * len(over))
+        for k in range(len(self.copies)):
+            self.observe(record, k)
+        return record
+
+    def learners_act(
+        self, record: StepRecord, actions: npt.NDArray[Any], joint: list[dict[str, Any]]
+    ) -> None:
+        """Each copy ``k``'s learning agents there to act put their action (``actions``, one
+        row per slot) in ``joint[k]``, their slots marked active in ``record``."""
         for k, copy in enumerate(self.copies):
             live = copy.env.agents
             for j, agent in enumerate(copy.learners):
@@ -50,20 +72,6 @@ class ParallelCopies(Copies):
                     i = k * self.group_size + j
                     joint[k][agent] = actions[i]
                     record.active[i] = True
-            for agent in live:
-                if agent not in joint[k]:
-                    requests.append((agent, copy.last_obs[agent]))
-                    owners.append(k)
-        for (agent, _), k, action in zip(requests, owners, self.co_actions(requests), strict=True):
-            joint[k][agent] = action
-        results = self._on_copies(range(len(self.copies)), "step", [((a,), {}) for a in joint])
-        over = [k for k, result in enumerate(results) if self._record_step(record, k, result)]
-        for k in over:
-            self.end_episode(record, k)
-        self._reset_copies(over, [None] * len(over))
-        for k in range(len(self.copies)):
-            self.observe(record, k)
-        return record
 
     def acting(self) -> npt.NDArray[np.bool_]:
         return np.array(
@@ -99,14 +107,14 @@ class ParallelCopies(Copies):
         for k, (obs, _) in zip(ks, self._on_copies(ks, "reset", calls), strict=True):
             self.copies[k].last_obs.update(obs)
 
-    def _mark_present(self, record: StepRecord, k: int) -> None:
+    def mark_present(self, record: StepRecord, k: int) -> None:
         """After a reset: the slots whose agent is there to act."""
         copy = self.copies[k]
         live = copy.env.agents
         for j, agent in enumerate(copy.learners):
             record.active[k * self.group_size + j] = agent in live
 
-    def _record_step(self, record: StepRecord, k: int, result: tuple[Any, ...]) -> bool:
+    def record_step(self, record: StepRecord, k: int, result: tuple[Any, ...]) -> bool:
         """Copy ``k``'s step ``result`` in ``record``; whether the copy's episode is over (its
         still-active slots then truncated)."""
         copy = self.copies[k]

@@ -131,7 +131,7 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
             check_behaviors(roles, behaviors)
         elif all(r.behavior != behavior for r in roles.values()):
             check_behaviors(roles, [behavior, *(r.behavior for r in roles.values())])
-        observation_spaces, action_spaces = _spaces(first, roles)
+        observation_spaces, action_spaces = behavior_spaces(first, roles)
         self.teams: list[int] = sorted({r.team for r in roles.values() if r.behavior == behavior})
         """The behavior's teams (one, 0, without ``?team=`` or self-play)."""
         self.self_play_teams: dict[int, list[str]] = {}
@@ -286,7 +286,7 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         )
 
 
-def _spaces(
+def behavior_spaces(
     env: Any, roles: Mapping[str, AgentRole]
 ) -> tuple[dict[str, spaces.Space[Any]], dict[str, spaces.Space[Any]]]:
     """Each behavior's observation and action space, which all its agents must share."""

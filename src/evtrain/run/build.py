@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from evtrain.config.options import RunOptions
     from evtrain.run.checkpoint import CheckpointManager
     from evtrain.run.curriculum import Curriculum
+    from evtrain.run.shared_steps import SharedSteps
     from evtrain.run.training_status import TrainingStatus
     from evtrain.trainers.base import Trainer
     from evtrain.trainers.ghost import GhostController
@@ -114,12 +115,14 @@ def build_behavior(
     seed: int,
     status: TrainingStatus,
     curriculum: Curriculum | None = None,
+    shared: SharedSteps | None = None,
 ) -> tuple[Trainer, CheckpointManager]:
     """Behavior ``name``'s trainer, at the state it starts from and in sync with the other
     ranks, and its checkpoint manager.
 
     :param curriculum: the run's ``environment_parameters``: it wraps the environments and
         hears the trainer's episodes and summaries.
+    :param shared: ``env_settings.shared_env``'s environment: the behavior acts in its view.
 
     :raises RunFolderError: ``--resume``/``--inference`` without a checkpoint, or
         ``--initialize-from`` a run without this behavior, an ``init_path`` without a
@@ -140,7 +143,7 @@ def build_behavior(
         resume=cs.resume,
     )
     state = _initial_state(options, name, manager)
-    envs, reporter = _envs_and_reporter(options, name, settings, bus, curriculum)
+    envs, reporter = _envs_and_reporter(options, name, settings, bus, curriculum, shared)
     trainer_cls = trainer_type(settings.trainer_type).load()
     try:
         _check_self_play(name, settings, envs)  # before the trainer says anything
@@ -186,14 +189,22 @@ def _self_play(trainer: Trainer, settings: Any) -> GhostController | None:
 
 
 def _envs_and_reporter(
-    options: RunOptions, name: str, settings: Any, bus: Bus, curriculum: Curriculum | None
+    options: RunOptions,
+    name: str,
+    settings: Any,
+    bus: Bus,
+    curriculum: Curriculum | None,
+    shared: SharedSteps | None,
 ) -> tuple[Any, StatsReporter]:
-    """Behavior ``name``'s environments and the reporter its trainer reports through: the
-    curriculum's, which hears the summaries, when the run has ``environment_parameters``."""
+    """Behavior ``name``'s environments (its view of ``shared``, if given) and the reporter
+    its trainer reports through: the curriculum's, which hears the summaries, when the run
+    has ``environment_parameters``."""
     from evtrain.run.envs import make_envs
 
     # --inference reports apart from training: never onto the training curve's earlier steps.
     category = inference_category(name) if options.checkpoint_settings.inference else name
+    if shared is not None:  # without environment_parameters (shared_env_problems)
+        return shared.view(name), StatsReporter(bus, category)
     behaviors = options.behaviors
     if curriculum is None:
         envs = make_envs(options.env_settings, behavior=name, behaviors=behaviors)

@@ -34,17 +34,21 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.run.pettingzoo_envs import (
     PETTINGZOO_MODULES,
     agent_slots,
     call_factory,
+    not_shareable,
     pettingzoo_hint,
     pettingzoo_ids,
     pettingzoo_install,
     pettingzoo_missing,
     pettingzoo_registered,
+    shared_environment,
 )
 
 
@@ -97,6 +101,28 @@ def make_envs(
         raise ConfigError([_not_registered(settings.env_id, error)]) from None
     except TypeError as error:
         raise ConfigError([f"env_settings.env_kwargs: {error}"]) from None
+
+
+def make_shared_env(settings: EnvironmentSettings, behaviors: Mapping[str, Any]) -> Any:
+    """``env_settings.shared_env``: ``num_envs`` instances of a PettingZoo Parallel
+    environment in which every behavior of ``behaviors`` acts, as a
+    :class:`~evtrain.multiagent.shared.SharedEnvironment`
+    (:func:`~evtrain.run.pettingzoo_envs.shared_environment`).
+
+    :raises ConfigError: ``env_id`` is not a PettingZoo Parallel environment, or any error of
+        :func:`make_envs`'s for the id.
+    """
+    import gymnasium as gym
+
+    working_folder_importable()
+    factory = _callable(settings.env_id)
+    if factory is None and settings.env_id not in gym.registry:
+        factory = pettingzoo_registered(settings.env_id)
+    if factory is None:
+        # an unknown id is said there; a Gymnasium one is no environment to share
+        make_envs(attrs.evolve(settings, num_envs=1, vectorization="sync")).close()
+        raise ConfigError([not_shareable(settings.env_id, "a Gymnasium environment")])
+    return shared_environment(settings, factory, behaviors)
 
 
 def _not_registered(env_id: str, error: Exception) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from evtrain.errors import ConfigError
-from evtrain.run.loop import ProgressHook, take_turns
+from evtrain.run.loop import ProgressHook, Turns, take_turns
 from evtrain.run.run_folder import is_run_folder
 
 if TYPE_CHECKING:
@@ -68,15 +68,20 @@ def check_trained_model(options: RunOptions) -> None:
 
 def run_inference(
     trainers: Mapping[str, Trainer],
+    turns: Turns = take_turns,
     *,
     stop_requested: Callable[[], bool],
     world: World,
     progress: ProgressHook | None,
 ) -> RunStatus:
-    """Run every trainer's policy until each reaches ``max_steps`` or a stop is requested."""
+    """Run every trainer's policy until each reaches ``max_steps`` or a stop is requested.
+
+    :param turns: the loop the behaviors take their turns in (each turn one step): the
+        shared environment's when they share one (``env_settings.shared_env``).
+    """
     for trainer in trainers.values():
         trainer.begin_inference()
-    return take_turns(
+    return turns(
         trainers,
         lambda trainer: trainer.run_policy(),
         stop_requested=stop_requested,

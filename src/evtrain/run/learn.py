@@ -48,6 +48,7 @@ from evtrain.run.run_bus import RunBus
 from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
 from evtrain.run.save_schedule import SaveSchedule
 from evtrain.run.save_schedule import SavingProgress as SavingProgress
+from evtrain.run.shared_steps import SharedSteps
 from evtrain.run.stops import connect_stops
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
@@ -160,6 +161,9 @@ class _Run:
     :param own_bus: the run made ``bus`` and closes it; otherwise it only detaches from it.
     """
 
+    shared: SharedSteps | None = None
+    """``env_settings.shared_env``: the environment every behavior acts in, and its loop."""
+
     def __init__(
         self,
         options: RunOptions,
@@ -262,10 +266,11 @@ class _Run:
         seed = rank_seed(options, self.world)
         status_file = training_status(options)
         curriculum = Curriculum.of_run(options, bus, status_file, self.world)
+        self.shared = SharedSteps.of_run(options, self.world)
         for index, (name, settings) in enumerate(options.behaviors.items()):
             with hierarchical_timer("build"):
                 self.trainers[name], self.managers[name] = build_behavior(
-                    options, name, settings, bus, seed + index, status_file, curriculum
+                    options, name, settings, bus, seed + index, status_file, curriculum, self.shared
                 )
         face_rivals(self.trainers)  # self-play across behaviors: each other's opponents
         self.evaluations.start(rank=get_rank())
@@ -291,13 +296,14 @@ class _Run:
         summary, so that even a run shorter than ``summary_freq`` writes one (an abort never
         gets there)."""
         world, progress = self.world, self.progress
+        turns = take_turns if self.shared is None else self.shared.take_turns
         if self.options.checkpoint_settings.inference:
             status = run_inference(
-                self.trainers, stop_requested=stop_requested, world=world, progress=progress
+                self.trainers, turns, stop_requested=stop_requested, world=world, progress=progress
             )
         else:
             self.saves.start()
-            status = take_turns(
+            status = turns(
                 self.trainers,
                 lambda trainer: trainer.advance(),
                 stop_requested=stop_requested,
@@ -333,7 +339,7 @@ class _Run:
         self.saves.close()  # save and export are emitted before run_finished
         for trainer in self.trainers.values():
             trainer.close()  # threaded: the update still running, if any, ends first
-            trainer.envs.close()
+            trainer.envs.close()  # a shared environment closes with its first view
         steps = sum(t.step for t in self.trainers.values())
         self.bus.take_stop_request()  # a later run on the same bus starts without it
         finished = RunFinished(

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 ProgressHook = Callable[[str, int, int], None]
 """Called after every trainer update with (behavior, step, max_steps)."""
 
+Turns = Callable[..., RunStatus]
+""":func:`take_turns`, or a loop with its parameters (a shared environment's,
+:meth:`evtrain.run.shared_steps.SharedSteps.take_turns`)."""
+
 
 def take_turns(
     trainers: Mapping[str, Trainer],

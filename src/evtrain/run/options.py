@@ -17,6 +17,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from evtrain.config.converter import structure
 from evtrain.config.options import PluginSettings, RunOptions
 from evtrain.config.problems import shorten
+from evtrain.config.shared_env import shared_env_problems
 from evtrain.errors import ConfigError
 from evtrain.run.wiring import trainer_types_for
 from evtrain.trainers.registry import TrainerType, chosen_trainer_types, use_trainer_types
@@ -218,13 +219,19 @@ def options_and_types(data: dict[str, Any]) -> tuple[RunOptions, TrainerTypes]:
     """:meth:`RunOptions.from_dict` against the built-in trainer types and those of the trainer
     plugins that ``data``'s ``plugins`` section allows; and those types.
 
-    :raises ConfigError: as :meth:`RunOptions.from_dict`, and for a bad ``plugins`` section.
+    :raises ConfigError: as :meth:`RunOptions.from_dict`, for a bad ``plugins`` section, and
+        for what ``env_settings.shared_env`` does not support yet
+        (:func:`~evtrain.config.shared_env.shared_env_problems`).
     :raises PluginError: a required trainer plugin failed, or a name clash is not settled.
     """
     plugins = data.get("plugins", {}) if isinstance(data, dict) else {}
     types = trainer_types_for(structure(plugins, PluginSettings, root="plugins"))
     with use_trainer_types(types):
-        return RunOptions.from_dict(data), types
+        options = RunOptions.from_dict(data)
+    problems = shared_env_problems(options)
+    if problems:
+        raise ConfigError(problems)
+    return options, types
 
 
 def options_from_data(data: dict[str, Any]) -> RunOptions:

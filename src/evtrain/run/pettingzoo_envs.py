@@ -217,3 +217,40 @@ def _pettingzoo_problems(
             "it is out of its episode; remove network_settings.memory"
         )
     return problems
+
+
+def shared_environment(
+    settings: EnvironmentSettings, factory: Callable[..., Any], behaviors: Mapping[str, Any]
+) -> Any:
+    """``env_settings.shared_env``: ``num_envs`` instances from ``factory``, every behavior of
+    ``behaviors`` acting in each (:class:`~evtrain.multiagent.shared.SharedEnvironment`).
+
+    :raises ConfigError: ``factory`` makes no PettingZoo Parallel environment, or a mapping of
+        agents that does not fit it.
+    """
+    from evtrain.multiagent.shared import SharedEnvironment
+    from evtrain.multiagent.slots import api_of
+
+    env_id = settings.env_id
+    envs = [call_factory(factory, env_id, settings.env_kwargs)]
+    try:
+        api = api_of(envs[0])
+        if api != "parallel":
+            kind = "a turn-based (AEC) game" if api == "aec" else "not a PettingZoo environment"
+            raise ConfigError([not_shareable(env_id, kind)])
+        for _ in range(settings.num_envs - 1):
+            envs.append(call_factory(factory, env_id, settings.env_kwargs))
+        return SharedEnvironment(envs, list(behaviors), agent_behaviors=settings.agent_behaviors)
+    except BaseException:
+        for env in envs:
+            env.close()
+        raise
+
+
+def not_shareable(env_id: str, kind: str) -> str:
+    """The error of ``env_settings.shared_env`` with an environment of ``kind``."""
+    return (
+        f"env_settings.shared_env: {env_id!r} is {kind}; behaviors share the instances of a "
+        "PettingZoo Parallel environment only (every agent acts in every step): remove "
+        "shared_env"
+    )

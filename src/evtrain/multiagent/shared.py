@@ -1,0 +1,232 @@
+"""Every behavior in the same instances of a PettingZoo Parallel environment: one shared step.
+
+With ``env_settings.shared_env`` a run does not give each behavior copies of its own (with
+co-players acting for the other behaviors' agents, :mod:`~evtrain.multiagent.slots`): it makes
+``num_envs`` instances of the environment once, and in each step every behavior acts for its
+own agents in every instance (what a Unity build does: one build serves all its behaviors).
+
+:class:`SharedEnvironment` steps the instances with every behavior's actions at once and gives
+each behavior its part of the result; :meth:`SharedEnvironment.view` is one behavior's part as a
+Gymnasium vector environment of agent slots (:class:`BehaviorView`), with the layout, the
+``infos`` keys and the rules of :class:`~evtrain.multiagent.slots.AgentSlots` (slot ``i``
+belongs to instance ``i // group_size``; an agent that left, or has not appeared yet, has an
+inactive slot).  An instance's episode is over when ``env.agents`` is empty: every behavior's
+slots of it say ``episode_over``, and the instance is reset once for all of them.  A behavior whose agents all left waits, its slots inactive, for
+the others to end the episode.
+
+A trainer steps its view as any vector environment, but the step is the behaviors' together:
+the view hands its actions to :attr:`BehaviorView.exchange`, which the run's loop sets
+(:mod:`evtrain.run.shared_steps`) and which returns once every behavior has acted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from evtrain.multiagent.copies import Cast, StepRecord
+from evtrain.multiagent.coplayers import stack
+from evtrain.multiagent.mapping import agent_roles, check_behaviors
+from evtrain.multiagent.parallel import ParallelCopies
+from evtrain.multiagent.slots import behavior_spaces
+
+__all__ = ["BehaviorView", "SharedEnvironment"]
+
+Exchange = Callable[[npt.NDArray[Any]], StepRecord]
+"""A behavior's actions in, its part of the shared step out (see :attr:`BehaviorView.exchange`)."""
+
+
+class SharedEnvironment:
+    """Instances ``envs`` of a ``pettingzoo.ParallelEnv`` in which every behavior of
+    ``behaviors`` acts for its agents (see the module's docs).
+
+    :param envs: the instances; closed by :meth:`close`.
+    :param behaviors: every behavior the run trains: each must have agents, and every agent's
+        behavior must be one of them.
+    :param agent_behaviors: ``env_settings.agent_behaviors``.
+    :raises ConfigError: the mapping does not fit the environment, or one behavior's agents do
+        not share their spaces.
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Any],
+        behaviors: Sequence[str],
+        *,
+        agent_behaviors: Mapping[str, str] | None = None,
+    ) -> None:
+        if not envs:
+            raise ValueError("SharedEnvironment needs at least one instance of the environment")
+        self.envs = list(envs)
+        first = self.envs[0]
+        roles = agent_roles(list(first.possible_agents), agent_behaviors or {})
+        check_behaviors(roles, behaviors)
+        observation_spaces, action_spaces = behavior_spaces(first, roles)
+        self.copies: dict[str, ParallelCopies] = {}
+        """Per behavior, its slots in the instances (its learners, their last observations,
+        which of them left)."""
+        for behavior in behaviors:
+            cast = Cast(
+                behavior=behavior,
+                roles=roles,
+                observation_spaces=observation_spaces,
+                action_spaces=action_spaces,
+                self_play=False,
+                learning_team=None,
+            )
+            self.copies[behavior] = ParallelCopies(cast, self.envs, len(cast.learners(None)))
+        self.latest: dict[str, StepRecord] = {}
+        """Each behavior's part of the last reset or step (empty before the first reset)."""
+        self._views = {
+            behavior: BehaviorView(self, behavior, observation_spaces, action_spaces)
+            for behavior in behaviors
+        }
+        self._closed = False
+
+    def view(self, behavior: str) -> BehaviorView:
+        """Behavior ``behavior``'s slots, as a vector environment."""
+        return self._views[behavior]
+
+    def reset(self, seed: int | None) -> dict[str, StepRecord]:
+        """Start every instance's episode (instance ``k`` seeded with ``seed + k``)."""
+        records = {b: StepRecord(c.num_slots) for b, c in self.copies.items()}
+        for k, env in enumerate(self.envs):
+            obs, _ = env.reset(seed=None if seed is None else seed + k)
+            self._started(k, obs)
+            for behavior, copies in self.copies.items():
+                copies.mark_present(records[behavior], k)
+        return self._observed(records)
+
+    def step(self, actions: Mapping[str, npt.NDArray[Any]]) -> dict[str, StepRecord]:
+        """One step of every instance: each behavior's ``actions`` (one row per slot of its
+        view) for its agents there to act; returns each behavior's part of the step."""
+        records = {b: StepRecord(c.num_slots) for b, c in self.copies.items()}
+        joint: list[dict[str, Any]] = [{} for _ in self.envs]
+        for behavior, copies in self.copies.items():
+            chosen = np.asarray(actions[behavior])
+            if chosen.shape[:1] != (copies.num_slots,):
+                raise ValueError(
+                    f"expected one action per slot of behavior {behavior!r} "
+                    f"({copies.num_slots}), got an array of shape {chosen.shape}"
+                )
+            copies.learners_act(records[behavior], chosen, joint)
+        for k, env in enumerate(self.envs):
+            result = env.step(joint[k])
+            for behavior, copies in self.copies.items():
+                copies.record_step(records[behavior], k, result)
+            if env.agents:
+                continue
+            for behavior, copies in self.copies.items():
+                copies.end_episode(records[behavior], k)
+            obs, _ = env.reset(seed=None)
+            self._started(k, obs)
+        return self._observed(records)
+
+    def close(self) -> None:
+        """Close every instance (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        for env in self.envs:
+            env.close()
+
+    def _started(self, k: int, obs: Mapping[str, Any]) -> None:
+        """Instance ``k`` started an episode with observations ``obs``."""
+        for copies in self.copies.values():
+            copy = copies.copies[k]
+            copies.start_episode(copy)
+            copy.last_obs.update(obs)
+
+    def _observed(self, records: dict[str, StepRecord]) -> dict[str, StepRecord]:
+        """Every slot shows its agent's latest observation; ``records`` become :attr:`latest`."""
+        for behavior, copies in self.copies.items():
+            for k in range(len(self.envs)):
+                copies.observe(records[behavior], k)
+        self.latest = records
+        return records
+
+
+class BehaviorView(VectorEnv[Any, Any, Any]):
+    """One behavior's agent slots in a :class:`SharedEnvironment`: a vector environment
+    (autoreset mode ``SAME_STEP``) whose ``step`` is that behavior's part of the shared step.
+
+    ``reset`` resets the shared environment at the first call of any view, with that call's
+    seed; later calls give the current observations (one behavior cannot restart the episode
+    the others are in).  ``close`` closes the shared environment: the behaviors act in it
+    together or not at all (a run closes each trainer's environments at its end, or when one
+    of them fails to build).
+    """
+
+    def __init__(
+        self,
+        shared: SharedEnvironment,
+        behavior: str,
+        observation_spaces: Mapping[str, spaces.Space[Any]],
+        action_spaces: Mapping[str, spaces.Space[Any]],
+    ) -> None:
+        self.shared = shared
+        self.behavior = behavior
+        self._copies = shared.copies[behavior]
+        self.group_size = self._copies.group_size
+        """Slots per instance: the behavior's agents."""
+        self.num_envs = self._copies.num_slots
+        self.single_observation_space = observation_spaces[behavior]
+        self.single_action_space = action_spaces[behavior]
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.exchange: Exchange = self._unconnected
+        """Takes this behavior's actions for one shared step and returns its part of the step
+        once every behavior has acted: set by the loop that drives the behaviors
+        (:mod:`evtrain.run.shared_steps`)."""
+
+    @property
+    def acting(self) -> npt.NDArray[np.bool_]:
+        """The slots whose agent acts at the next step."""
+        return self._copies.acting()
+
+    def observations(self) -> Any:
+        """The observation each slot shows now, as a batch."""
+        return stack(self.shared.latest[self.behavior].obs, self.single_observation_space)
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        if isinstance(seed, list):
+            seed = seed[0]
+        if not self.shared.latest:
+            self.shared.reset(seed)
+        return self.observations(), self.shared.latest[self.behavior].infos()
+
+    def step(
+        self, actions: Any
+    ) -> tuple[Any, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], dict[str, Any]]:
+        record = self.exchange(np.asarray(actions))
+        return (
+            stack(record.obs, self.single_observation_space),
+            record.rewards,
+            record.terminated,
+            record.truncated,
+            record.infos(),
+        )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.shared.close()
+
+    def _unconnected(self, actions: npt.NDArray[Any]) -> StepRecord:
+        raise RuntimeError(
+            f"behavior {self.behavior!r} acts in a shared environment: its step is every "
+            "behavior's, taken by the loop that drives them (evtrain.run.shared_steps)"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"BehaviorView({self.behavior!r}, {len(self.shared.envs)} shared instances x "
+            f"{self.group_size} slots)"
+        )

@@ -55,9 +55,9 @@ def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
         TrainerSettings,
         make_vector_env,
     )
-    from evtrain.trainers.settings import CuriositySettings, RewardSignals, RNDSettings
+    from evtrain.trainers.settings import CuriositySettings, RewardProviders, RNDSettings
 
-    signals = RewardSignals(
+    signals = RewardProviders(
         curiosity=CuriositySettings(strength=strength) if signal == "curiosity" else None,
         rnd=RNDSettings(strength=strength) if signal == "rnd" else None,
     )

@@ -181,7 +181,7 @@ def test_imports_of_sees_type_checking_and_function_level_imports() -> None:
 # -- the rooms of evtrain.trainers ---------------------------------------------------------------
 
 TRAINERS = "evtrain.trainers"
-SHARED_ROOMS: tuple[str, ...] = ("ghost", "loops", "networks", "signals")
+SHARED_ROOMS: tuple[str, ...] = ("ghost", "loops", "networks", "rewards")
 """The folders of :mod:`evtrain.trainers` every algorithm builds on.  Every other folder of it
 is an algorithm (``ppo``, ``sac``, ``poca``, ``mappo``; a new one is one more folder);
 ``ghost`` (self-play) drives any algorithm from outside and imports none.  The modules
@@ -190,7 +190,7 @@ observations, demonstrations) are shared too."""
 
 TRAINER_RULES: tuple[tuple[str, str], ...] = (
     ("networks", "never import an algorithm"),
-    ("signals", "never import an algorithm"),
+    ("rewards", "never import an algorithm"),
     ("loops", "know no algorithm"),
     ("an algorithm", "never imports another algorithm"),
     ("trainers/*.py", "never import an algorithm (the registry names them as strings)"),

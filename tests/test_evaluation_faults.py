@@ -305,7 +305,7 @@ def test_sigterm_while_training_waits_for_a_hung_evaluation_stops_with_the_final
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_to_the_whole_process_group_stops_the_run_with_its_final_save(
+def test_an_interrupt_to_the_whole_process_group_stops_the_run_with_its_final_save(
     tmp_path: Path, cli: Callable[..., Cli], signum: signal.Signals
 ) -> None:
     """As systemd, SLURM, Kubernetes or a closed terminal send it (``os.killpg``), with an

@@ -142,7 +142,7 @@ def test_options_without_effect_are_accepted_with_one_warning_each(
         "behaviors.P.network_settings.goal_conditioning_type: none has no effect in evtrain: "
         "Gymnasium environments have no goal observations",
         "behaviors.S.hyperparameters.reward_signal_steps_per_update: 10.0 has no effect "
-        "without an intrinsic reward signal (curiosity, rnd, gail): the extrinsic signal has no "
+        "without an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward provider has no "
         "model to update",
     ]
 
@@ -375,8 +375,8 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
         f"{behavior}.hyperparameters": (hyperparameters,),
         f"{behavior}.network_settings": (settings.NetworkSettings,),
         f"{behavior}.network_settings.memory": (settings.MemorySettings,),
-        f"{behavior}.reward_signals": (settings.RewardSignals,),
-        f"{behavior}.reward_signals.extrinsic": (settings.RewardSignalSettings,),
+        f"{behavior}.reward_signals": (settings.RewardProviders,),
+        f"{behavior}.reward_signals.extrinsic": (settings.RewardProviderSettings,),
         f"{behavior}.reward_signals.curiosity": (settings.CuriositySettings,),
         f"{behavior}.reward_signals.rnd": (settings.RNDSettings,),
         f"{behavior}.reward_signals.gail": (settings.GAILSettings,),

@@ -1,6 +1,6 @@
 """SAC with discrete actions through the CLI and the runner: CartPole-v1 trained, checkpointed,
 exported (ONNX read back in onnxruntime), resumed and run with ``--inference``; ML-Agents'
-branches (``MultiDiscrete``); reward signals and behavioral cloning; image observations; an
+branches (``MultiDiscrete``); reward providers and behavioral cloning; image observations; an
 LSTM policy (``network_settings.memory``)."""
 
 from __future__ import annotations

@@ -209,22 +209,22 @@ def warn_without_effect(behaviors: dict[str, Any]) -> None:
         ):
             logger.warning(
                 "%s.hyperparameters.reward_signal_steps_per_update: %s has no effect without "
-                "an intrinsic reward signal (curiosity, rnd, gail): the extrinsic signal has no "
+                "an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward provider has no "
                 "model to update",
                 where,
                 hp.reward_signal_steps_per_update,
             )
-        _warn_signal_networks(where, signals)
+        _warn_provider_networks(where, signals)
         if isinstance(hp, SACSettings):
             _warn_sac_gammas(where, signals)
 
 
 _SIGNAL_MODEL_SHAPE = ("hidden_units", "num_layers")
-"""The keys of a reward signal's ``network_settings`` that shape its model."""
+"""The keys of a reward provider's ``network_settings`` that shape its model."""
 
 
-def _warn_signal_networks(where: str, signals: Any) -> None:
-    """A reward signal's ``network_settings`` keys that shape nothing: all of ``extrinsic``'s
+def _warn_provider_networks(where: str, signals: Any) -> None:
+    """A reward provider's ``network_settings`` keys that shape nothing: all of ``extrinsic``'s
     (it has no model), and every key but ``hidden_units`` and ``num_layers`` of the others
     (their models see the policy's observations, normalised as the policy's are)."""
     import attrs
@@ -267,7 +267,7 @@ def _warn_signal_networks(where: str, signals: Any) -> None:
 
 def _warn_sac_gammas(where: str, signals: Any) -> None:
     """SAC learns one critic on the sum of the signals' rewards, discounted with the
-    extrinsic ``gamma``: another ``gamma`` of an intrinsic signal is not applied."""
+    extrinsic ``gamma``: another ``gamma`` of an intrinsic reward provider is not applied."""
     gamma = signals.extrinsic.gamma
     for name, signal in signals.intrinsic.items():
         if signal.gamma != gamma:

@@ -5,7 +5,7 @@ The handlers are in place from before the first step to the last byte the run wr
 final save and export, the drain of the bus).  A first signal during training finishes the
 current update, then saves, exports and drains; during the final save it lets the save finish,
 and it ends the wait for subscribers that precedes the save (:meth:`StopRequest.skippable`),
-which only serves the reward recorded with the checkpoint.  The second signal raises
+which only serves the reward recorded with the checkpoint.  The second interrupt raises
 :class:`Aborted` at once; checkpoints are written atomically, so whatever is on disk is
 complete, and the runner says which files the interrupted save wrote.  Later signals, while the
 abort waits for the file being written, are only logged: cutting that wait short would leave a
@@ -36,7 +36,7 @@ HANDLED: tuple[signal.Signals, ...] = tuple(
 
 
 class Aborted(KeyboardInterrupt):
-    """The second signal of a run: it stops at once, without the rest of its final save.
+    """The second interrupt of a run: it stops at once, without the rest of its final save.
 
     A ``KeyboardInterrupt``, so that code catching a Ctrl-C catches it too.
     """
@@ -68,7 +68,7 @@ class StopRequest:
         """What the run is doing, for the message of the first signal: ``training``,
         ``saving`` (the final save) or ``closing`` (the drain)."""
         self.aborted = False
-        """Whether a second signal came."""
+        """Whether a second interrupt came."""
         self._skippable = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -114,7 +114,7 @@ _FIRST = {
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[StopRequest]:
+def stop_on_interrupts() -> Iterator[StopRequest]:
     """Install the handlers of :data:`HANDLED` for the duration of a run (main thread only;
     elsewhere the request simply never fires).
 

@@ -40,7 +40,7 @@ from evtrain.run.curriculum import Curriculum
 from evtrain.run.elastic import record_start, resumed_after_restart
 from evtrain.run.evaluations import Evaluations
 from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
-from evtrain.run.interrupt import stop_on_signals
+from evtrain.run.interrupt import stop_on_interrupts
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
 from evtrain.run.progress import console_logging
@@ -186,7 +186,7 @@ class _Run:
         self.evaluations = Evaluations(options, self.trainers, self.managers, self.saves, bus)
         """The behaviors' ``evaluation``: episodes off the training thread, the best model."""
         self.aborted = False
-        """A second signal aborted the run."""
+        """A second interrupt aborted the run."""
         self.co_players = CoPlayerWiring(self.trainers)
         """Each behavior acting for its agents in the other behaviors' PettingZoo copies."""
 
@@ -199,7 +199,7 @@ class _Run:
         cs = self.options.checkpoint_settings
         # The handlers stay from before the first step to the end of the drain: a signal
         # during the final save or the drain is a request like any other (see interrupt.py).
-        with stop_on_signals() as stop:
+        with stop_on_interrupts() as stop:
             self.evaluations.stop_requested = lambda: stop.requested is not None
             try:
                 try:
@@ -223,7 +223,7 @@ class _Run:
                     stop.phase = "closing"
                     self._close()
             except KeyboardInterrupt:
-                if not self.aborted:  # the second signal came during the drain
+                if not self.aborted:  # the second interrupt came during the drain
                     self._abort()
                     self.run_bus.close_now()
                 raise
@@ -320,7 +320,7 @@ class _Run:
         self.evaluations.after_turn(name, trainer)
 
     def _abort(self) -> None:
-        """A second signal: the file being written is completed, saves not yet started are
+        """A second interrupt: the file being written is completed, saves not yet started are
         dropped, and the log says what the interrupted save wrote."""
         self.aborted = True
         self.status = RunStatus.INTERRUPTED

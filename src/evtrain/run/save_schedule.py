@@ -1,5 +1,5 @@
 """When and what a run saves: a checkpoint every ``checkpoint_every`` steps, the final save, and
-what a second signal left on disk.
+what a second interrupt left on disk.
 
 Each save takes a snapshot of the trainer's state and policy on the training thread and hands
 it to the :class:`~evtrain.run.saver.BackgroundSaver`, which writes, exports and emits
@@ -130,7 +130,7 @@ class SaveSchedule:
         self.saver.submit(f"{'final save' if final else 'checkpoint'} of {name} at {step}", job)
 
     def abort(self) -> None:
-        """A second signal: the file being written is completed, saves not yet started are
+        """A second interrupt: the file being written is completed, saves not yet started are
         dropped, and the log says what the interrupted save wrote."""
         self.saver.abort(self._cancel_saves)
         logger.warning(_abort_message(self.managers, self.finished))

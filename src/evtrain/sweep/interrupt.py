@@ -8,7 +8,7 @@ that is about to start or has just ended its training (outside its run's handler
 to stop through its bus (:meth:`~evtrain.Bus.request_stop`, the run's stop at its next turn
 boundary); the second raises :class:`~evtrain.run.interrupt.Aborted`, as the run's second
 does.  The first process of a sweep passes each signal it handles on to its workers as a
-SIGTERM (:attr:`SweepStop.on_signal`).
+SIGTERM (:attr:`SweepStop.on_interrupt`).
 
 A signal the process ignores when the sweep starts stays ignored (SIGINT in a job that a
 non-interactive shell started with ``&``, SIGHUP under ``nohup``).
@@ -36,23 +36,23 @@ class SweepStop:
     """Set by the first signal the sweep's handlers receive; the worker loop polls
     :attr:`requested`.
 
-    :param on_signal: called with each signal's number first (the first process: the
+    :param on_interrupt: called with each signal's number first (the first process: the
         signal passed on to its workers).
     """
 
-    def __init__(self, on_signal: Callable[[int], None] | None = None) -> None:
-        self.on_signal = on_signal
+    def __init__(self, on_interrupt: Callable[[int], None] | None = None) -> None:
+        self.on_interrupt = on_interrupt
         self.requested: str | None = None
         """Name of the signal that asked the sweep to stop, or ``None``."""
         self.aborted = False
-        """Whether a second signal came."""
+        """Whether a second interrupt came."""
         self.bus: Bus | None = None
         """The bus of the trial this process runs, while it runs one."""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.on_signal is not None:
-            self.on_signal(signum)
+        if self.on_interrupt is not None:
+            self.on_interrupt(signum)
         if self.aborted:
             logger.warning("%s received: already aborting.", name)
             return
@@ -86,9 +86,9 @@ class SweepStop:
 
 
 @contextmanager
-def stop_on_signals(on_signal: Callable[[int], None] | None = None) -> Iterator[SweepStop]:
+def stop_on_interrupts(on_interrupt: Callable[[int], None] | None = None) -> Iterator[SweepStop]:
     """The sweep's handlers of :data:`~evtrain.run.interrupt.HANDLED` (each one the process
     does not ignore) for the duration of the block (main thread only)."""
-    stop = SweepStop(on_signal)
+    stop = SweepStop(on_interrupt)
     with handling(stop._handle):
         yield stop

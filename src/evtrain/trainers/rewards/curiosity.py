@@ -1,7 +1,7 @@
 """The intrinsic curiosity module (Pathak et al. 2017): the reward is the error of a forward
 model that predicts the next observation's encoding from this one's and the action, trained
 together with an inverse model that predicts the action (ML-Agents' ``CuriosityRewardProvider``;
-the base: :mod:`evtrain.trainers.signals.reward_signal`)."""
+the base: :mod:`evtrain.trainers.rewards.reward_provider`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from torch import nn
 
 from evtrain.errors import SpaceMismatchError
 from evtrain.trainers.networks.mlp import layer_init
-from evtrain.trainers.settings import CuriositySettings, signal_hidden_layers
-from evtrain.trainers.signals.reward_signal import RewardSignal, SiLUBody
+from evtrain.trainers.rewards.reward_provider import RewardProvider, SiLUBody
+from evtrain.trainers.settings import CuriositySettings, provider_hidden_layers
 
 CURIOSITY_FORWARD_WEIGHT = 0.2
 """Weight of the forward loss against the inverse loss (beta in Pathak et al.; ML-Agents')."""
@@ -86,7 +86,7 @@ class CuriosityModel(nn.Module):
         return loss
 
 
-class CuriositySignal(RewardSignal):
+class CuriosityRewardProvider(RewardProvider):
     """ICM's reward: the forward model's error, 0 until the model has been trained once and at
     most 1 after ``strength`` (ML-Agents' ``min(reward, 1 / strength)``)."""
 
@@ -100,7 +100,7 @@ class CuriositySignal(RewardSignal):
         generator: torch.Generator,
         device: torch.device,
     ) -> None:
-        hidden = signal_hidden_layers(settings)
+        hidden = provider_hidden_layers(settings)
         model = CuriosityModel(obs_dim, action_space, hidden, generator)
         super().__init__(settings, model, model, device)
         self.curiosity = model

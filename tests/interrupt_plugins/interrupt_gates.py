@@ -1,4 +1,4 @@
-"""Plugins that hold a run at a chosen moment, for ``tests/test_signals.py`` (loaded with
+"""Plugins that hold a run at a chosen moment, for ``tests/test_interrupts.py`` (loaded with
 ``--plugins``), so that a signal lands exactly there:
 
 * trainer ``gated_ppo``: PPO whose policy, traced for the final export on the saver's thread,

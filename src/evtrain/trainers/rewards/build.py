@@ -1,8 +1,8 @@
 """What a trainer builds from its ``reward_signals`` and ``behavioral_cloning`` settings: the
-intrinsic reward signals (:mod:`~evtrain.trainers.signals.reward_signal`,
-:mod:`~evtrain.trainers.signals.gail`), the demonstrations they learn from
+intrinsic reward providers (:mod:`~evtrain.trainers.rewards.reward_provider`,
+:mod:`~evtrain.trainers.rewards.gail`), the demonstrations they learn from
 (:mod:`~evtrain.trainers.demonstrations`), and the cloning
-(:mod:`~evtrain.trainers.signals.behavioral_cloning`).
+(:mod:`~evtrain.trainers.rewards.behavioral_cloning`).
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import torch
 from gymnasium import spaces
 
 from evtrain.trainers.demonstrations import Demonstrations, load_demonstrations
+from evtrain.trainers.rewards.behavioral_cloning import BehavioralCloning, PolicyOutput
+from evtrain.trainers.rewards.curiosity import CuriosityRewardProvider
+from evtrain.trainers.rewards.gail import GAILRewardProvider
+from evtrain.trainers.rewards.reward_provider import RewardProvider
+from evtrain.trainers.rewards.rnd import RNDRewardProvider
 from evtrain.trainers.settings import (
     CuriositySettings,
     GAILSettings,
-    RewardSignals,
+    RewardProviders,
     TrainerSettings,
 )
-from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, PolicyOutput
-from evtrain.trainers.signals.curiosity import CuriositySignal
-from evtrain.trainers.signals.gail import GAILSignal
-from evtrain.trainers.signals.reward_signal import RewardSignal
-from evtrain.trainers.signals.rnd import RNDSignal
 from evtrain.world import World
 
 
@@ -90,8 +90,8 @@ def _expert(
     return Expert(obs=obs.to(device), actions=actions.to(device))
 
 
-def make_reward_signals(
-    signals: RewardSignals,
+def make_reward_providers(
+    signals: RewardProviders,
     obs_dim: int,
     action_space: spaces.Space[Any],
     generator: torch.Generator,
@@ -100,8 +100,8 @@ def make_reward_signals(
     experts: dict[str, Expert] | None = None,
     normalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
     sampler: torch.Generator | None = None,
-) -> dict[str, RewardSignal]:
-    """The configured intrinsic signals by YAML key, in :attr:`RewardSignals.intrinsic`'s
+) -> dict[str, RewardProvider]:
+    """The configured intrinsic reward providers by YAML key, in :attr:`RewardProviders.intrinsic`'s
     order.
 
     :param generator: draws the models' initial weights.
@@ -109,13 +109,13 @@ def make_reward_signals(
     :param normalize: the policy's observation normaliser (``gail`` applies it to them).
     :param sampler: the trainer's generator on ``device`` (``gail`` samples with it).
     """
-    built: dict[str, RewardSignal] = {}
+    built: dict[str, RewardProvider] = {}
     for name, settings in signals.intrinsic.items():
         if isinstance(settings, GAILSettings):
             if experts is None or "gail" not in experts or sampler is None:
                 raise ValueError("gail needs the demonstrations, the normaliser and a sampler")
             expert = experts["gail"]
-            built[name] = GAILSignal(
+            built[name] = GAILRewardProvider(
                 settings,
                 obs_dim,
                 action_space,
@@ -127,9 +127,11 @@ def make_reward_signals(
                 sampler=sampler,
             )
         elif isinstance(settings, CuriositySettings):
-            built[name] = CuriositySignal(settings, obs_dim, action_space, generator, device)
+            built[name] = CuriosityRewardProvider(
+                settings, obs_dim, action_space, generator, device
+            )
         else:
-            built[name] = RNDSignal(settings, obs_dim, generator, device)
+            built[name] = RNDRewardProvider(settings, obs_dim, generator, device)
     return built
 
 

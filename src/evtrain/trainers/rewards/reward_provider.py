@@ -1,20 +1,20 @@
-"""The base of the intrinsic reward signals: curiosity (ICM, :mod:`.curiosity`), random
+"""The base of the intrinsic reward providers: curiosity (ICM, :mod:`.curiosity`), random
 network distillation (:mod:`.rnd`) and GAIL (:mod:`.gail`).
 
 Each signal is a model with its own Adam, as in ML-Agents' reward providers:
-:meth:`RewardSignal.evaluate` gives the reward of a rollout's transitions (``strength`` applied),
-:meth:`RewardSignal.update` takes one gradient step on a minibatch and returns the losses under
+:meth:`RewardProvider.evaluate` gives the reward of a rollout's transitions (``strength`` applied),
+:meth:`RewardProvider.update` takes one gradient step on a minibatch and returns the losses under
 ML-Agents' stat names.  PPO evaluates a rollout once it is collected and trains the signals on
 the same minibatches as the policy; SAC evaluates them on its replay minibatches
-(:mod:`evtrain.trainers.sac.signals`).  Both signals ignore episode ends (ML-Agents'
-``_ignore_done``, :attr:`RewardSignal.episodic` false): a terminated episode is worth the
+(:mod:`evtrain.trainers.sac.rewards`).  Both signals ignore episode ends (ML-Agents'
+``_ignore_done``, :attr:`RewardProvider.episodic` false): a terminated episode is worth the
 signal's value of its final observation, not 0, since novelty does not stop at a goal.
 
 The models see the observations the policy sees (normalised when
 ``network_settings.normalize`` is on).  ML-Agents' ``LinearEncoder`` layers are linear + Swish
 (SiLU); here they get orthogonal init like the rest of evtrain's networks.  Their widths come
 from the signal's ``network_settings`` or ``encoding_size``
-(:func:`~evtrain.trainers.settings.signal_hidden_layers`).
+(:func:`~evtrain.trainers.settings.provider_hidden_layers`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class SiLUBody(nn.Module):
         return x
 
 
-class RewardSignal(nn.Module, abc.ABC):
-    """An intrinsic reward signal: its model, trained parameters and Adam.
+class RewardProvider(nn.Module, abc.ABC):
+    """An intrinsic reward provider: its model, trained parameters and Adam.
 
     :param trained: the part of ``model`` the optimizer trains.
     """
@@ -106,6 +106,6 @@ class RewardSignal(nn.Module, abc.ABC):
         self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
-    def signal_state_dict(self) -> dict[str, Any]:
+    def provider_state_dict(self) -> dict[str, Any]:
         """The model and its optimizer, for a checkpoint."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}

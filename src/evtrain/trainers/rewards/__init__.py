@@ -1,4 +1,4 @@
-"""Reward signals and imitation: the base of the intrinsic signals (:mod:`.reward_signal`),
+"""Reward providers and imitation: the base of the intrinsic reward providers (:mod:`.reward_provider`),
 curiosity (:mod:`.curiosity`), random network distillation (:mod:`.rnd`), GAIL (:mod:`.gail`),
 behavioral cloning (:mod:`.behavioral_cloning`), and what a trainer builds from its settings
 (:mod:`.build`; the extrinsic reward is the environment's own, scaled by its ``strength`` in the

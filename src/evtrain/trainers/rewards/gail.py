@@ -1,4 +1,4 @@
-"""GAIL: generative adversarial imitation learning (Ho & Ermon 2016) as a reward signal.
+"""GAIL: generative adversarial imitation learning (Ho & Ermon 2016) as a reward provider.
 
 A discriminator ``D(s[, a])`` learns to output 1 on demonstrations and 0 on the policy's
 experience; the reward of a transition is ``-log(1 - D)``, large where the policy does what
@@ -33,8 +33,8 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.trainers.networks.mlp import layer_init
-from evtrain.trainers.settings import GAILSettings, signal_hidden_layers
-from evtrain.trainers.signals.reward_signal import RewardSignal, SiLUBody
+from evtrain.trainers.rewards.reward_provider import RewardProvider, SiLUBody
+from evtrain.trainers.settings import GAILSettings, provider_hidden_layers
 
 GRADIENT_PENALTY_WEIGHT = 10.0
 """Weight of the gradient penalty in the discriminator's loss (ML-Agents')."""
@@ -98,7 +98,7 @@ class Discriminator(nn.Module):
         return torch.sigmoid(self.estimator(h)).squeeze(-1), mu
 
 
-class GAILSignal(RewardSignal):
+class GAILRewardProvider(RewardProvider):
     """GAIL's reward ``strength * -log(1 - D(s[, a]))``, and the discriminator's training.
 
     :param expert_obs: the demonstrations' observations, flattened, raw (on ``device``).
@@ -128,7 +128,7 @@ class GAILSignal(RewardSignal):
         self.use_actions = settings.use_actions
         in_features = obs_dim + (action_width(action_space) if self.use_actions else 0)
         model = Discriminator(
-            in_features, signal_hidden_layers(settings), settings.use_vail, generator
+            in_features, provider_hidden_layers(settings), settings.use_vail, generator
         )
         super().__init__(settings, model, model, device)
         self.discriminator = model

@@ -1,6 +1,6 @@
 """SIGINT, SIGTERM and SIGHUP at chosen moments of a real ``evtrain learn`` process.
 
-The moments are held open by the plugins of ``tests/signal_plugins/signal_gates.py``: the final
+The moments are held open by the plugins of ``tests/interrupt_plugins/interrupt_gates.py``: the final
 export waits at a gate (its ``.pt`` and ``checkpoint.pt`` are written by then), or the drain
 does; the test signals once the gate is reached, waits for the run's answer on stderr, then
 opens the gate.  No sleeps: every wait is on a file or a log line, bounded.
@@ -26,7 +26,7 @@ import yaml
 from evtrain.run.checkpoint import load_checkpoint
 from tests.helpers import isolated_python
 
-GATES = Path(__file__).parent / "signal_plugins"
+GATES = Path(__file__).parent / "interrupt_plugins"
 WAIT_S = 60.0
 
 
@@ -145,7 +145,7 @@ def assert_final_save_complete(run: Path, step: int) -> None:
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGHUP"])
-def test_a_signal_during_the_final_save_lets_it_finish_and_exits_zero(
+def test_an_interrupt_during_the_final_save_lets_it_finish_and_exits_zero(
     tmp_path: Path, learn: Callable[..., Learn], name: str
 ) -> None:
     run = learn(512, EVTRAIN_TEST_EXPORT_GATE=str(tmp_path))
@@ -185,7 +185,7 @@ def test_sigterm_during_the_drain_lets_the_writers_finish_and_exits_zero(
     assert_final_save_complete(run.run, 512)
 
 
-def test_a_second_signal_during_the_drain_aborts_at_once(
+def test_a_second_interrupt_during_the_drain_aborts_at_once(
     tmp_path: Path, learn: Callable[..., Learn]
 ) -> None:
     run = learn(512, EVTRAIN_TEST_DRAIN_GATE=str(tmp_path))
@@ -225,20 +225,20 @@ def test_learn_help_lists_the_exit_codes() -> None:
     assert result.stdout.split("\nsignals:", 1)[1] == (
         " the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current\n"
         "update finishes, then the final save and export, then the drain of the writers; during "
-        "the\nfinal save it lets the save finish. A second signal aborts at once and says which "
+        "the\nfinal save it lets the save finish. A second interrupt aborts at once and says which "
         "files of the\ninterrupted save are on disk (each complete).\n\n"
         "exit codes:\n"
         "  0    the run ended with its final save complete (at max_steps, or stopped by a "
         "signal)\n"
         "  1    the run failed (e.g. a non-finite reward or loss; another rank died)\n"
         "  2    usage or configuration error; nothing was trained\n"
-        "  130  aborted by a second signal: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the "
+        "  130  aborted by a second interrupt: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the "
         "signal's number)\n\n"
         'see docs/run-folder.md, "Exit codes and signals".\n'
     )
 
 
-def test_a_signal_ends_the_wait_for_subscribers_before_the_final_save(
+def test_an_interrupt_ends_the_wait_for_subscribers_before_the_final_save(
     tmp_path: Path, learn: Callable[..., Learn]
 ) -> None:
     run = learn(512, EVTRAIN_TEST_FLUSH_GATE=str(tmp_path), EVTRAIN_TEST_FLUSH_STEP="512")
@@ -283,7 +283,7 @@ def test_sighup_during_training_stops_cleanly_with_a_checkpoint(
 
 
 @pytest.mark.parametrize(("name", "code"), [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
-def test_a_second_signal_during_the_final_save_aborts_and_names_what_was_written(
+def test_a_second_interrupt_during_the_final_save_aborts_and_names_what_was_written(
     tmp_path: Path, learn: Callable[..., Learn], name: str, code: int
 ) -> None:
     run = learn(512, EVTRAIN_TEST_EXPORT_GATE=str(tmp_path))

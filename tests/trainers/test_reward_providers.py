@@ -17,9 +17,9 @@ from evtrain.export import onnx_policy
 from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings, PPOTrainer, make_vector_env
-from evtrain.trainers.settings import CuriositySettings, RewardSignals, RNDSettings
-from evtrain.trainers.signals.curiosity import CuriositySignal
-from evtrain.trainers.signals.rnd import RNDSignal
+from evtrain.trainers.rewards.curiosity import CuriosityRewardProvider
+from evtrain.trainers.rewards.rnd import RNDRewardProvider
+from evtrain.trainers.settings import CuriositySettings, RewardProviders, RNDSettings
 from evtrain.world import World
 from tests.trainers.helpers import Recording, make_envs, small_ppo
 
@@ -35,7 +35,7 @@ def problems(data: dict[str, Any]) -> list[str]:
 
 
 def test_ml_agents_yaml_structures_with_ml_agents_defaults() -> None:
-    # Pyramids' PPO config (ML-Agents' config/ppo/Pyramids.yaml), the reward signals part.
+    # Pyramids' PPO config (ML-Agents' config/ppo/Pyramids.yaml), the reward providers part.
     options = RunOptions.from_dict(
         behavior(
             {
@@ -52,7 +52,7 @@ def test_ml_agents_yaml_structures_with_ml_agents_defaults() -> None:
     defaults = RunOptions.from_dict(behavior({"curiosity": {}, "rnd": {}})).behaviors["B"]
     assert attrs_values(defaults.reward_signals.curiosity) == (0.99, 1.0, 64, 3.0e-4)
     assert attrs_values(defaults.reward_signals.rnd) == (0.99, 1.0, 64, 1.0e-4)
-    # A run without them writes (and reports) its reward signals as before.
+    # A run without them writes (and reports) its reward providers as before.
     plain = RunOptions.from_dict(behavior({"extrinsic": {"gamma": 0.9}}))
     assert plain.as_dict()["behaviors"]["B"]["reward_signals"] == {
         "extrinsic": {"gamma": 0.9, "strength": 1.0}
@@ -65,7 +65,7 @@ def attrs_values(s: CuriositySettings | RNDSettings | None) -> tuple[float, ...]
     return (s.gamma, s.strength, s.encoding_size, s.learning_rate)
 
 
-def test_reward_signal_settings_errors_name_the_key() -> None:
+def test_reward_provider_settings_errors_name_the_key() -> None:
     assert problems(behavior({"curiosity": {"encoding_size": 0}, "gail": {}})) == [
         "behaviors.B.reward_signals.curiosity.encoding_size: must be > 0, got 0",
         "behaviors.B.reward_signals.gail.demo_path: required key is missing",
@@ -76,12 +76,12 @@ def test_reward_signal_settings_errors_name_the_key() -> None:
     ]
 
 
-def test_network_settings_shape_the_signal_models_as_in_ml_agents(
+def test_network_settings_shape_the_reward_provider_models_as_in_ml_agents(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     import gymnasium as gym
 
-    from evtrain.trainers.settings import signal_hidden_layers
+    from evtrain.trainers.settings import provider_hidden_layers
 
     with caplog.at_level(logging.WARNING, logger="evtrain"):
         options = RunOptions.from_dict(
@@ -97,10 +97,10 @@ def test_network_settings_shape_the_signal_models_as_in_ml_agents(
             )
         )
     signals = options.behaviors["B"].reward_signals
-    assert signal_hidden_layers(signals.curiosity) == [32, 32, 32]  # type: ignore[arg-type]
-    assert signal_hidden_layers(signals.rnd) == [8, 8]  # type: ignore[arg-type]
-    assert signal_hidden_layers(CuriositySettings(encoding_size=16)) == [16, 16]
-    assert signal_hidden_layers(RNDSettings()) == [64, 64]  # no network_settings: as before
+    assert provider_hidden_layers(signals.curiosity) == [32, 32, 32]  # type: ignore[arg-type]
+    assert provider_hidden_layers(signals.rnd) == [8, 8]  # type: ignore[arg-type]
+    assert provider_hidden_layers(CuriositySettings(encoding_size=16)) == [16, 16]
+    assert provider_hidden_layers(RNDSettings()) == [64, 64]  # no network_settings: as before
     assert caplog.messages == [
         "behaviors.B.reward_signals.extrinsic.network_settings: has no effect: the extrinsic "
         "signal has no model",
@@ -113,7 +113,9 @@ def test_network_settings_shape_the_signal_models_as_in_ml_agents(
     generator = torch.Generator().manual_seed(0)
     settings = signals.curiosity
     assert settings is not None
-    curiosity = CuriositySignal(settings, 4, gym.spaces.Discrete(2), generator, torch.device("cpu"))
+    curiosity = CuriosityRewardProvider(
+        settings, 4, gym.spaces.Discrete(2), generator, torch.device("cpu")
+    )
     encoder = curiosity.curiosity.encoder.modules()
     linear = [m for m in encoder if isinstance(m, torch.nn.Linear)]
     assert [(layer.in_features, layer.out_features) for layer in linear] == [
@@ -152,13 +154,15 @@ def test_reward_is_larger_on_novel_than_on_repeated_transitions(kind: str) -> No
 
     generator = torch.Generator().manual_seed(0)
     action_space = gym.spaces.Discrete(2)
-    signal: CuriositySignal | RNDSignal
+    signal: CuriosityRewardProvider | RNDRewardProvider
     if kind == "curiosity":
-        signal = CuriositySignal(
+        signal = CuriosityRewardProvider(
             CuriositySettings(), 4, action_space, generator, torch.device("cpu")
         )
     else:
-        signal = RNDSignal(RNDSettings(learning_rate=1e-3), 4, generator, torch.device("cpu"))
+        signal = RNDRewardProvider(
+            RNDSettings(learning_rate=1e-3), 4, generator, torch.device("cpu")
+        )
     seen = cartpole_transitions(action=0)
     novel = cartpole_transitions(action=1)  # the pole falls the other way
     losses = [signal.update(*seen, World.current()) for _ in range(150)]
@@ -172,7 +176,9 @@ def test_untrained_curiosity_pays_nothing_and_strength_caps_it_at_one() -> None:
 
     generator = torch.Generator().manual_seed(0)
     settings = CuriositySettings(strength=1000.0)
-    signal = CuriositySignal(settings, 4, gym.spaces.Discrete(2), generator, torch.device("cpu"))
+    signal = CuriosityRewardProvider(
+        settings, 4, gym.spaces.Discrete(2), generator, torch.device("cpu")
+    )
     batch = cartpole_transitions(action=0, steps=64)
     assert not signal.evaluate(*batch).any()  # ML-Agents: 0 until the first update
     signal.update(*batch, World.current())
@@ -182,13 +188,13 @@ def test_untrained_curiosity_pays_nothing_and_strength_caps_it_at_one() -> None:
 
 def intrinsic_ppo(**signals: Any) -> Any:
     return small_ppo(
-        reward_signals=RewardSignals(**signals),
+        reward_signals=RewardProviders(**signals),
         network_settings=NetworkSettings(hidden_units=16, num_layers=1, normalize=True),
     )
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
-def test_ppo_values_terminated_episodes_for_the_intrinsic_signals_only(
+def test_ppo_values_terminated_episodes_for_the_intrinsic_rewards_only(
     recording: Recording, mode: AutoresetMode
 ) -> None:
     settings = intrinsic_ppo(curiosity=CuriositySettings(), rnd=RNDSettings())
@@ -200,7 +206,7 @@ def test_ppo_values_terminated_episodes_for_the_intrinsic_signals_only(
         trainer.advance()
     assert trainer.terminated.any()
     next_value = trainer._collect_rollout()
-    trainer.signal_rewards = trainer._evaluate_signals()
+    trainer.provider_rewards = trainer._evaluate_providers()
     ended = trainer.terminated & trainer.valid
     ended[-1] = False  # a step with a next one in the rollout
     t, n = (int(i) for i in np.argwhere(ended)[0])
@@ -212,7 +218,7 @@ def test_ppo_values_terminated_episodes_for_the_intrinsic_signals_only(
     advantages, returns = trainer._advantages(next_value)
     v = trainer.b_values[t, n]
     gamma = 0.99
-    for i, reward in enumerate([trainer.rewards, *trainer.signal_rewards]):
+    for i, reward in enumerate([trainer.rewards, *trainer.provider_rewards]):
         # one-step: the last step of an episode carries nothing from the next one
         bootstrap = 0.0 if i == 0 else float(v_final[i])
         expected = reward[t, n] + gamma * bootstrap
@@ -228,7 +234,9 @@ def saved(trainer: PPOTrainer) -> dict[str, Any]:
     return state
 
 
-def test_round_trip_restores_the_signal_models_and_optimizers(recording: Recording) -> None:
+def test_round_trip_restores_the_reward_provider_models_and_optimizers(
+    recording: Recording,
+) -> None:
     settings = intrinsic_ppo(curiosity=CuriositySettings(), rnd=RNDSettings())
     original = PPOTrainer(
         "Test", settings, make_vector_env("Pendulum-v1", 2), recording.reporter, seed=0
@@ -273,7 +281,7 @@ def test_round_trip_restores_the_signal_models_and_optimizers(recording: Recordi
         for signals in ({"curiosity": CuriositySettings()}, {"rnd": RNDSettings()})
     )
     with pytest.raises(
-        ValueError, match=r"the state has the intrinsic reward signals \['curiosity'\]"
+        ValueError, match=r"the state has the intrinsic reward providers \['curiosity'\]"
     ):
         rnd_only.load_state_dict(saved(curious))
 

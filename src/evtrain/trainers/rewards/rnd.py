@@ -1,14 +1,14 @@
 """Random network distillation (Burda et al. 2018): the reward is the error of a trained
 network that predicts a fixed random network's encoding of the next observation (ML-Agents'
-``RNDRewardProvider``; the base: :mod:`evtrain.trainers.signals.reward_signal`)."""
+``RNDRewardProvider``; the base: :mod:`evtrain.trainers.rewards.reward_provider`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from evtrain.trainers.settings import RNDSettings, signal_hidden_layers
-from evtrain.trainers.signals.reward_signal import RewardSignal, SiLUBody
+from evtrain.trainers.rewards.reward_provider import RewardProvider, SiLUBody
+from evtrain.trainers.settings import RNDSettings, provider_hidden_layers
 
 
 class RNDModel(nn.Module):
@@ -28,7 +28,7 @@ class RNDModel(nn.Module):
         return error
 
 
-class RNDSignal(RewardSignal):
+class RNDRewardProvider(RewardProvider):
     """RND's reward: the predictor's error on the observation an action was taken in (as
     ML-Agents evaluates it, on ``s`` rather than ``s'``)."""
 
@@ -41,7 +41,7 @@ class RNDSignal(RewardSignal):
         generator: torch.Generator,
         device: torch.device,
     ) -> None:
-        model = RNDModel(obs_dim, signal_hidden_layers(settings), generator)
+        model = RNDModel(obs_dim, provider_hidden_layers(settings), generator)
         super().__init__(settings, model, model.predictor, device)
         self.rnd = model
 

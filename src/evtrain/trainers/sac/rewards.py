@@ -1,4 +1,4 @@
-"""SAC's intrinsic reward signals (gail, curiosity, rnd) and behavioral cloning.
+"""SAC's intrinsic reward providers (gail, curiosity, rnd) and behavioral cloning.
 
 How SAC uses the signals, and where it differs from ML-Agents:
 
@@ -10,7 +10,7 @@ How SAC uses the signals, and where it differs from ML-Agents:
 - **One critic, one gamma.** ML-Agents' SAC gives each signal its own Q head with its own
   ``gamma``, and its curiosity and rnd heads ignore episode ends.  evtrain's twin critics learn
   the summed reward, discounted with the extrinsic ``gamma``, with no bootstrap after a
-  termination, for every signal: an intrinsic signal's ``gamma`` is not applied (a warning
+  termination, for every signal: an intrinsic reward provider's ``gamma`` is not applied (a warning
   says so when it differs), and there is no ``Policy/<Signal> Value Estimate``.
 - **The signals' models** train on minibatches of their own from the replay buffer, one per
   ``reward_signal_steps_per_update`` environment steps (after ``buffer_init_steps``), as in
@@ -37,18 +37,18 @@ from torch import nn
 
 from evtrain.bus.reporter import StatsReporter
 from evtrain.trainers.loops.replay import Transitions
-from evtrain.trainers.settings import SACSettings, TrainerSettings
-from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, PolicyOutput
-from evtrain.trainers.signals.build import (
+from evtrain.trainers.rewards.behavioral_cloning import BehavioralCloning, PolicyOutput
+from evtrain.trainers.rewards.build import (
     load_experts,
     make_behavioral_cloning,
-    make_reward_signals,
+    make_reward_providers,
 )
-from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.rewards.reward_provider import RewardProvider
+from evtrain.trainers.settings import SACSettings, TrainerSettings
 from evtrain.world import World
 
 
-class SACSignals:
+class SACRewardProviders:
     """The signals and the cloning of one SAC trainer (see the module's docstring).
 
     :param action_space: ``Box``, or ``Discrete``/``MultiDiscrete`` (whose actions the
@@ -86,7 +86,7 @@ class SACSignals:
         experts = load_experts(
             settings, behavior_name, observation_space, action_space, device, unit_actions=True
         )
-        self.signals: dict[str, RewardSignal] = make_reward_signals(
+        self.signals: dict[str, RewardProvider] = make_reward_providers(
             settings.reward_signals,
             obs_dim,
             action_space,
@@ -171,7 +171,7 @@ class SACSignals:
         if self.signals and len(replay) >= hp.batch_size:
             due = int(elapsed / hp.reward_signal_steps_per_update)
             for _ in range(due - self.signal_updates):
-                self._update_signals(replay, rng)
+                self._update_providers(replay, rng)
             self.signal_updates = max(self.signal_updates, due)
         if self.cloning is not None and elapsed >= 0:
             due = elapsed // self.cloning_every + 1
@@ -180,7 +180,7 @@ class SACSignals:
                     self.reporter.add_stat(key, value)
             self.cloning_updates = max(self.cloning_updates, due)
 
-    def _update_signals(self, replay: Transitions, rng: np.random.Generator) -> None:
+    def _update_providers(self, replay: Transitions, rng: np.random.Generator) -> None:
         mb_obs, mb_actions, _, mb_next_obs, _ = (
             t.to(self.device) for t in replay.sample(self.hp.batch_size, rng)
         )
@@ -198,7 +198,7 @@ class SACSignals:
     def state_dict(self) -> dict[str, Any]:
         """The signals' models and optimizers, the cloning's optimizer and both counts."""
         state: dict[str, Any] = {
-            "reward_signals": {n: s.signal_state_dict() for n, s in self.signals.items()},
+            "reward_signals": {n: s.provider_state_dict() for n, s in self.signals.items()},
             "signal_updates": self.signal_updates,
             "cloning_updates": self.cloning_updates,
         }
@@ -214,8 +214,8 @@ class SACSignals:
         saved = state.get("reward_signals", {})
         if set(saved) != set(self.signals):
             raise ValueError(
-                f"the state has the intrinsic reward signals {sorted(saved)}, the behavior "
-                f"is configured with {sorted(self.signals)}; configure the reward signals of "
+                f"the state has the intrinsic reward providers {sorted(saved)}, the behavior "
+                f"is configured with {sorted(self.signals)}; configure the reward providers of "
                 "the run that saved it"
             )
         for name, signal in self.signals.items():

@@ -1,7 +1,7 @@
 """SIGINT, SIGTERM and SIGHUP at chosen moments of a real ``evtrain learn`` process.
 
-The moments are held open by the plugins of ``tests/interrupt_plugins/interrupt_gates.py``: the final
-export waits at a gate (its ``.pt`` and ``checkpoint.pt`` are written by then), or the drain
+The moments are held open by the plugins of ``tests/interrupt_plugins/interrupt_gates.py``: the
+final export waits at a gate (its ``.pt`` and ``checkpoint.pt`` are written by then), or the drain
 does; the test signals once the gate is reached, waits for the run's answer on stderr, then
 opens the gate.  No sleeps: every wait is on a file or a log line, bounded.
 """

@@ -142,8 +142,8 @@ def test_options_without_effect_are_accepted_with_one_warning_each(
         "behaviors.P.network_settings.goal_conditioning_type: none has no effect in evtrain: "
         "Gymnasium environments have no goal observations",
         "behaviors.S.hyperparameters.reward_signal_steps_per_update: 10.0 has no effect "
-        "without an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward provider has no "
-        "model to update",
+        "without an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward "
+        "provider has no model to update",
     ]
 
 

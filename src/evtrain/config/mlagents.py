@@ -209,8 +209,8 @@ def warn_without_effect(behaviors: dict[str, Any]) -> None:
         ):
             logger.warning(
                 "%s.hyperparameters.reward_signal_steps_per_update: %s has no effect without "
-                "an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward provider has no "
-                "model to update",
+                "an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward "
+                "provider has no model to update",
                 where,
                 hp.reward_signal_steps_per_update,
             )

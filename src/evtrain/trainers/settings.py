@@ -200,8 +200,8 @@ class RewardProviders:
 
     @property
     def intrinsic(self) -> dict[str, IntrinsicSettings]:
-        """The configured intrinsic reward providers by YAML key, in ML-Agents' order (gail, curiosity,
-        rnd): the order of their value heads."""
+        """The configured intrinsic reward providers by YAML key, in ML-Agents' order (gail,
+        curiosity, rnd): the order of their value heads."""
         configured = {"gail": self.gail, "curiosity": self.curiosity, "rnd": self.rnd}
         return {name: s for name, s in configured.items() if s is not None}
 

@@ -197,8 +197,8 @@ class OnPolicyTrainer(Trainer):
         self._record_infos(infos, dones, valid)
         self.next_obs = next_obs
         # A time-limited episode is worth V(final observation): keep it to value later.
-        # (In NEXT_STEP mode the next step observes it; see _advantages.)  Intrinsic reward providers
-        # value terminated episodes' final observations too, and see them as s'.
+        # (In NEXT_STEP mode the next step observes it; see _advantages.)  Intrinsic reward
+        # providers value terminated episodes' final observations too, and see them as s'.
         ended = dones if self.signals else truncated & ~terminated
         if not ended.any() or self.autoreset.next_step:
             return None
@@ -248,8 +248,8 @@ class OnPolicyTrainer(Trainer):
 
     def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE over the rollout, cutting trajectories every ``time_horizon`` steps; with
-        intrinsic reward providers, GAE per signal and the sum of their advantages, one return column
-        per value head."""
+        intrinsic reward providers, GAE per provider and the sum of their advantages, one return
+        column per value head."""
         values = self.b_values.cpu().numpy()
         next_v = next_value.cpu().numpy()
         extrinsic = self.settings.reward_signals.extrinsic
@@ -313,8 +313,8 @@ class OnPolicyTrainer(Trainer):
 
     def _batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> Minibatch:
         """The rollout flattened into one batch (``b_obs``, ``b_actions``, ``b_logprobs``,
-        ``b_advantages``, ``b_returns``, and ``b_next_obs`` with intrinsic reward providers), without
-        the autoreset steps of NEXT_STEP mode."""
+        ``b_advantages``, ``b_returns``, and ``b_next_obs`` with intrinsic reward providers),
+        without the autoreset steps of NEXT_STEP mode."""
         b: Minibatch = (
             self.b_obs.flatten(0, 1),
             self.b_actions.flatten(0, 1),

@@ -58,9 +58,9 @@ class PPOUpdate(OnPolicyTrainer):
 
     @torch.no_grad()
     def _evaluate_providers(self) -> list[npt.NDArray[np.float32]]:
-        """Each intrinsic reward provider's ``(T, N)`` rewards of the rollout's transitions (0 on the
-        autoreset steps of NEXT_STEP mode); reports each signal's reward per finished episode
-        (``Policy/<Name> Reward``)."""
+        """Each intrinsic reward provider's ``(T, N)`` rewards of the rollout's transitions (0 on
+        the autoreset steps of NEXT_STEP mode); reports each provider's reward per finished
+        episode (``Policy/<Name> Reward``)."""
         T, N = self.num_steps, self.num_envs
         obs = self.b_obs.flatten(0, 1)
         actions = self.b_actions.flatten(0, 1)
@@ -104,7 +104,7 @@ class PPOUpdate(OnPolicyTrainer):
                 v_losses.append(v_loss)
                 if entropy is not None:
                     entropies.append(entropy)
-                # -- the intrinsic reward providers' models learn from the same minibatch (ML-Agents)
+                # -- the reward providers' models learn from the same minibatch (ML-Agents)
                 for signal in self.signals.values():
                     for key, loss in signal.update(mb[0], mb[1], mb[5], self.world).items():
                         provider_losses.setdefault(key, []).append(loss)

@@ -175,7 +175,7 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 def test_imports_of_sees_type_checking_and_function_level_imports() -> None:
     # evtrain.run.learn imports the checkpoint manager only for type checking, and inside
     # a function: both count.
-    assert "evtrain.run.checkpoint" in GRAPH["evtrain.run.learn"]
+    assert "evtrain.run.checkpoints.checkpoint" in GRAPH["evtrain.run.learn"]
 
 
 # -- the rooms of evtrain.trainers ---------------------------------------------------------------

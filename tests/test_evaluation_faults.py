@@ -34,7 +34,7 @@ from evtrain import (
     SaveEvent,
     StatsEvent,
 )
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import ROOT, clean_env, fill, isolated_python

@@ -15,7 +15,7 @@ import yaml
 from evtrain import ConfigError, RunOptions
 from evtrain.cli import main
 from evtrain.errors import RunFolderError
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.run.options import options_from_data
 from evtrain.run.record import record

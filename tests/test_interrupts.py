@@ -23,7 +23,7 @@ import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type infor
 import pytest
 import yaml
 
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from tests.helpers import isolated_python
 
 GATES = Path(__file__).parent / "interrupt_plugins"

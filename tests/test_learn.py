@@ -29,7 +29,7 @@ from evtrain import (
     signals,
 )
 from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import hparams_dashboard, isolated_python, tensorboard_steps

@@ -16,9 +16,9 @@ import torch
 from evtrain import Bus, ConfigError, RunOptions, SaveEvent
 from evtrain.config.environment_parameters import Constant, Gaussian, Sampler, Uniform
 from evtrain.errors import RunFolderError
-from evtrain.run.checkpoint import load_checkpoint
-from evtrain.run.env_parameters import EnvironmentParameters
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
+from evtrain.run.parameters.env_parameters import EnvironmentParameters
 from evtrain.testing import Recorder
 from tests.test_learn import config
 

@@ -29,7 +29,7 @@ from torch import nn
 from evtrain import Bus, ConfigError, RunOptions
 from evtrain.export import PolicyExporter, onnx_policy
 from evtrain.multiagent.slots import AgentSlots
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.trainers import NetworkSettings, RewardProviders, RewardProviderSettings
 from evtrain.trainers.envs import make_vector_env
 from evtrain.trainers.loops.group_update import GroupBatch, GroupOnPolicyTrainer

@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 from evtrain import Bus, SaveEvent, StatsEvent, StatsReporter
 from evtrain.export import PolicyExporter, onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers import MemorySettings, NetworkSettings, SACSettings, SACTrainer

@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from evtrain import ConfigError, RunOptions
 from evtrain.errors import CheckpointError
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings
 from evtrain.trainers.networks.policies import ActorCritic

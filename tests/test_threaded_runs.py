@@ -16,7 +16,7 @@ import yaml
 
 from evtrain import Bus, ExportEvent, RunFinished, RunOptions, RunStatus, SaveEvent, StatsReporter
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers.ppo import PPOTrainer

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from evtrain import Bus
-from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
+from evtrain.run.checkpoints.checkpoint_file import load_checkpoint, save_checkpoint
 from evtrain.trainers import (
     MemorySettings,
     NetworkSettings,

@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 
 from evtrain import ConfigError, RunOptions
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings, PPOTrainer, make_vector_env
 from evtrain.trainers.rewards.curiosity import CuriosityRewardProvider

@@ -5,7 +5,7 @@ signals, shutdown — and the trainers own the algorithms.  Every exit path (com
 Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
 
 Here: the run's lifecycle, from the folder to ``run_finished``.  When and what it saves is
-:class:`~evtrain.run.save_schedule.SaveSchedule`'s; its flushes and its drain,
+:class:`~evtrain.run.checkpoints.save_schedule.SaveSchedule`'s; its flushes and its drain,
 :class:`~evtrain.run.run_bus.RunBus`'s.
 """
 
@@ -34,20 +34,20 @@ from evtrain.run.build import (
     training_status,
     with_drawn_seed,
 )
-from evtrain.run.checkpoint_fit import saved_configurations
-from evtrain.run.co_players import CoPlayerWiring
-from evtrain.run.curriculum import Curriculum
-from evtrain.run.elastic import record_start, resumed_after_restart
-from evtrain.run.evaluations import Evaluations
-from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
+from evtrain.run.checkpoints.checkpoint_fit import saved_configurations
+from evtrain.run.checkpoints.elastic import record_start, resumed_after_restart
+from evtrain.run.checkpoints.run_folder import RunFolder, prepare_run_folder, write_configuration
+from evtrain.run.checkpoints.save_schedule import SaveSchedule
+from evtrain.run.checkpoints.save_schedule import SavingProgress as SavingProgress
+from evtrain.run.environments.co_players import CoPlayerWiring
+from evtrain.run.evaluation.evaluations import Evaluations
+from evtrain.run.evaluation.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
 from evtrain.run.interrupt import stop_on_interrupts
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
+from evtrain.run.parameters.curriculum import Curriculum
 from evtrain.run.progress import console_logging
 from evtrain.run.run_bus import RunBus
-from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
-from evtrain.run.save_schedule import SaveSchedule
-from evtrain.run.save_schedule import SavingProgress as SavingProgress
 from evtrain.run.stops import connect_stops
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
@@ -56,7 +56,7 @@ from evtrain.trainers.registry import trainer_type, use_trainer_types
 from evtrain.world import World
 
 if TYPE_CHECKING:
-    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
     from evtrain.trainers.base import Trainer
 
 logger = logging.getLogger("evtrain")

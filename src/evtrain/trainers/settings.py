@@ -265,7 +265,7 @@ class TrainerSettings:
     needs an environment whose agents of this behavior form two teams."""
     evaluation: EvaluationSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     """evtrain's own: evaluate the deterministic policy every ``evaluation.every`` steps on
-    environments of its own, and keep the best model (:mod:`evtrain.run.evaluations`)."""
+    environments of its own, and keep the best model (:mod:`evtrain.run.evaluation.evaluations`)."""
     max_steps: int = attrs.field(default=500000, validator=[*_positive_int, _steps])
     """Environment steps (summed over environments) after which training stops."""
     time_horizon: int = attrs.field(default=64, validator=[*_positive_int, _steps])

@@ -1,12 +1,12 @@
 """The run folder: ``results/<run_id>/``, the run's alone.
 
-Checked against ``--resume``/``--force``, locked for the run's whole life (:mod:`evtrain.run.lock`),
-marked as evtrain's (``.evtrain-run``) and stamped with the resolved options before the first
-step.  Run ids and behavior names are folder names (:mod:`evtrain.config.names`), so nothing here
-reaches outside ``results_dir/<run_id>``; ``--force`` removes only a folder evtrain made as a run,
-never what a symbolic link points to, and never the run the new one is to start from.  A run
-that continues a folder (``--resume``, inference) refuses one holding a symbolic link, so it
-never writes or rotates files through one.
+Checked against ``--resume``/``--force``, locked for the run's whole life
+(:mod:`evtrain.run.checkpoints.lock`), marked as evtrain's (``.evtrain-run``) and stamped with the
+resolved options before the first step.  Run ids and behavior names are folder names
+(:mod:`evtrain.config.names`), so nothing here reaches outside ``results_dir/<run_id>``; ``--force``
+removes only a folder evtrain made as a run, never what a symbolic link points to, and never the run
+the new one is to start from.  A run that continues a folder (``--resume``, inference) refuses one
+holding a symbolic link, so it never writes or rotates files through one.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import yaml
 from evtrain.atomic import atomic_write
 from evtrain.config.options import RunOptions
 from evtrain.errors import RunFolderError
-from evtrain.run.lock import LOCK, RunLock
+from evtrain.run.checkpoints.lock import LOCK, RunLock
 
 logger = logging.getLogger("evtrain")
 

@@ -16,7 +16,7 @@ import torch
 
 from evtrain.atomic import StrPath, atomic_write
 
-logger = logging.getLogger("evtrain.run.checkpoint")
+logger = logging.getLogger("evtrain.run.checkpoints.checkpoint")
 
 
 # -- training_status.json ------------------------------------------------------------------------

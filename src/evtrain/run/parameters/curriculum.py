@@ -14,7 +14,7 @@ every behavior's episode buffer at any lesson change, so does evtrain):
   end) exceeds ``threshold`` (ML-Agents #5623; no smoothing: a rating is an average already).
 
 A change moves one lesson, emits ``lesson_changed``, logs one line, and reaches every
-sub-environment through its :class:`~evtrain.run.env_parameters.EnvironmentParameters`
+sub-environment through its :class:`~evtrain.run.parameters.env_parameters.EnvironmentParameters`
 wrapper, from its next episode on.  Every summary of every behavior reports
 ``Environment/Lesson Number/<parameter>``: the lesson its period was played in.  The lesson
 is recorded in ``training_status.json`` (``{"<parameter>": {"lesson_num": N}}``, ML-Agents'
@@ -35,14 +35,14 @@ from evtrain.config.environment_parameters import CompletionCriteria, Environmen
 from evtrain.events import signals
 from evtrain.events.payloads import LessonChanged, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD, StatsAggregationMethod, StatsSummary
-from evtrain.run.env_parameters import with_parameters
+from evtrain.run.parameters.env_parameters import with_parameters
 from evtrain.trainers.ghost import ELO
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
     from evtrain.config.environment_parameters import Sampler
     from evtrain.config.options import RunOptions
-    from evtrain.run.training_status import TrainingStatus
+    from evtrain.run.checkpoints.training_status import TrainingStatus
     from evtrain.world import World
 
 logger = logging.getLogger("evtrain")

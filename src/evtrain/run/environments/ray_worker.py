@@ -2,10 +2,10 @@
 stepped together in one remote call (:class:`EnvWorker`), and how it builds them
 (:class:`EnvMaker`).
 
-Ray is not imported here: the driver (:mod:`evtrain.run.ray_envs`) makes :class:`EnvWorker` an
-actor class with ``ray.remote``; the actor's process imports this module by name, so it must
-find evtrain (and the environment's module) as the driver does: Ray puts the driver's working
-folder on the actor's ``sys.path``, the rest comes from where ``ray start`` ran.
+Ray is not imported here: the driver (:mod:`evtrain.run.environments.ray_envs`) makes
+:class:`EnvWorker` an actor class with ``ray.remote``; the actor's process imports this module by
+name, so it must find evtrain (and the environment's module) as the driver does: Ray puts the
+driver's working folder on the actor's ``sys.path``, the rest comes from where ``ray start`` ran.
 """
 
 from __future__ import annotations

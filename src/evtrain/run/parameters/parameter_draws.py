@@ -1,13 +1,13 @@
 """The values of a run's ``environment_parameters`` for one environment, episode by episode:
-what the wrappers of :mod:`evtrain.run.env_parameters` (a Gymnasium sub-environment) and
-:mod:`evtrain.run.pettingzoo_parameters` (a copy of a PettingZoo environment) share.
+what the wrappers of :mod:`evtrain.run.parameters.env_parameters` (a Gymnasium sub-environment) and
+:mod:`evtrain.run.parameters.pettingzoo_parameters` (a copy of a PettingZoo environment) share.
 
 At each reset :meth:`ParameterDraws.start_episode` draws each parameter's value from the
 current lesson's sampler, sets it as an attribute of the unwrapped environment when it has one,
 and returns the reset options that carry the others.  The draws come from a numpy Generator
 seeded with the seed the environment is reset with, in a stream of its own; a sampler with a
 ``seed`` of its own draws from a Generator seeded with that seed alone (the module docs of
-:mod:`evtrain.run.env_parameters` say more).
+:mod:`evtrain.run.parameters.env_parameters` say more).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import attrs
 from evtrain.atomic import atomic_write
 from evtrain.config.options import RunOptions
 from evtrain.ranks import ElasticStart
-from evtrain.run.run_folder import unwritable
+from evtrain.run.checkpoints.run_folder import unwritable
 from evtrain.world import World
 
 logger = logging.getLogger("evtrain")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 class SaveCancelled(Exception):
     """A save stopped before its next file by :meth:`CheckpointManager.cancel
-    <evtrain.run.checkpoint.CheckpointManager.cancel>`."""
+    <evtrain.run.checkpoints.checkpoint.CheckpointManager.cancel>`."""
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -1,5 +1,5 @@
 """``vectorization: ray``: the run's ``num_envs`` environments in Ray actors ("workers", each
-an :class:`~evtrain.run.ray_worker.EnvWorker`), behind a Gymnasium ``VectorEnv``.
+an :class:`~evtrain.run.environments.ray_worker.EnvWorker`), behind a Gymnasium ``VectorEnv``.
 
 One vector step sends each worker its environments' actions in one remote call, all calls at
 once, and then gathers them: a step costs one round trip per worker, not per environment.
@@ -38,7 +38,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from evtrain.config.options import EnvironmentSettings, RaySettings
 from evtrain.errors import ConfigError, EnvWorkerError
 from evtrain.extras import install_hint
-from evtrain.run.ray_worker import EnvMaker, EnvWorker, StepResult
+from evtrain.run.environments.ray_worker import EnvMaker, EnvWorker, StepResult
 
 logger = logging.getLogger("evtrain")
 

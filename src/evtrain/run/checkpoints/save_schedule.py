@@ -2,7 +2,7 @@
 what a second interrupt left on disk.
 
 Each save takes a snapshot of the trainer's state and policy on the training thread and hands
-it to the :class:`~evtrain.run.saver.BackgroundSaver`, which writes, exports and emits
+it to the :class:`~evtrain.run.checkpoints.saver.BackgroundSaver`, which writes, exports and emits
 ``save``/``export`` while training goes on.  A checkpoint implies its statistics: before a
 save writes, what was emitted so far is flushed to every local writer (journaled for a spool
 one).
@@ -16,14 +16,14 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from evtrain.run.checkpoints.saver import BackgroundSaver, snapshot
 from evtrain.run.interrupt import StopRequest
 from evtrain.run.loop import ProgressHook
 from evtrain.run.run_bus import RunBus
-from evtrain.run.saver import BackgroundSaver, snapshot
 from evtrain.timers import hierarchical_timer
 
 if TYPE_CHECKING:
-    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
     from evtrain.trainers.base import Trainer
 
 logger = logging.getLogger("evtrain")

@@ -1,7 +1,7 @@
 """PettingZoo environments of a run: ids of PettingZoo's registry, what to install when it is
 missing, and each behavior's :class:`~evtrain.multiagent.slots.AgentSlots` over copies made by
-the environment's factory (:func:`evtrain.run.envs.make_envs` decides which environments are
-PettingZoo's).
+the environment's factory (:func:`evtrain.run.environments.envs.make_envs` decides which
+environments are PettingZoo's).
 
 With ``vectorization: async`` each copy of a Parallel environment lives in a process of its own
 (:mod:`evtrain.multiagent.remote`), made there by the factory, and the copies step at once;
@@ -9,7 +9,7 @@ the co-players still act in this process, batched across the copies, one forward
 step.  A turn-based (AEC) game with it is refused (every move would be a round trip to a
 process), as is ``network_settings.memory`` (an agent's memory would run on through the steps
 it is out of its episode).  ``environment_parameters`` wrap each copy
-(:mod:`evtrain.run.pettingzoo_parameters`).  PettingZoo is imported only here and in that
+(:mod:`evtrain.run.parameters.pettingzoo_parameters`).  PettingZoo is imported only here and in that
 module, and only when asked.
 """
 

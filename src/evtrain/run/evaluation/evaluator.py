@@ -3,14 +3,14 @@
 An :class:`Evaluator` starts a worker process (``forkserver`` where there is one, else
 ``spawn``: never ``fork``, which copies torch's threads and locks mid-flight) that builds
 environments of its own as the training ones are built
-(:func:`~evtrain.run.envs.make_envs`: the same ``env_id``, factory and ``env_kwargs``, with
-``evaluation.env_kwargs`` over them) and keeps them for every evaluation.  Each evaluation
+(:func:`~evtrain.run.environments.envs.make_envs`: the same ``env_id``, factory and ``env_kwargs``,
+with ``evaluation.env_kwargs`` over them) and keeps them for every evaluation.  Each evaluation
 sends it a snapshot of the policy taken at the evaluation's step (pickled, on the CPU) and
 later reads back each episode's return and length.  The worker steps its sub-environments one
 by one rather than through the vector environment, so that it decides each reset: episode
 ``i`` starts from ``reset(seed=seed + i)`` on whichever environment is free, the policy acting
 on one batch of every environment's observation per step
-(:func:`evtrain.run.evaluation_worker.play_episodes`).
+(:func:`evtrain.run.evaluation.evaluation_worker.play_episodes`).
 
 A process, not a thread: an evaluation steps as many environments as a good part of the
 training does (10 CartPole episodes of 500 steps every 10,000 steps is half as many), in
@@ -49,7 +49,7 @@ import torch
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.evaluation.settings import EvaluationSettings
-from evtrain.run.evaluation_worker import work
+from evtrain.run.evaluation.evaluation_worker import work
 
 logger = logging.getLogger("evtrain")
 

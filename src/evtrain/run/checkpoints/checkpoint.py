@@ -9,14 +9,15 @@ Layout (ML-Agents', kept on purpose)::
     results/<run_id>/run_logs/training_status.json    checkpoint lists, final checkpoints
 
 Every file is written by :func:`~evtrain.atomic.atomic_write` (a trainer state by
-:func:`~evtrain.run.checkpoint_file.save_checkpoint`, re-exported here): a reader, a crash or
-``kill -9`` at any moment sees the old complete file or the new complete one, never a torn
+:func:`~evtrain.run.checkpoints.checkpoint_file.save_checkpoint`, re-exported here): a reader, a
+crash or ``kill -9`` at any moment sees the old complete file or the new complete one, never a torn
 one.  ``save`` and ``export`` are emitted only once their file is in place.  Only one rank
 writes (``is_writer``); the runner decides which.
 
 The manager writes; the list of tracked checkpoints and their rotation are
-:class:`~evtrain.run.checkpoint_list.CheckpointList`'s, and how far a save has got (for a
-second Ctrl-C's message, and to cancel one) :class:`~evtrain.run.save_progress.SaveProgress`'s.
+:class:`~evtrain.run.checkpoints.checkpoint_list.CheckpointList`'s, and how far a save has got (for
+a second Ctrl-C's message, and to cancel one)
+:class:`~evtrain.run.checkpoints.save_progress.SaveProgress`'s.
 """
 
 from __future__ import annotations
@@ -36,16 +37,16 @@ from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.events.signals import EventSignal
 from evtrain.export import Example, PolicyExporter
-from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
-from evtrain.run.checkpoint_list import CheckpointList
-from evtrain.run.save_progress import SaveCancelled, SaveProgress
-from evtrain.run.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
+from evtrain.run.checkpoints.checkpoint_file import load_checkpoint, save_checkpoint
+from evtrain.run.checkpoints.checkpoint_list import CheckpointList
+from evtrain.run.checkpoints.save_progress import SaveCancelled, SaveProgress
+from evtrain.run.checkpoints.training_status import ModelCheckpoint, TrainingStatus, finite_or_none
 from evtrain.timers import hierarchical_timer
 from evtrain.trainers.finite import refuse_nonfinite_weights
 
 __all__ = ["CheckpointManager", "SaveCancelled", "load_checkpoint", "save_checkpoint"]
 
-logger = logging.getLogger("evtrain.run.checkpoint")
+logger = logging.getLogger("evtrain.run.checkpoints.checkpoint")
 
 P = TypeVar("P")
 

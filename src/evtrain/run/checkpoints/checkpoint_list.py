@@ -9,10 +9,10 @@ from pathlib import Path
 
 import attrs
 
-from evtrain.run.save_progress import SaveProgress
-from evtrain.run.training_status import ModelCheckpoint, TrainingStatus
+from evtrain.run.checkpoints.save_progress import SaveProgress
+from evtrain.run.checkpoints.training_status import ModelCheckpoint, TrainingStatus
 
-logger = logging.getLogger("evtrain.run.checkpoint")
+logger = logging.getLogger("evtrain.run.checkpoints.checkpoint")
 
 
 class CheckpointList:

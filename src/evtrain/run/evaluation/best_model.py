@@ -32,16 +32,16 @@ import attrs
 from evtrain.atomic import atomic_write, fsync_folder, remove_stale_temps
 from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
-from evtrain.run.checkpoint_file import save_checkpoint
+from evtrain.run.checkpoints.checkpoint_file import save_checkpoint
 from evtrain.trainers.finite import refuse_nonfinite_weights
 
 if TYPE_CHECKING:
     from torch import nn
 
     from evtrain.export import Example
-    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
 
-logger = logging.getLogger("evtrain.run.checkpoint")
+logger = logging.getLogger("evtrain.run.checkpoints.checkpoint")
 
 
 @attrs.frozen(kw_only=True)

@@ -1,5 +1,5 @@
-"""What runs in an evaluation worker process (:class:`evtrain.run.evaluator.Evaluator` starts
-it): the environments built once, each evaluation's episodes played and its videos recorded,
+"""What runs in an evaluation worker process (:class:`evtrain.run.evaluation.evaluator.Evaluator`
+starts it): the environments built once, each evaluation's episodes played and its videos recorded,
 the answers sent back; OS signals to the process group left to the run, and the worker ended
 with the run's process.
 """
@@ -23,7 +23,7 @@ from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.export import memory_size_of
-from evtrain.run.envs import make_envs, working_folder_importable
+from evtrain.run.environments.envs import make_envs, working_folder_importable
 from evtrain.trainers.networks.memory import StatefulPolicy
 from evtrain.trainers.observations import policy_inputs
 
@@ -103,7 +103,7 @@ def _videos(
 ) -> tuple[list[tuple[int, str]], list[str]]:
     if settings.video is None:
         return [], []
-    from evtrain.run.evaluation_videos import record_videos
+    from evtrain.run.evaluation.evaluation_videos import record_videos
 
     return record_videos(
         policy,

@@ -6,11 +6,12 @@ that has finished is emitted as ``evaluation`` (an :class:`~evtrain.EvaluationEv
 with the step of its policy), and one is started when the behavior's step reaches the next
 multiple of ``every``.  Starting one takes, on the training thread, a snapshot of the
 deterministic policy (its observation normaliser inside, as of that step: never stale) and,
-with ``best_model``, of the trainer's state; the :class:`~evtrain.run.evaluator.Evaluator`
-plays the episodes in its worker process meanwhile.  At most one evaluation per behavior is in
-flight: if the next is due before the last has finished, training waits for it (and says so
-once), so that every multiple of ``every`` is evaluated; a first OS signal (Ctrl-C, SIGTERM,
-SIGHUP) ends that wait, and the run stops without the evaluation.
+with ``best_model``, of the trainer's state; the
+:class:`~evtrain.run.evaluation.evaluator.Evaluator` plays the episodes in its worker process
+meanwhile.  At most one evaluation per behavior is in flight: if the next is due before the last has
+finished, training waits for it (and says so once), so that every multiple of ``every`` is
+evaluated; a first OS signal (Ctrl-C, SIGTERM, SIGHUP) ends that wait, and the run stops without the
+evaluation.
 
 An evaluation that fails (its worker raised, was killed, or outlasted ``evaluation.timeout``)
 is logged as a warning and counted in the stat ``Evaluation/Failed Evaluations`` of the
@@ -19,8 +20,8 @@ the next evaluation, and training goes on.  A video that was not written is a wa
 its file and a count in ``Evaluation/Failed Videos``; its evaluation still counts.
 
 When an evaluation's mean return beats the best so far, the snapshots of its step go to the
-run's background saver (:meth:`~evtrain.run.checkpoint.CheckpointManager.save_best`), which
-writes the best model and emits ``save``/``export`` with ``best=True``.  A mean return that is
+run's background saver (:meth:`~evtrain.run.checkpoints.checkpoint.CheckpointManager.save_best`),
+which writes the best model and emits ``save``/``export`` with ``best=True``.  A mean return that is
 not finite (a NaN reward) is never the best.  ``--resume`` reads
 ``best.json`` back, so a resumed run replaces the best only with a better one.
 
@@ -42,7 +43,9 @@ from evtrain.evaluation.video import media_type_of
 from evtrain.events import signals
 from evtrain.events.payloads import ArtifactEvent, EvaluationEvent
 from evtrain.events.stats import StatsAggregationMethod
-from evtrain.run.best_model import (
+from evtrain.run.checkpoints.save_schedule import SaveSchedule, example_obs
+from evtrain.run.checkpoints.saver import snapshot
+from evtrain.run.evaluation.best_model import (
     BestRecord,
     best_checkpoint_path,
     best_model_path,
@@ -50,9 +53,7 @@ from evtrain.run.best_model import (
     recover_best,
     save_best,
 )
-from evtrain.run.evaluator import Episodes, EvaluationFailed, Evaluator
-from evtrain.run.save_schedule import SaveSchedule, example_obs
-from evtrain.run.saver import snapshot
+from evtrain.run.evaluation.evaluator import Episodes, EvaluationFailed, Evaluator
 from evtrain.timers import hierarchical_timer
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from evtrain.bus import Bus
     from evtrain.config.options import RunOptions
     from evtrain.evaluation.settings import EvaluationSettings
-    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
     from evtrain.trainers.base import Trainer
 
 logger = logging.getLogger("evtrain")

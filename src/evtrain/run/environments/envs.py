@@ -12,7 +12,7 @@ any training starts.
 
 A PettingZoo environment is built per behavior: ``num_envs`` copies of it, wrapped as the
 behavior's :class:`~evtrain.multiagent.slots.AgentSlots` (:func:`make_envs` with
-``behavior``; :mod:`evtrain.run.pettingzoo_envs`), its agents mapped to behaviors by
+``behavior``; :mod:`evtrain.run.environments.pettingzoo_envs`), its agents mapped to behaviors by
 ``env_settings.agent_behaviors``.
 
 The module of an id is looked up as ``python -m`` looks modules up: the current working folder
@@ -36,7 +36,7 @@ from typing import Any
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
-from evtrain.run.pettingzoo_envs import (
+from evtrain.run.environments.pettingzoo_envs import (
     PETTINGZOO_MODULES,
     agent_slots,
     call_factory,
@@ -61,13 +61,13 @@ def make_envs(
 
     :param wrapper: applied to each sub-environment, in its own process when vectorization is
         async or ray (so it must pickle): the run's ``environment_parameters``
-        (:mod:`evtrain.run.env_parameters`).
+        (:mod:`evtrain.run.parameters.env_parameters`).
     :param behavior: the behavior they are for (a PettingZoo environment needs it).
     :param behaviors: every behavior's settings: a PettingZoo environment's agents must fit.
 
     :raises ConfigError: the id is not registered, needs a package that is not installed, or
         the callable cannot be imported; a PettingZoo environment that its options do not fit
-        (:func:`~evtrain.run.pettingzoo_envs.agent_slots`).
+        (:func:`~evtrain.run.environments.pettingzoo_envs.agent_slots`).
     """
     import gymnasium as gym
 
@@ -164,10 +164,10 @@ def _ray_envs(
     factory: Callable[..., Any] | None,
     wrapper: Callable[[Any], Any] | None,
 ) -> Any:
-    """:func:`make_envs` with ``vectorization: ray`` (:mod:`evtrain.run.ray_envs`; Ray is
-    imported only then)."""
-    from evtrain.run.ray_envs import make_ray_envs
-    from evtrain.run.ray_worker import EnvMaker
+    """:func:`make_envs` with ``vectorization: ray`` (:mod:`evtrain.run.environments.ray_envs`; Ray
+    is imported only then)."""
+    from evtrain.run.environments.ray_envs import make_ray_envs
+    from evtrain.run.environments.ray_worker import EnvMaker
 
     maker = EnvMaker(
         env_id=settings.env_id, env_kwargs=settings.env_kwargs, factory=factory, wrapper=wrapper

@@ -1,5 +1,5 @@
 """Evaluations that go wrong never end the run: an evaluation environment that raises, hangs
-(``evaluation.timeout``) or renders no frame, a worker killed with ``kill -9``, OS signals sent
+(``evaluation.timeout``) or renders no frame, a worker killed with ``kill -9``, interrupts sent
 to the whole process group, a NaN return; each is reported (a warning, a stat) and training
 goes on to its final save.  The faults are those of ``tests/evaluation_envs.py``."""
 

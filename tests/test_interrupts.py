@@ -234,7 +234,7 @@ def test_learn_help_lists_the_exit_codes() -> None:
         "  2    usage or configuration error; nothing was trained\n"
         "  130  aborted by a second interrupt: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the "
         "signal's number)\n\n"
-        'see docs/run-folder.md, "Exit codes and signals".\n'
+        'see docs/run-folder.md, "Exit codes and interrupts".\n'
     )
 
 

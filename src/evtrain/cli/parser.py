@@ -23,7 +23,7 @@ exit codes:
   2    usage or configuration error; nothing was trained
   130  aborted by a second interrupt: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the signal's number)
 
-see docs/run-folder.md, "Exit codes and signals"."""
+see docs/run-folder.md, "Exit codes and interrupts"."""
 
 if TYPE_CHECKING:
     # What add_subparsers returns; argparse's own name for it is private.

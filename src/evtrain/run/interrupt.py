@@ -11,7 +11,7 @@ complete, and the runner says which files the interrupted save wrote.  Later sig
 abort waits for the file being written, are only logged: cutting that wait short would leave a
 temporary file behind.
 
-Exit codes of ``evtrain learn`` (docs/run-folder.md, "Exit codes and signals"): 0 when the run
+Exit codes of ``evtrain learn`` (docs/run-folder.md, "Exit codes and interrupts"): 0 when the run
 ended with its final save complete, stopped by a signal or not; 1 when it failed; 2 for a usage
 or configuration error; ``128 + signal number`` after an abort (130 SIGINT, 143 SIGTERM, 129
 SIGHUP).

@@ -1,6 +1,6 @@
 """What runs in an evaluation worker process (:class:`evtrain.run.evaluation.evaluator.Evaluator`
 starts it): the environments built once, each evaluation's episodes played and its videos recorded,
-the answers sent back; OS signals to the process group left to the run, and the worker ended
+the answers sent back; interrupts to the process group left to the run, and the worker ended
 with the run's process.
 """
 
@@ -30,7 +30,7 @@ from evtrain.trainers.observations import policy_inputs
 _IGNORED = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
-"""The OS signals the worker ignores: sent to the process group, they are the run's."""
+"""The interrupts the worker ignores: sent to the process group, they are the run's."""
 
 
 def work(

@@ -10,7 +10,7 @@ with ``best_model``, of the trainer's state; the
 :class:`~evtrain.run.evaluation.evaluator.Evaluator` plays the episodes in its worker process
 meanwhile.  At most one evaluation per behavior is in flight: if the next is due before the last has
 finished, training waits for it (and says so once), so that every multiple of ``every`` is
-evaluated; a first OS signal (Ctrl-C, SIGTERM, SIGHUP) ends that wait, and the run stops without the
+evaluated; a first interrupt (Ctrl-C, SIGTERM, SIGHUP) ends that wait, and the run stops without the
 evaluation.
 
 An evaluation that fails (its worker raised, was killed, or outlasted ``evaluation.timeout``)
@@ -113,7 +113,7 @@ class Evaluations:
         self.begun: dict[str, int] = {}
         """Evaluations begun per behavior (which are recorded: ``video.every``)."""
         self.stop_requested: Callable[[], bool] = lambda: False
-        """Whether an OS signal asked the run to stop: it ends a wait for an evaluation."""
+        """Whether an interrupt asked the run to stop: it ends a wait for an evaluation."""
 
     def start(self, *, rank: int) -> None:
         """Build each evaluated behavior's evaluator (rank 0, training only): its first

@@ -222,18 +222,18 @@ def test_learn_help_lists_the_exit_codes() -> None:
         check=False,
     )
     assert result.returncode == 0
-    assert result.stdout.split("\nsignals:", 1)[1] == (
+    assert result.stdout.split("\ninterrupts:", 1)[1] == (
         " the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current\n"
         "update finishes, then the final save and export, then the drain of the writers; during "
         "the\nfinal save it lets the save finish. A second interrupt aborts at once and says which "
-        "files of the\ninterrupted save are on disk (each complete).\n\n"
+        "files of\nthe interrupted save are on disk (each complete).\n\n"
         "exit codes:\n"
-        "  0    the run ended with its final save complete (at max_steps, or stopped by a "
-        "signal)\n"
+        "  0    the run ended with its final save complete (at max_steps, or stopped by an "
+        "interrupt)\n"
         "  1    the run failed (e.g. a non-finite reward or loss; another rank died)\n"
         "  2    usage or configuration error; nothing was trained\n"
-        "  130  aborted by a second interrupt: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the "
-        "signal's number)\n\n"
+        "  130  aborted by a second interrupt: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + its "
+        "number)\n\n"
         'see docs/run-folder.md, "Exit codes and interrupts".\n'
     )
 

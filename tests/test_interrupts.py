@@ -2,8 +2,8 @@
 
 The moments are held open by the plugins of ``tests/interrupt_plugins/interrupt_gates.py``: the
 final export waits at a gate (its ``.pt`` and ``checkpoint.pt`` are written by then), or the drain
-does; the test signals once the gate is reached, waits for the run's answer on stderr, then
-opens the gate.  No sleeps: every wait is on a file or a log line, bounded.
+does; the test sends the interrupt once the gate is reached, waits for the run's answer on
+stderr, then opens the gate.  No sleeps: every wait is on a file or a log line, bounded.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def test_a_second_interrupt_during_the_final_save_aborts_and_names_what_was_writ
     run.wait_for_line(f"{name} received during the final save")
     run.proc.send_signal(getattr(signal, name))
     run.wait_for_line(f"{name} received again")
-    # A third signal does not cut short the file being written.
+    # A third interrupt does not cut short the file being written.
     run.proc.send_signal(getattr(signal, name))
     run.wait_for_line(f"{name} received: already aborting")
     # The export being traced completes; the save stops before its next file.

@@ -159,7 +159,7 @@ def test_sac_warns_about_intrinsic_gammas_it_does_not_apply(
     }
     assert warnings_of(caplog, data) == [
         "behaviors.S.reward_signals.curiosity.gamma: 0.9 has no effect with trainer_type sac: "
-        "SAC discounts the sum of the signals' rewards with the extrinsic gamma (0.99)",
+        "SAC discounts the sum of the providers' rewards with the extrinsic gamma (0.99)",
     ]
 
 

@@ -103,7 +103,7 @@ def test_network_settings_shape_the_reward_provider_models_as_in_ml_agents(
     assert provider_hidden_layers(RNDSettings()) == [64, 64]  # no network_settings: as before
     assert caplog.messages == [
         "behaviors.B.reward_signals.extrinsic.network_settings: has no effect: the extrinsic "
-        "signal has no model",
+        "reward provider has no model",
         "behaviors.B.reward_signals.rnd.network_settings.normalize: True has no effect on the "
         "rnd model: only hidden_units and num_layers shape it",
         "behaviors.B.reward_signals.rnd.encoding_size: 16 is ignored: network_settings shapes "

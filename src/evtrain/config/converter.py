@@ -217,7 +217,7 @@ converter.register_unstructure_hook(
     lambda network: _present_fields(network, attrs.fields(NetworkSettings)),
 )
 converter.register_unstructure_hook_func(
-    # a signal's network_settings, when not configured, is no key
+    # a provider's network_settings, when not configured, is no key
     lambda t: isinstance(t, type) and issubclass(t, RewardProviderSettings),
     lambda signal: _present_fields(signal, attrs.fields(type(signal))),
 )

@@ -101,25 +101,25 @@ class RewardProviderSettings:
     one (:class:`GAILSettings`, :class:`CuriositySettings`, :class:`RNDSettings`)."""
 
     gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
-    """Discount factor of this signal's value head and advantages."""
+    """Discount factor of this provider's value head and advantages."""
     strength: float = attrs.field(default=1.0, validator=v.ge(0.0))
-    """Factor applied to the signal's reward before learning."""
+    """Factor applied to the provider's reward before learning."""
     network_settings: NetworkSettings | None = attrs.field(
         default=None, metadata={"absent_when_none": True}
     )
-    """ML-Agents: the shape of the signal's model.  ``hidden_units`` and ``num_layers`` shape
+    """ML-Agents: the shape of the provider's model.  ``hidden_units`` and ``num_layers`` shape
     the encoder of curiosity, rnd and gail (see :func:`provider_hidden_layers`); the other keys
     and ``extrinsic``'s (which has no model) are accepted without effect.  ``None`` (absent):
     ``encoding_size`` units in two layers."""
 
 
 DEFAULT_ENCODING_SIZE = 64
-"""Width of a signal model's layers when neither ``encoding_size`` nor ``network_settings``
+"""Width of a provider model's layers when neither ``encoding_size`` nor ``network_settings``
 says (ML-Agents' ``encoding_size`` default before ``network_settings`` replaced it)."""
 
 
 def provider_hidden_layers(settings: RewardProviderSettings) -> list[int]:
-    """The widths of a signal model's hidden layers, ML-Agents' rule: ``network_settings``'s
+    """The widths of a provider model's hidden layers, ML-Agents' rule: ``network_settings``'s
     ``num_layers`` of ``hidden_units`` when it is given (``encoding_size`` is then ignored),
     else two layers of ``encoding_size``."""
     network = settings.network_settings

@@ -91,7 +91,7 @@ def _expert(
 
 
 def make_reward_providers(
-    signals: RewardProviders,
+    providers: RewardProviders,
     obs_dim: int,
     action_space: spaces.Space[Any],
     generator: torch.Generator,
@@ -110,7 +110,7 @@ def make_reward_providers(
     :param sampler: the trainer's generator on ``device`` (``gail`` samples with it).
     """
     built: dict[str, RewardProvider] = {}
-    for name, settings in signals.intrinsic.items():
+    for name, settings in providers.intrinsic.items():
         if isinstance(settings, GAILSettings):
             if experts is None or "gail" not in experts or sampler is None:
                 raise ValueError("gail needs the demonstrations, the normaliser and a sampler")

@@ -1,19 +1,19 @@
 """The base of the intrinsic reward providers: curiosity (ICM, :mod:`.curiosity`), random
 network distillation (:mod:`.rnd`) and GAIL (:mod:`.gail`).
 
-Each signal is a model with its own Adam, as in ML-Agents' reward providers:
+Each provider is a model with its own Adam, as in ML-Agents' reward providers:
 :meth:`RewardProvider.evaluate` gives the reward of a rollout's transitions (``strength`` applied),
 :meth:`RewardProvider.update` takes one gradient step on a minibatch and returns the losses under
-ML-Agents' stat names.  PPO evaluates a rollout once it is collected and trains the signals on
+ML-Agents' stat names.  PPO evaluates a rollout once it is collected and trains the providers on
 the same minibatches as the policy; SAC evaluates them on its replay minibatches
-(:mod:`evtrain.trainers.sac.rewards`).  Both signals ignore episode ends (ML-Agents'
+(:mod:`evtrain.trainers.sac.rewards`).  Both providers ignore episode ends (ML-Agents'
 ``_ignore_done``, :attr:`RewardProvider.episodic` false): a terminated episode is worth the
-signal's value of its final observation, not 0, since novelty does not stop at a goal.
+provider's value of its final observation, not 0, since novelty does not stop at a goal.
 
 The models see the observations the policy sees (normalised when
 ``network_settings.normalize`` is on).  ML-Agents' ``LinearEncoder`` layers are linear + Swish
 (SiLU); here they get orthogonal init like the rest of evtrain's networks.  Their widths come
-from the signal's ``network_settings`` or ``encoding_size``
+from the provider's ``network_settings`` or ``encoding_size``
 (:func:`~evtrain.trainers.settings.provider_hidden_layers`).
 """
 
@@ -58,7 +58,7 @@ class RewardProvider(nn.Module, abc.ABC):
     Estimate``."""
     episodic: bool = False
     """Whether a terminated episode is worth 0 after its end, as for the extrinsic reward
-    (ML-Agents' ``not ignore_done``); otherwise the signal's value of its final
+    (ML-Agents' ``not ignore_done``); otherwise the provider's value of its final
     observation."""
 
     def __init__(

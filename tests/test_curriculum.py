@@ -25,8 +25,8 @@ from evtrain.config.environment_parameters import (
     Uniform,
 )
 from evtrain.errors import ConfigError
-from evtrain.run.env_parameters import EnvironmentParameters
 from evtrain.run.learn import learn
+from evtrain.run.parameters.env_parameters import EnvironmentParameters
 from evtrain.testing import Recorder
 from tests.curriculum_envs import ParameterEnv
 from tests.helpers import clean_env, python, tensorboard_scalars
@@ -372,8 +372,8 @@ def test_the_wrapper_sets_attributes_at_reset_and_passes_the_rest_as_reset_optio
 def test_what_evtrain_accepts_but_ignores_is_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from evtrain.run.curriculum import Curriculum
-    from evtrain.run.training_status import TrainingStatus
+    from evtrain.run.checkpoints.training_status import TrainingStatus
+    from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.world import World
 
     parameters = options(

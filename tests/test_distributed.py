@@ -24,7 +24,7 @@ import torch
 import yaml
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from tests.dist_plugins.dist_probe import env_steps
 from tests.helpers import free_port
 

@@ -17,8 +17,8 @@ import yaml
 
 from evtrain import Bus, RunOptions, StatsEvent, StatsReporter
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
-from evtrain.run.envs import make_envs
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
+from evtrain.run.environments.envs import make_envs
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers import (

@@ -17,7 +17,7 @@ import yaml
 from evtrain import Bus, ConfigError, StatsReporter
 from evtrain.multiagent.copies import EpisodeResult
 from evtrain.multiagent.slots import AgentSlots
-from evtrain.run.co_players import CoPlayerWiring
+from evtrain.run.environments.co_players import CoPlayerWiring
 from evtrain.trainers import PPOTrainer
 from evtrain.trainers.ghost import (
     ELO,

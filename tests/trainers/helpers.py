@@ -13,8 +13,8 @@ from evtrain import Bus, PropertyEvent, StatsEvent, StatsReporter, signals
 from evtrain.trainers import (
     NetworkSettings,
     PPOSettings,
-    RewardSignals,
-    RewardSignalSettings,
+    RewardProviders,
+    RewardProviderSettings,
     SACSettings,
     TrainerSettings,
 )
@@ -49,7 +49,7 @@ def zoo_cartpole(**overrides: Any) -> TrainerSettings:
             num_epoch=20,
         ),
         network_settings=NetworkSettings(hidden_units=64, num_layers=2),
-        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=0.98)),
+        reward_signals=RewardProviders(extrinsic=RewardProviderSettings(gamma=0.98)),
         max_steps=100_000,
         time_horizon=32,
         summary_freq=5000,

@@ -16,7 +16,7 @@ import attrs
 from evtrain.bus.reporter import StatsReporter
 from evtrain.errors import RunFolderError
 from evtrain.ranks import get_rank
-from evtrain.run.inference import inference_category
+from evtrain.run.evaluation.inference import inference_category
 from evtrain.run.wiring import active_initializer
 from evtrain.trainers.registry import trainer_type
 
@@ -98,7 +98,7 @@ def rank_seed(options: RunOptions, world: World) -> int:
 
 def training_status(options: RunOptions) -> TrainingStatus:
     """The run's training_status.json: the recorded one when resuming (or inferring)."""
-    from evtrain.run.training_status import TrainingStatus
+    from evtrain.run.checkpoints.training_status import TrainingStatus
 
     cs = options.checkpoint_settings
     path = cs.run_logs_dir / "training_status.json"
@@ -128,9 +128,9 @@ def build_behavior(
         ``--initialize-from`` a run without this behavior, an ``init_path`` without a
         checkpoint.
     :raises CheckpointError: the checkpoint cannot be read, or does not fit the trainer the
-        options build (:func:`evtrain.run.checkpoint_fit.misfit`).
+        options build (:func:`evtrain.run.checkpoints.checkpoint_fit.misfit`).
     """
-    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
 
     cs = options.checkpoint_settings
     manager = CheckpointManager(
@@ -154,7 +154,7 @@ def build_behavior(
                 trainer.load_state_dict(state)
             except (RuntimeError, KeyError, ValueError, IndexError) as error:
                 # torch's size/key mismatch lists: said as the config keys that changed
-                from evtrain.run.checkpoint_fit import misfit
+                from evtrain.run.checkpoints.checkpoint_fit import misfit
 
                 source = None if cs.resume else _init_source(options, name)
                 raise misfit(options, name, source or manager.checkpoint_path, error) from None
@@ -220,7 +220,7 @@ def _initial_state(
     """The state ``name`` starts from: the latest checkpoint (``--resume``, ``--inference``),
     an earlier checkpoint's with the counters at 0 (the behavior's ``init_path``, else
     ``--initialize-from``), or none."""
-    from evtrain.run.checkpoint_file import load_checkpoint
+    from evtrain.run.checkpoints.checkpoint_file import load_checkpoint
 
     cs = options.checkpoint_settings
     source = None if cs.resume else _init_source(options, name)

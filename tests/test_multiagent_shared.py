@@ -17,7 +17,7 @@ from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.events.payloads import RunStatus, SaveEvent, StatsEvent
 from evtrain.multiagent.shared import SharedEnvironment
-from evtrain.run.envs import make_shared_env
+from evtrain.run.environments.envs import make_shared_env
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests import multiagent_envs

@@ -26,8 +26,8 @@ from evtrain.trainers.envs import make_vector_env
 from evtrain.trainers.loops.off_policy import OffPolicyLoop
 from evtrain.trainers.settings import (
     NetworkSettings,
-    RewardSignals,
-    RewardSignalSettings,
+    RewardProviders,
+    RewardProviderSettings,
     TrainerSettings,
 )
 
@@ -210,7 +210,7 @@ def test_update_reads_the_batch_and_returns_its_statistics() -> None:
                     trainer_type="dqn",
                     hyperparameters=DQNSettings(loss="mse", learning_rate=0.1),
                     network_settings=NetworkSettings(hidden_units=8, num_layers=1),
-                    reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=0.5)),
+                    reward_signals=RewardProviders(extrinsic=RewardProviderSettings(gamma=0.5)),
                 ),
                 envs,
                 StatsReporter(bus, "CartPole"),

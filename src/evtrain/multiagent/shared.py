@@ -11,8 +11,8 @@ Gymnasium vector environment of agent slots (:class:`BehaviorView`), with the la
 ``infos`` keys and the rules of :class:`~evtrain.multiagent.slots.AgentSlots` (slot ``i``
 belongs to instance ``i // group_size``; an agent that left, or has not appeared yet, has an
 inactive slot).  An instance's episode is over when ``env.agents`` is empty: every behavior's
-slots of it say ``episode_over``, and the instance is reset once for all of them.  A behavior whose agents all left waits, its slots inactive, for
-the others to end the episode.
+slots of it say ``episode_over``, and the instance is reset once for all of them.  A behavior
+whose agents all left waits, its slots inactive, for the others to end the episode.
 
 A trainer steps its view as any vector environment, but the step is the behaviors' together:
 the view hands its actions to :attr:`BehaviorView.exchange`, which the run's loop sets

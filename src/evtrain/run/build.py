@@ -23,10 +23,10 @@ from evtrain.trainers.registry import trainer_type
 if TYPE_CHECKING:
     from evtrain.bus import Bus
     from evtrain.config.options import RunOptions
-    from evtrain.run.checkpoint import CheckpointManager
-    from evtrain.run.curriculum import Curriculum
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.training_status import TrainingStatus
+    from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.run.shared_steps import SharedSteps
-    from evtrain.run.training_status import TrainingStatus
     from evtrain.trainers.base import Trainer
     from evtrain.trainers.ghost import GhostController
     from evtrain.world import World
@@ -199,7 +199,7 @@ def _envs_and_reporter(
     """Behavior ``name``'s environments (its view of ``shared``, if given) and the reporter
     its trainer reports through: the curriculum's, which hears the summaries, when the run
     has ``environment_parameters``."""
-    from evtrain.run.envs import make_envs
+    from evtrain.run.environments.envs import make_envs
 
     # --inference reports apart from training: never onto the training curve's earlier steps.
     category = inference_category(name) if options.checkpoint_settings.inference else name

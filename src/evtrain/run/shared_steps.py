@@ -15,7 +15,7 @@ A turn ends when its ``advance`` returns; the loop then does what the run does a
 (progress, a due checkpoint), and the behavior's next turn starts in the same step.  Each
 behavior keeps its own steps, summaries and checkpoints.  A behavior that reaches its
 ``max_steps`` before another keeps acting with its final policy (the one it exports), learning
-nothing, until every behavior is done.  A stop request (an OS signal, a subscriber's) lets the
+nothing, until every behavior is done.  A stop request (an interrupt, a subscriber's) lets the
 turns in flight end, as a run on copies ends the turn in progress, then stops.
 
 What shared environments do not support yet is refused with the options
@@ -37,7 +37,7 @@ import numpy.typing as npt
 from evtrain.config.shared_env import FALLBACK, SHARED_ENV, shared_env_problems
 from evtrain.errors import ConfigError
 from evtrain.events.payloads import RunStatus
-from evtrain.run.co_players import PolicyCoPlayer
+from evtrain.run.environments.co_players import PolicyCoPlayer
 
 if TYPE_CHECKING:
     from evtrain.config.options import RunOptions
@@ -75,7 +75,7 @@ class SharedSteps:
         """
         if not options.env_settings.shared_env:
             return None
-        from evtrain.run.envs import make_shared_env
+        from evtrain.run.environments.envs import make_shared_env
 
         problems = shared_env_problems(options)
         if world.size > 1:

@@ -26,8 +26,8 @@ from torch import nn
 from evtrain.trainers.finite import FiniteGuard
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
+from evtrain.trainers.rewards.reward_provider import RewardProvider
 from evtrain.trainers.settings import TrainerSettings
-from evtrain.trainers.signals.reward_signal import RewardSignal
 from evtrain.world import World
 
 
@@ -158,7 +158,7 @@ class OnPolicyAlgorithm(Protocol):
         ...
 
     @property
-    def reward_providers(self) -> Mapping[str, RewardSignal]:
+    def reward_providers(self) -> Mapping[str, RewardProvider]:
         """The intrinsic reward providers by YAML key (empty: extrinsic only), in the order of
         the critic's value heads after the extrinsic one; :meth:`update` trains them."""
         ...

@@ -27,7 +27,7 @@ from evtrain.trainers.algorithm import AlgorithmSpec, OnPolicyBatch
 from evtrain.trainers.loops.on_policy import OnPolicyTrainer
 from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy
 from evtrain.trainers.networks.sampled import SampledPolicy
-from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.rewards.reward_provider import RewardProvider
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -73,7 +73,7 @@ class A2C:
             spec.init_generator,
         ).to(spec.device)
         """The actor-critic the loop acts and values with."""
-        self.reward_providers: dict[str, RewardSignal] = {}
+        self.reward_providers: dict[str, RewardProvider] = {}
         """None: the environment's reward only."""
         self.optimizer = torch.optim.RMSprop(self.agent.parameters(), lr=self.hp.learning_rate)
 

@@ -107,7 +107,7 @@ def make_shared_env(settings: EnvironmentSettings, behaviors: Mapping[str, Any])
     """``env_settings.shared_env``: ``num_envs`` instances of a PettingZoo Parallel
     environment in which every behavior of ``behaviors`` acts, as a
     :class:`~evtrain.multiagent.shared.SharedEnvironment`
-    (:func:`~evtrain.run.pettingzoo_envs.shared_environment`).
+    (:func:`~evtrain.run.environments.pettingzoo_envs.shared_environment`).
 
     :raises ConfigError: ``env_id`` is not a PettingZoo Parallel environment, or any error of
         :func:`make_envs`'s for the id.

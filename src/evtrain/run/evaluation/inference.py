@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from evtrain.errors import ConfigError
+from evtrain.run.checkpoints.run_folder import is_run_folder
 from evtrain.run.loop import ProgressHook, Turns, take_turns
-from evtrain.run.run_folder import is_run_folder
 
 if TYPE_CHECKING:
     from evtrain.config.options import RunOptions

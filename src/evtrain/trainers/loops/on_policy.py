@@ -52,7 +52,7 @@ from evtrain.trainers.loops.spec import spec_for
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.observations import behavior_layout
-from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.rewards.reward_provider import RewardProvider
 from evtrain.trainers.threaded import ActingCopy
 
 logger = logging.getLogger("evtrain")
@@ -97,7 +97,7 @@ class OnPolicyTrainer(Trainer):
         """The algorithm: its networks, optimizers and update."""
         self.agent: ActorCritic | RecurrentActorCritic = self.algorithm.agent
         """The actor-critic the rollout acts and values with (the algorithm's)."""
-        self.reward_providers: Mapping[str, RewardSignal] = self.algorithm.reward_providers
+        self.reward_providers: Mapping[str, RewardProvider] = self.algorithm.reward_providers
         """The algorithm's intrinsic reward providers (empty: extrinsic only)."""
         self.memory: RecurrentRollout | None = None
         """The memories and sequences of a recurrent agent (``network_settings.memory``)."""

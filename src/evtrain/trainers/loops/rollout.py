@@ -28,8 +28,8 @@ from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.on_policy_settings import OnPolicySettings
+from evtrain.trainers.rewards.reward_provider import RewardProvider
 from evtrain.trainers.settings import TrainerSettings
-from evtrain.trainers.signals.reward_signal import RewardSignal
 
 logger = logging.getLogger("evtrain")
 
@@ -268,7 +268,7 @@ class Rollout:
 
     @torch.no_grad()
     def provider_rewards(
-        self, providers: Mapping[str, RewardSignal], reporter: StatsReporter
+        self, providers: Mapping[str, RewardProvider], reporter: StatsReporter
     ) -> list[npt.NDArray[np.float32]]:
         """Each reward provider's ``(T, N)`` rewards of the rollout's transitions (0 on the
         autoreset steps of NEXT_STEP mode); reports each provider's reward per finished
@@ -293,7 +293,7 @@ class Rollout:
             episode_returns[:, ended[t]] = 0.0
         return [r.astype(np.float32) for r in rewards]
 
-    def estimates(self, providers: Mapping[str, RewardSignal]) -> dict[str, float]:
+    def estimates(self, providers: Mapping[str, RewardProvider]) -> dict[str, float]:
         """``Policy/Extrinsic Value Estimate`` of the valued rollout, and each reward
         provider's."""
         if not self.num_providers:

@@ -33,7 +33,7 @@ from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss
 from evtrain.trainers.loops.on_policy import OnPolicyTrainer
 from evtrain.trainers.mappo.critic import MAPPOCritic
 from evtrain.trainers.observations import behavior_layout
-from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.rewards.reward_provider import RewardProvider
 
 
 class MAPPO:
@@ -51,7 +51,7 @@ class MAPPO:
         self.ppo = GroupPPO(spec, self._build_critic, self._critic_loss)
         """The policy, the optimizer and the update (this critic's loss in it)."""
         self.agent = self.ppo.agent
-        self.reward_providers: dict[str, RewardSignal] = {}
+        self.reward_providers: dict[str, RewardProvider] = {}
 
     def _build_critic(self) -> MAPPOCritic:
         spec = self.spec

@@ -38,7 +38,7 @@ from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss, ma
 from evtrain.trainers.loops.on_policy import OnPolicyTrainer
 from evtrain.trainers.observations import behavior_layout
 from evtrain.trainers.poca.critic import POCACritic
-from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.rewards.reward_provider import RewardProvider
 
 BASELINE_WEIGHT = 0.5
 """The baseline loss's weight beside the value loss (ML-Agents')."""
@@ -59,7 +59,7 @@ class POCA:
         self.ppo = GroupPPO(spec, self._build_critic, self._critic_loss)
         """The policy, the optimizer and the update (this critic's loss in it)."""
         self.agent = self.ppo.agent
-        self.reward_providers: dict[str, RewardSignal] = {}
+        self.reward_providers: dict[str, RewardProvider] = {}
         self.b_values = torch.zeros(0)
         """``(T, C)`` the last rollout's values of its group steps."""
         self.group_bootstrap = np.zeros((0, 0), dtype=np.float32)

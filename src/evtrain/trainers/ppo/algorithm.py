@@ -8,7 +8,7 @@ loss and the entropy bonus (:mod:`~evtrain.trainers.ppo.update`); the reward pro
 learn from the same minibatch, and behavioral cloning once after the epochs (ML-Agents).
 
 With intrinsic reward providers (``reward_signals.gail``, ``curiosity``, ``rnd``; see
-:mod:`evtrain.trainers.signals.build`) the critic has one value head per provider, as in
+:mod:`evtrain.trainers.rewards.build`) the critic has one value head per provider, as in
 ML-Agents.  With ``network_settings.memory`` the agent is recurrent
 (:class:`~evtrain.trainers.networks.recurrent.RecurrentActorCritic`) and the update trains on
 the batch's sequences (:mod:`evtrain.trainers.loops.recurrent_rollout`).
@@ -33,15 +33,15 @@ from evtrain.trainers.networks.sampled import SampledPolicy
 from evtrain.trainers.optim import make_adam
 from evtrain.trainers.ppo.gradients import ppo_gradients, supports
 from evtrain.trainers.ppo.update import Minibatch, autograd_backward, normalized
-from evtrain.trainers.settings import PPOSettings
-from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, actor_critic_output
-from evtrain.trainers.signals.build import (
+from evtrain.trainers.rewards.behavioral_cloning import BehavioralCloning, actor_critic_output
+from evtrain.trainers.rewards.build import (
     Expert,
     load_experts,
     make_behavioral_cloning,
-    make_reward_signals,
+    make_reward_providers,
 )
-from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.rewards.reward_provider import RewardProvider
+from evtrain.trainers.settings import PPOSettings
 
 
 class PPO:
@@ -94,9 +94,9 @@ class PPO:
             agent = RecurrentActorCritic(*args, num_values=num_values)
         return agent.to(spec.device)
 
-    def _build_reward_providers(self, experts: dict[str, Expert]) -> dict[str, RewardSignal]:
+    def _build_reward_providers(self, experts: dict[str, Expert]) -> dict[str, RewardProvider]:
         spec = self.spec
-        return make_reward_signals(
+        return make_reward_providers(
             spec.settings.reward_signals,
             flat_obs_dim(spec.observation_space),
             spec.action_space,
@@ -279,7 +279,7 @@ class PPO:
         state = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.reward_providers:
             state["reward_signals"] = {
-                name: provider.signal_state_dict()
+                name: provider.provider_state_dict()
                 for name, provider in self.reward_providers.items()
             }
         if self.cloning is not None:
@@ -304,9 +304,9 @@ class PPO:
         saved: dict[str, Any] = state.get("reward_signals", {})
         if set(saved) != set(self.reward_providers):
             raise ValueError(
-                f"the state has the intrinsic reward signals {sorted(saved)}, behavior "
+                f"the state has the intrinsic reward providers {sorted(saved)}, behavior "
                 f"{self.spec.behavior_name!r} is configured with "
-                f"{sorted(self.reward_providers)}; configure the reward signals of the run "
+                f"{sorted(self.reward_providers)}; configure the reward providers of the run "
                 "that saved it"
             )
         return saved

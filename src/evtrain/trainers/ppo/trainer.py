@@ -16,11 +16,11 @@ the update thread while the next rollout is collected, acting with a copy of the
 before that update; the next rollout's values, advantages and update wait for it.
 
 With intrinsic reward providers (``reward_signals.gail``, ``curiosity``, ``rnd``; see
-:mod:`evtrain.trainers.signals.build`) the critic has one value head per provider, as in
+:mod:`evtrain.trainers.rewards.build`) the critic has one value head per provider, as in
 ML-Agents: each provider's rewards get GAE with its own ``gamma`` and value head, the advantage
 is their sum, and the providers' models train on the update's minibatches.  With
 ``behavioral_cloning`` the policy also learns the demonstrations' actions after each update
-(:mod:`evtrain.trainers.signals.behavioral_cloning`).  Without them the update is the
+(:mod:`evtrain.trainers.rewards.behavioral_cloning`).  Without them the update is the
 extrinsic-only one, step for step.
 
 With ``network_settings.memory`` the policy and the critic are recurrent

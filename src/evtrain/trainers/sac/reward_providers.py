@@ -1,9 +1,5 @@
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
-"""SAC's reward providers (the intrinsic reward signals gail, curiosity, rnd) and behavioral
+"""SAC's reward providers (the intrinsic reward providers gail, curiosity, rnd) and behavioral
 cloning.
-========
-"""SAC's intrinsic reward providers (gail, curiosity, rnd) and behavioral cloning.
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
 
 How SAC uses the reward providers, and where it differs from ML-Agents:
 
@@ -15,11 +11,7 @@ How SAC uses the reward providers, and where it differs from ML-Agents:
 - **One critic, one gamma.** ML-Agents' SAC gives each provider its own Q head with its own
   ``gamma``, and its curiosity and rnd heads ignore episode ends.  evtrain's twin critics learn
   the summed reward, discounted with the extrinsic ``gamma``, with no bootstrap after a
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
   termination, for every provider: an intrinsic provider's ``gamma`` is not applied (a warning
-========
-  termination, for every signal: an intrinsic reward provider's ``gamma`` is not applied (a warning
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
   says so when it differs), and there is no ``Policy/<Signal> Value Estimate``.
 - **The providers' models** train on minibatches of their own from the replay buffer, one per
   ``reward_signal_steps_per_update`` environment steps (after ``buffer_init_steps``), as in
@@ -58,16 +50,11 @@ from evtrain.world import World
 Stat = tuple[str, float]
 """A statistic to report: ``(key, value)``."""
 
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
 
 class SACRewardProviders:
     """The reward providers and the cloning of one SAC (see the module's docstring).  They
     report nothing themselves: :meth:`observe` and :meth:`update` return their statistics, which
     the SAC trainer hands its stats reporter.
-========
-class SACRewardProviders:
-    """The signals and the cloning of one SAC trainer (see the module's docstring).
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
 
     :param action_space: ``Box``, or ``Discrete``/``MultiDiscrete`` (whose actions the
         trainer stores as ``[B, branches]`` indices).
@@ -102,11 +89,7 @@ class SACRewardProviders:
         experts = load_experts(
             settings, behavior_name, observation_space, action_space, device, unit_actions=True
         )
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
-        self.providers: dict[str, RewardSignal] = make_reward_signals(
-========
-        self.signals: dict[str, RewardProvider] = make_reward_providers(
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
+        self.providers: dict[str, RewardProvider] = make_reward_providers(
             settings.reward_signals,
             obs_dim,
             action_space,
@@ -192,15 +175,9 @@ class SACRewardProviders:
         elapsed = step - hp.buffer_init_steps
         if self.providers and len(replay) >= hp.batch_size:
             due = int(elapsed / hp.reward_signal_steps_per_update)
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
             for _ in range(due - self.provider_updates):
                 stats += self._update_providers(replay, rng)
             self.provider_updates = max(self.provider_updates, due)
-========
-            for _ in range(due - self.signal_updates):
-                self._update_providers(replay, rng)
-            self.signal_updates = max(self.signal_updates, due)
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
         if self.cloning is not None and elapsed >= 0:
             due = elapsed // self.cloning_every + 1
             for _ in range(due - self.cloning_updates):
@@ -208,11 +185,7 @@ class SACRewardProviders:
             self.cloning_updates = max(self.cloning_updates, due)
         return stats
 
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
     def _update_providers(self, replay: Transitions, rng: np.random.Generator) -> list[Stat]:
-========
-    def _update_providers(self, replay: Transitions, rng: np.random.Generator) -> None:
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
         mb_obs, mb_actions, _, mb_next_obs, _ = (
             t.to(self.device) for t in replay.sample(self.hp.batch_size, rng)
         )
@@ -232,13 +205,8 @@ class SACRewardProviders:
     def state_dict(self) -> dict[str, Any]:
         """The providers' models and optimizers, the cloning's optimizer and both counts."""
         state: dict[str, Any] = {
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
-            "reward_signals": {n: p.signal_state_dict() for n, p in self.providers.items()},
+            "reward_signals": {n: p.provider_state_dict() for n, p in self.providers.items()},
             "signal_updates": self.provider_updates,
-========
-            "reward_signals": {n: s.provider_state_dict() for n, s in self.signals.items()},
-            "signal_updates": self.signal_updates,
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
             "cloning_updates": self.cloning_updates,
         }
         if self.cloning is not None:
@@ -253,13 +221,8 @@ class SACRewardProviders:
         saved = state.get("reward_signals", {})
         if set(saved) != set(self.providers):
             raise ValueError(
-<<<<<<<< HEAD:src/evtrain/trainers/sac/reward_providers.py
-                f"the state has the intrinsic reward signals {sorted(saved)}, the behavior "
-                f"is configured with {sorted(self.providers)}; configure the reward signals of "
-========
                 f"the state has the intrinsic reward providers {sorted(saved)}, the behavior "
-                f"is configured with {sorted(self.signals)}; configure the reward providers of "
->>>>>>>> i32-package:src/evtrain/trainers/sac/rewards.py
+                f"is configured with {sorted(self.providers)}; configure the reward providers of "
                 "the run that saved it"
             )
         for name, provider in self.providers.items():

@@ -84,7 +84,8 @@ def test_a_behavior_whose_agents_all_left_waits_for_the_others_to_end_the_episod
 
 
 def turn_threads() -> list[str]:
-    """The threads behaviors' turns run on (:mod:`evtrain.run.shared_steps`) still alive."""
+    """The threads behaviors' turns run on (:mod:`evtrain.run.environments.shared_steps`)
+    still alive."""
     return [t.name for t in threading.enumerate() if t.name.startswith("evtrain-turns-")]
 
 

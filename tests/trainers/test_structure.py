@@ -20,23 +20,28 @@ from tests.trainers.helpers import Recording, make_envs, small_ppo
 MAX_EVTRAIN_CLASSES = 3
 """The trainer class, its loop, :class:`~evtrain.trainers.base.Trainer` (issue 32)."""
 
-ON_POLICY_TYPES = ["mappo", "poca", "ppo"]
-"""The built-in on-policy types; ``sac`` joins once its loop has its algorithm."""
+LOOPS = {
+    "mappo": "OnPolicyTrainer",
+    "poca": "OnPolicyTrainer",
+    "ppo": "OnPolicyTrainer",
+    "sac": "OffPolicyLoop",
+}
+"""Each built-in trainer type's loop."""
 
 
 def evtrain_classes(cls: type) -> list[str]:
     return [c.__qualname__ for c in cls.__mro__ if c.__module__.split(".")[0] == "evtrain"]
 
 
-def test_every_on_policy_builtin_is_parametrized_here() -> None:
-    assert set(ON_POLICY_TYPES) <= set(TRAINER_TYPES)
+def test_every_builtin_is_parametrized_here() -> None:
+    assert set(LOOPS) == set(TRAINER_TYPES)
 
 
-@pytest.mark.parametrize("name", ON_POLICY_TYPES)
+@pytest.mark.parametrize("name", sorted(LOOPS))
 def test_a_builtin_trainer_has_at_most_three_evtrain_classes_in_its_mro(name: str) -> None:
     classes = evtrain_classes(TRAINER_TYPES[name].load())
     assert len(classes) <= MAX_EVTRAIN_CLASSES, classes
-    assert classes[-2:] == ["OnPolicyTrainer", "Trainer"]
+    assert classes[-2:] == [LOOPS[name], "Trainer"]
 
 
 def test_ppo_learns_from_a_batch_built_by_hand_without_a_loop(recording: Recording) -> None:

@@ -1,10 +1,11 @@
 """What ``env_settings.shared_env`` does not support yet, said as the keys to change.
 
 With ``shared_env`` every behavior acts in the same instances of a PettingZoo Parallel
-environment (:mod:`evtrain.multiagent.shared`, :mod:`evtrain.run.shared_steps`): PPO and SAC
-behaviors, ``vectorization: sync``, one process.  Loading a config refuses the rest with these
-lines (:func:`evtrain.run.options.options_and_types`), and so does the run (for options built
-in code).
+environment (:mod:`evtrain.multiagent.shared`,
+:mod:`evtrain.run.environments.shared_steps`): PPO and SAC behaviors, ``vectorization:
+sync``, one process.  Loading a config refuses the rest with these lines
+(:func:`evtrain.run.options.options_and_types`), and so does the run (for options built in
+code).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ whose agents all left waits, its slots inactive, for the others to end the episo
 
 A trainer steps its view as any vector environment, but the step is the behaviors' together:
 the view hands its actions to :attr:`BehaviorView.exchange`, which the run's loop sets
-(:mod:`evtrain.run.shared_steps`) and which returns once every behavior has acted.
+(:mod:`evtrain.run.environments.shared_steps`) and which returns once every behavior has acted.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class BehaviorView(VectorEnv[Any, Any, Any]):
         self.exchange: Exchange = self._unconnected
         """Takes this behavior's actions for one shared step and returns its part of the step
         once every behavior has acted: set by the loop that drives the behaviors
-        (:mod:`evtrain.run.shared_steps`)."""
+        (:mod:`evtrain.run.environments.shared_steps`)."""
 
     @property
     def acting(self) -> npt.NDArray[np.bool_]:
@@ -222,7 +222,7 @@ class BehaviorView(VectorEnv[Any, Any, Any]):
     def _unconnected(self, actions: npt.NDArray[Any]) -> StepRecord:
         raise RuntimeError(
             f"behavior {self.behavior!r} acts in a shared environment: its step is every "
-            "behavior's, taken by the loop that drives them (evtrain.run.shared_steps)"
+            "behavior's, taken by the loop that drives them (evtrain.run.environments.shared_steps)"
         )
 
     def __repr__(self) -> str:

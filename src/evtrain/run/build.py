@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from evtrain.config.options import RunOptions
     from evtrain.run.checkpoints.checkpoint import CheckpointManager
     from evtrain.run.checkpoints.training_status import TrainingStatus
+    from evtrain.run.environments.shared_steps import SharedSteps
     from evtrain.run.parameters.curriculum import Curriculum
-    from evtrain.run.shared_steps import SharedSteps
     from evtrain.trainers.base import Trainer
     from evtrain.trainers.ghost import GhostController
     from evtrain.world import World

@@ -40,6 +40,7 @@ from evtrain.run.checkpoints.run_folder import RunFolder, prepare_run_folder, wr
 from evtrain.run.checkpoints.save_schedule import SaveSchedule
 from evtrain.run.checkpoints.save_schedule import SavingProgress as SavingProgress
 from evtrain.run.environments.co_players import CoPlayerWiring
+from evtrain.run.environments.shared_steps import SharedSteps
 from evtrain.run.evaluation.evaluations import Evaluations
 from evtrain.run.evaluation.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
 from evtrain.run.interrupt import stop_on_interrupts
@@ -48,7 +49,6 @@ from evtrain.run.options import load_options
 from evtrain.run.parameters.curriculum import Curriculum
 from evtrain.run.progress import console_logging
 from evtrain.run.run_bus import RunBus
-from evtrain.run.shared_steps import SharedSteps
 from evtrain.run.stops import connect_stops
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers

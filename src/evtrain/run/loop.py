@@ -22,7 +22,7 @@ ProgressHook = Callable[[str, int, int], None]
 
 Turns = Callable[..., RunStatus]
 """:func:`take_turns`, or a loop with its parameters (a shared environment's,
-:meth:`evtrain.run.shared_steps.SharedSteps.take_turns`)."""
+:meth:`evtrain.run.environments.shared_steps.SharedSteps.take_turns`)."""
 
 
 def take_turns(

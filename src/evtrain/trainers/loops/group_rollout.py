@@ -25,7 +25,8 @@ over its episode, one value per copy episode; each agent's own rewards make
 ``Environment/Cumulative Reward`` as in every trainer.
 
 The on-policy loop of a group trainer has a :class:`GroupSteps` (its group bookkeeping) and
-hands each rollout to its algorithm as a :class:`~evtrain.trainers.algorithm.GroupRollout`; the
+hands each rollout to its algorithm as a
+:class:`~evtrain.trainers.group_algorithm.GroupRollout`; the
 algorithm values it with its centralised critic and computes its targets with
 :func:`lambda_returns`.
 """
@@ -42,7 +43,8 @@ import torch
 from evtrain.bus.reporter import StatsReporter
 from evtrain.events.stats import StatsAggregationMethod
 from evtrain.multiagent.copies import EPISODE_OVER, GROUP_REWARD
-from evtrain.trainers.algorithm import GroupOnPolicyAlgorithm, GroupRollout, OnPolicyBatch
+from evtrain.trainers.algorithm import OnPolicyBatch
+from evtrain.trainers.group_algorithm import GroupOnPolicyAlgorithm, GroupRollout
 from evtrain.trainers.loops.gae import compute_gae
 from evtrain.trainers.loops.rollout import Finals, Rollout
 

@@ -37,14 +37,11 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.timers import hierarchical_timer
-from evtrain.trainers.algorithm import (
-    GroupOnPolicyAlgorithm,
-    OnPolicyAlgorithm,
-    OnPolicyBatch,
-)
+from evtrain.trainers.algorithm import OnPolicyAlgorithm, OnPolicyBatch
 from evtrain.trainers.base import Trainer
 from evtrain.trainers.envs import final_observations
 from evtrain.trainers.finite import zeroed
+from evtrain.trainers.group_algorithm import GroupOnPolicyAlgorithm
 from evtrain.trainers.loops.group_rollout import GroupSteps, group_size_for
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
 from evtrain.trainers.loops.rollout import EnvActions, Finals, Rollout, rollout_hyperparameters
@@ -68,7 +65,7 @@ class OnPolicyTrainer(Trainer):
     """The algorithm this trainer runs, built from an :class:`AlgorithmSpec`."""
     grouped: ClassVar[bool] = False
     """Whether the environment's agent slots come in groups whose rollout the algorithm
-    values itself (a :class:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm`; see
+    values itself (a :class:`~evtrain.trainers.group_algorithm.GroupOnPolicyAlgorithm`; see
     :mod:`evtrain.trainers.loops.group_rollout`)."""
     _skip_update = False
     """A non-finite reward or observation came in this rollout (``on_nonfinite: skip``)."""
@@ -201,7 +198,7 @@ class OnPolicyTrainer(Trainer):
         """The rollout valued, GAE computed, flattened into the algorithm's batch; ``None``
         when a non-finite reward or observation skips this update (``on_nonfinite: skip``;
         the ranks agree), the summary period then ended.  A group trainer's algorithm values
-        its rollout itself (:meth:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm.batch`)."""
+        its rollout itself (``GroupOnPolicyAlgorithm.batch``)."""
         finals = self._end_collection()
         next_value = None if self.groups is not None else self._value_rollout(finals)
         self._sync_step()  # distributed: the schedules follow the global step

@@ -21,12 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from evtrain.trainers.algorithm import (
-    AlgorithmSpec,
-    GroupOnPolicyAlgorithm,
-    GroupRollout,
-    OnPolicyBatch,
-)
+from evtrain.trainers.algorithm import AlgorithmSpec, OnPolicyBatch
+from evtrain.trainers.group_algorithm import GroupOnPolicyAlgorithm, GroupRollout
 from evtrain.trainers.group_settings import MAPPOSettings
 from evtrain.trainers.loops.group_rollout import chunked, lambda_returns
 from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss
@@ -38,7 +34,7 @@ from evtrain.trainers.rewards.reward_provider import RewardProvider
 
 class MAPPO:
     """MAPPO as a group on-policy algorithm
-    (:class:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm`)."""
+    (:class:`~evtrain.trainers.group_algorithm.GroupOnPolicyAlgorithm`)."""
 
     def __init__(self, spec: AlgorithmSpec) -> None:
         self.spec = spec

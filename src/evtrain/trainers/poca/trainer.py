@@ -26,12 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from evtrain.trainers.algorithm import (
-    AlgorithmSpec,
-    GroupOnPolicyAlgorithm,
-    GroupRollout,
-    OnPolicyBatch,
-)
+from evtrain.trainers.algorithm import AlgorithmSpec, OnPolicyBatch
+from evtrain.trainers.group_algorithm import GroupOnPolicyAlgorithm, GroupRollout
 from evtrain.trainers.group_settings import POCASettings
 from evtrain.trainers.loops.group_rollout import chunked, lambda_returns
 from evtrain.trainers.loops.group_update import GroupPPO, clipped_value_loss, masked_mean
@@ -46,7 +42,7 @@ BASELINE_WEIGHT = 0.5
 
 class POCA:
     """MA-POCA as a group on-policy algorithm
-    (:class:`~evtrain.trainers.algorithm.GroupOnPolicyAlgorithm`)."""
+    (:class:`~evtrain.trainers.group_algorithm.GroupOnPolicyAlgorithm`)."""
 
     def __init__(self, spec: AlgorithmSpec) -> None:
         self.spec = spec

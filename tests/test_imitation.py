@@ -20,7 +20,8 @@ from evtrain.run.learn import learn
 from evtrain.run.options import options_from_data
 from evtrain.run.record import record
 from evtrain.trainers.demonstrations import load_demonstrations
-from tests.test_learn import config, run_config, run_evtrain, scalar_steps
+from tests.helpers import config, run_config, run_evtrain
+from tests.helpers import tensorboard_steps as scalar_steps
 from tests.trainers.test_demonstrations import cartpole_demo
 
 CARTPOLE = gym.make("CartPole-v1")

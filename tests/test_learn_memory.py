@@ -18,9 +18,9 @@ from evtrain.run.learn import learn
 from evtrain.run.record import record
 from evtrain.testing import Recorder
 from evtrain.trainers.demonstrations import load_demonstrations
-from tests.helpers import ROOT, clean_env, python
+from tests.helpers import ROOT, clean_env, config, python
+from tests.helpers import tensorboard_steps as scalar_steps
 from tests.memory_envs import masked_cartpole
-from tests.test_learn import config, scalar_steps
 
 MEMORY = {"memory_size": 16, "sequence_length": 8}
 MASKED = masked_cartpole()

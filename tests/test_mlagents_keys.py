@@ -20,7 +20,7 @@ from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.env_parameters import EnvironmentParameters
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
-from tests.test_learn import config
+from tests.helpers import config
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture, data: dict[str, Any]) -> list[str]:

@@ -23,8 +23,8 @@ from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.env_parameters import with_parameters
 from evtrain.run.envs import make_envs
 from evtrain.trainers.settings import TrainerSettings
+from tests.helpers import run_config
 from tests.multiagent_envs import Failing, walkers
-from tests.test_learn import run_config
 from tests.test_multiagent_curriculum import SAMPLERS
 from tests.test_multiagent_run import onnx_actions, tiny
 

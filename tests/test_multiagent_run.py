@@ -26,7 +26,8 @@ from evtrain.run.envs import make_envs
 from evtrain.run.learn import learn
 from evtrain.trainers import MemorySettings, NetworkSettings, PPOSettings, PPOTrainer
 from evtrain.trainers.settings import TrainerSettings
-from tests.test_learn import run_config, scalar_steps
+from tests.helpers import run_config
+from tests.helpers import tensorboard_steps as scalar_steps
 from tests.trainers.helpers import Recording, small_ppo
 
 CONNECT_FOUR = "pettingzoo.classic.connect_four_v3:env"

@@ -41,10 +41,10 @@ from evtrain.trainers.poca import POCATrainer
 from evtrain.trainers.poca.critic import POCACritic
 from evtrain.trainers.settings import MAPPOSettings, POCASettings, TrainerSettings
 from tests.group_envs import RelayEnv
-from tests.helpers import ROOT, clean_env, python
+from tests.helpers import ROOT, clean_env, config, python
+from tests.helpers import tensorboard_steps as scalar_steps
 from tests.masked_envs import masked_choice
 from tests.multiagent_envs import walkers
-from tests.test_learn import config, scalar_steps
 from tests.trainers.helpers import Recording
 
 TRAINERS: dict[str, type[GroupOnPolicyTrainer]] = {"poca": POCATrainer, "mappo": MAPPOTrainer}

@@ -21,9 +21,10 @@ from evtrain.run.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers import MemorySettings, NetworkSettings, SACSettings, SACTrainer
+from tests.helpers import run_config
+from tests.helpers import tensorboard_steps as scalar_steps
 from tests.test_image_observations import frames, input_shapes, torch_actions, trained_policy
 from tests.test_image_observations import options as image_options
-from tests.test_learn import run_config, scalar_steps
 from tests.trainers.helpers import small_sac
 from tests.trainers.test_demonstrations import cartpole_demo
 from tests.trainers.test_ppo_memory import masked_envs

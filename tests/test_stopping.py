@@ -31,8 +31,7 @@ from evtrain.run.learn import learn
 from evtrain.run.stops import connect_stops
 from evtrain.testing import Recorder
 from evtrain.trainers import TrainerSettings
-from tests.helpers import ROOT, clean_env, python, stats_event, tensorboard_scalars
-from tests.test_learn import config
+from tests.helpers import ROOT, clean_env, config, python, stats_event, tensorboard_scalars
 
 
 def summary(step: int, key: str, value: float, category: str = "CartPole") -> StatsEvent:

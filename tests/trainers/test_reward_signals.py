@@ -279,7 +279,8 @@ def test_round_trip_restores_the_signal_models_and_optimizers(recording: Recordi
 
 
 def test_learn_with_curiosity_and_rnd_writes_ml_agents_stats_and_resumes(tmp_path: Path) -> None:
-    from tests.test_learn import config, scalar_steps
+    from tests.helpers import config
+    from tests.helpers import tensorboard_steps as scalar_steps
 
     signals = {"curiosity": {"strength": 0.1}, "rnd": {"strength": 0.1}}
     first = config(tmp_path, max_steps=512, reward_signals=signals)

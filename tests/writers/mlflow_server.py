@@ -47,6 +47,9 @@ class MlflowServer:
                 "1",
             ],
             cwd=self.folder,
+            # No job runner: it starts a process and seven huey consumers, each importing
+            # mlflow (seconds of CPU apiece), for server-side jobs no test asks for.
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its uvicorn workers go with it

@@ -17,8 +17,7 @@ import pytest
 from evtrain import Bus, StatsEvent, StatsSummary, learn, signals
 from evtrain.bus import journal_backlog
 from evtrain.events.stats import StatsAggregationMethod
-from tests.test_learn import config, run_config
-from tests.test_sync import sync
+from tests.helpers import config, run_config, sync
 from tests.writers.mlflow_server import MlflowServer
 
 pytest.importorskip("mlflow")

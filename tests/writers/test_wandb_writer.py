@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import isolated_python
-from tests.test_learn import config, run_config
+from tests.helpers import config, isolated_python, run_config
 
 pytest.importorskip("wandb")
 

@@ -22,7 +22,7 @@ from evtrain.run.record import record
 from evtrain.trainers.demonstrations import load_demonstrations
 from tests.helpers import config, run_config, run_evtrain
 from tests.helpers import tensorboard_steps as scalar_steps
-from tests.trainers.test_demonstrations import cartpole_demo
+from tests.trainers.helpers import cartpole_demo
 
 CARTPOLE = gym.make("CartPole-v1")
 

@@ -30,7 +30,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.helpers import clean_env, python
-from tests.test_mlagents_keys import how_evtrain_treats, table_rows
+from tests.mlagents_table import how_evtrain_treats, table_rows
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "tests" / "fixtures" / "mlagents"

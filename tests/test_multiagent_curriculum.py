@@ -18,16 +18,14 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from evtrain.config.environment_parameters import Constant, Uniform
+from evtrain.config.environment_parameters import Constant
 from evtrain.config.options import EnvironmentSettings
 from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.env_parameters import EnvironmentParameters, with_parameters
 from evtrain.run.envs import make_envs
 from evtrain.trainers.settings import TrainerSettings
-from tests.curriculum_envs import EPISODE_LENGTH, ParameterEnv
+from tests.curriculum_envs import EPISODE_LENGTH, SAMPLERS, ParameterEnv
 from tests.helpers import ROOT, clean_env, python
-
-SAMPLERS = {"bonus": Uniform(min_value=1.0, max_value=2.0), "tilt": Constant(value=0.5)}
 
 GAMES = {
     # env_id: (its class, the behavior trained, agent_behaviors)

@@ -33,22 +33,19 @@ from evtrain.run.checkpoint import load_checkpoint
 from evtrain.trainers import NetworkSettings, RewardSignals, RewardSignalSettings
 from evtrain.trainers.envs import make_vector_env
 from evtrain.trainers.loops.group_update import GroupBatch, GroupOnPolicyTrainer
-from evtrain.trainers.mappo import MAPPOTrainer
 from evtrain.trainers.mappo.critic import MAPPOCritic
 from evtrain.trainers.networks.attention import ResidualSelfAttention
 from evtrain.trainers.observations import observation_layout, policy_inputs
 from evtrain.trainers.poca import POCATrainer
 from evtrain.trainers.poca.critic import POCACritic
-from evtrain.trainers.settings import MAPPOSettings, POCASettings, TrainerSettings
-from tests.group_envs import RelayEnv
+from evtrain.trainers.settings import POCASettings
+from tests.group_envs import TRAINERS, RelayEnv, settings
 from tests.helpers import ROOT, clean_env, config, python
 from tests.helpers import tensorboard_steps as scalar_steps
 from tests.masked_envs import masked_choice
 from tests.multiagent_envs import walkers
 from tests.trainers.helpers import Recording
 
-TRAINERS: dict[str, type[GroupOnPolicyTrainer]] = {"poca": POCATrainer, "mappo": MAPPOTrainer}
-HYPERPARAMETERS = {"poca": POCASettings, "mappo": MAPPOSettings}
 GROUP = 3
 """Agents per copy of the relay game."""
 
@@ -57,22 +54,6 @@ GROUP = 3
 def recording(bus: Bus) -> Recording:
     """Stats and hyperparameter events of behavior ``"Relay"``, recorded on the test's bus."""
     return Recording(bus, "Relay")
-
-
-def settings(kind: str, **overrides: Any) -> TrainerSettings:
-    """A tiny group trainer: 2 copies x 3 agents x 12 steps per rollout, 2 minibatches."""
-    hyperparameters: dict[str, Any] = {"batch_size": 36, "buffer_size": 72, "num_epoch": 2}
-    hyperparameters.update(overrides.pop("hyperparameters", {}))
-    options: dict[str, Any] = dict(
-        trainer_type=kind,
-        hyperparameters=HYPERPARAMETERS[kind](**hyperparameters),
-        network_settings=NetworkSettings(hidden_units=16, num_layers=1),
-        max_steps=10_000,
-        time_horizon=64,
-        summary_freq=10**6,
-    )
-    options.update(overrides)
-    return TrainerSettings(**options)
 
 
 def trainer(

@@ -1,6 +1,6 @@
-"""``evtrain sync RUN_ID``, through the CLI (once in a real process): what it says of runs with nothing to deliver
-and of runs that do not exist.  Delivering a journal to a real tracker is tested beside the
-MLflow writer (tests/writers/test_mlflow_outage.py)."""
+"""``evtrain sync RUN_ID``, through the CLI (once in a real process): what it says of runs with
+nothing to deliver and of runs that do not exist.  Delivering a journal to a real tracker is
+tested beside the MLflow writer (tests/writers/test_mlflow_outage.py)."""
 
 from __future__ import annotations
 

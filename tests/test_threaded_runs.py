@@ -23,7 +23,7 @@ from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.sac import SACTrainer
 from tests.helpers import config, isolated_python, run_config
 from tests.helpers import tensorboard_steps as scalar_steps
-from tests.test_distributed import CARTPOLE, ppo, torchrun
+from tests.torchrun_runs import CARTPOLE, ppo, torchrun
 from tests.trainers.helpers import make_envs
 
 

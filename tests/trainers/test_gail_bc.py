@@ -21,9 +21,7 @@ from evtrain.trainers.settings import (
 from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, actor_critic_output
 from evtrain.trainers.signals.gail import EPSILON, GAILSignal
 from evtrain.world import World
-from tests.trainers.helpers import Recording, small_sac
-from tests.trainers.test_demonstrations import cartpole_demo
-from tests.trainers.test_reward_signals import cartpole_transitions
+from tests.trainers.helpers import Recording, cartpole_demo, cartpole_transitions, small_sac
 
 CPU = torch.device("cpu")
 

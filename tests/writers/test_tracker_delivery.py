@@ -211,7 +211,7 @@ def test_wandb_rows_carry_the_events_own_time(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     from evtrain import RunFinished, RunStatus
     from evtrain_writers.wandb_writer import WandbOptions, WandbWriter
-    from tests.writers.test_wandb_writer import history
+    from tests.writers.wandb_files import history
 
     writer = WandbWriter(
         WandbOptions(mode="offline", project="tests"),

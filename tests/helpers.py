@@ -12,15 +12,17 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sysconfig
 import tempfile
 import threading
+import time
 import venv
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import importlib_metadata
@@ -330,3 +332,39 @@ def run_config(
 def sync(*args: str, cwd: Path, process: bool = False) -> subprocess.CompletedProcess[str]:
     """``evtrain sync ARGS`` in ``cwd`` (see :func:`run_evtrain`)."""
     return run_evtrain("sync", *args, cwd=cwd, process=process)
+
+
+STARTED: list[subprocess.Popen[Any]] = []
+"""The processes fixtures started (servers, clusters, launchers): if pytest itself is ended by
+a signal, tests/conftest.py ends those still running before it goes (:func:`end_started`)."""
+
+
+Started = TypeVar("Started", bound="subprocess.Popen[Any]")
+
+
+def end_with_the_suite(process: Started) -> Started:
+    """Add ``process`` to :data:`STARTED`; returns it."""
+    STARTED.append(process)
+    return process
+
+
+def end_started(grace_s: float = 5.0) -> None:
+    """SIGTERM each process of :data:`STARTED` still running (its whole process group if it
+    leads one: a server's workers, a launcher's agents), then SIGKILL what is left after
+    ``grace_s``."""
+    running = [process for process in STARTED if process.poll() is None]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(process.pid) == process.pid:
+                    os.killpg(process.pid, signal.SIGCONT)  # a hung (SIGSTOP) one, too
+                    os.killpg(process.pid, sig)
+                else:
+                    process.send_signal(sig)
+        deadline = time.monotonic() + grace_s
+        for process in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.0, deadline - time.monotonic()))
+        running = [process for process in running if process.poll() is None]
+        if not running:
+            return

@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
+from tests.helpers import end_with_the_suite
+
 PROBE = Path(__file__).parent / "dist_plugins"
 
 
@@ -76,13 +78,15 @@ def launch(
         **(extra_env or {}),
     }
     command = [str(TORCHRUN), *launcher, "-m", "evtrain", "learn"]
-    return subprocess.Popen(
-        [*command, str(path), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
+    return end_with_the_suite(
+        subprocess.Popen(
+            [*command, str(path), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
     )
 
 

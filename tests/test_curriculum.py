@@ -35,7 +35,7 @@ from tests.curriculum_envs import (
     returns,
     run_options,
 )
-from tests.helpers import clean_env, python, tensorboard_scalars
+from tests.helpers import run_config, tensorboard_scalars
 
 REPO = Path(__file__).parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "mlagents" / "Sorter_curriculum.yaml"
@@ -500,13 +500,11 @@ def test_reward_criteria_wait_for_min_lesson_length_and_smooth(
 
 
 def test_mlagents_sorter_curriculum_runs_through_the_cli(tmp_path: Path) -> None:
-    env = clean_env(PYTHONPATH=str(REPO))
     # ML-Agents' file as it is (threaded: true, vis_encode_type with vector observations):
     # one rollout of 40960 steps, one summary, progress 1.0 > 0.5 with 10240 episodes: Lesson1.
     options = yaml.safe_load(FIXTURE.read_text())
     assert options["behaviors"]["Sorter"]["threaded"] is True
-    (tmp_path / "sorter.yaml").write_text(yaml.safe_dump(options))
-    result = python("-m", "evtrain", "learn", "sorter.yaml", cwd=tmp_path, env=env, timeout=120)
+    result = run_config(tmp_path, options, name="sorter.yaml")
     assert result.returncode == 0, result.stderr
     assert "Parameter 'num_tiles' is now in lesson 1 ('Lesson1') after Sorter's step 40960" in (
         result.stderr + result.stdout

@@ -12,7 +12,6 @@ import attrs
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from evtrain import Bus, StatsEvent, StatsReporter
 from evtrain.export import onnx_policy
@@ -27,7 +26,7 @@ from evtrain.trainers import (
 )
 from evtrain.trainers.networks.encoders import MIN_RESOLUTION, VisEncodeType
 from evtrain.trainers.observations import VectorNormalizer
-from tests.helpers import ROOT, clean_env, python
+from tests.helpers import run_config
 from tests.pixel_envs import (
     frames,
     input_shapes,
@@ -74,9 +73,7 @@ def test_every_encoder_trains_on_pixels_and_exports_the_image_input(
 def test_dict_observations_train_through_the_cli_export_and_infer(tmp_path: Path) -> None:
     run = options(tmp_path, "ppo", "simple", "pixel_vector_cartpole")  # 40x40 images
     run["checkpoint_settings"] = {"run_id": "pixels", "results_dir": "."}
-    (tmp_path / "pixels.yaml").write_text(yaml.safe_dump(run))
-    env = clean_env(PYTHONPATH=str(ROOT))
-    result = python("-m", "evtrain", "learn", "pixels.yaml", cwd=tmp_path, env=env, timeout=120)
+    result = run_config(tmp_path, run, name="pixels.yaml")
     assert result.returncode == 0, result.stderr
     model = tmp_path / "pixels" / "Pixel.onnx"
     assert input_shapes(model) == [("image", ["batch", 40, 40, 3]), ("vector", ["batch", 2])]
@@ -115,9 +112,7 @@ def test_an_image_below_the_encoder_minimum_is_exit_2_with_the_key_and_the_fix(
 ) -> None:
     run = options(tmp_path, "ppo", "nature_cnn", "pixel_cartpole", size=24)
     run["checkpoint_settings"] = {"run_id": "small", "results_dir": "."}
-    (tmp_path / "small.yaml").write_text(yaml.safe_dump(run))
-    env = clean_env(PYTHONPATH=str(ROOT))
-    result = python("-m", "evtrain", "learn", "small.yaml", cwd=tmp_path, env=env, timeout=120)
+    result = run_config(tmp_path, run, name="small.yaml")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == (

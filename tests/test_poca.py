@@ -40,7 +40,7 @@ from evtrain.trainers.poca import POCATrainer
 from evtrain.trainers.poca.critic import POCACritic
 from evtrain.trainers.settings import POCASettings
 from tests.group_envs import TRAINERS, RelayEnv, settings
-from tests.helpers import ROOT, clean_env, config, python
+from tests.helpers import ROOT, clean_env, config, run_config
 from tests.helpers import tensorboard_steps as scalar_steps
 from tests.masked_envs import masked_choice
 from tests.multiagent_envs import walkers
@@ -501,10 +501,8 @@ def test_a_resumed_trainer_continues_from_its_state(kind: str, recording: Record
 
 
 def evtrain_learn(tmp_path: Path, options: dict[str, Any], *args: str) -> None:
-    """``evtrain learn`` in a subprocess of this checkout's sources, which can import ``tests``."""
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    env = clean_env(PYTHONPATH=os.pathsep.join(str(p) for p in (ROOT / "src", ROOT)))
-    result = python("-m", "evtrain", "learn", "run.yaml", *args, cwd=tmp_path, env=env, timeout=120)
+    """``evtrain learn`` (in this process, which imports ``tests``)."""
+    result = run_config(tmp_path, options, *args)
     assert result.returncode == 0, result.stderr
 
 

@@ -34,9 +34,9 @@ from common import (
 )
 
 LAST = 100
-SIGNALS = ("extrinsic", "curiosity", "rnd")
+PROVIDERS = ("extrinsic", "curiosity", "rnd")
 COLUMNS = (
-    Column("signal", 10, align="<"),
+    Column("provider", 10, align="<"),
     Column("seed", 4, "d"),
     Column("first goal", 10),
     Column("success", 8, ".2f"),
@@ -45,7 +45,7 @@ COLUMNS = (
 )
 
 
-def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
+def run(provider: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
     one_torch_thread()
     from evtrain import Bus
     from evtrain.trainers import (
@@ -55,11 +55,11 @@ def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
         TrainerSettings,
         make_vector_env,
     )
-    from evtrain.trainers.settings import CuriositySettings, RewardSignals, RNDSettings
+    from evtrain.trainers.settings import CuriositySettings, RewardProviders, RNDSettings
 
-    signals = RewardSignals(
-        curiosity=CuriositySettings(strength=strength) if signal == "curiosity" else None,
-        rnd=RNDSettings(strength=strength) if signal == "rnd" else None,
+    providers = RewardProviders(
+        curiosity=CuriositySettings(strength=strength) if provider == "curiosity" else None,
+        rnd=RNDSettings(strength=strength) if provider == "rnd" else None,
     )
     settings = TrainerSettings(
         trainer_type="ppo",
@@ -72,7 +72,7 @@ def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
             num_epoch=4,
         ),
         network_settings=NetworkSettings(hidden_units=64, normalize=True),
-        reward_signals=signals,
+        reward_signals=providers,
         max_steps=steps,
         time_horizon=128,
         summary_freq=50_000,
@@ -89,7 +89,7 @@ def run(signal: str, steps: int, seed: int, strength: float) -> dict[str, Any]:
     first = next((step for step, r in returns if r > -200.0), None)
     last = [r for _, r in returns[-LAST:]]
     return {
-        "signal": signal,
+        "provider": provider,
         "seed": seed,
         "steps": trainer.step,
         "seconds": round(elapsed, 1),
@@ -104,8 +104,8 @@ def main() -> None:
     parser = make_parser(__doc__)
     add_run_args(parser, steps=150_000, seeds=[0, 1, 2])
     parser.add_argument("--strength", type=float, default=1.0, help="curiosity/RND strength")
-    parser.add_argument("--signals", nargs="+", choices=SIGNALS, default=list(SIGNALS))
-    parser.add_argument("--worker", choices=SIGNALS, help=argparse.SUPPRESS)
+    parser.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS))
+    parser.add_argument("--worker", choices=PROVIDERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(run(args.worker, args.steps, args.seeds[0], args.strength)))
@@ -114,12 +114,12 @@ def main() -> None:
     runs = []
     print(header(COLUMNS, " "))
     for seed in args.seeds:
-        for signal in args.signals:
-            cmd = [sys.executable, __file__, "--worker", signal, "--steps", str(args.steps)]
+        for provider in args.providers:
+            cmd = [sys.executable, __file__, "--worker", provider, "--steps", str(args.steps)]
             cmd += ["--seeds", str(seed), "--strength", str(args.strength)]
             r = run_worker(cmd)
             runs.append(r)
-            values = (signal, seed, str(r["steps_to_first_goal"]), r["success_last_100"])
+            values = (provider, seed, str(r["steps_to_first_goal"]), r["success_last_100"])
             print(row(COLUMNS, (*values, r["mean_return_last_100"], r["seconds"]), " "), flush=True)
     path = write_json("curiosity.json", {"args": vars(args), "runs": runs})
     print(f"wrote {path}")

@@ -43,7 +43,7 @@ VARIANTS = ("none", "evaluation")
 
 def child(variant: str, args: argparse.Namespace, out: Path) -> None:
     from evtrain import Bus, EvaluationEvent, signals
-    from evtrain.run import evaluator
+    from evtrain.run.evaluation import evaluator
 
     worker_cpu = []
     close = evaluator.Evaluator.close

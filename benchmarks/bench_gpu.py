@@ -90,8 +90,8 @@ def make_trainer(case: str, device: str, reporter: Any) -> Any:
         NetworkSettings,
         PPOSettings,
         PPOTrainer,
-        RewardSignals,
-        RewardSignalSettings,
+        RewardProviders,
+        RewardProviderSettings,
         SACSettings,
         SACTrainer,
         TrainerSettings,
@@ -104,7 +104,9 @@ def make_trainer(case: str, device: str, reporter: Any) -> Any:
         if ppo
         else SACSettings(**SAC_HYPERPARAMETERS),
         network_settings=NetworkSettings(**NETWORKS[case]),
-        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=0.98 if ppo else 0.99)),
+        reward_signals=RewardProviders(
+            extrinsic=RewardProviderSettings(gamma=0.98 if ppo else 0.99)
+        ),
         max_steps=10_000_000,
         time_horizon=32 if ppo else 64,
         summary_freq=10_000_000,

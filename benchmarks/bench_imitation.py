@@ -72,8 +72,8 @@ def run(variant: str, demo: str, steps: int, seed: int) -> dict[str, Any]:
     from evtrain.trainers.settings import (
         BehavioralCloningSettings,
         GAILSettings,
-        RewardSignals,
-        RewardSignalSettings,
+        RewardProviders,
+        RewardProviderSettings,
         TrainerSettings,
     )
 
@@ -93,8 +93,8 @@ def run(variant: str, demo: str, steps: int, seed: int) -> dict[str, Any]:
             num_epoch=20,
         ),
         network_settings=NetworkSettings(hidden_units=64, num_layers=2),
-        reward_signals=RewardSignals(
-            extrinsic=RewardSignalSettings(gamma=0.98),
+        reward_signals=RewardProviders(
+            extrinsic=RewardProviderSettings(gamma=0.98),
             gail=GAILSettings(demo_path=demo, **gail) if gail else None,
         ),
         behavioral_cloning=BehavioralCloningSettings(demo_path=demo, **bc) if bc else None,

@@ -62,8 +62,8 @@ def run(policy: str, steps: int, seed: int, num_envs: int) -> dict[str, Any]:
         MemorySettings,
         NetworkSettings,
         PPOSettings,
-        RewardSignals,
-        RewardSignalSettings,
+        RewardProviders,
+        RewardProviderSettings,
         TrainerSettings,
     )
     from evtrain.trainers.ppo import PPOTrainer
@@ -82,7 +82,7 @@ def run(policy: str, steps: int, seed: int, num_envs: int) -> dict[str, Any]:
         network_settings=NetworkSettings(
             hidden_units=64, num_layers=1, normalize=True, activation="relu", memory=memory
         ),
-        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=0.999)),
+        reward_signals=RewardProviders(extrinsic=RewardProviderSettings(gamma=0.999)),
         max_steps=steps,
         time_horizon=32,
         summary_freq=50_000,

@@ -5,8 +5,9 @@ step, as a simulator running elsewhere would, in 8, 16 and 32 copies (``--num-en
 ``async`` (Gymnasium's ``AsyncVectorEnv``) steps each copy in a process of its own, all at
 once; ``ray`` steps them in ``--workers`` Ray actors (fewer when there are fewer copies), each
 holding its share and stepping it in one remote call per vector step.  Measured here: the
-vector environment alone, built as ``evtrain learn`` builds it (``evtrain.run.envs.make_envs``)
-and stepped with random actions, ``--steps`` vector steps after 10 to warm up (no learner).
+vector environment alone, built as ``evtrain learn`` builds it
+(``evtrain.run.environments.envs.make_envs``) and stepped with random actions, ``--steps`` vector
+steps after 10 to warm up (no learner).
 
 Per case: env steps/s, milliseconds per vector step, and the *environment's own* time per
 vector step (the delay for async, where every copy waits at once; the delay x the copies of
@@ -30,7 +31,7 @@ def measure(mode: str, num_envs: int, delay_ms: float, steps: int, args: Any) ->
     import numpy as np
 
     from evtrain.config.options import EnvironmentSettings, RaySettings
-    from evtrain.run.envs import make_envs
+    from evtrain.run.environments.envs import make_envs
 
     workers = min(num_envs, args.workers)
     settings = EnvironmentSettings(

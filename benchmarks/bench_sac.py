@@ -160,8 +160,8 @@ def floor_evtrain_update(updates: int) -> dict[str, Any]:
     from evtrain.run.build import keep_freed_memory
     from evtrain.trainers import (
         NetworkSettings,
-        RewardSignals,
-        RewardSignalSettings,
+        RewardProviders,
+        RewardProviderSettings,
         SACSettings,
         SACTrainer,
         TrainerSettings,
@@ -172,7 +172,7 @@ def floor_evtrain_update(updates: int) -> dict[str, Any]:
         trainer_type="sac",
         hyperparameters=SACSettings(**EVTRAIN_HYPERPARAMETERS),
         network_settings=NetworkSettings(**EVTRAIN_NETWORK),
-        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=0.99)),
+        reward_signals=RewardProviders(extrinsic=RewardProviderSettings(gamma=0.99)),
         max_steps=10 * FILL,
         summary_freq=FILL,
     )

@@ -159,7 +159,7 @@ def run(case: str, seed: int, steps: int, segment: float) -> list[dict[str, Any]
     one_torch_thread()
     from evtrain import Bus, RunOptions, StatsReporter, signals
     from evtrain.config.options import EnvironmentSettings
-    from evtrain.run.envs import make_envs
+    from evtrain.run.environments.envs import make_envs
     from evtrain.timers import reset_timers, timer_tree
     from evtrain.trainers import PPOTrainer, SACTrainer
 

@@ -25,8 +25,8 @@ import onnx
 import torch
 
 from evtrain import Bus, RunOptions, StatsReporter
-from evtrain.run.checkpoint import load_checkpoint
-from evtrain.run.envs import make_envs
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
+from evtrain.run.environments.envs import make_envs
 from evtrain.trainers import PPOTrainer, SACTrainer, Trainer
 from evtrain.trainers.networks.encoders import VisEncodeType
 

@@ -7,10 +7,11 @@ from the node, and until it has published the restart, calls the driver sends go
 process and fail the same way — each retry of a call (``max_task_retries``) too.  On a busy
 machine that window outlasts a retry or two: the race behind one death counted twice.
 
-:class:`StandInRay` plays that: its actors run :class:`~evtrain.run.ray_worker.EnvWorker`
-here; :meth:`StandInRay.kill_during_next_step` makes an actor's next ``step`` die, its process
-replaced by a new one, with the next ``stale`` call attempts failing as Ray's would before it
-caught up.  The exceptions are Ray's own.
+:class:`StandInRay` plays that: its actors run
+:class:`~evtrain.run.environments.ray_worker.EnvWorker` here;
+:meth:`StandInRay.kill_during_next_step` makes an actor's next ``step`` die, its process replaced by
+a new one, with the next ``stale`` call attempts failing as Ray's would before it caught up.  The
+exceptions are Ray's own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from ray import exceptions
 
-from evtrain.run.ray_worker import EnvMaker, EnvWorker
+from evtrain.run.environments.ray_worker import EnvMaker, EnvWorker
 
 _pids = itertools.count(1000)
 
@@ -81,7 +82,8 @@ class _Actor:
 
 
 class StandInRay:
-    """The few calls :class:`~evtrain.run.ray_envs.RayVectorEnv` makes of the ``ray`` module."""
+    """The few calls :class:`~evtrain.run.environments.ray_envs.RayVectorEnv` makes of the ``ray``
+    module."""
 
     exceptions = exceptions
 

@@ -26,8 +26,8 @@ from evtrain.trainers import (
     MemorySettings,
     NetworkSettings,
     PPOTrainer,
-    RewardSignals,
-    RewardSignalSettings,
+    RewardProviders,
+    RewardProviderSettings,
     SACTrainer,
 )
 from evtrain.trainers.networks.masks import MASKED_LOGIT, allowed
@@ -196,9 +196,9 @@ def test_a_recurrent_ppo_policy_masks_its_steps_and_sequences() -> None:
     assert torch.isfinite(log_prob).all() and log_prob.max() <= 0.0  # allowed: probability > 0
 
 
-def test_intrinsic_signals_see_the_whole_row_mask_included() -> None:
+def test_reward_providers_see_the_whole_row_mask_included() -> None:
     envs = gym.vector.SyncVectorEnv([masked_choice, masked_choice])
-    signals = RewardSignals(extrinsic=RewardSignalSettings(), curiosity=CuriositySettings())
+    signals = RewardProviders(extrinsic=RewardProviderSettings(), curiosity=CuriositySettings())
     with Bus() as bus:
         settings = small_ppo(reward_signals=signals)
         trainer = PPOTrainer("C", settings, envs, StatsReporter(bus, "C"), seed=0)

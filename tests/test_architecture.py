@@ -175,13 +175,13 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 def test_imports_of_sees_type_checking_and_function_level_imports() -> None:
     # evtrain.run.learn imports the checkpoint manager only for type checking, and inside
     # a function: both count.
-    assert "evtrain.run.checkpoint" in GRAPH["evtrain.run.learn"]
+    assert "evtrain.run.checkpoints.checkpoint" in GRAPH["evtrain.run.learn"]
 
 
 # -- the rooms of evtrain.trainers ---------------------------------------------------------------
 
 TRAINERS = "evtrain.trainers"
-SHARED_ROOMS: tuple[str, ...] = ("ghost", "loops", "networks", "signals")
+SHARED_ROOMS: tuple[str, ...] = ("ghost", "loops", "networks", "rewards")
 """The folders of :mod:`evtrain.trainers` every algorithm builds on.  Every other folder of it
 is an algorithm (``ppo``, ``sac``, ``poca``, ``mappo``; a new one is one more folder);
 ``ghost`` (self-play) drives any algorithm from outside and imports none.  The modules
@@ -190,7 +190,7 @@ observations, demonstrations) are shared too."""
 
 TRAINER_RULES: tuple[tuple[str, str], ...] = (
     ("networks", "never import an algorithm"),
-    ("signals", "never import an algorithm"),
+    ("rewards", "never import an algorithm"),
     ("loops", "know no algorithm"),
     ("an algorithm", "never imports another algorithm"),
     ("trainers/*.py", "never import an algorithm (the registry names them as strings)"),
@@ -305,3 +305,35 @@ def test_the_documented_trainer_paths_still_import() -> None:
     assert clipped_surrogate_loss is update_loss
     assert (NetworkSettings, MemorySettings) == (SettingsNetwork, SettingsMemory)
     assert (ObservationNormalizer, flatten_parameters) == (Normalizer, mlp_flatten)
+
+
+# -- the rooms of evtrain.run ---------------------------------------------------------------------
+
+RUN_ROOMS = ("checkpoints", "environments", "evaluation", "parameters")
+"""The sub-packages of :mod:`evtrain.run` (docs/architecture.md's ``run`` row)."""
+
+MOST_FLAT_IN_A_FOLDER = 15
+"""STYLE.md: a folder with more than ~15 modules wants rooms of its own."""
+
+
+def test_run_is_rooms_and_at_most_15_modules_flat() -> None:
+    run = ROOT / "src" / "evtrain" / "run"
+    flat = sorted(path.name for path in run.glob("*.py"))
+    rooms = sorted(p.name for p in run.iterdir() if (p / "__init__.py").exists())
+    assert len(flat) <= MOST_FLAT_IN_A_FOLDER, flat
+    assert rooms == sorted(RUN_ROOMS)
+    for room in RUN_ROOMS:
+        assert len(list((run / room).glob("*.py"))) <= MOST_FLAT_IN_A_FOLDER, room
+
+
+def test_the_documented_run_paths_still_import() -> None:
+    """The flat paths docs/ named before run/ had rooms reach the rooms' objects."""
+    from evtrain.run.checkpoints import saver
+    from evtrain.run.env_parameters import EnvironmentParameters  # regroup: keep
+    from evtrain.run.parameters import env_parameters, pettingzoo_parameters
+    from evtrain.run.pettingzoo_parameters import ParallelParameters  # regroup: keep
+    from evtrain.run.saver import BackgroundSaver  # regroup: keep
+
+    assert BackgroundSaver is saver.BackgroundSaver
+    assert EnvironmentParameters is env_parameters.EnvironmentParameters
+    assert ParallelParameters is pettingzoo_parameters.ParallelParameters

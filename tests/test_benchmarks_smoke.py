@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OPTIONS: dict[str, list[str]] = {
     "bench_bus_overhead.py": ["--steps", "--repeats"],
     "bench_cooperation.py": ["--steps", "--seeds", "--variants", "--envs", "--game"],
-    "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--signals"],
+    "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--providers"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
     "bench_evaluation.py": ["--steps", "--repeats", "--every", "--episodes"],
     "bench_gpu.py": ["--cases", "--updates", "--warmup", "--budget", "--threads"],
@@ -260,26 +260,26 @@ def test_vector_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_curiosity_end_to_end(tmp_path: Path) -> None:
     # 16 MountainCars of 200-step episodes: 4,096 steps end one episode each
-    args = ["--steps", "4096", "--seeds", "0", "--signals", "extrinsic", "rnd"]
+    args = ["--steps", "4096", "--seeds", "0", "--providers", "extrinsic", "rnd"]
     done = _run("bench_curiosity.py", *args, out=tmp_path)
     lines = done.stdout.splitlines()
-    assert lines[0] == "signal     seed first goal  success  mean ret      s"
+    assert lines[0] == "provider   seed first goal  success  mean ret      s"
     assert [line.split()[:3] for line in lines[1:3]] == [
         ["extrinsic", "0", "None"],
         ["rnd", "0", "None"],
     ]
     report = _report(tmp_path, "curiosity.json")
     assert sorted(report) == ["args", "runs"]
-    assert [(r["signal"], r["steps"], r["episodes"]) for r in report["runs"]] == [
+    assert [(r["provider"], r["steps"], r["episodes"]) for r in report["runs"]] == [
         ("extrinsic", 4096, 16),
         ("rnd", 4096, 16),
     ]
     assert sorted(report["runs"][0]) == [
         "episodes",
         "mean_return_last_100",
+        "provider",
         "seconds",
         "seed",
-        "signal",
         "steps",
         "steps_to_first_goal",
         "success_last_100",

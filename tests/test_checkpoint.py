@@ -21,8 +21,8 @@ from evtrain import Bus, ExportEvent, SaveEvent, signals
 from evtrain.atomic import atomic_write
 from evtrain.events.signals import EventSignal
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
-from evtrain.run.training_status import ModelCheckpoint, TrainingStatus
+from evtrain.run.checkpoints.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
+from evtrain.run.checkpoints.training_status import ModelCheckpoint, TrainingStatus
 from evtrain.testing import Recorder
 from tests.export_policies import DiscretePolicy, RaisingPolicy, observations
 
@@ -143,7 +143,7 @@ def test_unloadable_state_is_refused_before_writing(tmp_path: Path) -> None:
 
 CHILD = """
 import sys, torch
-from evtrain.run.checkpoint import CheckpointManager
+from evtrain.run.checkpoints.checkpoint import CheckpointManager
 torch.set_num_threads(1)
 manager = CheckpointManager(sys.argv[1], "Kill", keep_checkpoints=2)
 step = 0
@@ -251,7 +251,7 @@ def test_rotation_keeps_pairs_and_events_follow_files(tmp_path: Path) -> None:
 def test_export_failure_keeps_the_checkpoint(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with Bus() as bus, caplog.at_level(logging.ERROR, "evtrain.run.checkpoint"):
+    with Bus() as bus, caplog.at_level(logging.ERROR, "evtrain.run.checkpoints.checkpoint"):
         recorder = Recorder()
         recorder.connect(bus, signals.save, signals.export)
         manager = CheckpointManager(tmp_path, B, bus=bus)
@@ -325,7 +325,7 @@ def test_closed_bus_does_not_stop_saving(tmp_path: Path, caplog: pytest.LogCaptu
     bus = Bus()
     bus.close()
     manager = CheckpointManager(tmp_path, B, bus=bus)
-    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoint"):
+    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoints.checkpoint"):
         manager.save(1, state(1))
     assert names(tmp_path / B) == ["Walker-1.pt", "checkpoint.pt"]
     assert "The bus is closed; save was not emitted" in caplog.text
@@ -392,7 +392,7 @@ def test_status_without_metadata_is_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "training_status.json"
-    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoint"):
+    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoints.checkpoint"):
         assert TrainingStatus.load(path).checkpoints(B) == []
     assert "Training status file" in caplog.text and "not found" in caplog.text
 
@@ -401,7 +401,7 @@ def test_status_without_metadata_is_refused(
         TrainingStatus.load(path)
 
     path.write_text(json.dumps({"metadata": {"evtrain_version": "0.0.1"}}))
-    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoint"):
+    with caplog.at_level(logging.WARNING, "evtrain.run.checkpoints.checkpoint"):
         TrainingStatus.load(path)
     assert "evtrain_version 0.0.1" in caplog.text
 

@@ -20,7 +20,7 @@ import yaml
 
 from evtrain import Bus, StatsEvent, StatsWriter, signals
 from evtrain.events.stats import StatsSummary
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter

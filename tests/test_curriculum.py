@@ -25,7 +25,7 @@ from evtrain.config.environment_parameters import (
     Uniform,
 )
 from evtrain.errors import ConfigError
-from evtrain.run.env_parameters import EnvironmentParameters
+from evtrain.run.parameters.env_parameters import EnvironmentParameters
 from tests.curriculum_envs import (
     CURRICULUM,
     ParameterEnv,
@@ -373,8 +373,8 @@ def test_the_wrapper_sets_attributes_at_reset_and_passes_the_rest_as_reset_optio
 def test_what_evtrain_accepts_but_ignores_is_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from evtrain.run.curriculum import Curriculum
-    from evtrain.run.training_status import TrainingStatus
+    from evtrain.run.checkpoints.training_status import TrainingStatus
+    from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.world import World
 
     parameters = options(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from tests.dist_plugins.dist_probe import env_steps
 from tests.helpers import free_port
 from tests.torchrun_runs import (

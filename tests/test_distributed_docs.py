@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from tests.helpers import ROOT, clean_env, free_port
 
 DOC = ROOT / "docs" / "distributed.md"

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from tests.torchrun_runs import tensorboard_points, torchrun
 
 SPREAD = {

@@ -29,8 +29,8 @@ import attrs
 import pytest
 import yaml
 
-from evtrain.run.checkpoint import load_checkpoint
-from evtrain.run.elastic import RECORD
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.elastic import RECORD
 from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
 from tests.torchrun_runs import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer

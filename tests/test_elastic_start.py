@@ -14,7 +14,7 @@ import pytest
 
 from evtrain.distributed import SHARED_STORE, TorchInitializer
 from evtrain.errors import RunFolderError
-from evtrain.run.elastic import RECORD
+from evtrain.run.checkpoints.elastic import RECORD
 from evtrain.run.learn import learn
 from evtrain.run.options import load_options
 from tests.helpers import csv_steps, free_port, tensorboard_steps

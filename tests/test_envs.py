@@ -11,7 +11,7 @@ import pytest
 
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
-from evtrain.run.envs import make_envs
+from evtrain.run.environments.envs import make_envs
 from tests.helpers import config, run_config
 
 

@@ -1,5 +1,5 @@
 """Evaluations that go wrong never end the run: an evaluation environment that raises, hangs
-(``evaluation.timeout``) or renders no frame, a worker killed with ``kill -9``, OS signals sent
+(``evaluation.timeout``) or renders no frame, a worker killed with ``kill -9``, interrupts sent
 to the whole process group, a NaN return; each is reported (a warning, a stat) and training
 goes on to its final save.  The faults are those of ``tests/evaluation_envs.py``."""
 
@@ -34,7 +34,7 @@ from evtrain import (
     SaveEvent,
     StatsEvent,
 )
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import ROOT, clean_env, fill, isolated_python
@@ -305,7 +305,7 @@ def test_sigterm_while_training_waits_for_a_hung_evaluation_stops_with_the_final
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_to_the_whole_process_group_stops_the_run_with_its_final_save(
+def test_an_interrupt_to_the_whole_process_group_stops_the_run_with_its_final_save(
     tmp_path: Path, cli: Callable[..., Cli], signum: signal.Signals
 ) -> None:
     """As systemd, SLURM, Kubernetes or a closed terminal send it (``os.killpg``), with an

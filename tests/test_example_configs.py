@@ -58,7 +58,7 @@ def slots_per_copy(options: dict[str, Any]) -> int:
     """The sub-environments one copy of the config's environment makes: 1 for a Gymnasium
     environment, the behavior's learning agents for a PettingZoo one (docs/multi-agent.md)."""
     from evtrain.config.options import RunOptions
-    from evtrain.run.envs import make_envs
+    from evtrain.run.environments.envs import make_envs
 
     run = RunOptions.from_dict({**options, "env_settings": {**options["env_settings"]}})
     settings = attrs.evolve(run.env_settings, num_envs=1)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from tests.helpers import clean_env, free_port, isolated_python, python
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from evtrain import Bus, SubscriberFailed, signals
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.testing import Recorder
 from evtrain_writers import TensorboardWriter
 from evtrain_writers.csv_file import CsvWriter

@@ -31,8 +31,8 @@ import yaml
 
 from evtrain import Bus, RunOptions, StatsReporter
 from evtrain.export import memory_size_of, onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
-from evtrain.run.envs import make_envs
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
+from evtrain.run.environments.envs import make_envs
 from evtrain.trainers import PPOTrainer, SACTrainer, Trainer
 from evtrain.trainers.networks.encoders import MIN_RESOLUTION
 from tests.helpers import ROOT, clean_env, python, tensorboard_steps

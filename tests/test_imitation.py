@@ -15,7 +15,7 @@ import yaml
 from evtrain import ConfigError, RunOptions
 from evtrain.cli import main
 from evtrain.errors import RunFolderError
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.run.options import options_from_data
 from evtrain.run.record import record
@@ -260,7 +260,9 @@ SAC_TAGS = (
 )
 
 
-def test_sac_with_every_signal_and_cloning_reports_them_and_resumes(tmp_path: Path) -> None:
+def test_sac_with_every_reward_provider_and_cloning_reports_them_and_resumes(
+    tmp_path: Path,
+) -> None:
     demo = str(pendulum_demo(tmp_path))
     extras: dict[str, Any] = {
         "reward_signals": {
@@ -297,7 +299,7 @@ def test_sac_with_every_signal_and_cloning_reports_them_and_resumes(tmp_path: Pa
 
 
 @pytest.mark.parametrize("signal", ["curiosity", "rnd"])
-def test_sac_trains_with_one_intrinsic_signal(tmp_path: Path, signal: str) -> None:
+def test_sac_trains_with_one_reward_provider(tmp_path: Path, signal: str) -> None:
     options = sac_config(tmp_path, 300, reward_signals={signal: {"strength": 0.5}})
     options["behaviors"]["Pendulum"]["hyperparameters"]["reward_signal_steps_per_update"] = 4
     learn(options)

@@ -29,7 +29,7 @@ from evtrain import (
     signals,
 )
 from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import (
@@ -299,7 +299,7 @@ def test_cli_flags_override_yaml_and_sigint_saves_then_exits_zero(tmp_path: Path
 
 def test_second_sigint_aborts_without_torn_files_and_says_what_it_left(tmp_path: Path) -> None:
     # No checkpoint is due before the end, so every .pt or .onnx is the final save's; the
-    # second signal is sent once its .pt exists, while it traces the policy for ONNX.
+    # second interrupt is sent once its .pt exists, while it traces the policy for ONNX.
     long = config(tmp_path, max_steps=10_000_000, summary_freq=512, checkpoint_interval=10**7)
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(long))
     proc = subprocess.Popen(

@@ -13,7 +13,7 @@ import yaml
 
 from evtrain import Bus, ConfigError, RunOptions, StatsEvent
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.run.record import record
 from evtrain.testing import Recorder

@@ -14,9 +14,9 @@ import torch
 from evtrain import Bus, ConfigError, RunOptions, SaveEvent
 from evtrain.config.environment_parameters import Constant, Gaussian, Sampler, Uniform
 from evtrain.errors import RunFolderError
-from evtrain.run.checkpoint import load_checkpoint
-from evtrain.run.env_parameters import EnvironmentParameters
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
+from evtrain.run.parameters.env_parameters import EnvironmentParameters
 from evtrain.testing import Recorder
 from tests.helpers import config
 from tests.mlagents_table import how_evtrain_treats, table_rows
@@ -141,8 +141,8 @@ def test_options_without_effect_are_accepted_with_one_warning_each(
         "behaviors.P.network_settings.goal_conditioning_type: none has no effect in evtrain: "
         "Gymnasium environments have no goal observations",
         "behaviors.S.hyperparameters.reward_signal_steps_per_update: 10.0 has no effect "
-        "without an intrinsic reward signal (curiosity, rnd, gail): the extrinsic signal has no "
-        "model to update",
+        "without an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward "
+        "provider has no model to update",
     ]
 
 
@@ -158,7 +158,7 @@ def test_sac_warns_about_intrinsic_gammas_it_does_not_apply(
     }
     assert warnings_of(caplog, data) == [
         "behaviors.S.reward_signals.curiosity.gamma: 0.9 has no effect with trainer_type sac: "
-        "SAC discounts the sum of the signals' rewards with the extrinsic gamma (0.99)",
+        "SAC discounts the sum of the providers' rewards with the extrinsic gamma (0.99)",
     ]
 
 

@@ -224,7 +224,7 @@ def self_play_refusals(options: dict[str, Any]) -> list[str]:
     if importlib.util.find_spec("evtrain.trainers.ghost") is None:
         return ["self_play (the ghost trainer, evtrain.trainers.ghost)"]
     from evtrain import ConfigError, RunOptions
-    from evtrain.run.envs import make_envs
+    from evtrain.run.environments.envs import make_envs
     from evtrain.trainers.ghost import team_slots
 
     run = RunOptions.from_dict(options)

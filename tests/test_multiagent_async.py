@@ -20,8 +20,8 @@ from evtrain.errors import ConfigError, CopyProcessError
 from evtrain.multiagent import remote
 from evtrain.multiagent.remote import RemoteCopy, start_copies
 from evtrain.multiagent.slots import AgentSlots
-from evtrain.run.env_parameters import with_parameters
-from evtrain.run.envs import make_envs
+from evtrain.run.environments.envs import make_envs
+from evtrain.run.parameters.env_parameters import with_parameters
 from evtrain.trainers.settings import TrainerSettings
 from tests.curriculum_envs import SAMPLERS
 from tests.helpers import run_config

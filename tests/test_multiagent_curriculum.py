@@ -19,8 +19,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from evtrain.config.environment_parameters import Constant
 from evtrain.config.options import EnvironmentSettings
 from evtrain.multiagent.slots import AgentSlots
-from evtrain.run.env_parameters import EnvironmentParameters, with_parameters
-from evtrain.run.envs import make_envs
+from evtrain.run.environments.envs import make_envs
+from evtrain.run.parameters.env_parameters import EnvironmentParameters, with_parameters
 from evtrain.trainers.settings import TrainerSettings
 from tests.curriculum_envs import EPISODE_LENGTH, SAMPLERS, ParameterEnv
 from tests.helpers import run_config

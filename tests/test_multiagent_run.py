@@ -19,8 +19,8 @@ from evtrain.config.options import EnvironmentSettings, RunOptions
 from evtrain.errors import ConfigError
 from evtrain.extras import install_hint
 from evtrain.multiagent.slots import AgentSlots
-from evtrain.run.co_players import CoPlayerWiring, PolicyCoPlayer
-from evtrain.run.envs import make_envs
+from evtrain.run.environments.co_players import CoPlayerWiring, PolicyCoPlayer
+from evtrain.run.environments.envs import make_envs
 from evtrain.run.learn import learn
 from evtrain.trainers import MemorySettings, NetworkSettings, PPOSettings, PPOTrainer
 from evtrain.trainers.settings import TrainerSettings

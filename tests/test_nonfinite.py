@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from evtrain import Bus, StatsReporter
 from evtrain.errors import NonFiniteError
 from evtrain.export import PolicyExporter
-from evtrain.run.checkpoint import CheckpointManager, load_checkpoint
+from evtrain.run.checkpoints.checkpoint import CheckpointManager, load_checkpoint
 from evtrain.trainers.finite import SKIPPED_STAT, FiniteGuard, nonfinite_tensors
 from tests.helpers import ROOT, isolated_python
 

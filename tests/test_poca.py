@@ -29,8 +29,8 @@ from torch import nn
 from evtrain import Bus, ConfigError, RunOptions
 from evtrain.export import PolicyExporter, onnx_policy
 from evtrain.multiagent.slots import AgentSlots
-from evtrain.run.checkpoint import load_checkpoint
-from evtrain.trainers import NetworkSettings, RewardSignals, RewardSignalSettings
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
+from evtrain.trainers import NetworkSettings, RewardProviders, RewardProviderSettings
 from evtrain.trainers.envs import make_vector_env
 from evtrain.trainers.loops.group_update import GroupBatch, GroupOnPolicyTrainer
 from evtrain.trainers.mappo.critic import MAPPOCritic
@@ -78,7 +78,7 @@ def to_episodes() -> dict[str, Any]:
     """Monte-Carlo returns: gamma 1, lambda 1, whole episodes terminated inside a rollout."""
     return {
         "hyperparameters": {"lambd": 1.0},
-        "reward_signals": RewardSignals(extrinsic=RewardSignalSettings(gamma=1.0)),
+        "reward_signals": RewardProviders(extrinsic=RewardProviderSettings(gamma=1.0)),
     }
 
 
@@ -257,7 +257,7 @@ def test_on_agent_slots_of_a_pettingzoo_env_a_departed_agent_keeps_the_groups_cr
         recording,
         slots,
         hyperparameters={"batch_size": 12, "buffer_size": 36, "lambd": 1.0},
-        reward_signals=RewardSignals(extrinsic=RewardSignalSettings(gamma=1.0)),
+        reward_signals=RewardProviders(extrinsic=RewardProviderSettings(gamma=1.0)),
     )
     assert isinstance(group, POCATrainer)
     assert (group.group_size, group.num_steps) == (3, 6)  # one rollout: one episode of each

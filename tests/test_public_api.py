@@ -1,12 +1,19 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import evtrain
 from evtrain import signals
+from tests.helpers import python
 
 
 def test_all_is_sorted_and_complete() -> None:
     # `annotations` is the __future__ feature flag, not an export
-    public = {n for n in vars(evtrain) if not n.startswith("_")} - {"annotations"}
+    # dir(), not vars(): `learn` and `LearnResult` are imported on first use
+    public = {n for n in dir(evtrain) if not n.startswith("_")} - {"annotations", "TYPE_CHECKING"}
     modules = {name for name in public if type(getattr(evtrain, name)).__name__ == "module"}
     assert evtrain.__all__ == sorted(evtrain.__all__)
     assert set(evtrain.__all__) == (public - modules) | {"signals"}
@@ -60,3 +67,57 @@ def test_the_documented_module_paths_still_work() -> None:
             assert callable(entry_point.load())
     assert callable(importlib.import_module("evtrain").learn)
     assert callable(evtrain.learn) and evtrain.LearnResult.__name__ == "LearnResult"
+
+
+WITHOUT_TORCH = textwrap.dedent(
+    """
+    import sys
+    from collections.abc import Mapping
+
+    import evtrain
+    from evtrain import Bus, StatsReporter, StatsSummary, StatsWriter, signals
+
+    handled = []
+    written = []
+
+    class Writer(StatsWriter):
+        def write_stats(self, category: str, values: Mapping[str, StatsSummary], step: int) -> None:
+            written.append((category, step, values["Losses/Policy Loss"].mean))
+
+    bus = Bus()
+    bus.connect(signals.stats, lambda event: handled.append((event.category, event.step)))
+    bus.add_writer(Writer())
+    reporter = StatsReporter(bus, "CartPole")
+    reporter.add_stat("Losses/Policy Loss", 1.0)
+    reporter.add_stat("Losses/Policy Loss", 2.0)
+    reporter.write_stats(64)
+    bus.close()
+    assert handled == [("CartPole", 64)], handled
+    assert written == [("CartPole", 64, 1.5)], written
+    print(sorted(m for m in ("torch", "tensorboard", "onnx", "gymnasium") if m in sys.modules))
+    assert "learn" in dir(evtrain) and "torch" not in sys.modules
+    """
+)
+
+
+def test_import_evtrain_and_its_bus_load_no_torch() -> None:
+    """A process that only subscribes handlers and writers to a bus never imports torch."""
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", WITHOUT_TORCH],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n"
+
+
+def test_the_cli_lists_plugins_and_reports_a_config_error_without_torch(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("behaviors:\n  CartPole:\n    trainer_type: ppo\n    bogus: 1\n")
+    commands = "(main(['plugins']), main(['learn', sys.argv[1]]))"
+    code = f"import sys; from evtrain.cli import main; print({commands}, 'torch' in sys.modules)"
+    result = python("-c", code, str(config))
+    assert result.stdout.endswith("(0, 2) False\n"), result.stderr
+    assert "evtrain: error: behaviors.CartPole.bogus: unknown key" in result.stderr

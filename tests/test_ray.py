@@ -26,8 +26,8 @@ import yaml
 from evtrain.config.options import EnvironmentSettings, RaySettings
 from evtrain.errors import ConfigError, EnvWorkerError
 from evtrain.extras import install_hint
-from evtrain.run.envs import make_envs
-from evtrain.run.ray_envs import worker_count
+from evtrain.run.environments.envs import make_envs
+from evtrain.run.environments.ray_envs import worker_count
 from tests.curriculum_envs import (
     CURRICULUM,
     check_curriculum_returns,
@@ -181,8 +181,8 @@ def test_one_death_counts_once_however_late_ray_sees_it(
     do while Ray has not yet seen the death (tests/ray_standin.py): with ``max_restarts: 1``
     the run goes on past that one loss, counted once; a second death is one too many."""
     pytest.importorskip("ray")
-    from evtrain.run import ray_envs
-    from evtrain.run.ray_worker import EnvMaker
+    from evtrain.run.environments import ray_envs
+    from evtrain.run.environments.ray_worker import EnvMaker
     from tests.ray_standin import StandInRay
 
     standin = StandInRay()
@@ -282,7 +282,7 @@ def test_pettingzoo_environments_are_refused_by_name() -> None:
 def test_without_ray_installed_the_error_says_how_to_install_it() -> None:
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "from evtrain.run.ray_envs import import_ray\n"
+        "from evtrain.run.environments.ray_envs import import_ray\n"
         "try:\n    import_ray()\nexcept ValueError as error:\n    print(error)\n"
     )
     done = subprocess.run(

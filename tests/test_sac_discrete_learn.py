@@ -1,6 +1,6 @@
 """SAC with discrete actions through the CLI and the runner: CartPole-v1 trained, checkpointed,
 exported (ONNX read back in onnxruntime), resumed and run with ``--inference``; ML-Agents'
-branches (``MultiDiscrete``); reward signals and behavioral cloning; image observations; an
+branches (``MultiDiscrete``); reward providers and behavioral cloning; image observations; an
 LSTM policy (``network_settings.memory``)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 from evtrain import Bus, SaveEvent, StatsEvent, StatsReporter
 from evtrain.export import PolicyExporter, onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers import MemorySettings, NetworkSettings, SACSettings, SACTrainer

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from evtrain.run.checkpoint import SaveCancelled, load_checkpoint
+from evtrain.run.checkpoints.checkpoint import SaveCancelled, load_checkpoint
+from evtrain.run.checkpoints.saver import BackgroundSaver, snapshot
 from evtrain.run.learn import learn
-from evtrain.run.saver import BackgroundSaver, snapshot
 from tests.helpers import config
 
 

@@ -343,8 +343,8 @@ ELO_CURRICULUM = {
 def test_an_elo_criterion_ends_the_lesson_at_the_first_summary_past_its_threshold(
     bus: Bus, tmp_path: Path
 ) -> None:
-    from evtrain.run.curriculum import Curriculum
-    from evtrain.run.training_status import TrainingStatus
+    from evtrain.run.checkpoints.training_status import TrainingStatus
+    from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.world import World
 
     data = {"behaviors": {"duel": {"self_play": {}}}, "environment_parameters": ELO_CURRICULUM}

@@ -15,7 +15,7 @@ import torch
 from evtrain import Bus, ConfigError, StatsReporter
 from evtrain.multiagent.copies import EpisodeResult
 from evtrain.multiagent.slots import AgentSlots
-from evtrain.run.co_players import CoPlayerWiring
+from evtrain.run.environments.co_players import CoPlayerWiring
 from evtrain.trainers import PPOTrainer
 from evtrain.trainers.ghost import (
     ELO,

@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from evtrain import ConfigError, RunOptions
 from evtrain.errors import CheckpointError
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings
 from evtrain.trainers.networks.policies import ActorCritic
@@ -63,7 +63,7 @@ def test_the_value_heads_sit_on_the_policys_body_and_both_losses_train_it() -> N
     log_prob, _, value = agent.evaluate(x, torch.zeros(16, dtype=torch.long))
     torch.testing.assert_close(value, agent.value(x))
     assert log_prob.shape == value.shape == (16,)
-    # a value head per reward signal, on the same body
+    # a value head per reward provider, on the same body
     heads = ActorCritic(
         CARTPOLE, spaces.Discrete(2), NETWORK, generator, num_values=3, shared_critic=True
     )

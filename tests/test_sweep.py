@@ -28,7 +28,7 @@ from evtrain.errors import ConfigError
 from evtrain.events.stats import CUMULATIVE_REWARD
 from evtrain.run.interrupt import Aborted
 from evtrain.run.learn import learn
-from evtrain.sweep.interrupt import stop_on_signals
+from evtrain.sweep.interrupt import stop_on_interrupts
 from evtrain.sweep.objective import TrialReporter
 from evtrain.sweep.space import suggest
 from evtrain.sweep.study import (
@@ -535,7 +535,7 @@ def kill_all(marker: str) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def ignored_signals(pid: int) -> set[int]:
+def ignored_interrupts(pid: int) -> set[int]:
     """The signals process ``pid`` ignores (``SigIgn`` of its status)."""
     status = Path(f"/proc/{pid}/status").read_text()
     mask = int(
@@ -612,14 +612,14 @@ def test_ctrl_c_stops_every_workers_trial_and_resume_runs_them_again(tmp_path: P
     assert (results / "c" / "trial-0002" / "CartPole.onnx").exists()
 
 
-def test_a_signal_between_trials_stops_the_worker_before_its_next_trial(tmp_path: Path) -> None:
+def test_an_interrupt_between_trials_stops_the_worker_before_its_next_trial(tmp_path: Path) -> None:
     config = write(tmp_path / "sweep.yaml", sweep_config(tmp_path / "results"))
     sweep = prepare(parse(["sweep", str(config), "--study", "s", "--trials", "2"]))
     study = study_of(sweep, create=True)
     before = signal.getsignal(signal.SIGTERM)
     ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a job started with &
     try:
-        with stop_on_signals() as stop:
+        with stop_on_interrupts() as stop:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # left ignored
             signal.raise_signal(signal.SIGTERM)  # between two trials
             assert stop.requested == "SIGTERM"
@@ -631,7 +631,7 @@ def test_a_signal_between_trials_stops_the_worker_before_its_next_trial(tmp_path
             (cut,) = study.get_trials()
             assert cut.state is optuna.trial.TrialState.FAIL and cut.user_attrs[INTERRUPTED]
             assert not (sweep.folder / "trial-0000").exists()
-            with pytest.raises(Aborted):  # the second signal
+            with pytest.raises(Aborted):  # the second interrupt
                 signal.raise_signal(signal.SIGTERM)
         assert signal.getsignal(signal.SIGTERM) is before  # put back
     finally:
@@ -660,7 +660,7 @@ def test_sigterm_to_a_background_sweep_waiting_for_its_worker_stops_it(tmp_path:
     try:
         wait_for(log, "Waiting for worker 1 (pid ", shell)
         sweep = int(pid.read_text())
-        assert signal.SIGINT in ignored_signals(sweep)  # left so by the sweep
+        assert signal.SIGINT in ignored_interrupts(sweep)  # left so by the sweep
         os.kill(sweep, signal.SIGTERM)
         shell.wait(timeout=120)
     finally:

@@ -16,7 +16,7 @@ import yaml
 
 from evtrain import Bus, ExportEvent, RunFinished, RunOptions, RunStatus, SaveEvent, StatsReporter
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoint import load_checkpoint
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers.ppo import PPOTrainer
@@ -129,7 +129,7 @@ def test_threaded_sac_through_the_cli_takes_the_gradient_steps_of_steps_per_upda
     assert scalar_steps(folder, "Policy/Learning Rate") == [200, 300]
 
 
-def test_threaded_sac_trains_its_reward_signals_on_the_update_thread(tmp_path: Path) -> None:
+def test_threaded_sac_trains_its_reward_providers_on_the_update_thread(tmp_path: Path) -> None:
     # rnd's model trains every 2 steps after warm-up, on the update thread after the gradient
     # steps (it samples the replay buffer with the generator they use): as many updates as
     # unthreaded, and the run's numbers are those of the threaded run alone

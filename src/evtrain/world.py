@@ -192,7 +192,8 @@ class World:
 
 def _how_to_resume() -> str:
     """How the run goes on after a rank failed: torchrun restarts the group while it has
-    restarts left (which then resumes by itself, :mod:`evtrain.run.elastic`), else by hand."""
+    restarts left (which then resumes by itself, :mod:`evtrain.run.checkpoints.elastic`), else by
+    hand."""
     start = ElasticStart.of_environment()
     if start is not None and start.restart_count < start.max_restarts:
         used, allowed = start.restart_count, start.max_restarts

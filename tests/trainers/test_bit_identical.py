@@ -30,13 +30,13 @@ import pytest
 import torch
 
 from evtrain import Bus
-from evtrain.run.checkpoint_file import load_checkpoint, save_checkpoint
+from evtrain.run.checkpoints.checkpoint_file import load_checkpoint, save_checkpoint
 from evtrain.trainers import (
     MemorySettings,
     NetworkSettings,
     PPOSettings,
-    RewardSignals,
-    RewardSignalSettings,
+    RewardProviders,
+    RewardProviderSettings,
     SACSettings,
 )
 from evtrain.trainers.base import Trainer
@@ -173,8 +173,8 @@ def sac_memory(recording: Recording, tmp: Path) -> Trainer:
 
 def ppo_signals(recording: Recording, tmp: Path) -> Trainer:
     demo = cartpole_demo(episodes=2, max_steps=50).write(tmp / "expert.npz")
-    signals = RewardSignals(
-        extrinsic=RewardSignalSettings(gamma=0.99),
+    signals = RewardProviders(
+        extrinsic=RewardProviderSettings(gamma=0.99),
         curiosity=CuriositySettings(
             strength=0.02,
             encoding_size=8,

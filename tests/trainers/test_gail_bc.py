@@ -1,4 +1,4 @@
-"""GAIL's discriminator and reward, behavioral cloning, and SAC's use of reward signals."""
+"""GAIL's discriminator and reward, behavioral cloning, and SAC's use of reward providers."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import torch
 from evtrain.trainers import NetworkSettings, SACTrainer, make_vector_env
 from evtrain.trainers.networks.mlp import flatten_parameters
 from evtrain.trainers.networks.policies import ActorCritic
+from evtrain.trainers.rewards.behavioral_cloning import BehavioralCloning, actor_critic_output
+from evtrain.trainers.rewards.gail import EPSILON, GAILRewardProvider
 from evtrain.trainers.settings import (
     BehavioralCloningSettings,
     GAILSettings,
-    RewardSignals,
+    RewardProviders,
     RNDSettings,
 )
-from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, actor_critic_output
-from evtrain.trainers.signals.gail import EPSILON, GAILSignal
 from evtrain.world import World
 from tests.trainers.helpers import Recording, cartpole_demo, cartpole_transitions, small_sac
 
@@ -34,9 +34,9 @@ def expert_tensors(episodes: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def gail(settings: GAILSettings, seed: int = 0) -> GAILSignal:
+def gail(settings: GAILSettings, seed: int = 0) -> GAILRewardProvider:
     expert_obs, expert_actions = expert_tensors()
-    return GAILSignal(
+    return GAILRewardProvider(
         settings,
         4,
         gym.spaces.Discrete(2),
@@ -86,7 +86,7 @@ def test_the_discriminator_tells_the_demonstrations_from_other_behavior(use_vail
     np.testing.assert_allclose(policy_reward, expected, rtol=1e-5)
     if use_vail:  # beta follows the KL divergence, from 0, and is saved with the model
         assert float(stats[-1]["Policy/GAIL Beta"]) >= 0.0
-        assert "beta" in signal.signal_state_dict()["model"]
+        assert "beta" in signal.provider_state_dict()["model"]
 
 
 def test_without_actions_the_discriminator_sees_observations_only() -> None:
@@ -163,9 +163,11 @@ def test_the_cloning_rate_decays_to_nothing_over_steps_then_cloning_stops() -> N
     assert constant.learning_rate(10**9) == pytest.approx(5e-4)
 
 
-def test_sac_learns_from_the_minibatch_rewards_plus_the_signals(recording: Recording) -> None:
+def test_sac_learns_from_the_minibatch_rewards_plus_the_reward_providers(
+    recording: Recording,
+) -> None:
     settings = small_sac(
-        reward_signals=RewardSignals(rnd=RNDSettings(strength=0.5)),
+        reward_signals=RewardProviders(rnd=RNDSettings(strength=0.5)),
         network_settings=NetworkSettings(hidden_units=32, normalize=True),
     )
     trainer = SACTrainer(

@@ -10,7 +10,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from evtrain.trainers import NetworkSettings, PPOSettings, RewardSignals
+from evtrain.trainers import NetworkSettings, PPOSettings, RewardProviders
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
 from evtrain.trainers.networks.memory import StatefulPolicy, sequence_layout
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
@@ -201,13 +201,13 @@ def test_inference_carries_the_memory_and_forgets_it_at_episode_ends(
     assert memories[3].any()
 
 
-def test_intrinsic_reward_signals_train_alongside_the_recurrent_agent(
+def test_reward_providers_train_alongside_the_recurrent_agent(
     recording: Recording,
 ) -> None:
     # As in ML-Agents: the signals' own models stay feed-forward; the recurrent critic has one
     # value head per signal and carries one memory for all of them.
     settings = recurrent_ppo(
-        reward_signals=RewardSignals(curiosity=CuriositySettings(), rnd=RNDSettings()),
+        reward_signals=RewardProviders(curiosity=CuriositySettings(), rnd=RNDSettings()),
         summary_freq=128,
     )
     envs = masked_envs(AutoresetMode.SAME_STEP, num_envs=2)

@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers import NetworkSettings, RewardSignals, SACSettings, SACTrainer
+from evtrain.trainers import NetworkSettings, RewardProviders, SACSettings, SACTrainer
 from evtrain.trainers.sac.discrete import (
     Branches,
     CategoricalActor,
@@ -252,7 +252,7 @@ def test_policy_module_gives_each_branch_s_most_likely_action(recording: Recordi
 def test_branches_with_curiosity_are_refused_naming_the_spaces_it_takes(
     recording: Recording,
 ) -> None:
-    settings = small_sac(reward_signals=RewardSignals(curiosity=CuriositySettings()))
+    settings = small_sac(reward_signals=RewardProviders(curiosity=CuriositySettings()))
     envs = gym.vector.SyncVectorEnv([branched_cartpole])
     with pytest.raises(SpaceMismatchError) as info:
         SACTrainer("Test", settings, envs, recording.reporter, seed=0)

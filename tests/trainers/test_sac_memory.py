@@ -11,7 +11,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from evtrain.trainers import MemorySettings, NetworkSettings, RewardSignals, SACSettings
+from evtrain.trainers import MemorySettings, NetworkSettings, RewardProviders, SACSettings
 from evtrain.trainers.networks.memory import RecurrentMLP
 from evtrain.trainers.sac import UPDATE_STATS, SACTrainer
 from evtrain.trainers.sac.memory import RecurrentSACPolicy, RecurrentTwinQ, SequenceReplayBuffer
@@ -154,12 +154,12 @@ def test_single_transitions_come_from_the_stored_sequences_never_from_padding() 
     assert rewards.shape == terminated.shape == (400,)
 
 
-def test_recurrent_sac_with_an_intrinsic_signal(recording: Recording) -> None:
+def test_recurrent_sac_with_a_reward_provider(recording: Recording) -> None:
     # The signal's model stays feed-forward: it learns from single transitions of the
     # sequences, and pays its reward to the sequences' steps at update time.
     settings = recurrent_sac(
         hyperparameters=SACSettings(batch_size=12, buffer_init_steps=40),
-        reward_signals=RewardSignals(curiosity=CuriositySettings(strength=0.1)),
+        reward_signals=RewardProviders(curiosity=CuriositySettings(strength=0.1)),
         summary_freq=100,
     )
     envs = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")

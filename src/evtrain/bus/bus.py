@@ -5,7 +5,7 @@ delivery.
 :class:`~evtrain.bus.subscription.Subscription` with its own inbox and dispatcher task; that
 half is :class:`~evtrain.bus.wiring.Wiring`, which it inherits), and ``emit`` appends to the
 inboxes of a signal's subscribers.  It holds the bus-wide state — its settings
-(:class:`~evtrain.bus.defaults.BusSettings`), open or closed, the error waiting for the
+(:class:`~evtrain.bus.defaults.BusDefaults`), open or closed, the error waiting for the
 producer — and hands the isolation wrapper (:mod:`evtrain.bus.delivery`) only a
 :class:`~evtrain.bus.delivery.FailureContext`.
 """
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evtrain.bus.closing import CloseReport, Deadline, drain, drain_at_exit, pass_marker
-from evtrain.bus.defaults import BusSettings
+from evtrain.bus.defaults import BusDefaults
 from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.inbox import Overflow, SubscriberSettings
@@ -84,7 +84,7 @@ class Bus(Wiring):
         retry_backoff_s: float = 0.5,
         retry_backoff_max_s: float = 30.0,
     ) -> None:
-        settings = BusSettings(
+        settings = BusDefaults(
             capacity=capacity,
             overflow=overflow,
             on_error=on_error,

@@ -31,7 +31,7 @@ def _path(value: str | os.PathLike[str] | None) -> Path | None:
 
 
 @attrs.frozen(kw_only=True)
-class BusSettings:
+class BusDefaults:
     """What ``Bus(...)`` was given, converted and checked (a ``ValueError`` names the bad
     value).  The fields are in the order they are checked."""
 

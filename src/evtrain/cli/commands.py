@@ -56,12 +56,14 @@ def run_learn(args: argparse.Namespace) -> int:
     """``evtrain learn``: 0 once the run ended with its final save, 1 when it failed."""
     from evtrain.events.payloads import RunStatus
     from evtrain.ranks import get_rank
-    from evtrain.run.learn import learn
     from evtrain.run.options import options_and_types
     from evtrain.run.wiring import initialized
     from evtrain.trainers.registry import use_trainer_types
 
     options, types = options_and_types(cli_data(args))  # learn() keeps these trainer types
+    # torch only once the config is known good: a config error is reported without it.
+    from evtrain.run.learn import learn
+
     # Initialised first: the bus takes its rank from the process group, and only rank 0 shows
     # a progress bar (ranks share one terminal under torchrun).
     with use_trainer_types(types), initialized(options):

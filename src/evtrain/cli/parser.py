@@ -12,18 +12,18 @@ from evtrain.cli.compare import add_compare
 from evtrain.cli.sweep import add_sweep
 
 LEARN_EPILOG = """\
-signals: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current
+interrupts: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the run cleanly: the current
 update finishes, then the final save and export, then the drain of the writers; during the
-final save it lets the save finish. A second signal aborts at once and says which files of the
-interrupted save are on disk (each complete).
+final save it lets the save finish. A second interrupt aborts at once and says which files of
+the interrupted save are on disk (each complete).
 
 exit codes:
-  0    the run ended with its final save complete (at max_steps, or stopped by a signal)
+  0    the run ended with its final save complete (at max_steps, or stopped by an interrupt)
   1    the run failed (e.g. a non-finite reward or loss; another rank died)
   2    usage or configuration error; nothing was trained
-  130  aborted by a second signal: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + the signal's number)
+  130  aborted by a second interrupt: SIGINT (129 SIGHUP, 143 SIGTERM: 128 + its number)
 
-see docs/run-folder.md, "Exit codes and signals"."""
+see docs/run-folder.md, "Exit codes and interrupts"."""
 
 if TYPE_CHECKING:
     # What add_subparsers returns; argparse's own name for it is private.

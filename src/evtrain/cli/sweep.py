@@ -127,9 +127,9 @@ def prepare(args: argparse.Namespace) -> Sweep:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    """``evtrain sweep``: 0 once the study has its trials, or once a signal stopped the sweep
+    """``evtrain sweep``: 0 once the study has its trials, or once an interrupt stopped the sweep
     and every trial under way with its final save; 1 when a worker process failed."""
-    from evtrain.sweep.interrupt import stop_on_signals
+    from evtrain.sweep.interrupt import stop_on_interrupts
     from evtrain.sweep.trials import run_worker, study_of
 
     try:
@@ -142,8 +142,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         )
         return 2
     workers = _Workers()
-    # From before the study is opened: a signal never cuts a write to the journal short.
-    with stop_on_signals(on_signal=workers.pass_on) as stop:
+    # From before the study is opened: an interrupt never cuts a write to the journal short.
+    with stop_on_interrupts(on_interrupt=workers.pass_on) as stop:
         sweep = prepare(args)
         if args.worker_index is not None:  # started by the first process
             if stop.requested is None:
@@ -159,7 +159,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 workers.stop()  # a signal that this process's trial's run handled
             failed = workers.wait()
         except KeyboardInterrupt:
-            workers.abort()  # a second signal: aborted here, so there too
+            workers.abort()  # a second interrupt: aborted here, so there too
             raise
         except BaseException:
             workers.stop()
@@ -175,11 +175,11 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 ABORT_WAIT_S = 30.0
-"""How long a second signal waits for the workers to abort before it kills them."""
+"""How long a second interrupt waits for the workers to abort before it kills them."""
 
 
 class _Workers:
-    """The worker processes this one started, and the signals passed on to them."""
+    """The worker processes this one started, and the interrupts passed on to them."""
 
     def __init__(self) -> None:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -206,7 +206,7 @@ class _Workers:
         logger.info("Worker %d started (pid %d); its log: %s", index, worker.pid, log)
 
     def pass_on(self, signum: int = signal.SIGTERM) -> None:
-        """One SIGTERM to each worker still running (whatever signal this process got: a
+        """One SIGTERM to each worker still running (whatever interrupt this process got: a
         worker may ignore SIGINT, as a job started with ``&`` does)."""
         self.passed += 1
         for worker in self.processes.values():

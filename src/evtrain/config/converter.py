@@ -39,8 +39,8 @@ from evtrain.trainers.registry import trainer_type
 from evtrain.trainers.settings import (
     InfoStat,
     NetworkSettings,
-    RewardSignals,
-    RewardSignalSettings,
+    RewardProviders,
+    RewardProviderSettings,
     TrainerSettings,
     absent_when_none,
 )
@@ -207,9 +207,9 @@ converter.register_unstructure_hook(
     lambda settings: _present_fields(settings, attrs.fields(TrainerSettings)),
 )
 converter.register_unstructure_hook(
-    RewardSignals,
-    # an intrinsic signal that is not configured is no key (not "curiosity: null")
-    lambda signals: _present_fields(signals, attrs.fields(RewardSignals)),
+    RewardProviders,
+    # an intrinsic reward provider that is not configured is no key (not "curiosity: null")
+    lambda signals: _present_fields(signals, attrs.fields(RewardProviders)),
 )
 converter.register_unstructure_hook(
     NetworkSettings,
@@ -217,8 +217,8 @@ converter.register_unstructure_hook(
     lambda network: _present_fields(network, attrs.fields(NetworkSettings)),
 )
 converter.register_unstructure_hook_func(
-    # a signal's network_settings, when not configured, is no key
-    lambda t: isinstance(t, type) and issubclass(t, RewardSignalSettings),
+    # a provider's network_settings, when not configured, is no key
+    lambda t: isinstance(t, type) and issubclass(t, RewardProviderSettings),
     lambda signal: _present_fields(signal, attrs.fields(type(signal))),
 )
 

@@ -5,7 +5,7 @@ becomes one lesson named after the parameter, without completion criteria.  A va
 :class:`Sampler`: :class:`Constant`, :class:`Uniform`, :class:`Gaussian` or
 :class:`MultiRangeUniform`, written in YAML as a number or as ``{sampler_type: uniform,
 sampler_parameters: {min_value: 0, max_value: 1}}``.  What reaches the environments, and when
-lessons change, is :mod:`evtrain.run.curriculum`'s business.
+lessons change, is :mod:`evtrain.run.parameters.curriculum`'s business.
 """
 
 from __future__ import annotations

@@ -201,52 +201,52 @@ def warn_without_effect(behaviors: dict[str, Any]) -> None:
                 network.goal_conditioning_type,
             )
         hp = settings.hyperparameters
-        signals = settings.reward_signals
+        providers = settings.reward_signals
         if (
             isinstance(hp, SACSettings)
-            and not signals.intrinsic
+            and not providers.intrinsic
             and hp.reward_signal_steps_per_update != hp.steps_per_update
         ):
             logger.warning(
                 "%s.hyperparameters.reward_signal_steps_per_update: %s has no effect without "
-                "an intrinsic reward signal (curiosity, rnd, gail): the extrinsic signal has no "
-                "model to update",
+                "an intrinsic reward provider (curiosity, rnd, gail): the extrinsic reward "
+                "provider has no model to update",
                 where,
                 hp.reward_signal_steps_per_update,
             )
-        _warn_signal_networks(where, signals)
+        _warn_provider_networks(where, providers)
         if isinstance(hp, SACSettings):
-            _warn_sac_gammas(where, signals)
+            _warn_sac_gammas(where, providers)
 
 
-_SIGNAL_MODEL_SHAPE = ("hidden_units", "num_layers")
-"""The keys of a reward signal's ``network_settings`` that shape its model."""
+_PROVIDER_MODEL_SHAPE = ("hidden_units", "num_layers")
+"""The keys of a reward provider's ``network_settings`` that shape its model."""
 
 
-def _warn_signal_networks(where: str, signals: Any) -> None:
-    """A reward signal's ``network_settings`` keys that shape nothing: all of ``extrinsic``'s
+def _warn_provider_networks(where: str, providers: Any) -> None:
+    """A reward provider's ``network_settings`` keys that shape nothing: all of ``extrinsic``'s
     (it has no model), and every key but ``hidden_units`` and ``num_layers`` of the others
     (their models see the policy's observations, normalised as the policy's are)."""
     import attrs
 
     from evtrain.trainers.settings import DEFAULT_ENCODING_SIZE
 
-    extrinsic = signals.extrinsic.network_settings
+    extrinsic = providers.extrinsic.network_settings
     if extrinsic is not None:
         logger.warning(
             "%s.reward_signals.extrinsic.network_settings: has no effect: the extrinsic "
-            "signal has no model",
+            "reward provider has no model",
             where,
         )
-    for name, signal in signals.intrinsic.items():
-        network = signal.network_settings
+    for name, provider in providers.intrinsic.items():
+        network = provider.network_settings
         if network is None:
             continue
         path = f"{where}.reward_signals.{name}"
         defaults = type(network)()
         for field in attrs.fields(type(network)):
             value = getattr(network, field.name)
-            if field.name not in _SIGNAL_MODEL_SHAPE and value != getattr(defaults, field.name):
+            if field.name not in _PROVIDER_MODEL_SHAPE and value != getattr(defaults, field.name):
                 logger.warning(
                     "%s.network_settings.%s: %s has no effect on the %s model: only "
                     "hidden_units and num_layers shape it",
@@ -255,28 +255,28 @@ def _warn_signal_networks(where: str, signals: Any) -> None:
                     value,
                     name,
                 )
-        if signal.encoding_size != DEFAULT_ENCODING_SIZE:
+        if provider.encoding_size != DEFAULT_ENCODING_SIZE:
             logger.warning(
                 "%s.encoding_size: %s is ignored: network_settings shapes the %s model "
                 "(ML-Agents' rule)",
                 path,
-                signal.encoding_size,
+                provider.encoding_size,
                 name,
             )
 
 
-def _warn_sac_gammas(where: str, signals: Any) -> None:
-    """SAC learns one critic on the sum of the signals' rewards, discounted with the
-    extrinsic ``gamma``: another ``gamma`` of an intrinsic signal is not applied."""
-    gamma = signals.extrinsic.gamma
-    for name, signal in signals.intrinsic.items():
-        if signal.gamma != gamma:
+def _warn_sac_gammas(where: str, providers: Any) -> None:
+    """SAC learns one critic on the sum of the providers' rewards, discounted with the
+    extrinsic ``gamma``: another ``gamma`` of an intrinsic reward provider is not applied."""
+    gamma = providers.extrinsic.gamma
+    for name, provider in providers.intrinsic.items():
+        if provider.gamma != gamma:
             logger.warning(
                 "%s.reward_signals.%s.gamma: %s has no effect with trainer_type sac: SAC "
-                "discounts the sum of the signals' rewards with the extrinsic gamma (%s)",
+                "discounts the sum of the providers' rewards with the extrinsic gamma (%s)",
                 where,
                 name,
-                signal.gamma,
+                provider.gamma,
                 gamma,
             )
 

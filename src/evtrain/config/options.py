@@ -162,7 +162,7 @@ def _cpus(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
 class RaySettings:
     """Where ``vectorization: ray`` runs the environments: Ray actors ("workers"), each
     stepping its share of ``num_envs`` in one remote call per vector step
-    (:mod:`evtrain.run.ray_envs`)."""
+    (:mod:`evtrain.run.environments.ray_envs`)."""
 
     address: str | None = None
     """The cluster, as ``ray.init(address=...)`` takes it: ``auto`` (the one ``ray start``
@@ -278,7 +278,7 @@ class RunOptions:
     plugins: PluginSettings = attrs.field(factory=PluginSettings)
     environment_parameters: dict[str, EnvironmentParameter] = attrs.field(factory=dict)
     """ML-Agents' curricula and samplers, by parameter name; set on every environment at each
-    episode reset (:mod:`evtrain.run.curriculum`)."""
+    episode reset (:mod:`evtrain.run.parameters.curriculum`)."""
     writers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     """Optional writers to run, by the name of their ``evtrain.stats_writer`` plugin, each with
     its own options: ``{csv: {}, jsonl: {}}`` (``--writer NAME[:key=value,...]``)."""

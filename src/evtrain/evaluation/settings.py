@@ -1,5 +1,5 @@
 """``behaviors.<name>.evaluation``: evtrain's own key (ML-Agents has none), declared and
-range-checked here; what it does is :mod:`evtrain.run.evaluations`'.
+range-checked here; what it does is :mod:`evtrain.run.evaluation.evaluations`'.
 
 Every ``every`` steps the behavior's deterministic policy as of that step (observation
 normaliser included) plays ``episodes`` episodes on environments of its own, off the training

@@ -16,16 +16,16 @@ import attrs
 from evtrain.bus.reporter import StatsReporter
 from evtrain.errors import RunFolderError
 from evtrain.ranks import get_rank
-from evtrain.run.inference import inference_category
+from evtrain.run.evaluation.inference import inference_category
 from evtrain.run.wiring import active_initializer
 from evtrain.trainers.registry import trainer_type
 
 if TYPE_CHECKING:
     from evtrain.bus import Bus
     from evtrain.config.options import RunOptions
-    from evtrain.run.checkpoint import CheckpointManager
-    from evtrain.run.curriculum import Curriculum
-    from evtrain.run.training_status import TrainingStatus
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.training_status import TrainingStatus
+    from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.trainers.base import Trainer
     from evtrain.trainers.ghost import GhostController
     from evtrain.world import World
@@ -97,7 +97,7 @@ def rank_seed(options: RunOptions, world: World) -> int:
 
 def training_status(options: RunOptions) -> TrainingStatus:
     """The run's training_status.json: the recorded one when resuming (or inferring)."""
-    from evtrain.run.training_status import TrainingStatus
+    from evtrain.run.checkpoints.training_status import TrainingStatus
 
     cs = options.checkpoint_settings
     path = cs.run_logs_dir / "training_status.json"
@@ -125,9 +125,9 @@ def build_behavior(
         ``--initialize-from`` a run without this behavior, an ``init_path`` without a
         checkpoint.
     :raises CheckpointError: the checkpoint cannot be read, or does not fit the trainer the
-        options build (:func:`evtrain.run.checkpoint_fit.misfit`).
+        options build (:func:`evtrain.run.checkpoints.checkpoint_fit.misfit`).
     """
-    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
 
     cs = options.checkpoint_settings
     manager = CheckpointManager(
@@ -151,7 +151,7 @@ def build_behavior(
                 trainer.load_state_dict(state)
             except (RuntimeError, KeyError, ValueError, IndexError) as error:
                 # torch's size/key mismatch lists: said as the config keys that changed
-                from evtrain.run.checkpoint_fit import misfit
+                from evtrain.run.checkpoints.checkpoint_fit import misfit
 
                 source = None if cs.resume else _init_source(options, name)
                 raise misfit(options, name, source or manager.checkpoint_path, error) from None
@@ -190,7 +190,7 @@ def _envs_and_reporter(
 ) -> tuple[Any, StatsReporter]:
     """Behavior ``name``'s environments and the reporter its trainer reports through: the
     curriculum's, which hears the summaries, when the run has ``environment_parameters``."""
-    from evtrain.run.envs import make_envs
+    from evtrain.run.environments.envs import make_envs
 
     # --inference reports apart from training: never onto the training curve's earlier steps.
     category = inference_category(name) if options.checkpoint_settings.inference else name
@@ -209,7 +209,7 @@ def _initial_state(
     """The state ``name`` starts from: the latest checkpoint (``--resume``, ``--inference``),
     an earlier checkpoint's with the counters at 0 (the behavior's ``init_path``, else
     ``--initialize-from``), or none."""
-    from evtrain.run.checkpoint_file import load_checkpoint
+    from evtrain.run.checkpoints.checkpoint_file import load_checkpoint
 
     cs = options.checkpoint_settings
     source = None if cs.resume else _init_source(options, name)

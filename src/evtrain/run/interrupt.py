@@ -2,18 +2,18 @@
 the second aborts.
 
 The handlers are in place from before the first step to the last byte the run writes (the
-final save and export, the drain of the bus).  A first signal during training finishes the
+final save and export, the drain of the bus).  A first interrupt during training finishes the
 current update, then saves, exports and drains; during the final save it lets the save finish,
 and it ends the wait for subscribers that precedes the save (:meth:`StopRequest.skippable`),
-which only serves the reward recorded with the checkpoint.  The second signal raises
+which only serves the reward recorded with the checkpoint.  The second interrupt raises
 :class:`Aborted` at once; checkpoints are written atomically, so whatever is on disk is
-complete, and the runner says which files the interrupted save wrote.  Later signals, while the
+complete, and the runner says which files the interrupted save wrote.  Later interrupts, while the
 abort waits for the file being written, are only logged: cutting that wait short would leave a
 temporary file behind.
 
-Exit codes of ``evtrain learn`` (docs/run-folder.md, "Exit codes and signals"): 0 when the run
-ended with its final save complete, stopped by a signal or not; 1 when it failed; 2 for a usage
-or configuration error; ``128 + signal number`` after an abort (130 SIGINT, 143 SIGTERM, 129
+Exit codes of ``evtrain learn`` (docs/run-folder.md, "Exit codes and interrupts"): 0 when the run
+ended with its final save complete, stopped by an interrupt or not; 1 when it failed; 2 for a usage
+or configuration error; ``128 + signum`` after an abort (130 SIGINT, 143 SIGTERM, 129
 SIGHUP).
 """
 
@@ -32,18 +32,18 @@ logger = logging.getLogger("evtrain")
 HANDLED: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
-"""The signals a run handles (no SIGHUP on Windows)."""
+"""The interrupts a run handles (no SIGHUP on Windows)."""
 
 
 class Aborted(KeyboardInterrupt):
-    """The second signal of a run: it stops at once, without the rest of its final save.
+    """The second interrupt of a run: it stops at once, without the rest of its final save.
 
     A ``KeyboardInterrupt``, so that code catching a Ctrl-C catches it too.
     """
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
-        """The signal that aborted."""
+        """The interrupt that aborted."""
         name = signal.Signals(signum).name
         super().__init__(f"second {name}: aborting without the rest of the final save")
 
@@ -54,21 +54,21 @@ class Aborted(KeyboardInterrupt):
 
 
 class _WaitSkipped(BaseException):
-    """Raised by the first signal inside :meth:`StopRequest.skippable` (a ``BaseException``,
+    """Raised by the first interrupt inside :meth:`StopRequest.skippable` (a ``BaseException``,
     so that no ``except Exception`` on the way out of the wait swallows it)."""
 
 
 class StopRequest:
-    """Set by the first signal; the run loop polls :attr:`requested`."""
+    """Set by the first interrupt; the run loop polls :attr:`requested`."""
 
     def __init__(self) -> None:
         self.requested: str | None = None
-        """Name of the signal that asked to stop, or ``None``."""
+        """Name of the interrupt that asked to stop, or ``None``."""
         self.phase = "training"
-        """What the run is doing, for the message of the first signal: ``training``,
+        """What the run is doing, for the message of the first interrupt: ``training``,
         ``saving`` (the final save) or ``closing`` (the drain)."""
         self.aborted = False
-        """Whether a second signal came."""
+        """Whether a second interrupt came."""
         self._skippable = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -93,7 +93,7 @@ class StopRequest:
 
     @contextmanager
     def skippable(self, what: str) -> Iterator[None]:
-        """A wait that the first signal ends: the block is left at once, and the run goes on
+        """A wait that the first interrupt ends: the block is left at once, and the run goes on
         after it.  Nothing is skipped when the stop was requested before the block."""
         self._skippable = self.requested is None
         try:
@@ -114,11 +114,11 @@ _FIRST = {
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[StopRequest]:
+def stop_on_interrupts() -> Iterator[StopRequest]:
     """Install the handlers of :data:`HANDLED` for the duration of a run (main thread only;
     elsewhere the request simply never fires).
 
-    A signal ignored when the run starts (``SIG_IGN``, inherited: ``nohup`` ignores SIGHUP, a
+    An interrupt ignored when the run starts (``SIG_IGN``, inherited: ``nohup`` ignores SIGHUP, a
     shell script's ``&`` SIGINT) stays ignored: whoever started the process asked for that."""
     request = StopRequest()
     with handling(request._handle):

@@ -5,7 +5,7 @@ signals, shutdown — and the trainers own the algorithms.  Every exit path (com
 Ctrl-C/SIGTERM, an exception) emits ``run_finished`` and drains the bus.
 
 Here: the run's lifecycle, from the folder to ``run_finished``.  When and what it saves is
-:class:`~evtrain.run.save_schedule.SaveSchedule`'s; its flushes and its drain,
+:class:`~evtrain.run.checkpoints.save_schedule.SaveSchedule`'s; its flushes and its drain,
 :class:`~evtrain.run.run_bus.RunBus`'s.
 """
 
@@ -34,20 +34,20 @@ from evtrain.run.build import (
     training_status,
     with_drawn_seed,
 )
-from evtrain.run.checkpoint_fit import saved_configurations
-from evtrain.run.co_players import CoPlayerWiring
-from evtrain.run.curriculum import Curriculum
-from evtrain.run.elastic import record_start, resumed_after_restart
-from evtrain.run.evaluations import Evaluations
-from evtrain.run.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
-from evtrain.run.interrupt import stop_on_signals
+from evtrain.run.checkpoints.checkpoint_fit import saved_configurations
+from evtrain.run.checkpoints.elastic import record_start, resumed_after_restart
+from evtrain.run.checkpoints.run_folder import RunFolder, prepare_run_folder, write_configuration
+from evtrain.run.checkpoints.save_schedule import SaveSchedule
+from evtrain.run.checkpoints.save_schedule import SavingProgress as SavingProgress
+from evtrain.run.environments.co_players import CoPlayerWiring
+from evtrain.run.evaluation.evaluations import Evaluations
+from evtrain.run.evaluation.inference import INFERENCE_SUFFIX, check_trained_model, run_inference
+from evtrain.run.interrupt import stop_on_interrupts
 from evtrain.run.loop import ProgressHook, schedule_warnings, take_turns
 from evtrain.run.options import load_options
+from evtrain.run.parameters.curriculum import Curriculum
 from evtrain.run.progress import console_logging
 from evtrain.run.run_bus import RunBus
-from evtrain.run.run_folder import RunFolder, prepare_run_folder, write_configuration
-from evtrain.run.save_schedule import SaveSchedule
-from evtrain.run.save_schedule import SavingProgress as SavingProgress
 from evtrain.run.stops import connect_stops
 from evtrain.run.wiring import attach_plugins, initialized, make_bus
 from evtrain.timers import hierarchical_timer, reset_timers
@@ -56,7 +56,7 @@ from evtrain.trainers.registry import trainer_type, use_trainer_types
 from evtrain.world import World
 
 if TYPE_CHECKING:
-    from evtrain.run.checkpoint import CheckpointManager
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
     from evtrain.trainers.base import Trainer
 
 logger = logging.getLogger("evtrain")
@@ -186,7 +186,7 @@ class _Run:
         self.evaluations = Evaluations(options, self.trainers, self.managers, self.saves, bus)
         """The behaviors' ``evaluation``: episodes off the training thread, the best model."""
         self.aborted = False
-        """A second signal aborted the run."""
+        """A second interrupt aborted the run."""
         self.co_players = CoPlayerWiring(self.trainers)
         """Each behavior acting for its agents in the other behaviors' PettingZoo copies."""
 
@@ -199,7 +199,7 @@ class _Run:
         cs = self.options.checkpoint_settings
         # The handlers stay from before the first step to the end of the drain: a signal
         # during the final save or the drain is a request like any other (see interrupt.py).
-        with stop_on_signals() as stop:
+        with stop_on_interrupts() as stop:
             self.evaluations.stop_requested = lambda: stop.requested is not None
             try:
                 try:
@@ -223,7 +223,7 @@ class _Run:
                     stop.phase = "closing"
                     self._close()
             except KeyboardInterrupt:
-                if not self.aborted:  # the second signal came during the drain
+                if not self.aborted:  # the second interrupt came during the drain
                     self._abort()
                     self.run_bus.close_now()
                 raise
@@ -320,7 +320,7 @@ class _Run:
         self.evaluations.after_turn(name, trainer)
 
     def _abort(self) -> None:
-        """A second signal: the file being written is completed, saves not yet started are
+        """A second interrupt: the file being written is completed, saves not yet started are
         dropped, and the log says what the interrupted save wrote."""
         self.aborted = True
         self.status = RunStatus.INTERRUPTED

@@ -1,8 +1,8 @@
 """The loop of a run: behaviors take turns until every one reaches ``max_steps``, and what that
 loop will do that the settings do not say (train past ``max_steps``, summarise less often).
 
-Training (:mod:`evtrain.run.learn`) and ``--inference`` (:mod:`evtrain.run.inference`) share
-it; they differ in what one turn of a trainer is.
+Training (:mod:`evtrain.run.learn`) and ``--inference`` (:mod:`evtrain.run.evaluation.inference`)
+share it; they differ in what one turn of a trainer is.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from evtrain.bus import Bus
 from evtrain.events import signals
 from evtrain.events.payloads import StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD
-from evtrain.run.inference import INFERENCE_SUFFIX
+from evtrain.run.evaluation.inference import INFERENCE_SUFFIX
 
 LOG_FORMAT = "[%(levelname)s] %(message)s"
 """The CLI's log line (``evtrain.cli``), also :func:`console_logging`'s."""

@@ -61,7 +61,7 @@ def record(
     :raises RunFolderError: the run, or the behavior's exported policy in it, does not exist.
     """
     from evtrain.export import onnx_policy
-    from evtrain.run.envs import make_envs
+    from evtrain.run.environments.envs import make_envs
     from evtrain.trainers.demonstrations import make_demonstrations
 
     if episodes < 1:

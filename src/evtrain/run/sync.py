@@ -32,7 +32,7 @@ from evtrain.bus.journal import check_journals, journal_backlog
 from evtrain.bus.subscription import subscriber_name
 from evtrain.config.names import name_problem
 from evtrain.errors import ConfigError, RunFolderError
-from evtrain.run.lock import RunLock
+from evtrain.run.checkpoints.lock import RunLock
 from evtrain.run.options import read_config
 from evtrain.run.wiring import journal_folder, make_bus, register_stats_writer_plugins
 

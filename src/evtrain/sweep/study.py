@@ -9,7 +9,7 @@ workers ask at once, and no trial runs twice (Optuna numbers each trial once).  
 process writes to the journal, :func:`check_journal` reads it whole: one that is not Optuna's
 is refused, a torn last line cut off.
 
-A trial interrupted by a signal is recorded ``FAIL`` with the user attribute
+A trial cut short by SIGINT, SIGTERM or SIGHUP is recorded ``FAIL`` with the user attribute
 ``evtrain.interrupted``, and does not count; its values wait in the study (a ``WAITING``
 trial, which does not count either), and the next trial a worker asks for runs them again.
 """
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("evtrain")
 
 INTERRUPTED = "evtrain.interrupted"
-"""User attribute of a trial a signal interrupted (recorded ``FAIL``; not counted)."""
+"""User attribute of a trial an interrupt cut short (recorded ``FAIL``; not counted)."""
 STEPS = "evtrain.steps"
 """User attribute: the environment steps the trial's behavior took."""
 ERROR = "evtrain.error"

@@ -10,7 +10,7 @@ How a trial ends in the study: ``COMPLETE`` with its score; ``PRUNED`` when the 
 stopped it before its ``max_steps`` (pruned at its last value, it ran to its end, and is
 scored as one that was not); ``FAIL`` when the run raised, failed, or reported no value of
 the objective's stat (the reason in the trial's ``evtrain.error``; the sweep goes on); ``FAIL`` with
-``evtrain.interrupted`` when a signal stopped it (the worker then stops too), its values put
+``evtrain.interrupted`` when an interrupt stopped it (the worker then stops too), its values put
 back in the study as a waiting trial (``evtrain.rerun_of``), which the next trial runs again.
 """
 
@@ -80,7 +80,7 @@ def study_of(sweep: Sweep, *, create: bool) -> optuna.Study:
 
 
 def run_worker(sweep: Sweep, study: optuna.Study, stop: SweepStop) -> bool:
-    """Run trials of ``sweep`` until the study has enough; ``False`` if a signal stopped the
+    """Run trials of ``sweep`` until the study has enough; ``False`` if an interrupt stopped the
     worker (in a trial, or between two)."""
     while stop.requested is None and (
         (trial := next_trial(study, sweep.storage, sweep.trials)) is not None
@@ -91,7 +91,7 @@ def run_worker(sweep: Sweep, study: optuna.Study, stop: SweepStop) -> bool:
 
 
 def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, stop: SweepStop) -> bool:
-    """Train one trial and tell the study how it ended; ``False`` if a signal interrupted it."""
+    """Train one trial and tell the study how it ended; ``False`` if an interrupt cut it short."""
     run_id = f"trial-{trial.number:04d}"
     trial.set_user_attr(RUN, str(sweep.folder / run_id))
     trial.set_user_attr(WORKER, f"{socket.gethostname()}:{os.getpid()}")
@@ -109,7 +109,7 @@ def run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, stop: Swee
         None if pruner is None or pruner.type == "none" else pruner.type,
     )
     rerun = trial.user_attrs.get(RERUN_OF)
-    again = "" if rerun is None else f" (trial {rerun} again, which a signal cut short)"
+    again = "" if rerun is None else f" (trial {rerun} again, which an interrupt cut short)"
     logger.info("Trial %d (%s)%s: %s", trial.number, run_id, again, _shown(values))
     try:
         result = _learn(data, reporter, stop)

@@ -91,35 +91,35 @@ class SACSettings:
         validator=v.gt(0.0),
     )
     """Environment steps (summed over environments) per update of the intrinsic reward
-    signals' models (curiosity, rnd, gail), each on its own replay minibatch (ML-Agents';
-    default ``steps_per_update``).  Without intrinsic signals it has no effect."""
+    providers' models (curiosity, rnd, gail), each on its own replay minibatch (ML-Agents';
+    default ``steps_per_update``).  Without intrinsic reward providers it has no effect."""
 
 
 @attrs.define(kw_only=True)
-class RewardSignalSettings:
-    """One reward signal: the environment's own (``extrinsic``), or the base of an intrinsic
+class RewardProviderSettings:
+    """One reward provider: the environment's own (``extrinsic``), or the base of an intrinsic
     one (:class:`GAILSettings`, :class:`CuriositySettings`, :class:`RNDSettings`)."""
 
     gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
-    """Discount factor of this signal's value head and advantages."""
+    """Discount factor of this provider's value head and advantages."""
     strength: float = attrs.field(default=1.0, validator=v.ge(0.0))
-    """Factor applied to the signal's reward before learning."""
+    """Factor applied to the provider's reward before learning."""
     network_settings: NetworkSettings | None = attrs.field(
         default=None, metadata={"absent_when_none": True}
     )
-    """ML-Agents: the shape of the signal's model.  ``hidden_units`` and ``num_layers`` shape
-    the encoder of curiosity, rnd and gail (see :func:`signal_hidden_layers`); the other keys
+    """ML-Agents: the shape of the provider's model.  ``hidden_units`` and ``num_layers`` shape
+    the encoder of curiosity, rnd and gail (see :func:`provider_hidden_layers`); the other keys
     and ``extrinsic``'s (which has no model) are accepted without effect.  ``None`` (absent):
     ``encoding_size`` units in two layers."""
 
 
 DEFAULT_ENCODING_SIZE = 64
-"""Width of a signal model's layers when neither ``encoding_size`` nor ``network_settings``
+"""Width of a provider model's layers when neither ``encoding_size`` nor ``network_settings``
 says (ML-Agents' ``encoding_size`` default before ``network_settings`` replaced it)."""
 
 
-def signal_hidden_layers(settings: RewardSignalSettings) -> list[int]:
-    """The widths of a signal model's hidden layers, ML-Agents' rule: ``network_settings``'s
+def provider_hidden_layers(settings: RewardProviderSettings) -> list[int]:
+    """The widths of a provider model's hidden layers, ML-Agents' rule: ``network_settings``'s
     ``num_layers`` of ``hidden_units`` when it is given (``encoding_size`` is then ignored),
     else two layers of ``encoding_size``."""
     network = settings.network_settings
@@ -130,7 +130,7 @@ def signal_hidden_layers(settings: RewardSignalSettings) -> list[int]:
 
 
 @attrs.define(kw_only=True)
-class GAILSettings(RewardSignalSettings):
+class GAILSettings(RewardProviderSettings):
     """Generative adversarial imitation learning (Ho & Ermon 2016): a discriminator learns to
     tell the demonstrations from the policy's experience, and the reward is how much a
     transition looks like a demonstration's."""
@@ -150,7 +150,7 @@ class GAILSettings(RewardSignalSettings):
 
 
 @attrs.define(kw_only=True)
-class CuriositySettings(RewardSignalSettings):
+class CuriositySettings(RewardProviderSettings):
     """The intrinsic curiosity module (Pathak et al. 2017): the reward is the error of a
     forward model predicting the encoding of the next observation."""
 
@@ -164,7 +164,7 @@ class CuriositySettings(RewardSignalSettings):
 
 
 @attrs.define(kw_only=True)
-class RNDSettings(RewardSignalSettings):
+class RNDSettings(RewardProviderSettings):
     """Random network distillation (Burda et al. 2018): the reward is the error of a trained
     predictor of a fixed random network's output."""
 
@@ -178,30 +178,30 @@ class RNDSettings(RewardSignalSettings):
 
 
 IntrinsicSettings = GAILSettings | CuriositySettings | RNDSettings
-"""The settings of a reward signal with a model of its own."""
+"""The settings of a reward provider with a model of its own."""
 
 
 def absent_when_none(attribute: attrs.Attribute[Any], value: object) -> bool:
     """An ``attrs.asdict`` filter: false for an optional setting that is not configured (a
-    reward signal, ``behavioral_cloning``), so settings without them read as they did before
+    reward provider, ``behavioral_cloning``), so settings without them read as they did before
     there were any."""
     return value is not None or not attribute.metadata.get("absent_when_none", False)
 
 
 @attrs.define(kw_only=True)
-class RewardSignals:
-    """The reward signals of a behavior; ``extrinsic`` is always there (strength 0 trains on
-    the intrinsic signals alone), ``gail``, ``curiosity`` and ``rnd`` when configured."""
+class RewardProviders:
+    """The reward providers of a behavior; ``extrinsic`` is always there (strength 0 trains on
+    the intrinsic reward providers alone), ``gail``, ``curiosity`` and ``rnd`` when configured."""
 
-    extrinsic: RewardSignalSettings = attrs.field(factory=RewardSignalSettings)
+    extrinsic: RewardProviderSettings = attrs.field(factory=RewardProviderSettings)
     curiosity: CuriositySettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     rnd: RNDSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     gail: GAILSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
 
     @property
     def intrinsic(self) -> dict[str, IntrinsicSettings]:
-        """The configured intrinsic signals by YAML key, in ML-Agents' order (gail, curiosity,
-        rnd): the order of their value heads."""
+        """The configured intrinsic reward providers by YAML key, in ML-Agents' order (gail,
+        curiosity, rnd): the order of their value heads."""
         configured = {"gail": self.gail, "curiosity": self.curiosity, "rnd": self.rnd}
         return {name: s for name, s in configured.items() if s is not None}
 
@@ -255,7 +255,7 @@ class TrainerSettings:
     """An instance of the settings class registered for ``trainer_type`` (typed ``object``
     because plugins register their own classes; each trainer checks it gets its own)."""
     network_settings: NetworkSettings = attrs.field(factory=NetworkSettings)
-    reward_signals: RewardSignals = attrs.field(factory=RewardSignals)
+    reward_signals: RewardProviders = attrs.field(factory=RewardProviders)
     behavioral_cloning: BehavioralCloningSettings | None = attrs.field(
         default=None, metadata=_ABSENT_WHEN_NONE
     )
@@ -265,7 +265,7 @@ class TrainerSettings:
     needs an environment whose agents of this behavior form two teams."""
     evaluation: EvaluationSettings | None = attrs.field(default=None, metadata=_ABSENT_WHEN_NONE)
     """evtrain's own: evaluate the deterministic policy every ``evaluation.every`` steps on
-    environments of its own, and keep the best model (:mod:`evtrain.run.evaluations`)."""
+    environments of its own, and keep the best model (:mod:`evtrain.run.evaluation.evaluations`)."""
     max_steps: int = attrs.field(default=500000, validator=[*_positive_int, _steps])
     """Environment steps (summed over environments) after which training stops."""
     time_horizon: int = attrs.field(default=64, validator=[*_positive_int, _steps])

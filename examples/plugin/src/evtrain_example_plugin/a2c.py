@@ -49,7 +49,7 @@ class A2CSettings:
 
 
 class A2CTrainer(OnPolicyTrainer):
-    """A2C for ``Discrete`` and ``Box`` actions (no memory, no intrinsic reward signals)."""
+    """A2C for ``Discrete`` and ``Box`` actions (no memory, no intrinsic reward providers)."""
 
     settings_type = A2CSettings
     hp: A2CSettings
@@ -66,8 +66,8 @@ class A2CTrainer(OnPolicyTrainer):
         ).to(self.device)
         self.memory = None
         self.signals = {}
-        self.signal_rewards = []
-        self._signal_returns = np.zeros((0, self.num_envs))
+        self.provider_rewards = []
+        self._provider_returns = np.zeros((0, self.num_envs))
         self._acting = None
         self.optimizer = torch.optim.RMSprop(self.agent.parameters(), lr=hp.learning_rate)
         self._allocate_rollout()

@@ -118,8 +118,8 @@ class GroupRollout(OnPolicyTrainer):
         self.critic = self._build_critic().to(self.device)
         self.memory = None
         self.signals = {}
-        self.signal_rewards = []
-        self._signal_returns = np.zeros((0, self.num_envs), dtype=np.float64)
+        self.provider_rewards = []
+        self._provider_returns = np.zeros((0, self.num_envs), dtype=np.float64)
         self._allocate_rollout()
         T, C = self.num_steps, self.num_groups
         self.group_rewards = np.zeros((T, C), dtype=np.float32)

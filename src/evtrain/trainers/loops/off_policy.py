@@ -12,7 +12,7 @@ What a subclass's ``_setup`` sets: ``hp`` (:class:`OffPolicyHyperparameters`), `
 statistics summed until a summary) and ``_acting`` (threaded, else ``None``).  The hooks:
 :meth:`~OffPolicyTrainer._act`, :meth:`~OffPolicyTrainer._gradient_step`,
 :meth:`~OffPolicyTrainer._optimizers`, and optionally :meth:`~OffPolicyTrainer._store`,
-:meth:`~OffPolicyTrainer._observed`, :meth:`~OffPolicyTrainer._signals_update`.
+:meth:`~OffPolicyTrainer._observed`, :meth:`~OffPolicyTrainer._providers_update`.
 
 With ``threaded: true`` the gradient steps due after one environment step run on the update
 thread while the environments take the next step, acting with a copy of the networks from
@@ -112,9 +112,9 @@ class OffPolicyTrainer(Trainer):
         """The optimizers the learning-rate schedule sets."""
 
     def _observed(self, *step: npt.NDArray[Any]) -> None:
-        """``(obs, action, real_next, dones, valid)`` of a step, for reward signals."""
+        """``(obs, action, real_next, dones, valid)`` of a step, for reward providers."""
 
-    def _signals_update(self, step: int) -> None:
+    def _providers_update(self, step: int) -> None:
         """What else learns after the gradient steps of environment step ``step``."""
 
     def _updates_always(self) -> bool:
@@ -209,7 +209,7 @@ class OffPolicyTrainer(Trainer):
             self._gradient_step()
             self._lr_sum += lr
         self.finite.check_updates(step)  # on_nonfinite: stop (one sync per environment step)
-        self._signals_update(step)
+        self._providers_update(step)
 
     def _caught_up(self) -> None:
         # The observations and transitions of the steps taken while gradient steps ran, in

@@ -10,8 +10,8 @@ per environment), ``layout`` (:func:`~evtrain.trainers.observations.behavior_lay
 ``agent`` (an actor-critic of :mod:`evtrain.trainers.networks.policies` or
 :mod:`~evtrain.trainers.networks.recurrent`), ``memory`` (a
 :class:`~evtrain.trainers.loops.recurrent_rollout.RecurrentRollout` with memory, else
-``None``), ``signals`` (:func:`~evtrain.trainers.signals.build.make_reward_signals`),
-``_signal_returns`` and ``_acting`` (the :class:`~evtrain.trainers.threaded.ActingCopy` of a
+``None``), ``signals`` (:func:`~evtrain.trainers.rewards.build.make_reward_providers`),
+``_provider_returns`` and ``_acting`` (the :class:`~evtrain.trainers.threaded.ActingCopy` of a
 threaded run, else ``None``).
 
 Implementation choices follow "The 37 implementation details of PPO" (Huang et al. 2022):
@@ -37,12 +37,12 @@ from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.observations import ObservationLayout
-from evtrain.trainers.signals.reward_signal import RewardSignal
+from evtrain.trainers.rewards.reward_provider import RewardProvider
 from evtrain.trainers.threaded import ActingCopy
 
 Minibatch = tuple[torch.Tensor, ...]
 """(obs, actions, logprobs, advantages, returns) of a batch (``b_``) or minibatch (``mb_``),
-followed by the next observations when there are intrinsic reward signals."""
+followed by the next observations when there are intrinsic reward providers."""
 Finals = tuple[int, npt.NDArray[np.bool_], torch.Tensor]
 """(step, which environments, normalised final observations) of time-limited episodes."""
 
@@ -76,9 +76,9 @@ class OnPolicyTrainer(Trainer):
     layout: ObservationLayout
     agent: ActorCritic | RecurrentActorCritic
     memory: RecurrentRollout | None
-    signals: dict[str, RewardSignal]
-    signal_rewards: list[npt.NDArray[np.float32]]
-    _signal_returns: npt.NDArray[np.float64]
+    signals: dict[str, RewardProvider]
+    provider_rewards: list[npt.NDArray[np.float32]]
+    _provider_returns: npt.NDArray[np.float64]
     _acting: ActingCopy[ActorCritic | RecurrentActorCritic] | None
     _skip_update = False
     """A non-finite reward or observation came in this rollout (``on_nonfinite: skip``)."""
@@ -197,8 +197,8 @@ class OnPolicyTrainer(Trainer):
         self._record_infos(infos, dones, valid)
         self.next_obs = next_obs
         # A time-limited episode is worth V(final observation): keep it to value later.
-        # (In NEXT_STEP mode the next step observes it; see _advantages.)  Intrinsic signals
-        # value terminated episodes' final observations too, and see them as s'.
+        # (In NEXT_STEP mode the next step observes it; see _advantages.)  Intrinsic reward
+        # providers value terminated episodes' final observations too, and see them as s'.
         ended = dones if self.signals else truncated & ~terminated
         if not ended.any() or self.autoreset.next_step:
             return None
@@ -248,8 +248,8 @@ class OnPolicyTrainer(Trainer):
 
     def _advantages(self, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE over the rollout, cutting trajectories every ``time_horizon`` steps; with
-        intrinsic signals, GAE per signal and the sum of their advantages, one return column
-        per value head."""
+        intrinsic reward providers, GAE per provider and the sum of their advantages, one return
+        column per value head."""
         values = self.b_values.cpu().numpy()
         next_v = next_value.cpu().numpy()
         extrinsic = self.settings.reward_signals.extrinsic
@@ -260,7 +260,7 @@ class OnPolicyTrainer(Trainer):
         else:
             gammas = [extrinsic.gamma, *(s.gamma for s in self.signals.values())]
             episodic = [True, *(s.episodic for s in self.signals.values())]
-            per_signal = [
+            per_provider = [
                 self._gae(
                     rewards,
                     values[..., i],
@@ -269,10 +269,10 @@ class OnPolicyTrainer(Trainer):
                     gammas[i],
                     episodic=episodic[i],
                 )
-                for i, rewards in enumerate([self.rewards, *self.signal_rewards])
+                for i, rewards in enumerate([self.rewards, *self.provider_rewards])
             ]
-            advantages = np.sum([a for a, _ in per_signal], axis=0, dtype=np.float32)
-            returns = np.stack([r for _, r in per_signal], axis=-1)
+            advantages = np.sum([a for a, _ in per_provider], axis=0, dtype=np.float32)
+            returns = np.stack([r for _, r in per_provider], axis=-1)
         return (
             torch.from_numpy(advantages).to(self.device),
             torch.from_numpy(returns).to(self.device),
@@ -299,7 +299,7 @@ class OnPolicyTrainer(Trainer):
             ended = self.truncated & ~self.terminated if episodic else dones
             bootstrap = np.where(ended, following, 0.0)
         elif episodic and self.signals:
-            # the finals of terminated episodes were valued for the intrinsic signals
+            # the finals of terminated episodes were valued for the intrinsic reward providers
             bootstrap = np.where(self.terminated, 0.0, bootstrap)
         horizon = self.settings.time_horizon
         if horizon < self.num_steps:
@@ -313,8 +313,8 @@ class OnPolicyTrainer(Trainer):
 
     def _batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> Minibatch:
         """The rollout flattened into one batch (``b_obs``, ``b_actions``, ``b_logprobs``,
-        ``b_advantages``, ``b_returns``, and ``b_next_obs`` with intrinsic signals), without
-        the autoreset steps of NEXT_STEP mode."""
+        ``b_advantages``, ``b_returns``, and ``b_next_obs`` with intrinsic reward providers),
+        without the autoreset steps of NEXT_STEP mode."""
         b: Minibatch = (
             self.b_obs.flatten(0, 1),
             self.b_actions.flatten(0, 1),

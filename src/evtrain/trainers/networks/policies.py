@@ -108,7 +108,7 @@ def score_actions(
 class ActorCritic(nn.Module):
     """Policy ``pi(a|s)`` and value ``V(s)`` for a ``Discrete`` or ``Box`` action space.
 
-    ``num_values`` value heads, one per reward signal (extrinsic first).  The methods take
+    ``num_values`` value heads, one per reward provider (extrinsic first).  The methods take
     normalised observation rows (:mod:`evtrain.trainers.observations`).  By default the
     actor and the critic are separate networks, as ML-Agents' actor and critic each have
     their own ``NetworkBody``: with images each puts its own image encoders in front of its
@@ -140,7 +140,7 @@ class ActorCritic(nn.Module):
         """The value heads take the policy's body's output (see the class's docs)."""
         self.mask = layout.mask
         """The action mask's columns of an observation row; ``None`` without one."""
-        # One value head per reward signal on a shared body, as ML-Agents' critic has.
+        # One value head per reward provider on a shared body, as ML-Agents' critic has.
         if shared_critic:
             heads_in = network.hidden_units  # the policy's body's output
             self.critic = MLP(

@@ -26,7 +26,7 @@ from evtrain.trainers.settings import NetworkSettings
 class RecurrentActorCritic(nn.Module):
     """Policy ``pi(a | s, memory)`` and value ``V(s, memory)``, each with its own memory.
 
-    ``num_values`` value heads, one per reward signal (extrinsic first).
+    ``num_values`` value heads, one per reward provider (extrinsic first).
     """
 
     def __init__(

@@ -11,12 +11,12 @@ With ``threaded: true`` (:mod:`evtrain.trainers.threaded`) the update of one rol
 the update thread while the next rollout is collected, acting with a copy of the agent from
 before that update; the next rollout's values, advantages and update wait for it.
 
-With intrinsic reward signals (``reward_signals.gail``, ``curiosity``, ``rnd``; see
-:mod:`evtrain.trainers.signals.build`) the critic has one value head per signal, as in ML-Agents:
+With intrinsic reward providers (``reward_signals.gail``, ``curiosity``, ``rnd``; see
+:mod:`evtrain.trainers.rewards.build`) the critic has one value head per signal, as in ML-Agents:
 each signal's rewards get GAE with its own ``gamma`` and value head, the advantage is their
 sum, and the signals' models train on the update's minibatches.  With ``behavioral_cloning``
 the policy also learns the demonstrations' actions after each update
-(:mod:`evtrain.trainers.signals.behavioral_cloning`).  Without them the update is the extrinsic-only
+(:mod:`evtrain.trainers.rewards.behavioral_cloning`).  Without them the update is the extrinsic-only
 one, step for step.
 
 With ``network_settings.memory`` the policy and the critic are recurrent
@@ -51,14 +51,14 @@ from evtrain.trainers.observations import behavior_layout
 from evtrain.trainers.optim import make_adam
 from evtrain.trainers.ppo.gradients import supports
 from evtrain.trainers.ppo.update import PPOUpdate, clipped_surrogate_loss
-from evtrain.trainers.settings import PPOSettings
-from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning, actor_critic_output
-from evtrain.trainers.signals.build import (
+from evtrain.trainers.rewards.behavioral_cloning import BehavioralCloning, actor_critic_output
+from evtrain.trainers.rewards.build import (
     Expert,
     load_experts,
     make_behavioral_cloning,
-    make_reward_signals,
+    make_reward_providers,
 )
+from evtrain.trainers.settings import PPOSettings
 from evtrain.trainers.threaded import ActingCopy
 
 logger = logging.getLogger("evtrain")
@@ -99,7 +99,7 @@ class PPOTrainer(PPOUpdate):
             self.device,
         )
         # Built after the agent: its initial weights are those of an extrinsic-only run.
-        self._build_signals(experts)
+        self._build_providers(experts)
         self.flat_params = flatten_parameters(self.agent)
         self.optimizer = make_adam(self.flat_params, hp.learning_rate, eps=1e-5)
         self._analytic_gradients = supports(self.agent)
@@ -127,7 +127,7 @@ class PPOTrainer(PPOUpdate):
         return hp
 
     def _build_agent(self) -> None:
-        """``agent`` (one value head per reward signal) and, with memory, its rollout."""
+        """``agent`` (one value head per reward provider) and, with memory, its rollout."""
         settings = self.settings
         memory = settings.network_settings.memory
         args = (
@@ -150,9 +150,9 @@ class PPOTrainer(PPOUpdate):
                 self.agent, self.num_envs, memory.sequence_length, self.hp.batch_size
             )
 
-    def _build_signals(self, experts: dict[str, Expert]) -> None:
-        """The intrinsic reward signals and their per-episode bookkeeping."""
-        self.signals = make_reward_signals(
+    def _build_providers(self, experts: dict[str, Expert]) -> None:
+        """The intrinsic reward providers and their per-episode bookkeeping."""
+        self.signals = make_reward_providers(
             self.settings.reward_signals,
             flat_obs_dim(self.envs.single_observation_space),
             self.action_space,
@@ -162,14 +162,14 @@ class PPOTrainer(PPOUpdate):
             normalize=self.agent.normalizer,
             sampler=self.generator,
         )
-        """The intrinsic reward signals by YAML key (empty: extrinsic only)."""
-        self._signal_modules = nn.ModuleDict(self.signals)  # a module: synchronize shares it
-        self.signal_rewards = []
-        """Each intrinsic signal's ``(T, N)`` rewards of the last rollout."""
-        self._signal_returns = np.zeros(
+        """The intrinsic reward providers by YAML key (empty: extrinsic only)."""
+        self._provider_modules = nn.ModuleDict(self.signals)  # a module: synchronize shares it
+        self.provider_rewards = []
+        """Each intrinsic reward provider's ``(T, N)`` rewards of the last rollout."""
+        self._provider_returns = np.zeros(
             (len(self.settings.reward_signals.intrinsic), self.num_envs), dtype=np.float64
         )
-        """Each intrinsic signal's reward so far in each environment's episode."""
+        """Each intrinsic reward provider's reward so far in each environment's episode."""
 
     def _build_cloning(self, experts: dict[str, Expert]) -> BehavioralCloning | None:
         agent, hp = self.agent, self.hp
@@ -198,7 +198,7 @@ class PPOTrainer(PPOUpdate):
         values = scheduled(self.hp, self.step, self.settings.max_steps)
         self.optimizer.lr = values.learning_rate
         if self.signals:
-            self.signal_rewards = self._evaluate_signals()
+            self.provider_rewards = self._evaluate_providers()
         advantages, returns = self._advantages(next_value)
         # The update reads this batch only (threaded: the next rollout, collected while it
         # runs, writes the rollout's arrays).
@@ -237,7 +237,7 @@ class PPOTrainer(PPOUpdate):
         state = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.signals:
             state["reward_signals"] = {
-                name: signal.signal_state_dict() for name, signal in self.signals.items()
+                name: signal.provider_state_dict() for name, signal in self.signals.items()
             }
         if self.cloning is not None:
             state["behavioral_cloning"] = self.cloning.state_dict()
@@ -245,24 +245,24 @@ class PPOTrainer(PPOUpdate):
 
     def _load_weights(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
-        for name, saved in self._saved_signals(state).items():
+        for name, saved in self._saved_providers(state).items():
             self.signals[name].model.load_state_dict(saved["model"])
 
     def _load_state_dict(self, state: dict[str, Any]) -> None:
         self._load_weights(state)
         # FlatAdam copies the state in: two trainers loaded from one state share nothing.
         self.optimizer.load_state_dict(state["optimizer"])
-        for name, saved in self._saved_signals(state).items():
+        for name, saved in self._saved_providers(state).items():
             self.signals[name].optimizer.load_state_dict(saved["optimizer"])
         if self.cloning is not None and "behavioral_cloning" in state:
             self.cloning.load_state_dict(state["behavioral_cloning"])
 
-    def _saved_signals(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _saved_providers(self, state: dict[str, Any]) -> dict[str, Any]:
         saved: dict[str, Any] = state.get("reward_signals", {})
         if set(saved) != set(self.signals):
             raise ValueError(
-                f"the state has the intrinsic reward signals {sorted(saved)}, behavior "
+                f"the state has the intrinsic reward providers {sorted(saved)}, behavior "
                 f"{self.behavior_name!r} is configured with {sorted(self.signals)}; "
-                "configure the reward signals of the run that saved it"
+                "configure the reward providers of the run that saved it"
             )
         return saved

@@ -1,7 +1,7 @@
 """PPO's update (Schulman et al. 2017), top to bottom: for ``num_epoch`` epochs, for each
 shuffled minibatch of the rollout, the clipped surrogate objective (the paper's eq. 7), the
 value loss (regression onto the GAE returns) and the entropy bonus (eq. 9) make one loss, and
-one Adam step follows on its clipped gradient; the intrinsic signals' models learn from the
+one Adam step follows on its clipped gradient; the intrinsic reward providers' models learn from the
 same minibatch, and behavioral cloning once after the epochs (ML-Agents).
 
 The gradients come from :mod:`~evtrain.trainers.ppo.gradients` where it supports the agent
@@ -24,8 +24,8 @@ from evtrain.trainers.networks.mlp import clip_grad_norm_, zero_grad_
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.optim import FlatAdam
 from evtrain.trainers.ppo.gradients import ppo_gradients
+from evtrain.trainers.rewards.behavioral_cloning import BehavioralCloning
 from evtrain.trainers.settings import PPOSettings
-from evtrain.trainers.signals.behavioral_cloning import BehavioralCloning
 
 
 def clipped_surrogate_loss(
@@ -57,10 +57,10 @@ class PPOUpdate(OnPolicyTrainer):
     """Whether the gradient step computes its gradients without autograd."""
 
     @torch.no_grad()
-    def _evaluate_signals(self) -> list[npt.NDArray[np.float32]]:
-        """Each intrinsic signal's ``(T, N)`` rewards of the rollout's transitions (0 on the
-        autoreset steps of NEXT_STEP mode); reports each signal's reward per finished episode
-        (``Policy/<Name> Reward``)."""
+    def _evaluate_providers(self) -> list[npt.NDArray[np.float32]]:
+        """Each intrinsic reward provider's ``(T, N)`` rewards of the rollout's transitions (0 on
+        the autoreset steps of NEXT_STEP mode); reports each provider's reward per finished
+        episode (``Policy/<Name> Reward``)."""
         T, N = self.num_steps, self.num_envs
         obs = self.b_obs.flatten(0, 1)
         actions = self.b_actions.flatten(0, 1)
@@ -73,10 +73,10 @@ class PPOUpdate(OnPolicyTrainer):
         report = self.reporter.add_stat
         for t in range(T):
             for i, signal in enumerate(self.signals.values()):
-                self._signal_returns[i] += rewards[i][t]
+                self._provider_returns[i] += rewards[i][t]
                 for n in np.flatnonzero(ended[t]):
-                    report(f"Policy/{signal.stat_name} Reward", float(self._signal_returns[i, n]))
-            self._signal_returns[:, ended[t]] = 0.0
+                    report(f"Policy/{signal.stat_name} Reward", float(self._provider_returns[i, n]))
+            self._provider_returns[:, ended[t]] = 0.0
         return [r.astype(np.float32) for r in rewards]
 
     def _update(self, b: Minibatch, clip_coef: float, ent_coef: float) -> None:
@@ -92,7 +92,7 @@ class PPOUpdate(OnPolicyTrainer):
             b = (*b[:3], normalized(b[3]), *b[4:])
 
         pg_losses, v_losses, entropies = [], [], []
-        signal_losses: dict[str, list[torch.Tensor]] = {}
+        provider_losses: dict[str, list[torch.Tensor]] = {}
         for epoch in range(hp.num_epoch):
             for mb in self._minibatches(b, num_minibatches):
                 # Entropy enters the loss only with a nonzero beta; otherwise it is measured
@@ -104,10 +104,10 @@ class PPOUpdate(OnPolicyTrainer):
                 v_losses.append(v_loss)
                 if entropy is not None:
                     entropies.append(entropy)
-                # -- the intrinsic signals' models learn from the same minibatch (ML-Agents)
+                # -- the reward providers' models learn from the same minibatch (ML-Agents)
                 for signal in self.signals.values():
                     for key, loss in signal.update(mb[0], mb[1], mb[5], self.world).items():
-                        signal_losses.setdefault(key, []).append(loss)
+                        provider_losses.setdefault(key, []).append(loss)
         self.finite.check_updates(self.step)  # on_nonfinite: stop (one sync per update)
 
         report = self.reporter.add_stat
@@ -117,7 +117,7 @@ class PPOUpdate(OnPolicyTrainer):
             if mean is not None:
                 report(key, mean)
         report("Policy/Entropy", float(torch.stack(entropies).mean()))
-        for key, losses in signal_losses.items():
+        for key, losses in provider_losses.items():
             report(key, float(torch.stack(losses).mean()))
         # -- behavioral cloning: once per update, after it (ML-Agents)
         if self.cloning is not None:

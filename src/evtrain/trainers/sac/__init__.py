@@ -7,8 +7,8 @@
 export views in :mod:`~evtrain.trainers.sac.discrete_policy`;
 :mod:`~evtrain.trainers.sac.twin_q` the two critics; :mod:`~evtrain.trainers.sac.memory`
 the recurrent networks and sequence replay (:mod:`~evtrain.trainers.sac.recurrent_update`:
-their update); :mod:`~evtrain.trainers.sac.signals` the reward
-signals evaluated on replay minibatches.  ``evtrain.trainers.sac.SACTrainer`` is the
+their update); :mod:`~evtrain.trainers.sac.rewards` the reward
+providers evaluated on replay minibatches.  ``evtrain.trainers.sac.SACTrainer`` is the
 documented path of the trainer.
 """
 

@@ -316,7 +316,7 @@ class SequenceReplayBuffer:
         """``batch_size`` single transitions drawn uniformly with replacement from the stored
         sequences (padding never): ``(obs, actions, rewards, next_obs, terminated)``, as
         :meth:`~evtrain.trainers.loops.replay.ReplayBuffer.sample` gives them (for the models of the
-        reward signals, which look at one transition at a time)."""
+        reward providers, which look at one transition at a time)."""
         if self.transitions == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         sequence, position = np.nonzero(self.mask[: self.size])

@@ -7,8 +7,8 @@ policy rescaled to the action bounds, and automatic tuning of the entropy coeffi
 ``alpha`` (starting at ``init_entcoef``) towards ``target_entropy``.  One
 :meth:`SACTrainer.advance` steps every environment once, stores the transitions, and makes
 one gradient step per ``steps_per_update`` environment steps once ``buffer_init_steps``
-random-action steps have been collected.  Intrinsic reward signals (gail, curiosity, rnd) and
-behavioral cloning: :mod:`evtrain.trainers.sac.signals`.
+random-action steps have been collected.  Intrinsic reward providers (gail, curiosity, rnd) and
+behavioral cloning: :mod:`evtrain.trainers.sac.rewards`.
 
 With ``threaded: true`` (:mod:`evtrain.trainers.threaded`) the gradient steps due after one
 environment step run on the update thread while the environments take the next step, acting
@@ -52,7 +52,7 @@ from evtrain.trainers.sac.memory import (
     SequenceReplayBuffer,
 )
 from evtrain.trainers.sac.recurrent_update import SACRecurrentUpdate
-from evtrain.trainers.sac.signals import SACSignals
+from evtrain.trainers.sac.rewards import SACRewardProviders
 from evtrain.trainers.sac.twin_q import TwinQ, from_two_networks, relayout_flat
 from evtrain.trainers.settings import NetworkSettings, SACSettings
 from evtrain.trainers.threaded import ActingCopy
@@ -95,7 +95,7 @@ class SACTrainer(SACRecurrentUpdate):
         self._stats_updates = 0
         self._lr_sum = 0.0
         # Built last: the networks' initial weights are those of a run without them.
-        self.extras = SACSignals(
+        self.extras = SACRewardProviders(
             settings,
             self.behavior_name,
             envs.single_observation_space,
@@ -277,7 +277,7 @@ class SACTrainer(SACRecurrentUpdate):
         else:
             self._update_sequences()
 
-    def _signals_update(self, step: int) -> None:
+    def _providers_update(self, step: int) -> None:
         if self.extras:
             with hierarchical_timer("reward_signals"):
                 self.extras.update(step, self.replay, self.rng)

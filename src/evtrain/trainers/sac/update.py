@@ -22,7 +22,7 @@ from evtrain.trainers.optim import FlatAdam
 from evtrain.trainers.sac.actor import SquashedGaussianActor
 from evtrain.trainers.sac.discrete import Branches, CategoricalActor, actor_loss, critic_losses
 from evtrain.trainers.sac.memory import CarriedMemories, RecurrentTwinQ, SequenceReplayBuffer
-from evtrain.trainers.sac.signals import SACSignals
+from evtrain.trainers.sac.rewards import SACRewardProviders
 from evtrain.trainers.sac.twin_q import TwinQ
 from evtrain.trainers.settings import SACSettings
 
@@ -50,8 +50,8 @@ class SACUpdate(OffPolicyTrainer):
     """The discrete action branches; ``None`` for ``Box`` actions."""
     memory: CarriedMemories | None
     """Each environment's memories, with ``network_settings.memory``."""
-    extras: SACSignals
-    """The intrinsic reward signals and behavioral cloning (empty without them)."""
+    extras: SACRewardProviders
+    """The intrinsic reward providers and behavioral cloning (empty without them)."""
     _applied = True
     """Whether the current gradient step's parts so far were finite and applied."""
 

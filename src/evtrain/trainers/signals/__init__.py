@@ -1,5 +1,0 @@
-"""Reward signals and imitation: the base of the intrinsic signals (:mod:`.reward_signal`),
-curiosity (:mod:`.curiosity`), random network distillation (:mod:`.rnd`), GAIL (:mod:`.gail`),
-behavioral cloning (:mod:`.behavioral_cloning`), and what a trainer builds from its settings
-(:mod:`.build`; the extrinsic reward is the environment's own, scaled by its ``strength`` in the
-loops).  Signals serve every algorithm and import none."""

@@ -54,6 +54,7 @@ def test_record_writes_the_trained_policys_episodes(trained: Path) -> None:
         "--output",
         "demos/teacher.npz",
         cwd=trained,
+        process=True,  # the command as a user runs it (the other record tests, in process)
     )
     assert result.returncode == 0, result.stderr
     demo = load_demonstrations(

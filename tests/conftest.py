@@ -1,27 +1,61 @@
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
 from evtrain import Bus
-from tests.helpers import PLUGIN
+from tests.helpers import PLUGIN, end_started
 from tests.writers.mlflow_server import MlflowServer
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Ctrl-C reaches the processes the tests start, however pytest was started: a shell runs a
-    background job (``cmd &``, ``nohup``) with SIGINT ignored, a child inherits that, and a
-    Python started so never raises KeyboardInterrupt — the Ctrl-C tests then hung.  A handler
-    (unlike an ignored signal) is reset to the default in a child at ``exec``."""
+    """Signals, however pytest was started and however it ends.
+
+    A shell runs a background job (``cmd &``, ``nohup``) with SIGINT ignored (and ``nohup``
+    SIGHUP), a child inherits that, and a Python started so never raises KeyboardInterrupt
+    nor hears a hangup: the Ctrl-C and SIGHUP tests then hung.  A handler (unlike an ignored
+    signal) is reset to the default in a child at ``exec``: here a hangup ignored stays without
+    effect, as ``nohup`` asked, while the processes the tests start get the default.
+
+    SIGTERM, SIGINT and a hangup not ignored end the processes fixtures started
+    (:data:`tests.helpers.STARTED`: servers and launchers in sessions of their own, which no
+    terminal's signal reaches) before pytest goes as that signal would end it.
+    """
     del config
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _hangup_ignored)
+    else:
+        signal.signal(signal.SIGHUP, _ended_by_signal)
+    signal.signal(signal.SIGTERM, _ended_by_signal)
+    signal.signal(signal.SIGINT, _ended_by_signal)
+
+
+_SUITE = os.getpid()
+"""pytest's process: a child forked by a test (multiprocessing) inherits these handlers."""
+
+
+def _hangup_ignored(signum: int, frame: object) -> None:
+    """SIGHUP in a suite started under ``nohup``: ignored, as it asked."""
+    del signum, frame
+
+
+def _ended_by_signal(signum: int, frame: FrameType | None) -> None:
+    """End what fixtures started, then end as ``signum`` would have (SIGINT: pytest's own
+    KeyboardInterrupt, its report and teardown)."""
+    if os.getpid() == _SUITE:
+        end_started()
+    if signum == signal.SIGINT:
+        signal.default_int_handler(signum, frame)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 @pytest.fixture(autouse=True)

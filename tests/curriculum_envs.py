@@ -14,6 +14,10 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from evtrain import Bus, StatsEvent
+from evtrain.config.environment_parameters import Constant, Uniform
+from evtrain.run.learn import learn
+from evtrain.testing import Recorder
 from tests.multiagent_envs import TurnGame
 
 EPISODE_LENGTH = 4
@@ -167,3 +171,83 @@ def parameter_game(record: str | None = None) -> ParameterGame:
 def parameter_turns(record: str | None = None) -> ParameterTurns:
     """:class:`ParameterTurns` (``env_id: tests.curriculum_envs:parameter_turns``)."""
     return ParameterTurns(record)
+
+
+def run_options(tmp_path: Path, parameters: dict[str, Any], **env: Any) -> dict[str, Any]:
+    """PPO on :class:`ParameterEnv`: 2 envs x 8 steps per update, a summary every 32 steps
+    (4 episodes of each env), 128 steps."""
+    return {
+        "behaviors": {
+            "B": {
+                "trainer_type": "ppo",
+                "hyperparameters": {"batch_size": 16, "buffer_size": 16, "num_epoch": 1},
+                "network_settings": {"hidden_units": 8, "num_layers": 1},
+                "max_steps": 128,
+                "time_horizon": 8,
+                "summary_freq": 32,
+                "checkpoint_interval": 64,
+                "keep_checkpoints": 1,
+            }
+        },
+        "env_settings": {
+            "env_id": "tests.curriculum_envs:parameter_env",
+            "num_envs": 2,
+            "seed": 1,
+            **env,
+        },
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
+        "environment_parameters": parameters,
+    }
+
+
+REWARD = "Environment/Cumulative Reward"
+
+
+def progress(threshold: float, **more: Any) -> dict[str, Any]:
+    return {"behavior": "B", "measure": "progress", "threshold": threshold, **more}
+
+
+CURRICULUM = {
+    "bonus": {
+        "curriculum": [
+            {"name": "one", "value": 1.0, "completion_criteria": progress(0.2)},
+            {"name": "two", "value": 2.0, "completion_criteria": progress(0.5)},
+            {
+                "name": "draw",
+                "value": {
+                    "sampler_type": "uniform",
+                    "sampler_parameters": {"min_value": 3, "max_value": 4},
+                },
+            },
+        ]
+    },
+    "tilt": 0.5,  # ParameterEnv has no attribute tilt: it reads it from its reset options
+}
+
+
+def returns(recorder: Recorder) -> list[list[float]]:
+    """The episode returns of each summary, sorted."""
+    return [sorted(e.values[REWARD].full_dist) for e in recorder.of(StatsEvent)]
+
+
+def recorded_run(options: dict[str, Any]) -> Recorder:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(options, bus)
+    return recorder
+
+
+def check_curriculum_returns(periods: list[list[float]]) -> None:
+    """Returns are 4 x (bonus + tilt 0.5).  A lesson applies from each environment's next
+    reset: the episode it began in the step that ended the summary's last keeps the old one."""
+    assert periods[0] == [6.0] * 8  # lesson "one"; moves on at 32 (progress 0.25 > 0.2)
+    assert periods[1] == [6.0] * 2 + [10.0] * 6  # "two"; 0.5 is not > 0.5
+    assert periods[2] == [10.0] * 8  # moves on at 96
+    assert periods[3][:2] == [10.0] * 2
+    drawn = periods[3][2:]  # "draw": 4 x (U[3, 4) + 0.5), a fresh value each episode
+    assert len(drawn) == 6 and all(14.0 <= r < 18.0 for r in drawn)
+    assert len(set(drawn)) == 6
+
+
+SAMPLERS = {"bonus": Uniform(min_value=1.0, max_value=2.0), "tilt": Constant(value=0.5)}

@@ -25,6 +25,12 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from evtrain.trainers import NetworkSettings
+from evtrain.trainers.loops.on_policy import OnPolicyTrainer
+from evtrain.trainers.mappo import MAPPOTrainer
+from evtrain.trainers.poca import POCATrainer
+from evtrain.trainers.settings import MAPPOSettings, POCASettings, TrainerSettings
+
 NEVER = 1 << 30
 
 
@@ -172,3 +178,25 @@ class RelayEnv(VectorEnv[Any, Any, Any]):
         for c in np.flatnonzero(last):
             self.group_returns.append(float(self._group_sum[c]))
             self._group_sum[c] = 0.0
+
+
+TRAINERS: dict[str, type[OnPolicyTrainer]] = {"poca": POCATrainer, "mappo": MAPPOTrainer}
+
+
+def settings(kind: str, **overrides: Any) -> TrainerSettings:
+    """A tiny group trainer: 2 copies x 3 agents x 12 steps per rollout, 2 minibatches."""
+    hyperparameters: dict[str, Any] = {"batch_size": 36, "buffer_size": 72, "num_epoch": 2}
+    hyperparameters.update(overrides.pop("hyperparameters", {}))
+    options: dict[str, Any] = dict(
+        trainer_type=kind,
+        hyperparameters=HYPERPARAMETERS[kind](**hyperparameters),
+        network_settings=NetworkSettings(hidden_units=16, num_layers=1),
+        max_steps=10_000,
+        time_horizon=64,
+        summary_freq=10**6,
+    )
+    options.update(overrides)
+    return TrainerSettings(**options)
+
+
+HYPERPARAMETERS = {"poca": POCASettings, "mappo": MAPPOSettings}

@@ -7,21 +7,27 @@ import contextlib
 import csv
 import errno
 import functools
+import io
 import json
+import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sysconfig
 import tempfile
 import threading
+import time
 import venv
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import attrs
 import importlib_metadata
 import pytest
+import yaml
 
 from evtrain import StatsEvent, StatsSummary
 from evtrain_writers._hparams import HParamValue
@@ -225,3 +231,140 @@ def fill(folder: Path) -> Path:
         probe.write(b"\0" * 8192)
     assert full.value.errno == errno.ENOSPC
     return filler
+
+
+def evtrain_main(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``evtrain ARGS`` in ``cwd``, run in this process by :func:`evtrain.cli.main`, the
+    function the command runs: its exit code and what it printed (its log lines on stderr, in
+    the command's format), without the seconds a new Python spends importing torch.  As in
+    :func:`isolated_python`, the only plugins installed are evtrain's own."""
+    from evtrain.cli import DEBUG_LOG_FORMAT, LOG_FORMAT, main
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter(DEBUG_LOG_FORMAT if "--debug" in args else LOG_FORMAT))
+    root, ours = logging.getLogger(), logging.getLogger("evtrain")
+    level = ours.level
+    every = importlib_metadata.entry_points
+
+    def own_entry_points(**selection: Any) -> importlib_metadata.EntryPoints:
+        found = every(**selection)
+        return importlib_metadata.EntryPoints(
+            point for point in found if point.dist is None or point.dist.name == "evtrain"
+        )
+
+    root.addHandler(handler)
+    importlib_metadata.entry_points = own_entry_points
+    before = Path.cwd()
+    os.chdir(cwd)  # contextlib.chdir is Python 3.11's
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            try:
+                code = main(list(args))
+            except SystemExit as exit:  # argparse's refusals, as the process would end
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        os.chdir(before)
+        importlib_metadata.entry_points = every
+        root.removeHandler(handler)
+        ours.setLevel(level)
+    return subprocess.CompletedProcess(["evtrain", *args], code, out.getvalue(), err.getvalue())
+
+
+def config(tmp_path: Path, run_id: str = "run", **behavior: Any) -> dict[str, Any]:
+    """A tiny CartPole PPO run: 4 envs x 32 steps per update, 1024 steps."""
+    settings: dict[str, Any] = {
+        "trainer_type": "ppo",
+        "hyperparameters": {"batch_size": 64, "buffer_size": 128, "num_epoch": 2},
+        "network_settings": {"hidden_units": 32},
+        "max_steps": 1024,
+        "time_horizon": 32,
+        "summary_freq": 256,
+        "checkpoint_interval": 512,
+        "keep_checkpoints": 1,
+    }
+    settings.update(behavior)
+    return {
+        "behaviors": {"CartPole": settings},
+        "env_settings": {"env_id": "CartPole-v1", "num_envs": 4, "seed": 3},
+        "checkpoint_settings": {"run_id": run_id, "results_dir": str(tmp_path / "results")},
+    }
+
+
+def run_evtrain(*args: str, cwd: Path, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``evtrain ARGS`` in ``cwd``, seeing no other package's evtrain plugins: in this process
+    (:func:`evtrain_main`), or with ``process`` in a new ``python -m evtrain`` of
+    :func:`isolated_python`, where a process is the point (its exit, its isolation, what a user
+    runs)."""
+    if not process:
+        return evtrain_main(*args, cwd=cwd)
+    return subprocess.run(
+        [isolated_python(), "-m", "evtrain", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def run_cli(*args: str, cwd: Path, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``evtrain learn ARGS`` in ``cwd`` (see :func:`run_evtrain`)."""
+    return run_evtrain("learn", *args, cwd=cwd, process=process)
+
+
+def run_config(
+    tmp_path: Path,
+    options: dict[str, Any],
+    *args: str,
+    name: str = "run.yaml",
+    process: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Write ``options`` to ``tmp_path/name`` and run ``evtrain learn`` on it there (see
+    :func:`run_evtrain`)."""
+    (tmp_path / name).write_text(yaml.safe_dump(options))
+    return run_cli(name, *args, cwd=tmp_path, process=process)
+
+
+def sync(*args: str, cwd: Path, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``evtrain sync ARGS`` in ``cwd`` (see :func:`run_evtrain`)."""
+    return run_evtrain("sync", *args, cwd=cwd, process=process)
+
+
+STARTED: list[subprocess.Popen[Any]] = []
+"""The processes fixtures started (servers, clusters, launchers): if pytest itself is ended by
+a signal, tests/conftest.py ends those still running before it goes (:func:`end_started`)."""
+
+
+Started = TypeVar("Started", bound="subprocess.Popen[Any]")
+
+
+def end_with_the_suite(process: Started) -> Started:
+    """Add ``process`` to :data:`STARTED`; returns it."""
+    STARTED.append(process)
+    return process
+
+
+def end_started(grace_s: float = 5.0) -> None:
+    """SIGTERM each process of :data:`STARTED` still running (its whole process group if it
+    leads one: a server's workers, a launcher's agents), then SIGKILL what is left after
+    ``grace_s``."""
+    running = [process for process in STARTED if process.poll() is None]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(process.pid) == process.pid:
+                    os.killpg(process.pid, signal.SIGCONT)  # a hung (SIGSTOP) one, too
+                    os.killpg(process.pid, sig)
+                else:
+                    process.send_signal(sig)
+        deadline = time.monotonic() + grace_s
+        for process in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.0, deadline - time.monotonic()))
+        running = [process for process in running if process.poll() is None]
+        if not running:
+            return

@@ -15,10 +15,13 @@ After each move the other player is rewarded 0.5; whoever takes the last one get
 
 from __future__ import annotations
 
+import copy
 import threading
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector
@@ -204,3 +207,29 @@ class Failing(Walkers):
     def close(self) -> None:
         if self.hang:
             threading.Event().wait()
+
+
+def tiny(behavior: dict[str, Any], env: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    settings = {
+        "trainer_type": "ppo",
+        "hyperparameters": {"batch_size": 64, "buffer_size": 192, "num_epoch": 1},
+        "network_settings": {"hidden_units": 16, "num_layers": 1},
+        "max_steps": 1152,
+        "time_horizon": 16,
+        "summary_freq": 576,
+        "checkpoint_interval": 1152,
+        "keep_checkpoints": 1,
+        **behavior,
+    }
+    return {
+        "behaviors": {name: copy.deepcopy(settings) for name in names},
+        "env_settings": {"seed": 1, **env},
+        "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
+    }
+
+
+def onnx_actions(model: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    assert {i.name for i in session.get_inputs()} == set(inputs)
+    actions: np.ndarray = session.run(None, inputs)[0]
+    return actions

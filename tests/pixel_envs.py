@@ -14,11 +14,21 @@ by difference, velocities).
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
+import onnx
+import torch
+
+from evtrain import Bus, RunOptions, StatsReporter
+from evtrain.run.checkpoints.checkpoint import load_checkpoint
+from evtrain.run.environments.envs import make_envs
+from evtrain.trainers import PPOTrainer, SACTrainer, Trainer
+from evtrain.trainers.networks.encoders import VisEncodeType
 
 X_LIMIT = 2.4
 """CartPole's cart position at which an episode ends: the image's left and right edges."""
@@ -112,3 +122,88 @@ def pixel_vector_cartpole(
     ``vector``, the cart's and the pole's velocities (``env_id:
     tests.pixel_envs:pixel_vector_cartpole``)."""
     return _make(size, continuous, True, kwargs)
+
+
+def options(
+    tmp_path: Path, trainer: str, kind: VisEncodeType, env_id: str, **env_kwargs: Any
+) -> dict[str, Any]:
+    """A 64-step run of 2 environments, a summary every 32 steps, tiny networks."""
+    if trainer == "ppo":
+        hyperparameters: dict[str, Any] = {"batch_size": 16, "buffer_size": 32, "num_epoch": 1}
+    else:
+        hyperparameters = {
+            "batch_size": 8,
+            "buffer_size": 200,
+            "buffer_init_steps": 32,
+            "steps_per_update": 4,
+        }
+        env_kwargs["continuous"] = True
+    return {
+        "behaviors": {
+            "Pixel": {
+                "trainer_type": trainer,
+                "hyperparameters": hyperparameters,
+                "network_settings": {
+                    "hidden_units": 8,
+                    "num_layers": 1,
+                    "normalize": True,
+                    "vis_encode_type": kind,
+                },
+                "max_steps": 64,
+                "time_horizon": 16,
+                "summary_freq": 32,
+            }
+        },
+        "env_settings": {
+            "env_id": f"tests.pixel_envs:{env_id}",
+            "env_kwargs": env_kwargs,
+            "num_envs": 2,
+            "seed": 1,
+        },
+        "checkpoint_settings": {"run_id": "pixels", "results_dir": str(tmp_path)},
+    }
+
+
+def trained_policy(run: dict[str, Any], tmp_path: Path) -> torch.nn.Module:
+    """The policy of the run's final checkpoint, in a trainer built afresh."""
+    run_options = RunOptions.from_dict(copy.deepcopy(run))
+    settings = run_options.behaviors["Pixel"]
+    trainer_cls = TRAINERS[settings.trainer_type]
+    with Bus() as bus:
+        trainer = trainer_cls(
+            "Pixel", settings, make_envs(run_options.env_settings), StatsReporter(bus, "P"), seed=0
+        )
+    trainer.load_weights(load_checkpoint(tmp_path / "pixels" / "Pixel" / "checkpoint.pt"))
+    trainer.envs.close()
+    policy: torch.nn.Module = trainer.policy_module()
+    return policy
+
+
+def frames(env_kwargs: dict[str, Any], n: int, *, vector: bool = False) -> Any:
+    """``n`` observations of a pixel CartPole played at random, stacked as a batch."""
+    env = (pixel_vector_cartpole if vector else pixel_cartpole)(**env_kwargs)
+    obs, _ = env.reset(seed=7)
+    seen = [obs]
+    while len(seen) < n:
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        seen.append(env.reset()[0] if terminated or truncated else obs)
+    if vector:
+        return {key: np.stack([o[key] for o in seen]) for key in seen[0]}
+    return np.stack(seen)
+
+
+def input_shapes(path: Path) -> list[tuple[str, list[int | str]]]:
+    return [
+        (i.name, [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim])
+        for i in onnx.load(path).graph.input
+    ]
+
+
+def torch_actions(policy: torch.nn.Module, obs: Any) -> np.ndarray:
+    parts = obs.values() if isinstance(obs, dict) else [obs]
+    with torch.no_grad():
+        out: torch.Tensor = policy(*(torch.as_tensor(x, dtype=torch.float32) for x in parts))
+    return out.numpy()
+
+
+TRAINERS: dict[str, type[Trainer]] = {"ppo": PPOTrainer, "sac": SACTrainer}

@@ -54,6 +54,12 @@ class _Poisoned(gym.Wrapper[Any, Any, Any, Any]):
         return obs, reward, terminated, truncated, info
 
 
+def count_steps_anew() -> None:
+    """Start :func:`poisoned`'s count of the process's steps again, as a new process would: for
+    a run in the tests' own process."""
+    _Poisoned.steps = 0
+
+
 def poisoned(
     env_id: str = "CartPole-v1", at: int = 100, what: str = "reward", value: float = math.nan
 ) -> gym.Env[Any, Any]:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.helpers import ROOT, free_port
+from tests.helpers import ROOT, end_with_the_suite, free_port
 
 RAY = Path(sys.executable).parent / "ray"
 
@@ -113,7 +113,7 @@ class Cluster:
             process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=ray_env(), cwd=ROOT
             )
-        self.processes.append(process)
+        self.processes.append(end_with_the_suite(process))
 
     def _wait_for_nodes(self, count: int) -> None:
         """Wait until ``ray status`` counts ``count`` nodes alive (bounded)."""

@@ -6,7 +6,6 @@ puts them, the masked distributions of PPO and discrete SAC, the exported policy
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-import yaml
 from gymnasium import spaces
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -39,7 +37,7 @@ from evtrain.trainers.observations import VectorNormalizer, observation_layout, 
 from evtrain.trainers.sac.discrete import Branches, CategoricalActor, soft_value
 from evtrain.trainers.sac.discrete_policy import DiscreteSACPolicy
 from evtrain.trainers.settings import CuriositySettings
-from tests.helpers import ROOT, clean_env, python
+from tests.helpers import run_config
 from tests.masked_envs import MaskedChoice, masked_choice
 from tests.trainers.helpers import small_ppo, small_sac
 
@@ -324,11 +322,7 @@ def masked_run(tmp_path: Path, trainer: str, max_steps: int) -> dict[str, Any]:
         "env_settings": {"env_id": "tests.masked_envs:masked_choice", "num_envs": 2, "seed": 1},
         "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
     }
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    # this checkout's evtrain first, and its tests package for the environment
-    path = os.pathsep.join(str(p) for p in (ROOT / "src", ROOT / "writers", ROOT))
-    env = clean_env(PYTHONPATH=path)
-    result = python("-m", "evtrain", "learn", "run.yaml", cwd=tmp_path, env=env, timeout=120)
+    result = run_config(tmp_path, options)  # in this process, which imports the environment
     assert result.returncode == 0, result.stderr  # MaskedActionError otherwise
     return options
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_benchmarks_smoke import BENCHMARKS, _env, _report, _run
+from tests.benchmark_runs import BENCHMARKS, _env, _report, _run
 
 KAZ_AGENTS = ["archer_0", "archer_1", "knight_0", "knight_1"]
 

@@ -24,7 +24,7 @@ from evtrain.export import onnx_policy
 from evtrain.run.checkpoints.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
 from evtrain.run.checkpoints.training_status import ModelCheckpoint, TrainingStatus
 from evtrain.testing import Recorder
-from tests.test_export import DiscretePolicy, RaisingPolicy, observations
+from tests.export_policies import DiscretePolicy, RaisingPolicy, observations
 
 B = "Walker"
 EXAMPLE = torch.from_numpy(observations(2))

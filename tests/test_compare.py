@@ -24,7 +24,7 @@ from evtrain.extras import install_hint
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
 from evtrain_writers.tensorboard import TensorboardWriter
-from tests.helpers import clean_env, isolated_python, tensorboard_scalars
+from tests.helpers import clean_env, evtrain_main, isolated_python, tensorboard_scalars
 
 REWARD = "Environment/Cumulative Reward"
 WRITERS: dict[str, type[StatsWriter]] = {
@@ -476,7 +476,7 @@ env_settings: {env_id: CartPole-v1, num_envs: 4}
 def test_compare_two_real_cartpole_runs_prints_the_table_and_draws_the_png(tmp_path: Path) -> None:
     (tmp_path / "cartpole.yaml").write_text(CARTPOLE)
     for seed in (1, 2):
-        run = evtrain(
+        run = evtrain_main(  # the runs in process, the compare of them a real one
             "learn", "cartpole.yaml", "--run-id", f"cp-{seed}", "--seed", str(seed), cwd=tmp_path
         )
         assert run.returncode == 0, run.stderr

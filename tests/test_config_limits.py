@@ -17,8 +17,7 @@ import yaml
 from evtrain.config.options import RunOptions
 from evtrain.errors import ConfigError
 from evtrain.run.options import read_config
-from tests.helpers import isolated_python
-from tests.test_learn import config, run_cli, run_config
+from tests.helpers import config, isolated_python, run_cli, run_config
 
 
 def alias_bomb(levels: int = 9) -> str:

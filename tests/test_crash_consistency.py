@@ -32,7 +32,7 @@ from tests.helpers import (
     stats_event,
     tensorboard_steps,
 )
-from tests.test_distributed import CARTPOLE, PROBE, TORCHRUN, ppo
+from tests.torchrun_runs import CARTPOLE, PROBE, TORCHRUN, ppo
 
 SUMMARY_FREQ = 256
 MAX_STEPS = 3072

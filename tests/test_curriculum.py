@@ -25,15 +25,20 @@ from evtrain.config.environment_parameters import (
     Uniform,
 )
 from evtrain.errors import ConfigError
-from evtrain.run.learn import learn
 from evtrain.run.parameters.env_parameters import EnvironmentParameters
-from evtrain.testing import Recorder
-from tests.curriculum_envs import ParameterEnv
-from tests.helpers import clean_env, python, tensorboard_scalars
+from tests.curriculum_envs import (
+    CURRICULUM,
+    ParameterEnv,
+    check_curriculum_returns,
+    progress,
+    recorded_run,
+    returns,
+    run_options,
+)
+from tests.helpers import run_config, tensorboard_scalars
 
 REPO = Path(__file__).parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "mlagents" / "Sorter_curriculum.yaml"
-REWARD = "Environment/Cumulative Reward"
 
 
 def problems(parameters: Any) -> list[str]:
@@ -46,10 +51,6 @@ def problems(parameters: Any) -> list[str]:
 def options(parameters: Any) -> dict[str, EnvironmentParameter]:
     data = {"behaviors": {"B": {}}, "environment_parameters": parameters}
     return RunOptions.from_dict(data).environment_parameters
-
-
-def progress(threshold: float, **more: Any) -> dict[str, Any]:
-    return {"behavior": "B", "measure": "progress", "threshold": threshold, **more}
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -404,76 +405,6 @@ def test_what_evtrain_accepts_but_ignores_is_warned_about(
 # -- runs ----------------------------------------------------------------------------------------
 
 
-def run_options(tmp_path: Path, parameters: dict[str, Any], **env: Any) -> dict[str, Any]:
-    """PPO on :class:`ParameterEnv`: 2 envs x 8 steps per update, a summary every 32 steps
-    (4 episodes of each env), 128 steps."""
-    return {
-        "behaviors": {
-            "B": {
-                "trainer_type": "ppo",
-                "hyperparameters": {"batch_size": 16, "buffer_size": 16, "num_epoch": 1},
-                "network_settings": {"hidden_units": 8, "num_layers": 1},
-                "max_steps": 128,
-                "time_horizon": 8,
-                "summary_freq": 32,
-                "checkpoint_interval": 64,
-                "keep_checkpoints": 1,
-            }
-        },
-        "env_settings": {
-            "env_id": "tests.curriculum_envs:parameter_env",
-            "num_envs": 2,
-            "seed": 1,
-            **env,
-        },
-        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
-        "environment_parameters": parameters,
-    }
-
-
-CURRICULUM = {
-    "bonus": {
-        "curriculum": [
-            {"name": "one", "value": 1.0, "completion_criteria": progress(0.2)},
-            {"name": "two", "value": 2.0, "completion_criteria": progress(0.5)},
-            {
-                "name": "draw",
-                "value": {
-                    "sampler_type": "uniform",
-                    "sampler_parameters": {"min_value": 3, "max_value": 4},
-                },
-            },
-        ]
-    },
-    "tilt": 0.5,  # ParameterEnv has no attribute tilt: it reads it from its reset options
-}
-
-
-def returns(recorder: Recorder) -> list[list[float]]:
-    """The episode returns of each summary, sorted."""
-    return [sorted(e.values[REWARD].full_dist) for e in recorder.of(StatsEvent)]
-
-
-def recorded_run(options: dict[str, Any]) -> Recorder:
-    recorder = Recorder()
-    with Bus() as bus:
-        recorder.connect(bus)
-        learn(options, bus)
-    return recorder
-
-
-def check_curriculum_returns(periods: list[list[float]]) -> None:
-    """Returns are 4 x (bonus + tilt 0.5).  A lesson applies from each environment's next
-    reset: the episode it began in the step that ended the summary's last keeps the old one."""
-    assert periods[0] == [6.0] * 8  # lesson "one"; moves on at 32 (progress 0.25 > 0.2)
-    assert periods[1] == [6.0] * 2 + [10.0] * 6  # "two"; 0.5 is not > 0.5
-    assert periods[2] == [10.0] * 8  # moves on at 96
-    assert periods[3][:2] == [10.0] * 2
-    drawn = periods[3][2:]  # "draw": 4 x (U[3, 4) + 0.5), a fresh value each episode
-    assert len(drawn) == 6 and all(14.0 <= r < 18.0 for r in drawn)
-    assert len(set(drawn)) == 6
-
-
 def test_progress_moves_lessons_and_the_environments_see_the_values(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -569,13 +500,11 @@ def test_reward_criteria_wait_for_min_lesson_length_and_smooth(
 
 
 def test_mlagents_sorter_curriculum_runs_through_the_cli(tmp_path: Path) -> None:
-    env = clean_env(PYTHONPATH=str(REPO))
     # ML-Agents' file as it is (threaded: true, vis_encode_type with vector observations):
     # one rollout of 40960 steps, one summary, progress 1.0 > 0.5 with 10240 episodes: Lesson1.
     options = yaml.safe_load(FIXTURE.read_text())
     assert options["behaviors"]["Sorter"]["threaded"] is True
-    (tmp_path / "sorter.yaml").write_text(yaml.safe_dump(options))
-    result = python("-m", "evtrain", "learn", "sorter.yaml", cwd=tmp_path, env=env, timeout=120)
+    result = run_config(tmp_path, options, name="sorter.yaml")
     assert result.returncode == 0, result.stderr
     assert "Parameter 'num_tiles' is now in lesson 1 ('Lesson1') after Sorter's step 40960" in (
         result.stderr + result.stdout

@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 
 from evtrain.run.checkpoints.checkpoint import load_checkpoint
-from tests.test_distributed import tensorboard_points, torchrun
+from tests.torchrun_runs import tensorboard_points, torchrun
 
 SPREAD = {
     "env_id": "mpe2.simple_spread_v3:parallel_env",

@@ -32,9 +32,9 @@ import yaml
 from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.checkpoints.elastic import RECORD
 from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
-from tests.test_distributed import PROBE, TORCHRUN, ppo
+from tests.torchrun_runs import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer
-from tests.writers.test_wandb_writer import records as wandb_records
+from tests.writers.wandb_files import records as wandb_records
 
 MAX_STEPS = 2048
 EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))

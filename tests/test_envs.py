@@ -12,7 +12,7 @@ import pytest
 from evtrain.config.options import EnvironmentSettings
 from evtrain.errors import ConfigError
 from evtrain.run.environments.envs import make_envs
-from tests.test_learn import config, run_config
+from tests.helpers import config, run_config
 
 
 @pytest.mark.skipif(

@@ -29,8 +29,7 @@ from evtrain import (
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
-from tests.helpers import tensorboard_scalars
-from tests.test_learn import config
+from tests.helpers import config, tensorboard_scalars
 
 EVALUATION = {"every": 512, "episodes": 3, "num_envs": 2, "seed": 5}
 

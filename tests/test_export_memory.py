@@ -25,8 +25,7 @@ from evtrain.trainers import (
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.sac import SACTrainer
 from tests.pixel_envs import pixel_vector_cartpole
-from tests.trainers.helpers import small_ppo, small_sac
-from tests.trainers.test_ppo_memory import masked_envs
+from tests.trainers.helpers import masked_envs, small_ppo, small_sac
 
 
 def recurrent_trainer(bus: Bus, env_id: str = "masked") -> PPOTrainer:

@@ -18,14 +18,20 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import ROOT, isolated_python, tensorboard_scalars
+from tests.helpers import ROOT, evtrain_main, isolated_python, tensorboard_scalars
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "evtrain"
 """The ``evtrain`` script pip installed next to this venv's python."""
 
 
-def evtrain(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``evtrain ARGS`` through the console script, in ``cwd``."""
+def evtrain(
+    *args: str, cwd: Path, timeout: float = 120, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``evtrain ARGS`` in ``cwd``: in this process (:func:`tests.helpers.evtrain_main`), or
+    with ``process`` through the console script, where its process is the point (the working
+    folder on its ``sys.path``, modules written for the test imported afresh)."""
+    if not process:
+        return evtrain_main(*args, cwd=cwd)
     return subprocess.run(
         [isolated_python(), str(CONSOLE_SCRIPT), *args],
         capture_output=True,
@@ -82,7 +88,7 @@ def test_console_script_imports_the_env_module_from_the_working_folder(tmp_path:
         tmp_path / "results", env_id="mymodule:make_env", env_kwargs={"tag": "from env_kwargs"}
     )
     write(tmp_path / "run.yaml", options)
-    result = evtrain("learn", "run.yaml", cwd=tmp_path)
+    result = evtrain("learn", "run.yaml", cwd=tmp_path, process=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == (
         f"CartPole: 256 steps, policy exported to {tmp_path}/results/run/CartPole.onnx"
@@ -129,7 +135,7 @@ def test_masked_cartpole_example_runs_as_its_comment_says(tmp_path: Path) -> Non
 def test_a_factory_returning_no_environment_is_one_line_exit_2(tmp_path: Path) -> None:
     (tmp_path / "mymodule.py").write_text(ENV_MODULE)
     write(tmp_path / "run.yaml", tiny(tmp_path / "results", env_id="mymodule:not_an_env"))
-    result = evtrain("learn", "run.yaml", cwd=tmp_path)
+    result = evtrain("learn", "run.yaml", cwd=tmp_path, process=True)
     assert (result.returncode, result.stderr) == (
         2,
         "evtrain: error: env_settings.env_id: 'mymodule:not_an_env' returned 42 (a int), not a "
@@ -286,7 +292,7 @@ def test_debug_is_accepted_after_the_command_as_before_it(tmp_path: Path) -> Non
 def test_version_prints_evtrains_version(tmp_path: Path) -> None:
     from evtrain._version import __version__
 
-    result = evtrain("--version", cwd=tmp_path)
+    result = evtrain("--version", cwd=tmp_path, process=True)
     assert (result.returncode, result.stdout) == (0, f"evtrain {__version__}\n")
     # The command is also `python -m evtrain` and, as when it was one module, `-m evtrain.cli`.
     for module in ("evtrain", "evtrain.cli"):
@@ -466,11 +472,11 @@ def test_inference_takes_the_exported_policys_most_likely_action(tmp_path: Path)
 
     (tmp_path / "logged_env.py").write_text(LOGGING_ENV)
     write(tmp_path / "run.yaml", tiny(tmp_path / "results", env_id="logged_env:make_env"))
-    assert evtrain("learn", "run.yaml", cwd=tmp_path).returncode == 0
+    assert evtrain("learn", "run.yaml", cwd=tmp_path, process=True).returncode == 0
     log = tmp_path / "steps.jsonl"
     options = tiny(tmp_path / "results", env_id="logged_env:make_env", env_kwargs={"log": str(log)})
     write(tmp_path / "logged.yaml", options)
-    result = evtrain("learn", "logged.yaml", "--inference", cwd=tmp_path)
+    result = evtrain("learn", "logged.yaml", "--inference", cwd=tmp_path, process=True)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(rows) == 256

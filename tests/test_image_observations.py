@@ -10,15 +10,11 @@ from typing import Any
 
 import attrs
 import numpy as np
-import onnx
 import pytest
 import torch
-import yaml
 
-from evtrain import Bus, RunOptions, StatsEvent, StatsReporter
+from evtrain import Bus, StatsEvent, StatsReporter
 from evtrain.export import onnx_policy
-from evtrain.run.checkpoints.checkpoint import load_checkpoint
-from evtrain.run.environments.envs import make_envs
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers import (
@@ -26,99 +22,21 @@ from evtrain.trainers import (
     PPOTrainer,
     SACSettings,
     SACTrainer,
-    Trainer,
     make_vector_env,
 )
 from evtrain.trainers.networks.encoders import MIN_RESOLUTION, VisEncodeType
 from evtrain.trainers.observations import VectorNormalizer
-from tests.helpers import ROOT, clean_env, python
-from tests.pixel_envs import pixel_cartpole, pixel_vector_cartpole
+from tests.helpers import run_config
+from tests.pixel_envs import (
+    frames,
+    input_shapes,
+    options,
+    torch_actions,
+    trained_policy,
+)
 from tests.trainers.helpers import small_ppo, small_sac
 
 KINDS: list[VisEncodeType] = ["simple", "nature_cnn", "resnet", "match3", "fully_connected"]
-TRAINERS: dict[str, type[Trainer]] = {"ppo": PPOTrainer, "sac": SACTrainer}
-
-
-def options(
-    tmp_path: Path, trainer: str, kind: VisEncodeType, env_id: str, **env_kwargs: Any
-) -> dict[str, Any]:
-    """A 64-step run of 2 environments, a summary every 32 steps, tiny networks."""
-    if trainer == "ppo":
-        hyperparameters: dict[str, Any] = {"batch_size": 16, "buffer_size": 32, "num_epoch": 1}
-    else:
-        hyperparameters = {
-            "batch_size": 8,
-            "buffer_size": 200,
-            "buffer_init_steps": 32,
-            "steps_per_update": 4,
-        }
-        env_kwargs["continuous"] = True
-    return {
-        "behaviors": {
-            "Pixel": {
-                "trainer_type": trainer,
-                "hyperparameters": hyperparameters,
-                "network_settings": {
-                    "hidden_units": 8,
-                    "num_layers": 1,
-                    "normalize": True,
-                    "vis_encode_type": kind,
-                },
-                "max_steps": 64,
-                "time_horizon": 16,
-                "summary_freq": 32,
-            }
-        },
-        "env_settings": {
-            "env_id": f"tests.pixel_envs:{env_id}",
-            "env_kwargs": env_kwargs,
-            "num_envs": 2,
-            "seed": 1,
-        },
-        "checkpoint_settings": {"run_id": "pixels", "results_dir": str(tmp_path)},
-    }
-
-
-def trained_policy(run: dict[str, Any], tmp_path: Path) -> torch.nn.Module:
-    """The policy of the run's final checkpoint, in a trainer built afresh."""
-    run_options = RunOptions.from_dict(copy.deepcopy(run))
-    settings = run_options.behaviors["Pixel"]
-    trainer_cls = TRAINERS[settings.trainer_type]
-    with Bus() as bus:
-        trainer = trainer_cls(
-            "Pixel", settings, make_envs(run_options.env_settings), StatsReporter(bus, "P"), seed=0
-        )
-    trainer.load_weights(load_checkpoint(tmp_path / "pixels" / "Pixel" / "checkpoint.pt"))
-    trainer.envs.close()
-    policy: torch.nn.Module = trainer.policy_module()
-    return policy
-
-
-def frames(env_kwargs: dict[str, Any], n: int, *, vector: bool = False) -> Any:
-    """``n`` observations of a pixel CartPole played at random, stacked as a batch."""
-    env = (pixel_vector_cartpole if vector else pixel_cartpole)(**env_kwargs)
-    obs, _ = env.reset(seed=7)
-    seen = [obs]
-    while len(seen) < n:
-        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        seen.append(env.reset()[0] if terminated or truncated else obs)
-    if vector:
-        return {key: np.stack([o[key] for o in seen]) for key in seen[0]}
-    return np.stack(seen)
-
-
-def input_shapes(path: Path) -> list[tuple[str, list[int | str]]]:
-    return [
-        (i.name, [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim])
-        for i in onnx.load(path).graph.input
-    ]
-
-
-def torch_actions(policy: torch.nn.Module, obs: Any) -> np.ndarray:
-    parts = obs.values() if isinstance(obs, dict) else [obs]
-    with torch.no_grad():
-        out: torch.Tensor = policy(*(torch.as_tensor(x, dtype=torch.float32) for x in parts))
-    return out.numpy()
 
 
 @pytest.mark.parametrize("trainer", ["ppo", "sac"])
@@ -155,9 +73,7 @@ def test_every_encoder_trains_on_pixels_and_exports_the_image_input(
 def test_dict_observations_train_through_the_cli_export_and_infer(tmp_path: Path) -> None:
     run = options(tmp_path, "ppo", "simple", "pixel_vector_cartpole")  # 40x40 images
     run["checkpoint_settings"] = {"run_id": "pixels", "results_dir": "."}
-    (tmp_path / "pixels.yaml").write_text(yaml.safe_dump(run))
-    env = clean_env(PYTHONPATH=str(ROOT))
-    result = python("-m", "evtrain", "learn", "pixels.yaml", cwd=tmp_path, env=env, timeout=120)
+    result = run_config(tmp_path, run, name="pixels.yaml")
     assert result.returncode == 0, result.stderr
     model = tmp_path / "pixels" / "Pixel.onnx"
     assert input_shapes(model) == [("image", ["batch", 40, 40, 3]), ("vector", ["batch", 2])]
@@ -196,9 +112,7 @@ def test_an_image_below_the_encoder_minimum_is_exit_2_with_the_key_and_the_fix(
 ) -> None:
     run = options(tmp_path, "ppo", "nature_cnn", "pixel_cartpole", size=24)
     run["checkpoint_settings"] = {"run_id": "small", "results_dir": "."}
-    (tmp_path / "small.yaml").write_text(yaml.safe_dump(run))
-    env = clean_env(PYTHONPATH=str(ROOT))
-    result = python("-m", "evtrain", "learn", "small.yaml", cwd=tmp_path, env=env, timeout=120)
+    result = run_config(tmp_path, run, name="small.yaml")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == (

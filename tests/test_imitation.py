@@ -20,8 +20,9 @@ from evtrain.run.learn import learn
 from evtrain.run.options import options_from_data
 from evtrain.run.record import record
 from evtrain.trainers.demonstrations import load_demonstrations
-from tests.test_learn import config, run_config, run_evtrain, scalar_steps
-from tests.trainers.test_demonstrations import cartpole_demo
+from tests.helpers import config, run_config, run_evtrain
+from tests.helpers import tensorboard_steps as scalar_steps
+from tests.trainers.helpers import cartpole_demo
 
 CARTPOLE = gym.make("CartPole-v1")
 
@@ -53,6 +54,7 @@ def test_record_writes_the_trained_policys_episodes(trained: Path) -> None:
         "--output",
         "demos/teacher.npz",
         cwd=trained,
+        process=True,  # the command as a user runs it (the other record tests, in process)
     )
     assert result.returncode == 0, result.stderr
     demo = load_demonstrations(

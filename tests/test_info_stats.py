@@ -22,9 +22,9 @@ from evtrain.trainers.base import Trainer
 from evtrain.trainers.info_stat_settings import InfoStat
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.sac import SACTrainer
+from tests.group_envs import TRAINERS
+from tests.group_envs import settings as group_settings
 from tests.info_envs import Tally, TallyCountdown, tally_walkers
-from tests.test_poca import TRAINERS
-from tests.test_poca import settings as group_settings
 from tests.trainers.helpers import Recording, small_ppo, small_sac
 
 

@@ -98,8 +98,8 @@ class Learn:
     def finish(self) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of the process, once it has ended."""
         assert self.proc.stdout is not None
-        out = self.proc.stdout.read()  # stdout holds a few lines: it never fills the pipe
-        self.proc.wait(WAIT_S)
+        self.proc.wait(WAIT_S)  # stdout holds a few lines: it never fills the pipe
+        out = self.proc.stdout.read()
         self._reader.join(WAIT_S)
         self.close()
         return self.proc.returncode, out, "\n".join(self.lines)

@@ -32,31 +32,16 @@ from evtrain.errors import ConfigError, RunFolderError, SpaceMismatchError
 from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
-from tests.helpers import hparams_dashboard, isolated_python, tensorboard_steps
-
-
-def config(tmp_path: Path, run_id: str = "run", **behavior: Any) -> dict[str, Any]:
-    """A tiny CartPole PPO run: 4 envs x 32 steps per update, 1024 steps."""
-    settings: dict[str, Any] = {
-        "trainer_type": "ppo",
-        "hyperparameters": {"batch_size": 64, "buffer_size": 128, "num_epoch": 2},
-        "network_settings": {"hidden_units": 32},
-        "max_steps": 1024,
-        "time_horizon": 32,
-        "summary_freq": 256,
-        "checkpoint_interval": 512,
-        "keep_checkpoints": 1,
-    }
-    settings.update(behavior)
-    return {
-        "behaviors": {"CartPole": settings},
-        "env_settings": {"env_id": "CartPole-v1", "num_envs": 4, "seed": 3},
-        "checkpoint_settings": {"run_id": run_id, "results_dir": str(tmp_path / "results")},
-    }
-
-
-scalar_steps = tensorboard_steps
-"""Kept by this name for the modules that import it from here."""
+from tests.helpers import (
+    config,
+    hparams_dashboard,
+    isolated_python,
+    run_cli,
+    run_config,
+)
+from tests.helpers import (
+    tensorboard_steps as scalar_steps,
+)
 
 
 def test_run_emits_lifecycle_and_writes_the_run_folder(tmp_path: Path) -> None:
@@ -241,31 +226,6 @@ def test_inference_runs_the_policy_without_training(tmp_path: Path) -> None:
     assert [e.step for e in events] == [256, 512]
     assert all(e.values["Is Training"].aggregated_value == 0.0 for e in events)
     assert recorder.of(SaveEvent) == []
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``evtrain learn ARGS`` in ``cwd``."""
-    return run_evtrain("learn", *args, cwd=cwd)
-
-
-def run_evtrain(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``evtrain ARGS`` in ``cwd``, in a Python without other packages' evtrain plugins."""
-    return subprocess.run(
-        [isolated_python(), "-m", "evtrain", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
-
-
-def run_config(
-    tmp_path: Path, options: dict[str, Any], *args: str, name: str = "run.yaml"
-) -> subprocess.CompletedProcess[str]:
-    """Write ``options`` to ``tmp_path/name`` and run ``evtrain learn`` on it there."""
-    (tmp_path / name).write_text(yaml.safe_dump(options))
-    return run_cli(name, *args, cwd=tmp_path)
 
 
 def test_cli_config_errors_are_one_line_without_traceback(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ from evtrain.run.learn import learn
 from evtrain.run.record import record
 from evtrain.testing import Recorder
 from evtrain.trainers.demonstrations import load_demonstrations
-from tests.helpers import ROOT, clean_env, python
+from tests.helpers import config, run_config
+from tests.helpers import tensorboard_steps as scalar_steps
 from tests.memory_envs import masked_cartpole
-from tests.test_learn import config, scalar_steps
 
 MEMORY = {"memory_size": 16, "sequence_length": 8}
 MASKED = masked_cartpole()
@@ -37,10 +37,8 @@ def memory_config(tmp_path: Path, **behavior: Any) -> dict[str, Any]:
 
 
 def evtrain_learn(tmp_path: Path, options: dict[str, Any], *args: str) -> None:
-    """``evtrain learn`` on ``options`` in a subprocess that can import ``tests``."""
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    env = clean_env(PYTHONPATH=str(ROOT))
-    result = python("-m", "evtrain", "learn", "run.yaml", *args, cwd=tmp_path, env=env, timeout=120)
+    """``evtrain learn`` on ``options`` (in this process, which imports ``tests``)."""
+    result = run_config(tmp_path, options, *args)
     assert result.returncode == 0, result.stderr
 
 

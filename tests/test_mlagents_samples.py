@@ -18,7 +18,6 @@ import importlib.util
 import io
 import json
 import math
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,8 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import clean_env, python
-from tests.test_mlagents_keys import how_evtrain_treats, table_rows
+from tests.helpers import run_evtrain
+from tests.mlagents_table import how_evtrain_treats, table_rows
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "tests" / "fixtures" / "mlagents"
@@ -84,12 +83,6 @@ MAPPO ``hyperparameters``"; the key table's PPO rows) and which write
 SAC_DISCRETE_ACTIONS = True
 """Whether evtrain's SAC trains ``Discrete`` actions (ML-Agents' does): it needs a ``Box``
 today, and 7 of the 12 SAC files are for Unity scenes with discrete actions."""
-
-RUN_TIMEOUT = 300
-
-SOURCES = os.pathsep.join(str(path) for path in (REPO / "src", REPO / "writers", REPO))
-"""The runs' ``PYTHONPATH``: this checkout's evtrain and writers (whichever is installed), and
-its test environments."""
 
 
 def sample_id(path: Path) -> str:
@@ -313,14 +306,11 @@ class Demonstrations:
         config = f"{run_id}.yaml"
         (self.root / config).write_text(yaml.safe_dump(teacher))
         (self.root / demo_path).parent.mkdir(parents=True, exist_ok=True)
-        env = clean_env(PYTHONPATH=SOURCES)
-        learned = python(
-            "-m", "evtrain", "learn", config, "--run-id", run_id, cwd=self.root, env=env
-        )  # fmt: skip
+        learned = run_evtrain("learn", config, "--run-id", run_id, cwd=self.root)
         assert learned.returncode == 0, learned.stderr
-        recorded = python(
-            "-m", "evtrain", "record", config, "--run-id", run_id, "--episodes", "5",
-            "--output", demo_path, cwd=self.root, env=env,
+        recorded = run_evtrain(
+            "record", config, "--run-id", run_id, "--episodes", "5", "--output", demo_path,
+            cwd=self.root,
         )  # fmt: skip
         assert recorded.returncode == 0, recorded.stderr
         assert (self.root / demo_path).is_file()
@@ -440,10 +430,11 @@ def test_mlagents_sample_config_trains_through_the_cli(
             (tmp_path / demo_path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / demo_path).symlink_to(demonstrations.root / demo_path)
     (tmp_path / sample.name).write_text(sample.read_text())
-    result = python(
-        "-m", "evtrain", "learn", sample.name, "--run-id", "sample", "--results-dir", "results",
-        cwd=tmp_path, env=clean_env(PYTHONPATH=SOURCES), timeout=RUN_TIMEOUT,
-    )  # fmt: skip
+    # In this process, as `evtrain learn` runs it: the stand-in environments are modules of
+    # tests/, which this process imports as they are.
+    result = run_evtrain(
+        "learn", sample.name, "--run-id", "sample", "--results-dir", "results", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
     run = tmp_path / "results" / "sample"

@@ -23,10 +23,9 @@ from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.environments.envs import make_envs
 from evtrain.run.parameters.env_parameters import with_parameters
 from evtrain.trainers.settings import TrainerSettings
-from tests.multiagent_envs import Failing, walkers
-from tests.test_learn import run_config
-from tests.test_multiagent_curriculum import SAMPLERS
-from tests.test_multiagent_run import onnx_actions, tiny
+from tests.curriculum_envs import SAMPLERS
+from tests.helpers import run_config
+from tests.multiagent_envs import Failing, onnx_actions, tiny, walkers
 
 SPREAD = "mpe2.simple_spread_v3:parallel_env"
 

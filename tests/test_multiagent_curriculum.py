@@ -8,26 +8,22 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from evtrain.config.environment_parameters import Constant, Uniform
+from evtrain.config.environment_parameters import Constant
 from evtrain.config.options import EnvironmentSettings
 from evtrain.multiagent.slots import AgentSlots
 from evtrain.run.environments.envs import make_envs
 from evtrain.run.parameters.env_parameters import EnvironmentParameters, with_parameters
 from evtrain.trainers.settings import TrainerSettings
-from tests.curriculum_envs import EPISODE_LENGTH, ParameterEnv
-from tests.helpers import ROOT, clean_env, python
-
-SAMPLERS = {"bonus": Uniform(min_value=1.0, max_value=2.0), "tilt": Constant(value=0.5)}
+from tests.curriculum_envs import EPISODE_LENGTH, SAMPLERS, ParameterEnv
+from tests.helpers import run_config
 
 GAMES = {
     # env_id: (its class, the behavior trained, agent_behaviors)
@@ -91,12 +87,9 @@ def test_each_copy_is_set_at_its_resets_and_a_new_lesson_from_its_next_episode(
 
 
 def learn_cli(tmp_path: Path, options: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    """``evtrain learn`` of ``options`` in ``tmp_path``, the tests' environments importable."""
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    path = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
-    return python(
-        "-m", "evtrain", "learn", "run.yaml", cwd=tmp_path, env=clean_env(PYTHONPATH=path)
-    )
+    """``evtrain learn`` of ``options`` in ``tmp_path`` (in this process, which imports the
+    tests' environments)."""
+    return run_config(tmp_path, options)
 
 
 def scalars(folder: Path, tag: str) -> list[tuple[int, float]]:

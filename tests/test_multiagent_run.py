@@ -5,14 +5,12 @@ behavior, read back in onnxruntime and TensorBoard)."""
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 import pytest
 import torch
 
@@ -26,7 +24,9 @@ from evtrain.run.environments.envs import make_envs
 from evtrain.run.learn import learn
 from evtrain.trainers import MemorySettings, NetworkSettings, PPOSettings, PPOTrainer
 from evtrain.trainers.settings import TrainerSettings
-from tests.test_learn import run_config, scalar_steps
+from tests.helpers import run_config
+from tests.helpers import tensorboard_steps as scalar_steps
+from tests.multiagent_envs import onnx_actions, tiny
 from tests.trainers.helpers import Recording, small_ppo
 
 CONNECT_FOUR = "pettingzoo.classic.connect_four_v3:env"
@@ -252,32 +252,6 @@ def test_the_run_refreshes_each_behaviors_co_players_after_each_of_its_turns(
 
 
 # -- the CLI -------------------------------------------------------------------------------------
-
-
-def tiny(behavior: dict[str, Any], env: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    settings = {
-        "trainer_type": "ppo",
-        "hyperparameters": {"batch_size": 64, "buffer_size": 192, "num_epoch": 1},
-        "network_settings": {"hidden_units": 16, "num_layers": 1},
-        "max_steps": 1152,
-        "time_horizon": 16,
-        "summary_freq": 576,
-        "checkpoint_interval": 1152,
-        "keep_checkpoints": 1,
-        **behavior,
-    }
-    return {
-        "behaviors": {name: copy.deepcopy(settings) for name in names},
-        "env_settings": {"seed": 1, **env},
-        "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
-    }
-
-
-def onnx_actions(model: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    assert {i.name for i in session.get_inputs()} == set(inputs)
-    actions: np.ndarray = session.run(None, inputs)[0]
-    return actions
 
 
 def test_cli_trains_simple_spread_with_ppo_and_runs_its_policy(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ return a NaN (or a reward that overflows the loss) at a chosen step
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,8 @@ from evtrain.errors import NonFiniteError
 from evtrain.export import PolicyExporter
 from evtrain.run.checkpoints.checkpoint import CheckpointManager, load_checkpoint
 from evtrain.trainers.finite import SKIPPED_STAT, FiniteGuard, nonfinite_tensors
-from tests.helpers import ROOT, isolated_python
+from tests.helpers import run_evtrain
+from tests.probe_envs import count_steps_anew
 
 FIX = (
     "expected finite numbers; the run stops, and nothing trained from it is saved. Check the "
@@ -87,17 +87,11 @@ def sac(**env_kwargs: Any) -> dict[str, Any]:
 
 
 def learn(tmp_path: Path, config: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[str]:
+    """``evtrain FLAGS learn`` of ``config``, in this process: its poisoned environment counts
+    the steps from zero, as in a process of the run's own."""
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [isolated_python(), "-m", "evtrain", *flags, "learn", "run.yaml"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=120,
-        check=False,
-    )
+    count_steps_anew()
+    return run_evtrain(*flags, "learn", "run.yaml", cwd=tmp_path)
 
 
 def assert_every_file_finite(run: Path, name: str) -> list[int]:

@@ -20,7 +20,7 @@ from evtrain.plugins import (
 )
 from evtrain.run.wiring import register_stats_writer_plugins, register_subscriber_plugins
 from tests import plugin_fixtures
-from tests.helpers import python
+from tests.helpers import evtrain_main, python
 
 
 def plugin(name: str, value: str, group: str = STATS_WRITER) -> Plugin:
@@ -222,7 +222,7 @@ def test_plugins_path_that_is_not_a_folder_is_a_config_error(tmp_path: Path, com
     (tmp_path / "afile").write_text("")
     config = ["run.yaml"] if command == "learn" else []
     for path, what in [("does/not/exist", "does not exist"), ("afile", "is not a folder")]:
-        result = python("-m", "evtrain", command, *config, "--plugins", path, cwd=tmp_path)
+        result = evtrain_main(command, *config, "--plugins", path, cwd=tmp_path)
         assert (result.returncode, result.stdout, result.stderr) == (
             2,
             "",

@@ -36,7 +36,6 @@ from evtrain.trainers.envs import make_vector_env
 from evtrain.trainers.loops.group_rollout import GroupSteps
 from evtrain.trainers.loops.group_update import GroupPPO
 from evtrain.trainers.loops.on_policy import OnPolicyTrainer
-from evtrain.trainers.mappo import MAPPOTrainer
 from evtrain.trainers.mappo.critic import MAPPOCritic
 from evtrain.trainers.mappo.trainer import MAPPO
 from evtrain.trainers.networks.attention import ResidualSelfAttention
@@ -44,16 +43,14 @@ from evtrain.trainers.observations import observation_layout, policy_inputs
 from evtrain.trainers.poca import POCATrainer
 from evtrain.trainers.poca.critic import POCACritic
 from evtrain.trainers.poca.trainer import POCA
-from evtrain.trainers.settings import MAPPOSettings, POCASettings, TrainerSettings
-from tests.group_envs import RelayEnv
-from tests.helpers import ROOT, clean_env, python
+from evtrain.trainers.settings import POCASettings
+from tests.group_envs import TRAINERS, RelayEnv, settings
+from tests.helpers import ROOT, clean_env, config, run_config
+from tests.helpers import tensorboard_steps as scalar_steps
 from tests.masked_envs import masked_choice
 from tests.multiagent_envs import walkers
-from tests.test_learn import config, scalar_steps
 from tests.trainers.helpers import Recording
 
-TRAINERS: dict[str, type[OnPolicyTrainer]] = {"poca": POCATrainer, "mappo": MAPPOTrainer}
-HYPERPARAMETERS = {"poca": POCASettings, "mappo": MAPPOSettings}
 GROUP = 3
 """Agents per copy of the relay game."""
 
@@ -62,22 +59,6 @@ GROUP = 3
 def recording(bus: Bus) -> Recording:
     """Stats and hyperparameter events of behavior ``"Relay"``, recorded on the test's bus."""
     return Recording(bus, "Relay")
-
-
-def settings(kind: str, **overrides: Any) -> TrainerSettings:
-    """A tiny group trainer: 2 copies x 3 agents x 12 steps per rollout, 2 minibatches."""
-    hyperparameters: dict[str, Any] = {"batch_size": 36, "buffer_size": 72, "num_epoch": 2}
-    hyperparameters.update(overrides.pop("hyperparameters", {}))
-    options: dict[str, Any] = dict(
-        trainer_type=kind,
-        hyperparameters=HYPERPARAMETERS[kind](**hyperparameters),
-        network_settings=NetworkSettings(hidden_units=16, num_layers=1),
-        max_steps=10_000,
-        time_horizon=64,
-        summary_freq=10**6,
-    )
-    options.update(overrides)
-    return TrainerSettings(**options)
 
 
 def trainer(
@@ -554,10 +535,8 @@ def test_a_resumed_trainer_continues_from_its_state(kind: str, recording: Record
 
 
 def evtrain_learn(tmp_path: Path, options: dict[str, Any], *args: str) -> None:
-    """``evtrain learn`` in a subprocess of this checkout's sources, which can import ``tests``."""
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    env = clean_env(PYTHONPATH=os.pathsep.join(str(p) for p in (ROOT / "src", ROOT)))
-    result = python("-m", "evtrain", "learn", "run.yaml", *args, cwd=tmp_path, env=env, timeout=120)
+    """``evtrain learn`` (in this process, which imports ``tests``)."""
+    result = run_config(tmp_path, options, *args)
     assert result.returncode == 0, result.stderr
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evtrain.run.learn import learn
 from evtrain.run.progress import ProgressDisplay
-from tests.test_learn import config
+from tests.helpers import config
 
 
 def test_bar_says_saving_while_a_save_is_under_way() -> None:

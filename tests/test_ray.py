@@ -28,15 +28,15 @@ from evtrain.errors import ConfigError, EnvWorkerError
 from evtrain.extras import install_hint
 from evtrain.run.environments.envs import make_envs
 from evtrain.run.environments.ray_envs import worker_count
-from tests.helpers import ROOT, tensorboard_scalars
-from tests.ray_cluster import AUTH, Cluster, ray_env, walkthrough
-from tests.test_curriculum import (
+from tests.curriculum_envs import (
     CURRICULUM,
     check_curriculum_returns,
     recorded_run,
     returns,
     run_options,
 )
+from tests.helpers import ROOT, tensorboard_scalars
+from tests.ray_cluster import AUTH, Cluster, ray_env, walkthrough
 
 SCRIPTS = {name: Path(sys.executable).parent / name for name in ("evtrain", "torchrun")}
 

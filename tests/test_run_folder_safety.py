@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from evtrain.bus.journal import journal_backlog
-from tests.helpers import isolated_python
-from tests.test_learn import config, run_evtrain
+from tests.helpers import config, isolated_python, run_evtrain
 
 RULE = "a folder name (not empty, not . or .., no / or \\, no control characters)"
 
@@ -51,8 +50,8 @@ def project(tmp_path: Path) -> dict[str, Any]:
     return options
 
 
-def learn(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_evtrain("learn", *args, cwd=tmp_path)
+def learn(tmp_path: Path, *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    return run_evtrain("learn", *args, cwd=tmp_path, process=process)
 
 
 @pytest.mark.parametrize("run_id", [".", "..", "", "../../x", "ABSOLUTE", "a\\b", "a\x1bb"])
@@ -351,7 +350,8 @@ def test_a_start_that_fails_before_its_first_step_can_be_given_again(
         code, last = 2, "the tracker's token has expired"
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
     for _ in range(2):  # the same command, twice: the same error, not "already exists"
-        result = learn(tmp_path, "run.yaml")
+        # processes: the simulator and the plugin are modules of tmp_path, imported anew
+        result = learn(tmp_path, "run.yaml", process=True)
         assert result.returncode == code, result.stderr
         assert last in result.stderr.rstrip().splitlines()[-1]
         assert not (tmp_path / "results" / "run").exists()

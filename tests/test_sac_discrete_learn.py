@@ -21,12 +21,11 @@ from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers import MemorySettings, NetworkSettings, SACSettings, SACTrainer
-from tests.test_image_observations import frames, input_shapes, torch_actions, trained_policy
-from tests.test_image_observations import options as image_options
-from tests.test_learn import run_config, scalar_steps
-from tests.trainers.helpers import small_sac
-from tests.trainers.test_demonstrations import cartpole_demo
-from tests.trainers.test_ppo_memory import masked_envs
+from tests.helpers import run_config
+from tests.helpers import tensorboard_steps as scalar_steps
+from tests.pixel_envs import frames, input_shapes, torch_actions, trained_policy
+from tests.pixel_envs import options as image_options
+from tests.trainers.helpers import cartpole_demo, masked_envs, small_sac
 
 UPDATE_TAGS = (
     "Losses/Q1 Loss",

@@ -12,7 +12,7 @@ import torch
 from evtrain.run.checkpoints.checkpoint import SaveCancelled, load_checkpoint
 from evtrain.run.checkpoints.saver import BackgroundSaver, snapshot
 from evtrain.run.learn import learn
-from tests.test_learn import config
+from tests.helpers import config
 
 
 def test_saves_run_in_order_and_submit_waits_for_room() -> None:

@@ -6,13 +6,11 @@ controllers directly and through ``evtrain learn`` (both ratings written and res
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import yaml
 
 from evtrain import Bus, ConfigError, StatsReporter
 from evtrain.multiagent.copies import EpisodeResult
@@ -28,7 +26,7 @@ from evtrain.trainers.ghost import (
     team_slots,
 )
 from evtrain.trainers.settings import NetworkSettings, PPOSettings, SelfPlaySettings
-from tests.helpers import ROOT, clean_env, python
+from tests.helpers import run_config
 from tests.team_envs import soccer
 from tests.trainers.helpers import small_ppo
 
@@ -207,14 +205,9 @@ def strikers_vs_goalie(max_steps: int) -> dict[str, Any]:
 
 
 def learn(tmp_path: Path, max_steps: int, *flags: str) -> str:
-    """``evtrain learn`` of :func:`strikers_vs_goalie` (this checkout's tests package on the
-    path, for the game); its output."""
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(strikers_vs_goalie(max_steps)))
-    path = os.pathsep.join(str(p) for p in (ROOT / "src", ROOT / "writers", ROOT))
-    result = python(
-        "-m", "evtrain", "learn", "run.yaml", *flags,
-        cwd=tmp_path, env=clean_env(PYTHONPATH=path), timeout=120,
-    )  # fmt: skip
+    """``evtrain learn`` of :func:`strikers_vs_goalie` (in this process, which imports the
+    game); its output."""
+    result = run_config(tmp_path, strikers_vs_goalie(max_steps), *flags)
     assert result.returncode == 0, result.stderr
     return result.stdout + result.stderr
 

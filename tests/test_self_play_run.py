@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
+import pytest
 import torch
 
 from evtrain.trainers.ghost import ELO
-from tests.test_learn import run_config
+from tests.helpers import run_config
 
 TICTACTOE = "pettingzoo.classic.tictactoe_v3:env"
 
@@ -56,6 +57,8 @@ def saved_self_play(folder: Path) -> dict[str, Any]:
     return saved
 
 
+# PettingZoo's own notice about its ``module:env`` creation (the command prints it, and goes on)
+@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
 def test_cli_self_play_moves_elo_keeps_it_on_resume_and_exports_the_policy(
     tmp_path: Path,
 ) -> None:

@@ -21,7 +21,7 @@ from evtrain.run.learn import learn
 from evtrain.trainers import NetworkSettings
 from evtrain.trainers.networks.policies import ActorCritic
 from evtrain.trainers.ppo.gradients import supports
-from tests.test_learn import config, run_config
+from tests.helpers import config, run_config
 
 CARTPOLE = spaces.Box(-np.inf, np.inf, (4,), np.float32)
 NETWORK = NetworkSettings(hidden_units=32, num_layers=2)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import clean_env, python
+from tests.helpers import clean_env, config, python
 from tests.probe_envs import PROBE_FILE
-from tests.test_learn import config
 
 REPO = Path(__file__).parent.parent
 

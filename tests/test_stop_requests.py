@@ -11,7 +11,7 @@ import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 from evtrain import Bus, RunFinished, RunStatus, StatsEvent, signals
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
-from tests.test_learn import config
+from tests.helpers import config
 
 
 def test_a_subscriber_stops_the_run_with_a_final_save_and_export(tmp_path: Path) -> None:

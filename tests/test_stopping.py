@@ -5,7 +5,6 @@ process-isolated, spool), ``StopOnReward`` and ``StopOnPlateau`` on crafted even
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,7 @@ from evtrain.run.learn import learn
 from evtrain.run.stops import connect_stops
 from evtrain.testing import Recorder
 from evtrain.trainers import TrainerSettings
-from tests.helpers import ROOT, clean_env, python, stats_event, tensorboard_scalars
-from tests.test_learn import config
+from tests.helpers import ROOT, config, run_cli, stats_event, tensorboard_scalars
 
 
 def summary(step: int, key: str, value: float, category: str = "CartPole") -> StatsEvent:
@@ -169,11 +167,7 @@ def test_the_corridor_example_stops_once_every_episode_succeeds(tmp_path: Path) 
     # the CLI, from the repository root, as the example's comment says
     example = "examples/custom_env/corridor_stop.yaml"
     assert f"#   evtrain learn {example}" in (ROOT / example).read_text()
-    path = os.pathsep.join(str(p) for p in (ROOT / "src", ROOT / "writers", ROOT))
-    result = python(
-        "-m", "evtrain", "learn", example, "--results-dir", str(tmp_path),
-        cwd=ROOT, env=clean_env(PYTHONPATH=path),
-    )  # fmt: skip
+    result = run_cli(example, "--results-dir", str(tmp_path), cwd=ROOT)
     assert result.returncode == 0, result.stderr
     reason = "Corridor: Environment/Success Rate reached 1 (stop.reward 1) at step "
     assert f"Stopped early at a subscriber's request: {reason}" in result.stdout

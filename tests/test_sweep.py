@@ -45,7 +45,7 @@ from evtrain.sweep.study import (
     trial_seed,
 )
 from evtrain.sweep.trials import run_trial, run_worker, study_of
-from tests.helpers import ROOT, clean_env, isolated_python, python
+from tests.helpers import ROOT, clean_env, evtrain_main, isolated_python, python
 
 MAX_STEPS = 1024
 BONUS = "env_settings.env_kwargs.bonus"
@@ -157,7 +157,7 @@ def test_two_workers_share_one_study_and_prune(tmp_path: Path) -> None:
     command = lines[lines.index(next(line for line in lines if "train it with:" in line)) + 1]
     assert command == f"  evtrain learn {results / 's' / 'best.yaml'}"
     rerun = shlex.split(command)[1:]
-    done = python("-m", "evtrain", *rerun, env=env(), cwd=tmp_path, timeout=120)
+    done = evtrain_main(*rerun, cwd=tmp_path)  # in this process: the sweep was the real one
     assert done.returncode == 0, done.stderr[-3000:]
     assert (results / run_id / "CartPole.onnx").exists()
 

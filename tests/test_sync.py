@@ -1,21 +1,16 @@
-"""``evtrain sync RUN_ID``, through the real CLI: what it says of runs with nothing to deliver
-and of runs that do not exist.  Delivering a journal to a real tracker is tested beside the
-MLflow writer (tests/writers/test_mlflow_outage.py)."""
+"""``evtrain sync RUN_ID``, through the CLI (once in a real process): what it says of runs with
+nothing to deliver and of runs that do not exist.  Delivering a journal to a real tracker is
+tested beside the MLflow writer (tests/writers/test_mlflow_outage.py)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from tests.test_learn import config, run_config, run_evtrain
-
-
-def sync(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return run_evtrain("sync", *args, cwd=cwd)
+from tests.helpers import config, run_config, sync
 
 
 def test_sync_of_a_run_that_does_not_exist_names_what_is_missing(tmp_path: Path) -> None:
-    result = sync("nope", "--results-dir", str(tmp_path), cwd=tmp_path)
+    result = sync("nope", "--results-dir", str(tmp_path), cwd=tmp_path, process=True)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"evtrain: error: no run 'nope' under {tmp_path}: {tmp_path}/nope/configuration.yaml "

@@ -21,9 +21,9 @@ from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.sac import SACTrainer
-from tests.helpers import isolated_python
-from tests.test_distributed import CARTPOLE, ppo, torchrun
-from tests.test_learn import config, run_config, scalar_steps
+from tests.helpers import config, isolated_python, run_config
+from tests.helpers import tensorboard_steps as scalar_steps
+from tests.torchrun_runs import CARTPOLE, ppo, torchrun
 from tests.trainers.helpers import make_envs
 
 

@@ -15,8 +15,7 @@ import pytest
 import torch
 
 from evtrain.bus.journal import journal_path
-from tests.test_learn import config, run_config
-from tests.test_sync import sync
+from tests.helpers import config, run_config, sync
 from tests.writers.mlflow_server import MlflowServer
 
 PLUGIN = """
@@ -126,7 +125,7 @@ def test_sync_imports_only_the_plugin_folders_given_on_its_command_line(tmp_path
     marker = tmp_path / "imported"
     (Path(plugins) / "spool_plugin.py").write_text(f"open({str(marker)!r}, 'w').close()\n" + PLUGIN)
     results = options["checkpoint_settings"]["results_dir"]
-    synced = sync("run", "--results-dir", results, cwd=tmp_path)
+    synced = sync("run", "--results-dir", results, cwd=tmp_path, process=True)
     assert (synced.returncode, synced.stdout, synced.stderr) == (
         0,
         "run: nothing journaled; every tracker has every event\n",
@@ -136,7 +135,7 @@ def test_sync_imports_only_the_plugin_folders_given_on_its_command_line(tmp_path
     )
     assert not marker.exists()
 
-    synced = sync("run", "--results-dir", results, "--plugins", plugins, cwd=tmp_path)
+    synced = sync("run", "--results-dir", results, "--plugins", plugins, cwd=tmp_path, process=True)
     assert (synced.returncode, synced.stdout, synced.stderr) == (
         0,
         "run: nothing journaled; every tracker has every event\n",

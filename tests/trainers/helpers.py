@@ -7,6 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode
 
 from evtrain import Bus, PropertyEvent, StatsEvent, StatsReporter, signals
@@ -17,7 +18,10 @@ from evtrain.trainers import (
     RewardProviderSettings,
     SACSettings,
     TrainerSettings,
+    make_vector_env,
 )
+from evtrain.trainers.demonstrations import Demonstrations, make_demonstrations
+from tests.memory_envs import masked_cartpole
 
 
 class Recording:
@@ -123,3 +127,77 @@ def counting_envs(
         CountingEnv(), max_episode_steps=episode_steps
     )
     return gym.vector.SyncVectorEnv([factory] * num_envs, autoreset_mode=mode)
+
+
+def cartpole_demo(episodes: int, seed: int = 0, max_steps: int = 500) -> Demonstrations:
+    """Episodes of CartPole under a hand-written controller that keeps the pole up (returns
+    ``max_steps``)."""
+    env = gym.wrappers.TimeLimit(gym.make("CartPole-v1").unwrapped, max_episode_steps=max_steps)
+    rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
+    obs, _ = env.reset(seed=seed)
+    done = 0
+    while done < episodes:
+        action = int(obs[2] + 0.5 * obs[3] > 0)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(rows, (obs, action, reward, terminated, truncated), strict=True):
+            rows[key].append(value)
+        obs = next_obs
+        if terminated or truncated:
+            done += 1
+            obs, _ = env.reset()
+    return make_demonstrations(
+        observations=np.stack(rows["obs"]),
+        actions=np.array(rows["act"]),
+        rewards=rows["rew"],
+        terminated=rows["term"],
+        truncated=rows["trunc"],
+        behavior_name="CartPole",
+        env_id="CartPole-v1",
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        source={"controller": "obs[2] + 0.5 obs[3] > 0"},
+    )
+
+
+PPO_KEYS = {
+    "Environment/Cumulative Reward",
+    "Environment/Episode Length",
+    "Losses/Policy Loss",
+    "Losses/Value Loss",
+    "Policy/Entropy",
+    "Policy/Learning Rate",
+    "Policy/Epsilon",
+    "Policy/Beta",
+    "Policy/Extrinsic Value Estimate",
+    "Is Training",
+    "Step",
+}
+
+
+def cartpole_transitions(
+    action: int, steps: int = 256
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(s, a, s') of CartPole always pushed one way, over several episodes."""
+    envs = make_vector_env("CartPole-v1", 8)
+    obs, _ = envs.reset(seed=0)
+    rows: list[tuple[np.ndarray, np.ndarray]] = []
+    for _ in range(steps // 8):
+        next_obs, _, _, _, infos = envs.step(np.full(8, action))
+        final = next_obs.copy()
+        if "final_obs" in infos:
+            for i in np.flatnonzero(infos["_final_obs"]):
+                final[i] = infos["final_obs"][i]
+        rows.append((obs, final))
+        obs = next_obs
+    envs.close()
+    s = torch.tensor(np.concatenate([r[0] for r in rows]), dtype=torch.float32)
+    s_next = torch.tensor(np.concatenate([r[1] for r in rows]), dtype=torch.float32)
+    return s, torch.full((s.shape[0],), action), s_next
+
+
+def masked_envs(mode: AutoresetMode, num_envs: int = 4, limit: int = 15) -> Any:
+    """Masked CartPole cut at ``limit`` steps: many episode ends, truncations among them."""
+    return gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.TimeLimit(masked_cartpole(), limit)] * num_envs,
+        autoreset_mode=mode,
+    )

@@ -49,8 +49,7 @@ from evtrain.trainers.settings import (
     TrainerSettings,
 )
 from tests.helpers import ROOT
-from tests.trainers.helpers import Recording, make_envs, small_ppo, small_sac
-from tests.trainers.test_demonstrations import cartpole_demo
+from tests.trainers.helpers import Recording, cartpole_demo, make_envs, small_ppo, small_sac
 
 FIXTURES = ROOT / "tests" / "fixtures" / "trainers"
 """Checkpoints written by a08e786 (``<case>.pt``), and the references (see :func:`record`)."""

@@ -17,38 +17,9 @@ from evtrain.trainers.demonstrations import (
     load_demonstrations,
     make_demonstrations,
 )
+from tests.trainers.helpers import cartpole_demo
 
 KEY = "behaviors.B.reward_signals.gail.demo_path"
-
-
-def cartpole_demo(episodes: int, seed: int = 0, max_steps: int = 500) -> Demonstrations:
-    """Episodes of CartPole under a hand-written controller that keeps the pole up (returns
-    ``max_steps``)."""
-    env = gym.wrappers.TimeLimit(gym.make("CartPole-v1").unwrapped, max_episode_steps=max_steps)
-    rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
-    obs, _ = env.reset(seed=seed)
-    done = 0
-    while done < episodes:
-        action = int(obs[2] + 0.5 * obs[3] > 0)
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        for key, value in zip(rows, (obs, action, reward, terminated, truncated), strict=True):
-            rows[key].append(value)
-        obs = next_obs
-        if terminated or truncated:
-            done += 1
-            obs, _ = env.reset()
-    return make_demonstrations(
-        observations=np.stack(rows["obs"]),
-        actions=np.array(rows["act"]),
-        rewards=rows["rew"],
-        terminated=rows["term"],
-        truncated=rows["trunc"],
-        behavior_name="CartPole",
-        env_id="CartPole-v1",
-        observation_space=env.observation_space,
-        action_space=env.action_space,
-        source={"controller": "obs[2] + 0.5 obs[3] > 0"},
-    )
 
 
 CARTPOLE = gym.make("CartPole-v1")

@@ -21,9 +21,7 @@ from evtrain.trainers.settings import (
     RNDSettings,
 )
 from evtrain.world import World
-from tests.trainers.helpers import Recording, small_sac
-from tests.trainers.test_demonstrations import cartpole_demo
-from tests.trainers.test_reward_providers import cartpole_transitions
+from tests.trainers.helpers import Recording, cartpole_demo, cartpole_transitions, small_sac
 
 CPU = torch.device("cpu")
 

@@ -16,9 +16,7 @@ from evtrain.trainers.networks.memory import StatefulPolicy, sequence_layout
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.ppo import PPOTrainer
 from evtrain.trainers.settings import CuriositySettings, MemorySettings, RNDSettings
-from tests.memory_envs import masked_cartpole
-from tests.trainers.helpers import CountingEnv, Recording, small_ppo
-from tests.trainers.test_ppo_trainer import PPO_KEYS
+from tests.trainers.helpers import PPO_KEYS, CountingEnv, Recording, masked_envs, small_ppo
 
 MEMORY = MemorySettings(memory_size=8, sequence_length=4)
 
@@ -29,14 +27,6 @@ def recurrent_ppo(**overrides: Any) -> Any:
     )
     options.update(overrides)
     return small_ppo(**options)
-
-
-def masked_envs(mode: AutoresetMode, num_envs: int = 4, limit: int = 15) -> Any:
-    """Masked CartPole cut at ``limit`` steps: many episode ends, truncations among them."""
-    return gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.TimeLimit(masked_cartpole(), limit)] * num_envs,
-        autoreset_mode=mode,
-    )
 
 
 def shifted_counting_envs(mode: AutoresetMode, num_envs: int) -> Any:

@@ -21,26 +21,13 @@ from evtrain.trainers import (
 from evtrain.trainers.optim import LEARNING_RATE_FLOOR
 from evtrain.trainers.ppo import BETA_FLOOR, EPSILON_FLOOR
 from tests.trainers.helpers import (
+    PPO_KEYS,
     Recording,
     counting_envs,
     make_envs,
     small_ppo,
     zoo_cartpole,
 )
-
-PPO_KEYS = {
-    "Environment/Cumulative Reward",
-    "Environment/Episode Length",
-    "Losses/Policy Loss",
-    "Losses/Value Loss",
-    "Policy/Entropy",
-    "Policy/Learning Rate",
-    "Policy/Epsilon",
-    "Policy/Beta",
-    "Policy/Extrinsic Value Estimate",
-    "Is Training",
-    "Step",
-}
 
 
 def test_learns_cartpole_and_reports_every_summary_period(recording: Recording) -> None:

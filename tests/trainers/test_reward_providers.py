@@ -21,7 +21,7 @@ from evtrain.trainers.rewards.curiosity import CuriosityRewardProvider
 from evtrain.trainers.rewards.rnd import RNDRewardProvider
 from evtrain.trainers.settings import CuriositySettings, RewardProviders, RNDSettings
 from evtrain.world import World
-from tests.trainers.helpers import Recording, make_envs, small_ppo
+from tests.trainers.helpers import Recording, cartpole_transitions, make_envs, small_ppo
 
 
 def behavior(reward_signals: dict[str, Any], **settings: Any) -> dict[str, Any]:
@@ -125,27 +125,6 @@ def test_network_settings_shape_the_reward_provider_models_as_in_ml_agents(
     ]
     # the forward model predicts the encoding: as wide as the last layer
     assert curiosity.curiosity.forward_out.out_features == 32
-
-
-def cartpole_transitions(
-    action: int, steps: int = 256
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(s, a, s') of CartPole always pushed one way, over several episodes."""
-    envs = make_vector_env("CartPole-v1", 8)
-    obs, _ = envs.reset(seed=0)
-    rows: list[tuple[np.ndarray, np.ndarray]] = []
-    for _ in range(steps // 8):
-        next_obs, _, _, _, infos = envs.step(np.full(8, action))
-        final = next_obs.copy()
-        if "final_obs" in infos:
-            for i in np.flatnonzero(infos["_final_obs"]):
-                final[i] = infos["final_obs"][i]
-        rows.append((obs, final))
-        obs = next_obs
-    envs.close()
-    s = torch.tensor(np.concatenate([r[0] for r in rows]), dtype=torch.float32)
-    s_next = torch.tensor(np.concatenate([r[1] for r in rows]), dtype=torch.float32)
-    return s, torch.full((s.shape[0],), action), s_next
 
 
 @pytest.mark.parametrize("kind", ["curiosity", "rnd"])
@@ -290,7 +269,8 @@ def test_round_trip_restores_the_reward_provider_models_and_optimizers(
 
 
 def test_learn_with_curiosity_and_rnd_writes_ml_agents_stats_and_resumes(tmp_path: Path) -> None:
-    from tests.test_learn import config, scalar_steps
+    from tests.helpers import config
+    from tests.helpers import tensorboard_steps as scalar_steps
 
     signals = {"curiosity": {"strength": 0.1}, "rnd": {"strength": 0.1}}
     first = config(tmp_path, max_steps=512, reward_signals=signals)

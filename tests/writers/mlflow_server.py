@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from tests.helpers import free_port
+from tests.helpers import end_with_the_suite, free_port
 
 MLFLOW = Path(sys.executable).parent / "mlflow"
 UP_WITHIN_S = 60.0
@@ -31,25 +31,30 @@ class MlflowServer:
     def start(self) -> None:
         """Start it and wait (bounded) until ``/health`` answers."""
         self._log = log = (self.folder / "server.log").open("a")
-        self.process = subprocess.Popen(
-            [
-                str(MLFLOW),
-                "server",
-                "--backend-store-uri",
-                f"sqlite:///{self.folder / 'mlflow.db'}",
-                "--artifacts-destination",
-                str(self.folder / "artifacts"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--workers",
-                "1",
-            ],
-            cwd=self.folder,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its uvicorn workers go with it
+        self.process = end_with_the_suite(
+            subprocess.Popen(
+                [
+                    str(MLFLOW),
+                    "server",
+                    "--backend-store-uri",
+                    f"sqlite:///{self.folder / 'mlflow.db'}",
+                    "--artifacts-destination",
+                    str(self.folder / "artifacts"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    "1",
+                ],
+                cwd=self.folder,
+                # No job runner: it starts a process and seven huey consumers, each importing
+                # mlflow (seconds of CPU apiece), for server-side jobs no test asks for.
+                env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its uvicorn workers go with it
+            )
         )
         deadline = time.monotonic() + UP_WITHIN_S
         while not self.healthy():

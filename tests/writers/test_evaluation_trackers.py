@@ -97,7 +97,7 @@ def test_mlflow_logs_the_evaluation_uploads_its_video_and_keeps_the_stop_reason(
 def test_wandb_logs_the_evaluation_against_its_own_step_with_its_video(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     from evtrain_writers.wandb_writer import WandbOptions, WandbWriter
-    from tests.writers.test_wandb_writer import history
+    from tests.writers.wandb_files import history
 
     options = WandbOptions(mode="offline", project="tests", upload_videos=True)
     writer = WandbWriter(options, run_id="run", run_folder=tmp_path, run_logs=tmp_path / "run_logs")
@@ -127,7 +127,7 @@ def summary_updates(run_folder: Path) -> tuple[dict[str, Any], dict[str, str], i
     x-axis of each ``define_metric`` glob, and the exit code."""
     from wandb.proto import wandb_internal_pb2
 
-    from tests.writers.test_wandb_writer import records
+    from tests.writers.wandb_files import records
 
     (log,) = run_folder.glob("wandb/offline-run-*/run-*.wandb")
     summary: dict[str, Any] = {}

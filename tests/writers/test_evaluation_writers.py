@@ -176,7 +176,7 @@ def test_gauges_and_prometheus_keep_the_evaluation_without_moving_the_trainers_s
 def test_a_run_a_subscriber_stopped_is_a_success_in_tensorboards_hparams(tmp_path: Path) -> None:
     from tensorboard.plugins.hparams import api_pb2, metadata
 
-    from tests.writers.test_tensorboard_hparams import hparams_content, run
+    from tests.writers.tensorboard_files import hparams_content, run
 
     run(tmp_path, "B", {"lr": 0.1}, [1.0], RunStatus.STOPPED)
 

@@ -15,7 +15,8 @@ from evtrain.plugins import STATS_WRITER, Plugin, discover
 from evtrain.run.wiring import register_stats_writer_plugins
 from evtrain_writers.csv_file import CsvWriter
 from evtrain_writers.jsonl import JsonlWriter
-from tests.test_learn import config, run_config, scalar_steps
+from tests.helpers import config, run_config
+from tests.helpers import tensorboard_steps as scalar_steps
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

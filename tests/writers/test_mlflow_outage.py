@@ -22,9 +22,7 @@ import yaml
 
 from evtrain import Bus, StatsEvent, learn, signals
 from evtrain.bus import journal_backlog
-from tests.helpers import isolated_python
-from tests.test_learn import config, run_config
-from tests.test_sync import sync
+from tests.helpers import config, isolated_python, run_config, sync
 from tests.writers.mlflow_server import MlflowServer
 
 pytest.importorskip("mlflow")

@@ -28,7 +28,7 @@ from evtrain import (
     StatsSummary,
     signals,
 )
-from tests.test_learn import config, run_config
+from tests.helpers import config, run_config
 from tests.writers.mlflow_server import MlflowServer
 
 mlflow = pytest.importorskip("mlflow")

@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from evtrain import Bus, ConfigError, RunFinished, RunOptions, RunStarted, RunStatus, signals
-from tests.helpers import ROOT, isolated_python, stats_event
-from tests.test_learn import config
+from tests.helpers import ROOT, config, isolated_python, stats_event
 
 pytest.importorskip("prometheus_client")
 

@@ -15,7 +15,7 @@ from evtrain import RunFinished, RunStatus, StatsPropertyType
 from evtrain_writers import TensorboardWriter
 from evtrain_writers._hparams import HParamValue, flatten_hparams
 from tests.helpers import HParamsSession, hparams_dashboard
-from tests.writers.test_tensorboard_writer import raw_events, stats
+from tests.writers.tensorboard_files import hparams_content, raw_events, run, stats
 
 PPO: dict[str, Any] = {
     "trainer_type": "ppo",
@@ -34,36 +34,6 @@ PPO_FLAT: dict[str, HParamValue] = {
     "reward_signals/extrinsic/gamma": 0.99,
     "max_steps": 1024.0,
 }
-
-
-def hparams_content(folder: Path) -> dict[str, bytes]:
-    """The hparams plugin's metadata content by tag, as TensorBoard's accumulator keeps it."""
-    accumulator = EventAccumulator(str(folder))
-    accumulator.Reload()
-    try:
-        content: dict[str, bytes] = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
-    except KeyError:  # no tag of that plugin in the folder
-        return {}
-    return content
-
-
-def run(
-    base_dir: Path,
-    category: str,
-    hyperparameters: dict[str, Any],
-    rewards: list[float],
-    status: RunStatus | None = RunStatus.COMPLETED,
-    **options: Any,
-) -> TensorboardWriter:
-    """A writer's whole life for one behavior: hyperparameters, a reward per 100 steps, the end."""
-    writer = TensorboardWriter(base_dir, **options)
-    writer.add_property(category, StatsPropertyType.HYPERPARAMETERS, hyperparameters)
-    for i, reward in enumerate(rewards, start=1):
-        writer.write_stats(category, stats(Reward=reward, Loss=-reward), i * 100)
-    if status is not None:
-        writer.on_run_finished(RunFinished(run_id="r", status=status, time=1234.5))
-    writer.close()
-    return writer
 
 
 def test_flatten_hparams_names_leaves_by_path_and_keeps_three_kinds() -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+from tensorboard.compat.proto.event_pb2 import SessionLog
 
 from evtrain import (
     Bus,
@@ -25,6 +24,7 @@ from evtrain import (
     signals,
 )
 from evtrain_writers import TensorboardWriter
+from tests.writers.tensorboard_files import raw_events, stats
 
 HIDDEN = ["Is Training", "Step"]
 
@@ -46,15 +46,6 @@ def f32(value: float) -> float:
     """``value`` as TensorBoard stores it (float32)."""
     rounded: float = struct.unpack("<f", struct.pack("<f", value))[0]
     return rounded
-
-
-def stats(**values: float) -> dict[str, StatsSummary]:
-    return {key.replace("_", " "): StatsSummary(full_dist=[value]) for key, value in values.items()}
-
-
-def raw_events(path: Path) -> list[Event]:
-    """The events of one file as written (EventFileLoader would migrate scalars to tensors)."""
-    return [Event.FromString(record) for record in RawEventFileLoader(str(path)).Load()]
 
 
 def event_files(folder: Path) -> list[str]:

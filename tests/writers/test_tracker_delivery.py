@@ -17,8 +17,7 @@ import pytest
 from evtrain import Bus, StatsEvent, StatsSummary, learn, signals
 from evtrain.bus import journal_backlog
 from evtrain.events.stats import StatsAggregationMethod
-from tests.test_learn import config, run_config
-from tests.test_sync import sync
+from tests.helpers import config, run_config, sync
 from tests.writers.mlflow_server import MlflowServer
 
 pytest.importorskip("mlflow")
@@ -212,7 +211,7 @@ def test_wandb_rows_carry_the_events_own_time(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     from evtrain import RunFinished, RunStatus
     from evtrain_writers.wandb_writer import WandbOptions, WandbWriter
-    from tests.writers.test_wandb_writer import history
+    from tests.writers.wandb_files import history
 
     writer = WandbWriter(
         WandbOptions(mode="offline", project="tests"),

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.test_learn import config, run_config
+from tests.helpers import ROOT, config, run_config
 from tests.writers.mlflow_server import MlflowServer
 
 DOC = (ROOT / "docs" / "trackers.md").read_text()

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bus", ("evtrain.bus", "evtrain.stopping")),
     ("world", ("evtrain.world",)),
     ("multiagent", ("evtrain.multiagent",)),
+    ("unity", ("evtrain.unity",)),
     ("evaluation", ("evtrain.evaluation",)),
     ("trainers", ("evtrain.trainers",)),
     ("config", ("evtrain.config",)),

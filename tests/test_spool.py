@@ -439,7 +439,11 @@ def test_a_healthy_trackers_journal_stays_small(tmp_path: Path) -> None:
         for chunk in range(12):
             emit_steps(bus, range(chunk * 2000, (chunk + 1) * 2000))
             bus.flush(timeout=10)
-            time.sleep(0.1)  # an fsync tick: the ack is saved, caught-up segments go
+            # an fsync tick that saw every ack: caught-up segments go (however busy the CPU)
+            deadline = time.monotonic() + 10
+            while journal.acked < (chunk + 1) * 2000:
+                assert time.monotonic() < deadline, "no fsync tick saved the acknowledgement"
+                time.sleep(0.01)
         assert journal.size < 3 << 20  # everything is recorded ahead, acknowledged parts go
         assert len(list(journal.folder.glob("*.seg"))) <= 2
         assert bus.metrics()["tracker"].replayed == 0  # all from memory

@@ -306,6 +306,7 @@ class UnityConnection:
             assert call is not None
             if call.request.header.status != 200:
                 call.answer(schema.UnityMessageProto())
+                self._awaiting = False  # nothing more will come
                 raise UnityCommunicationError(
                     f"the Unity build on port {self.port} quit (status "
                     f"{call.request.header.status}) while evtrain waited for it {doing}"
@@ -320,6 +321,7 @@ class UnityConnection:
             )
 
     def _hung_up(self, doing: str) -> None:
+        self._awaiting = False  # nothing more will come
         deadline = time.monotonic() + 1.0  # its process may take a moment to be seen ended
         while self._alive is not None and time.monotonic() < deadline:
             self._check_alive(doing)

@@ -63,13 +63,21 @@ class TerminalSteps:
         return len(self.agent_id)
 
 
+def _float32(values: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    return np.asarray(values, dtype=np.float32)
+
+
+def _int32(values: npt.ArrayLike) -> npt.NDArray[np.int32]:
+    return np.asarray(values, dtype=np.int32)
+
+
 @attrs.define
 class ActionTuple:
     """Actions for ``n`` agents: ``continuous`` ``(n, c)`` float32, ``discrete`` ``(n, b)``
     int32 (one column per branch)."""
 
-    continuous: npt.NDArray[np.float32]
-    discrete: npt.NDArray[np.int32]
+    continuous: npt.NDArray[np.float32] = attrs.field(converter=_float32)
+    discrete: npt.NDArray[np.int32] = attrs.field(converter=_int32)
 
     def __len__(self) -> int:
         return max(len(self.continuous), len(self.discrete))

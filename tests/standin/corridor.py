@@ -30,6 +30,7 @@ class Corridor(Scenario):
 
     def __init__(self, options: dict[str, str], rng: Any) -> None:
         super().__init__(options, rng)
+        self.pending_stats: list[bytes] = []
         # Precomputed: one observation per cell (the player is timed in benchmarks).
         self.cells = [
             wire.vector_observation(
@@ -55,7 +56,16 @@ class Corridor(Scenario):
         body.reward -= STEP_PENALTY
         if body.state in (SMALL_GOAL, LARGE_GOAL):
             body.reward += SMALL_REWARD if body.state == SMALL_GOAL else LARGE_REWARD
+            # What a scene's StatsRecorder.Add would send.
+            self.pending_stats.append(
+                wire.stat_message("Basic/Goal Cell", body.state, wire.STATS_AVERAGE)
+            )
+            self.pending_stats.append(wire.stat_message("Basic/Goals", 1.0, wire.STATS_SUM))
             self.academy.end(body)
 
     def observe(self, body: Body) -> Sequence[Any]:
         return (self.cells[body.state],)
+
+    def stats(self) -> list[bytes]:
+        sent, self.pending_stats = self.pending_stats, []
+        return sent

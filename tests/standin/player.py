@@ -123,7 +123,9 @@ class Player:
         init.communication_version = self.options.get(
             "communication-version", COMMUNICATION_VERSION
         )
-        init.package_version = self.options.get("package-version", PACKAGE_VERSION)
+        # Cameras laid out channels-first come from package 3.0 and later.
+        default = "3.0.0" if self.options.get("layout") == "chw" else PACKAGE_VERSION
+        init.package_version = self.options.get("package-version", default)
         init.log_path = self.options.get("logFile", "")
         caps = init.capabilities
         caps.baseRLCapabilities = caps.concatenatedPngObservations = True

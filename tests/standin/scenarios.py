@@ -5,11 +5,16 @@ from __future__ import annotations
 import random
 
 from tests.standin.corridor import Corridor
+from tests.standin.scenes import SAMPLES, Duel, Mixed, Multi
 from tests.standin.world import Scenario
 
 SCENES: dict[str, type[Scenario]] = {
     "corridor": Corridor,
     "crash": Corridor,
+    "duel": Duel,
+    "mixed": Mixed,
+    "multi": Multi,
+    **SAMPLES,
 }
 """Scenario name -> scene; ``never`` has no scene (it never connects)."""
 

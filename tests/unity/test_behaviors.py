@@ -132,7 +132,8 @@ def test_an_agent_beyond_the_slots_of_the_first_step_is_named(
         "behavior 'B': agent 2 appeared in Unity instance 0, where all 1 x 1 slots of the "
         "behavior are taken; evtrain counts a behavior's slots from the agents at the first "
         "step (the most in an instance: 1): have every agent present and asking for a "
-        "decision at the first step (enabled in the scene, its DecisionRequester at offset 0)"
+        "decision at the first step (enabled in the scene, its DecisionRequester at offset 0), "
+        "or give the behavior spare copies of slots"
     )
     shared.close()
     side.result()

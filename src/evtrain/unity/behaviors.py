@@ -75,12 +75,19 @@ class UnityBehaviors:
 
     :param behaviors: the trainer behaviors (names without ``?team=N``); ``None``: every
         behavior of the build.
+    :param spare_copies: per behavior, copies of slots more per instance and team than the
+        agents of the first step fill, for agents that appear later (see
+        :class:`~evtrain.unity.slots.BehaviorSlots`).
     :raises ConfigError: a behavior the build does not have.
     :raises UnityDataError: one behavior's teams or instances differ in their specs.
     """
 
     def __init__(
-        self, connections: Sequence[UnityConnection], behaviors: Sequence[str] | None = None
+        self,
+        connections: Sequence[UnityConnection],
+        behaviors: Sequence[str] | None = None,
+        *,
+        spare_copies: Mapping[str, int] | None = None,
     ) -> None:
         if not connections:
             raise ValueError("UnityBehaviors needs at least one connected build instance")
@@ -99,7 +106,8 @@ class UnityBehaviors:
             )
         self.specs = {b: _one_spec(self.connections, b, found[b]) for b in wanted}
         """Each trainer behavior's spec (every team's and instance's is the same)."""
-        self.slots = {b: BehaviorSlots(b, found[b], first) for b in wanted}
+        spare = spare_copies or {}
+        self.slots = {b: BehaviorSlots(b, found[b], first, spare.get(b, 0)) for b in wanted}
         self._views = {b: UnityBehaviorView(self, b) for b in wanted}
         self._unknown: set[str] = set()
         self.latest: dict[str, StepRecord] = self._observe(first)

@@ -56,10 +56,16 @@ class BehaviorSlots:
 
     :param names: its full names (teams), in order.
     :param first: per instance, each full name's steps at the first exchange.
+    :param spare: copies more per instance and team than the first exchange needs, for agents
+        that appear later (a group made later, an agent enabled later).
     """
 
     def __init__(
-        self, behavior: str, names: Sequence[str], first: Sequence[Mapping[str, Steps]]
+        self,
+        behavior: str,
+        names: Sequence[str],
+        first: Sequence[Mapping[str, Steps]],
+        spare: int = 0,
     ) -> None:
         self.behavior = behavior
         self.names = list(names)
@@ -72,7 +78,8 @@ class BehaviorSlots:
         ]
         self.group_size = max([*sizes, 1])
         per_name = {
-            name: max([_copies(per.get(name, Counter()), self.group_size) for per in counts] + [1])
+            name: spare
+            + max([_copies(per.get(name, Counter()), self.group_size) for per in counts] + [1])
             for name in self.names
         }
         self.copies: list[Copy] = []
@@ -145,7 +152,8 @@ class BehaviorSlots:
             f"behavior are taken; evtrain counts a behavior's slots from the agents at the "
             f"first step ({'the most in a group' if self.grouped else 'the most in an instance'}"
             f": {self.group_size}): have every agent present and asking for a decision at the "
-            "first step (enabled in the scene, its DecisionRequester at offset 0)"
+            "first step (enabled in the scene, its DecisionRequester at offset 0), or give "
+            "the behavior spare copies of slots"
         )
 
     def _bind(self, copy: Copy, j: int, k: int, name: str, agent: int, group: int) -> int:

@@ -35,7 +35,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.export import ActionDistribution, export_for_unity
+from evtrain.export import ActionDistribution, UnityExporter, export_for_unity
 from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
@@ -362,3 +362,40 @@ def test_several_branches_and_hybrid_actions(continuous: int, tmp_path: Path) ->
             np.testing.assert_allclose(
                 got["deterministic_continuous_actions"], want["continuous"].numpy(), atol=1e-4
             )
+
+
+class MeanOnly(nn.Module):
+    """A policy module that does not say its distribution (as SAC's export views)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(6, 2)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.tanh(self.net(obs))
+        return out
+
+
+def test_a_policy_without_its_distribution_samples_its_deterministic_action(
+    tmp_path: Path,
+) -> None:
+    specs = [ObservationSpec((6,), (NONE,))]
+    policy = MeanOnly()
+    path = export_for_unity(policy, specs, ActionSpec(2, ()), tmp_path / "m.onnx")
+    session = check_graph(path, specs, ActionSpec(2, ()), 0)
+    inputs = feeds(session, 4)
+    got = run(session, inputs)
+    np.testing.assert_array_equal(
+        got["continuous_actions"], got["deterministic_continuous_actions"]
+    )
+    want = torch_actions(policy, ["obs_0"], specs, inputs)
+    np.testing.assert_allclose(got["continuous_actions"], want.numpy(), atol=1e-5)
+
+
+def test_the_unity_exporter_writes_the_same_graph_at_every_checkpoint(tmp_path: Path) -> None:
+    specs = [ObservationSpec((6,), (NONE,))]
+    policy, order, _ = ppo_policy(specs, spaces.Discrete(3), (3,), 0)
+    exporter = UnityExporter(specs, ActionSpec(0, (3,)), order)
+    for step in (1, 2):
+        path = exporter.export(policy, None, tmp_path / f"Basic-{step}.onnx")
+        check_graph(path, specs, ActionSpec(0, (3,)), 0)

@@ -47,7 +47,7 @@ from evtrain.export.exporter import Exporter, PolicyExporter, export_onnx
 from evtrain.export.mlagents import ActionDistribution, SamplingPolicy, UnityContract
 from evtrain.export.policy import MEMORY_IN, MEMORY_OUT, Example, memory_size_of
 from evtrain.export.runtime import OnnxPolicy, onnx_policy
-from evtrain.export.unity_model import export_for_unity
+from evtrain.export.unity_model import UnityExporter, export_for_unity
 
 __all__ = [
     "MEMORY_IN",
@@ -59,6 +59,7 @@ __all__ = [
     "PolicyExporter",
     "SamplingPolicy",
     "UnityContract",
+    "UnityExporter",
     "export_for_unity",
     "export_onnx",
     "memory_size_of",

@@ -163,3 +163,38 @@ def _compare(name: str, got: Any, want: torch.Tensor) -> None:
         equal = np.allclose(got, array, rtol=1e-3, atol=1e-3)
     if not equal:
         raise ValueError(f"the exported graph's {name} differs from the module's")
+
+
+class UnityExporter:
+    """:func:`export_for_unity` behind :class:`~evtrain.export.PolicyExporter`'s ``export``,
+    so what exports a behavior at every checkpoint can write Unity's graph instead.
+
+    :param observation_specs: the behavior's observation specs, in order.
+    :param action_spec: the behavior's action spec.
+    :param policy_inputs: as :func:`export_for_unity`'s.
+    """
+
+    def __init__(
+        self,
+        observation_specs: Sequence[ObservationSpecLike],
+        action_spec: ActionSpecLike,
+        policy_inputs: Sequence[str] | None = None,
+    ) -> None:
+        self.observation_specs = tuple(observation_specs)
+        self.action_spec = action_spec
+        self.policy_inputs = None if policy_inputs is None else tuple(policy_inputs)
+
+    def export(self, module: nn.Module, example_obs: object, path: StrPath) -> Path:
+        """Export ``module`` to ``path`` (``example_obs`` is not needed: the specs say the
+        inputs).
+
+        :raises: as :func:`export_for_unity`.
+        """
+        del example_obs
+        return export_for_unity(
+            module,
+            self.observation_specs,
+            self.action_spec,
+            path,
+            policy_inputs=self.policy_inputs,
+        )

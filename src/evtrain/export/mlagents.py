@@ -167,6 +167,13 @@ class UnityContract(nn.Module):
         if not (self.continuous_size or self.branches):
             raise ValueError("the action spec has neither continuous actions nor branches")
         self.sampling = isinstance(policy, SamplingPolicy)
+        if self.branches and POLICY_MASK not in self.policy_inputs:
+            logger.warning(
+                "The policy does not read the action mask (no %r among its inputs %s): its "
+                "deterministic_discrete_actions may take an action the build masks.",
+                POLICY_MASK,
+                list(self.policy_inputs),
+            )
         self.register_buffer("version_number", torch.tensor([float(VERSION_NUMBER)]))
         self.register_buffer("memory_size_vector", torch.tensor([float(self.memory_size)]))
         self.register_buffer("continuous_shape", torch.tensor([float(self.continuous_size)]))

@@ -79,13 +79,14 @@ def action_bounds(action_space: spaces.Space[Any]) -> tuple[bool, torch.Tensor, 
     return isinstance(box, spaces.Box), torch.from_numpy(low), torch.from_numpy(high)
 
 
-def clip_actions(action: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
-    """Actions ``[B, c]`` clipped to the bounds ``[c]``; a hybrid ``[B, c + k]`` action's
-    first ``c`` columns clipped, its branches' indices as they are."""
-    c = low.shape[0]
-    if action.shape[-1] == c:
+def clip_actions(
+    action: torch.Tensor, low: torch.Tensor, high: torch.Tensor, hybrid: int | None = None
+) -> torch.Tensor:
+    """Actions ``[B, c]`` clipped to the bounds ``[c]``; with ``hybrid`` (``c``), a hybrid
+    ``[B, c + k]`` action's first ``c`` columns clipped, its branches' indices as they are."""
+    if hybrid is None:
         return torch.clamp(action, low, high)
-    return torch.cat([torch.clamp(action[..., :c], low, high), action[..., c:]], -1)
+    return torch.cat([torch.clamp(action[..., :hybrid], low, high), action[..., hybrid:]], -1)
 
 
 class ActorCritic(nn.Module):
@@ -234,6 +235,8 @@ class DeterministicPolicy(nn.Module):
         self.heads = agent.heads
         """The action space's parts: ``continuous`` columns, then one per branch."""
         self.clip, low, high = action_bounds(action_space)
+        self.hybrid = self.heads.continuous if self.heads.kind == "hybrid" else None
+        """A hybrid action's continuous columns (what is clipped); ``None`` otherwise."""
         self.register_buffer("low", low)
         self.register_buffer("high", high)
 
@@ -242,4 +245,4 @@ class DeterministicPolicy(nn.Module):
         a ``Dict``'s batches in its key order, float32)."""
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action = self.agent.deterministic(x)
-        return clip_actions(action, self.low, self.high) if self.clip else action
+        return clip_actions(action, self.low, self.high, self.hybrid) if self.clip else action

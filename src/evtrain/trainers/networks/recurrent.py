@@ -153,6 +153,8 @@ class RecurrentPolicy(nn.Module):
         self.heads = agent.heads
         """The action space's parts: ``continuous`` columns, then one per branch."""
         self.clip, low, high = action_bounds(action_space)
+        self.hybrid = self.heads.continuous if self.heads.kind == "hybrid" else None
+        """A hybrid action's continuous columns (what is clipped); ``None`` otherwise."""
         self.register_buffer("low", low)
         self.register_buffer("high", high)
 
@@ -161,4 +163,4 @@ class RecurrentPolicy(nn.Module):
         *obs, memory = inputs
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action, memory = self.agent.deterministic(x, memory)
-        return (clip_actions(action, self.low, self.high) if self.clip else action), memory
+        return (clip_actions(action, self.low, self.high, self.hybrid) if self.clip else action), memory

@@ -41,6 +41,7 @@ from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentP
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
 
 OPSET = 9
+FALLBACK_OPSET = 13  # a policy opset 9 cannot express: the trainers' hybrid policy today
 VERSION_NUMBER = 3
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 Shape = Callable[[int, tuple[int, ...], int], list[Any]]
@@ -95,12 +96,12 @@ def dims(value: Any) -> list[Any]:
 
 
 def check_graph(
-    path: Path, specs: list[ObservationSpec], actions: ActionSpec, memory: int
+    path: Path, specs: list[ObservationSpec], actions: ActionSpec, memory: int, opset: int = OPSET
 ) -> ort.InferenceSession:
     """The graph's opset, inputs, outputs, dtypes, shapes and constants are the contract's."""
     model = onnx.load(str(path))
     onnx.checker.check_model(model)
-    assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [OPSET]
+    assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [opset]
     c, b = actions.continuous_size, actions.discrete_branches
     inputs = {i.name: i for i in model.graph.input}
     want_inputs = [f"obs_{i}" for i in range(len(specs))]
@@ -211,17 +212,26 @@ def ppo_policy(
         agent = ActorCritic(space, action_space, NetworkSettings(hidden_units=16), generator)
         policy = DeterministicPolicy(agent, action_space).eval()
     with torch.no_grad():  # logits far enough apart that argmax is the same in float32 anywhere
-        for p in agent.actor.parameters():
-            p.mul_(30.0)
+        if memory:  # the output layer only: an LSTM scaled up saturates to a zero output
+            agent.actor.out.weight.mul_(3000.0)
+        else:
+            for p in agent.actor.parameters():
+                p.mul_(30.0)
     order = list(space.spaces) if isinstance(space, spaces.Dict) else None
     return policy, order, agent
 
 
+HYBRID = spaces.Dict(
+    {"continuous": spaces.Box(-1, 1, (2,)), "discrete": spaces.MultiDiscrete([3, 2])}
+)
 CASES = {
     "continuous": ([ObservationSpec((6,), (NONE,))], spaces.Box(-1, 1, (2,)), 0),
     "discrete": ([ObservationSpec((6,), (NONE,))], spaces.Discrete(4), 0),
     "recurrent continuous": ([ObservationSpec((6,), (NONE,))], spaces.Box(-1, 1, (3,)), 8),
     "recurrent discrete": ([ObservationSpec((6,), (NONE,))], spaces.Discrete(3), 8),
+    "several branches": ([ObservationSpec((6,), (NONE,))], spaces.MultiDiscrete([3, 2, 4]), 0),
+    "hybrid": ([ObservationSpec((6,), (NONE,))], HYBRID, 0),
+    "recurrent hybrid": ([ObservationSpec((6,), (NONE,))], HYBRID, 8),
     "images hwc and chw + vector": (
         [
             ObservationSpec((20, 20, 3), HWC),
@@ -237,7 +247,23 @@ CASES = {
 def action_spec_of(space: Any) -> ActionSpec:
     if isinstance(space, spaces.Discrete):
         return ActionSpec(0, (int(space.n),))
+    if isinstance(space, spaces.MultiDiscrete):
+        return ActionSpec(0, tuple(int(n) for n in space.nvec))
+    if isinstance(space, spaces.Dict):
+        box, branches = space["continuous"], space["discrete"]
+        assert isinstance(box, spaces.Box) and isinstance(branches, spaces.MultiDiscrete)
+        return ActionSpec(int(box.shape[0]), tuple(int(n) for n in branches.nvec))
     return ActionSpec(int(space.shape[0]), ())
+
+
+def split(action: torch.Tensor, actions: ActionSpec) -> tuple[Any, Any]:
+    """A trainer's action (``[B]``, ``[B, c]``, ``[B, k]`` or ``[B, c + k]``) as
+    ``(continuous, discrete)`` numpy arrays."""
+    a = action.numpy()
+    c = actions.continuous_size
+    if a.ndim == 1:
+        a = a[:, None]
+    return a[:, :c], a[:, c:].astype(np.int64)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -247,7 +273,8 @@ def test_a_trained_policys_graph_is_ml_agents_contract(case: str, tmp_path: Path
     branches = actions.discrete_branches
     policy, order, _ = ppo_policy(specs, space, branches, memory)
     path = export_for_unity(policy, specs, actions, tmp_path / "Basic.onnx", policy_inputs=order)
-    session = check_graph(path, specs, actions, memory)
+    hybrid = isinstance(space, spaces.Dict)
+    session = check_graph(path, specs, actions, memory, FALLBACK_OPSET if hybrid else OPSET)
     names = order or ["obs_0"]
     for batch in (1, 5):
         mask = random_masks(batch, branches, seed=batch) if branches else None
@@ -255,14 +282,18 @@ def test_a_trained_policys_graph_is_ml_agents_contract(case: str, tmp_path: Path
         got = run(session, inputs)
         want = torch_actions(policy, names, specs, inputs)
         want, want_memory = want if memory else (want, None)
+        continuous, discrete = split(want, actions)
         if branches:
-            det = got["deterministic_discrete_actions"]
-            np.testing.assert_array_equal(det, want.numpy().reshape(batch, 1))
             assert mask is not None
-            assert np.all(np.take_along_axis(mask, det, axis=1) == 1.0)
-        else:
+            offsets = np.cumsum((0, *branches[:-1]))
+            det = got["deterministic_discrete_actions"]
+            np.testing.assert_array_equal(det, discrete)
+            for name in ("deterministic_discrete_actions", "discrete_actions"):
+                columns = got[name] + offsets
+                assert np.all(np.take_along_axis(mask, columns, axis=1) == 1.0), name
+        if actions.continuous_size:
             det = got["deterministic_continuous_actions"]
-            np.testing.assert_allclose(det, want.numpy(), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(det, continuous, rtol=1e-4, atol=1e-4)
             sampled = got["continuous_actions"]
             assert sampled.shape == det.shape and np.all(np.abs(sampled) <= 1.0)
         if want_memory is not None:

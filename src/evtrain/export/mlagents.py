@@ -27,7 +27,8 @@ outputs, in this order
     and ``argmax`` give int64 in ML-Agents' graph too; Unity 3.x/4.x read them as
     ``Tensor<int>``, so a float there would fail at run time).
 opset
-    9 (``SerializationSettings.onnx_opset``).
+    9 (``SerializationSettings.onnx_opset``); 13 for a policy the exporter cannot write in
+    opset 9 (today: a hybrid policy's per-branch split).
 
 Continuous actions are clipped as the trainer clips them on their way to the build, to the
 Unity action space's ``[-1, 1]``: evtrain's policies are trained on that scale, where
@@ -54,6 +55,9 @@ VERSION_NUMBER = 3
 """``version_number``: ML-Agents' ``SimpleActor.MODEL_EXPORT_VERSION``, ``MLAgents2_0``."""
 OPSET = 9
 """ML-Agents' ``SerializationSettings.onnx_opset``."""
+FALLBACK_OPSET = 13
+"""The opset of a policy opset 9 cannot express (the exporter fails on it): within the
+opsets 7 to 15 Sentis (package 3.x/4.x) loads."""
 ACTION_MASKS = "action_masks"
 RECURRENT_IN = "recurrent_in"
 RECURRENT_OUT = "recurrent_out"
@@ -97,6 +101,18 @@ class ActionDistribution(NamedTuple):
     logits: torch.Tensor | None
     """Discrete actions: every branch's logits side by side ``[B, sum(branches)]``, the masked
     actions' already pushed out of reach (as the policy masks them)."""
+
+    @classmethod
+    def of_output_layer(
+        cls, out: torch.Tensor, log_std: torch.Tensor, continuous: int, branches: bool
+    ) -> ActionDistribution:
+        """The distribution of an output layer ``out`` that holds ``continuous`` Gaussian means,
+        then (with ``branches``) every branch's masked logits: ML-Agents' ``ActionSpec`` order."""
+        return cls(
+            mean=out[..., :continuous] if continuous else None,
+            log_std=log_std if continuous else None,
+            logits=out[..., continuous:] if branches else None,
+        )
 
 
 @runtime_checkable
@@ -268,11 +284,16 @@ class UnityContract(nn.Module):
 
     def _split(self, action: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy's deterministic action as ``(continuous [B, c], discrete [B, branches])``
-        (either empty when the behavior has none)."""
+        (either empty when the behavior has none): from a ``Box``'s ``[B, c]``, a
+        ``Discrete``'s ``[B]``, a ``MultiDiscrete``'s ``[B, k]``, a hybrid action's ``[B, c + k]``
+        row (the trainers' layout) or its ``{"continuous", "discrete"}`` parts."""
         if isinstance(action, Mapping):
             continuous, discrete = action["continuous"], action["discrete"]
         elif isinstance(action, (tuple, list)):
             continuous, discrete = action
+        elif self.branches and self.continuous_size:  # one [B, c + k] row: values, indices
+            c = self.continuous_size
+            continuous, discrete = action[:, :c], action[:, c:]
         elif self.branches:
             if action.ndim == 1:
                 action = action.unsqueeze(-1)  # a Discrete space's [B] indices: one branch

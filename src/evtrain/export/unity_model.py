@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import logging
 import re
 import warnings
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from torch import nn
 from evtrain.atomic import StrPath, atomic_write
 from evtrain.export.check import session_of
 from evtrain.export.mlagents import (
+    FALLBACK_OPSET,
     OPSET,
     SAMPLED,
     ActionSpecLike,
@@ -26,6 +28,7 @@ from evtrain.export.mlagents import (
 )
 from evtrain.export.policy import device_of, eval_mode, refuse_nonfinite
 
+logger = logging.getLogger("evtrain.export")
 _TORCHSCRIPT_WARNING = "You are using the legacy TorchScript-based ONNX export"
 
 
@@ -68,6 +71,20 @@ def export_for_unity(
 
 
 def _trace(contract: UnityContract) -> bytes:
+    try:
+        return _trace_at(contract, OPSET)
+    except Exception as error:  # whatever the exporter raises, one retry
+        logger.info(
+            "The policy cannot be exported in opset %d (%s: %s); exporting it in opset %d.",
+            OPSET,
+            type(error).__name__,
+            error,
+            FALLBACK_OPSET,
+        )
+        return _trace_at(contract, FALLBACK_OPSET)
+
+
+def _trace_at(contract: UnityContract, opset: int) -> bytes:
     buffer = io.BytesIO()
     dynamic = [*contract.input_names, *_batch_outputs(contract)]
     with warnings.catch_warnings():
@@ -83,7 +100,7 @@ def _trace(contract: UnityContract) -> bytes:
             contract.example_inputs(),
             buffer,  # type: ignore[arg-type]  # the TorchScript exporter takes a file object
             dynamo=False,
-            opset_version=OPSET,
+            opset_version=opset,
             input_names=contract.input_names,
             output_names=contract.output_names,
             dynamic_axes={name: {0: "batch"} for name in dynamic},

@@ -104,20 +104,23 @@ def test_the_mask_sits_after_the_vectors_outside_the_features_and_the_normaliser
         (
             SPACE,
             spaces.Box(-1.0, 1.0, (N,)),
-            "observation 'action_mask' is an action mask, which needs a Discrete action space, "
-            "got Box(-1.0, 1.0, (4,), float32); rename the observation key if it is no mask",
+            "observation 'action_mask' is an action mask, which needs a Discrete, MultiDiscrete "
+            "or hybrid action space, got Box(-1.0, 1.0, (4,), float32); rename the observation "
+            "key if it is no mask",
         ),
         (
             SPACE,
-            spaces.MultiDiscrete([2, 2]),
-            "observation 'action_mask' is an action mask, which needs a Discrete action space, "
-            "got MultiDiscrete([2 2]); rename the observation key if it is no mask",
+            spaces.MultiDiscrete([2, 3]),
+            "observation 'action_mask' has 4 entries (shape (4,)), the action space "
+            "MultiDiscrete([2 3]) has 5 actions; an action mask holds one entry per action of "
+            "every branch (1: allowed, 0: masked)",
         ),
         (
             SPACE,
             spaces.Discrete(3),
             "observation 'action_mask' has 4 entries (shape (4,)), the action space Discrete(3) "
-            "has 3 actions; an action mask holds one entry per action (1: allowed, 0: masked)",
+            "has 3 actions; an action mask holds one entry per action of every branch "
+            "(1: allowed, 0: masked)",
         ),
         (
             spaces.Dict({"action_mask": spaces.Box(0, 1, (N,), np.int8)}),

@@ -14,7 +14,8 @@ Each part is
 
 A ``Dict`` part keyed ``action_mask`` (:data:`MASK_KEY`, PettingZoo's name) is neither: it is
 the **action mask** of a ``Discrete`` action space (:mod:`evtrain.trainers.networks.masks`),
-one entry per action.  It stays in the row, but no network takes it as a feature, the
+one entry per action (of a ``MultiDiscrete`` or hybrid one: of every branch, the branches'
+masks concatenated).  It stays in the row, but no network takes it as a feature, the
 normaliser leaves it alone and no encoder sees it; the policies read it from the row
 (:attr:`ObservationLayout.mask`).
 
@@ -48,6 +49,7 @@ from torch import nn
 
 from evtrain.errors import ConfigError, SpaceMismatchError
 from evtrain.trainers.discrete_observations import encoded, one_hot
+from evtrain.trainers.networks.action_heads import action_heads
 from evtrain.trainers.networks.encoders import MIN_RESOLUTION, build_encoder, too_small
 from evtrain.trainers.networks.normalizer import ObservationNormalizer
 from evtrain.trainers.settings import NetworkSettings, VisEncodeType
@@ -247,23 +249,26 @@ class ObservationLayout:
     # -- the networks' side ---------------------------------------------------------------------
 
     def check_mask(self, action_space: spaces.Space[Any]) -> None:
-        """Refuse an action mask that is not one entry per action of a ``Discrete`` space.
+        """Refuse an action mask that is not one entry per action of every discrete branch.
 
         :raises SpaceMismatchError: naming the ``action_mask`` observation and the fix.
         """
         part = next((p for p in self.parts if p.mask), None)
         if part is None:
             return
-        if not isinstance(action_space, spaces.Discrete):
+        heads = action_heads(action_space)  # the trainer's space: one it takes
+        if not heads.branches:
             raise SpaceMismatchError(
-                f"observation {MASK_KEY!r} is an action mask, which needs a Discrete action "
-                f"space, got {action_space}; rename the observation key if it is no mask"
+                f"observation {MASK_KEY!r} is an action mask, which needs a Discrete, "
+                f"MultiDiscrete or hybrid action space, got {action_space}; rename the "
+                "observation key if it is no mask"
             )
-        if part.size != int(action_space.n):
+        actions = sum(heads.branches)
+        if part.size != actions:
             raise SpaceMismatchError(
                 f"observation {MASK_KEY!r} has {part.size} entries (shape {part.shape}), the "
-                f"action space {action_space} has {int(action_space.n)} actions; an action "
-                "mask holds one entry per action (1: allowed, 0: masked)"
+                f"action space {action_space} has {actions} actions; an action mask holds "
+                "one entry per action of every branch (1: allowed, 0: masked)"
             )
 
     def check(self, kind: VisEncodeType, key: str) -> None:

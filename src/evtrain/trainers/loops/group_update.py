@@ -25,7 +25,7 @@ from evtrain.trainers.finite import finite_mean
 from evtrain.trainers.group_settings import GroupSettings
 from evtrain.trainers.loops.schedules import scheduled
 from evtrain.trainers.networks.mlp import clip_grad_norm_, flatten_parameters, zero_grad_
-from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy, score_actions
+from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy
 from evtrain.trainers.optim import make_adam
 
 CriticLoss = Callable[[OnPolicyBatch, float], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -189,10 +189,9 @@ class GroupPPO:
         """``(B, G)`` log-probabilities (and entropies) of the minibatch's actions under the
         current policy (the masked distribution, with an action mask)."""
         agent = self.agent
-        logprob, entropy = score_actions(
+        logprob, entropy = agent.heads.score(
             agent.policy_output(mb.obs.flatten(0, 1)),  # masked, with an action mask
             agent.log_std,
-            agent.discrete,
             mb.actions.flatten(0, 1),
             with_entropy,
             entropy_grad,

@@ -25,7 +25,8 @@ from evtrain.bus.reporter import StatsReporter
 from evtrain.trainers.algorithm import OnPolicyBatch
 from evtrain.trainers.loops.gae import compute_gae
 from evtrain.trainers.loops.recurrent_rollout import RecurrentRollout
-from evtrain.trainers.networks.policies import ActorCritic
+from evtrain.trainers.networks.action_heads import action_heads, to_env
+from evtrain.trainers.networks.policies import ActorCritic, action_bounds
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic
 from evtrain.trainers.on_policy_settings import OnPolicySettings
 from evtrain.trainers.rewards.reward_provider import RewardProvider
@@ -43,19 +44,27 @@ followed by the next observations when there are reward providers."""
 
 class EnvActions:
     """The actions the environments get from the policy's: ``Box`` actions clipped to their
-    bounds (the policy samples an unbounded Gaussian), others as they are."""
+    bounds (the policy samples an unbounded Gaussian), hybrid ones made the ``Dict``'s arrays
+    with their continuous part clipped (:func:`~evtrain.trainers.networks.action_heads.to_env`),
+    others as they are."""
 
     def __init__(self, action_space: spaces.Space[Any], num_envs: int) -> None:
         self.box = isinstance(action_space, spaces.Box)
+        self.space = action_space
+        self.hybrid = action_heads(action_space).kind == "hybrid"
+        clip, low, high = action_bounds(action_space)
+        self.low, self.high = low.numpy(), high.numpy()
         if isinstance(action_space, spaces.Box):
-            self.low = action_space.low.reshape(-1)
-            self.high = action_space.high.reshape(-1)
             self.shape = (num_envs, *action_space.shape)
 
     def __call__(self, action: torch.Tensor) -> Any:
         env_action = action.cpu().numpy()
         if self.box:
             env_action = np.clip(env_action, self.low, self.high).reshape(self.shape)
+        elif self.hybrid:
+            c = len(self.low)
+            env_action[:, :c] = np.clip(env_action[:, :c], self.low, self.high)
+            env_action = to_env(self.space, env_action)
         return env_action
 
 

@@ -1,12 +1,14 @@
 """PPO's actor-critic: policy and value MLPs over (optionally normalised) observations,
 separate, or with ``hyperparameters.shared_critic`` sharing one body.
 
-``Discrete`` actions use a categorical policy, masked by the observation's ``action_mask``
-when it has one (:mod:`evtrain.trainers.networks.masks`).  ``Box`` actions use a **clipped**
+``Discrete`` actions use a categorical policy, ``MultiDiscrete`` ones (ML-Agents' branches)
+one categorical per branch, masked by the observation's ``action_mask`` when it has one
+(:mod:`evtrain.trainers.networks.masks`).  ``Box`` actions use a **clipped**
 diagonal Gaussian, as SB3 and cleanrl do: the unclipped sample is what is stored and scored,
 and it is clipped to the action bounds only on its way to the environment.  (A tanh-squashed
 Gaussian, as in SAC, changes the log-probabilities and needs no clipping; PPO does well
-without it.)
+without it.)  ML-Agents' hybrid actions, a ``Dict`` of a ``Box`` and a ``MultiDiscrete``,
+use both (:mod:`evtrain.trainers.networks.action_heads`).
 
 Distributions are written out instead of using ``torch.distributions``: the rollout calls them
 every step and their argument validation and object construction cost more than the maths.
@@ -14,7 +16,6 @@ every step and their argument validation and object construction cost more than 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -22,13 +23,16 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.networks.masks import allowed_in, masked_logits, masked_scores
+from evtrain.export.mlagents import ActionDistribution
+from evtrain.trainers.networks.action_heads import (
+    action_heads,
+    sample_action,
+    score_actions,
+)
+from evtrain.trainers.networks.masks import masked_logits
 from evtrain.trainers.networks.mlp import MLP
 from evtrain.trainers.observations import observation_layout
 from evtrain.trainers.settings import NetworkSettings
-
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def flat_obs_dim(space: spaces.Space[Any]) -> int:
@@ -39,70 +43,49 @@ def flat_obs_dim(space: spaces.Space[Any]) -> int:
     return observation_layout(space).size
 
 
+__all__ = [
+    "ActorCritic",
+    "DeterministicPolicy",
+    "action_bounds",
+    "clip_actions",
+    "flat_obs_dim",
+    "policy_outputs",
+    "sample_action",
+    "score_actions",
+]
+
+
 def policy_outputs(action_space: spaces.Space[Any]) -> tuple[bool, int]:
-    """``(discrete, width of the policy's output layer)`` for an action space.
+    """``(a Discrete space, width of the policy's output layer)`` for an action space (see
+    :func:`~evtrain.trainers.networks.action_heads.action_heads` for more).
 
-    :raises SpaceMismatchError: neither ``Discrete`` nor ``Box``.
+    :raises SpaceMismatchError: an action space the trainers cannot learn.
     """
-    if isinstance(action_space, spaces.Discrete):
-        return True, int(action_space.n)
-    if isinstance(action_space, spaces.Box):
-        return False, int(np.prod(action_space.shape))
-    raise SpaceMismatchError(
-        f"PPO supports Discrete and Box action spaces, got {type(action_space).__name__}"
-    )
+    heads = action_heads(action_space)
+    return heads.kind == "discrete", heads.width
 
 
-def sample_action(
-    out: torch.Tensor,
-    log_std: torch.Tensor,
-    discrete: bool,
-    generator: torch.Generator,
-    ok: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample from the policy's output layer ``out``: ``(action, log_prob)``.
-
-    ``Discrete``: ``out`` are logits (masked already where there is a mask); ``Box``: the
-    Gaussian's mean, ``log_std`` its log standard deviation.
-
-    :param ok: the allowed actions (:func:`~evtrain.trainers.networks.masks.allowed`), never
-        to be sampled otherwise; ``None``: all.
-    """
-    if discrete:
-        log_probs = torch.log_softmax(out, dim=-1)
-        # Gumbel-max: argmax(log p + Gumbel noise) is an exact sample of Categorical(p),
-        # cheaper than torch.multinomial on small batches.  Gumbel = -log(Exponential(1)).
-        noise = torch.empty_like(log_probs).exponential_(generator=generator)
-        action = masked_scores(log_probs - noise.log(), ok).argmax(-1, keepdim=True)
-        return action.squeeze(-1), log_probs.gather(-1, action).squeeze(-1)
-    noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
-    action = out + log_std.exp() * noise
-    log_prob = (-0.5 * noise.square() - log_std - _LOG_SQRT_2PI).sum(-1)
-    return action, log_prob
+def action_bounds(action_space: spaces.Space[Any]) -> tuple[bool, torch.Tensor, torch.Tensor]:
+    """``(clip, low, high)`` of an exported policy's continuous actions: a ``Box``'s bounds,
+    flattened, or a hybrid space's ``Box``'s; nothing to clip otherwise (empty bounds)."""
+    box = action_space
+    if isinstance(action_space, spaces.Dict) and "continuous" in action_space.spaces:
+        box = action_space.spaces["continuous"]
+    low = high = np.zeros(0, dtype=np.float32)
+    if isinstance(box, spaces.Box):
+        low = box.low.reshape(-1).astype(np.float32)
+        high = box.high.reshape(-1).astype(np.float32)
+    return isinstance(box, spaces.Box), torch.from_numpy(low), torch.from_numpy(high)
 
 
-def score_actions(
-    out: torch.Tensor,
-    log_std: torch.Tensor,
-    discrete: bool,
-    action: torch.Tensor,
-    entropy: bool,
-    entropy_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(log_prob, entropy)`` of taken actions under the policy's output layer ``out``
-    (see :meth:`ActorCritic.evaluate` for the flags)."""
-    if discrete:
-        log_probs = torch.log_softmax(out, dim=-1)
-        log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        ent = None
-        if entropy:
-            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                ent = -(log_probs.exp() * log_probs).sum(-1)
-        return log_prob, ent
-    z = (action - out) * torch.exp(-log_std)
-    log_prob = (-0.5 * z.square() - log_std - _LOG_SQRT_2PI).sum(-1)
-    ent = (0.5 + _LOG_SQRT_2PI + log_std).sum().expand(out.shape[0]) if entropy else None
-    return log_prob, ent
+def clip_actions(
+    action: torch.Tensor, low: torch.Tensor, high: torch.Tensor, hybrid: int | None = None
+) -> torch.Tensor:
+    """Actions ``[B, c]`` clipped to the bounds ``[c]``; with ``hybrid`` (``c``), a hybrid
+    ``[B, c + k]`` action's first ``c`` columns clipped, its branches' indices as they are."""
+    if hybrid is None:
+        return torch.clamp(action, low, high)
+    return torch.cat([torch.clamp(action[..., :hybrid], low, high), action[..., hybrid:]], -1)
 
 
 class ActorCritic(nn.Module):
@@ -117,8 +100,9 @@ class ActorCritic(nn.Module):
     and hidden layers, so the policy loss and the value loss both train that one body:
     :attr:`critic` is then the value heads alone.
 
-    A ``Discrete`` policy whose observations hold an ``action_mask`` reads it from the row
-    (:attr:`mask`) and never takes a masked action (:mod:`evtrain.trainers.networks.masks`).
+    A ``Discrete`` or ``MultiDiscrete`` policy (or a hybrid one's branches) whose observations
+    hold an ``action_mask`` reads it from the row (:attr:`mask`) and never takes a masked
+    action (:mod:`evtrain.trainers.networks.masks`).
     """
 
     def __init__(
@@ -134,7 +118,11 @@ class ActorCritic(nn.Module):
         super().__init__()
         layout = observation_layout(observation_space, action_space)
         obs_dim = layout.features(network)
-        self.discrete, policy_out = policy_outputs(action_space)
+        self.heads = action_heads(action_space)
+        """How the policy's output layer reads as actions."""
+        self.discrete = self.heads.kind == "discrete"
+        """A ``Discrete`` action space (one categorical, an action ``[B]``)."""
+        policy_out = self.heads.width
         self.normalizer = layout.normalizer(network.normalize)
         self.shared_critic = shared_critic
         """The value heads take the policy's body's output (see the class's docs)."""
@@ -150,8 +138,8 @@ class ActorCritic(nn.Module):
             self.critic = MLP(obs_dim, num_values, network, out_gain=1.0, generator=generator)
         self.actor = MLP(obs_dim, policy_out, network, out_gain=0.01, generator=generator)
         # State-independent log standard deviation, starting at std 1 (SB3's default); empty
-        # for Discrete, which keeps one state_dict layout for both kinds.
-        self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
+        # without continuous actions, which keeps one state_dict layout for every kind.
+        self.log_std = nn.Parameter(torch.zeros(self.heads.continuous))
         # Image encoders, drawn after everything else: none for vector observations, whose
         # networks stay exactly what they were.
         self.critic_encoder = None if shared_critic else layout.encoder(network, generator)
@@ -167,9 +155,11 @@ class ActorCritic(nn.Module):
         return features
 
     def allowed_actions(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The allowed actions ``[B, n]`` of observation rows ``x`` (their mask's columns, a
-        row of zeros as all allowed); ``None`` without a mask."""
-        return allowed_in(x, self.mask)
+        """The allowed columns ``[B, width]`` of the output layer for observation rows ``x``
+        (their mask's columns, a branch's zeros as all allowed; see
+        :meth:`~evtrain.trainers.networks.action_heads.ActionHeads.allowed`); ``None`` without
+        a mask."""
+        return None if self.mask is None else self.heads.allowed(x[..., self.mask])
 
     def policy_output(self, x: torch.Tensor) -> torch.Tensor:
         """The policy's output layer of normalised observations: the logits, masked (see
@@ -190,7 +180,7 @@ class ActorCritic(nn.Module):
         """Sample actions for normalised observations: ``(action, log_prob)``."""
         ok = self.allowed_actions(x)
         out = masked_logits(self.actor(self._encoded(self.actor_encoder, x)), ok)
-        return sample_action(out, self.log_std, self.discrete, generator, ok)
+        return self.heads.sample(out, self.log_std, generator, ok)
 
     def evaluate(
         self,
@@ -213,23 +203,26 @@ class ActorCritic(nn.Module):
             value = value.squeeze(-1)
         else:
             out, value = self.policy_output(x), self.value(x)
-        log_prob, ent = score_actions(
-            out, self.log_std, self.discrete, action, entropy, entropy_grad
-        )
+        log_prob, ent = self.heads.score(out, self.log_std, action, entropy, entropy_grad)
         return log_prob, ent, value
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
-        """The most likely action of normalised observations (argmax, or the mean); never a
-        masked one."""
-        out = self.policy_output(x)
-        return out.argmax(-1) if self.discrete else out
+        """The most likely action of normalised observations (argmax, or the mean; each
+        branch's argmax); never a masked one."""
+        return self.heads.mode(self.policy_output(x))
 
 
 class DeterministicPolicy(nn.Module):
-    """Export view of an :class:`ActorCritic`: raw observations in, the action to take out.
+    """Export view of an :class:`ActorCritic`: raw observations in, the action to take out
+    (one tensor, laid out as :mod:`~evtrain.trainers.networks.action_heads` says: a
+    ``Discrete``'s ``[B]`` int64, a ``MultiDiscrete``'s ``[B, k]`` int64, a ``Box``'s
+    ``[B, c]``, a hybrid space's ``[B, c + k]`` float32: the continuous values, then each
+    branch's index; :attr:`heads` tells them apart, and
+    :func:`~evtrain.trainers.networks.action_heads.to_env` makes the last a ``Dict``'s).
 
-    ``Box`` actions are clipped to the action bounds, as during training.  An ``action_mask``
-    observation is the exported graph's input of that name, and the mask of its argmax.
+    ``Box`` actions (a hybrid space's continuous ones) are clipped to the action bounds, as
+    during training.  An ``action_mask`` observation is the exported graph's input of that
+    name, and the mask of its argmax (each branch's).
     """
 
     low: torch.Tensor
@@ -238,17 +231,26 @@ class DeterministicPolicy(nn.Module):
     def __init__(self, agent: ActorCritic, action_space: spaces.Space[Any]) -> None:
         super().__init__()
         self.agent = agent
-        self.clip = isinstance(action_space, spaces.Box)
-        low = high = np.zeros(0, dtype=np.float32)
-        if isinstance(action_space, spaces.Box):
-            low = action_space.low.reshape(-1).astype(np.float32)
-            high = action_space.high.reshape(-1).astype(np.float32)
-        self.register_buffer("low", torch.from_numpy(low))
-        self.register_buffer("high", torch.from_numpy(high))
+        self.heads = agent.heads
+        """The action space's parts: ``continuous`` columns, then one per branch."""
+        self.clip, low, high = action_bounds(action_space)
+        self.hybrid = self.heads.continuous if self.heads.kind == "hybrid" else None
+        """A hybrid action's continuous columns (what is clipped); ``None`` otherwise."""
+        self.register_buffer("low", low)
+        self.register_buffer("high", high)
 
     def forward(self, *obs: torch.Tensor) -> torch.Tensor:
         """Actions for the observations as the environment gives them (a ``Box``'s batch, or
         a ``Dict``'s batches in its key order, float32)."""
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action = self.agent.deterministic(x)
-        return torch.clamp(action, self.low, self.high) if self.clip else action
+        return clip_actions(action, self.low, self.high, self.hybrid) if self.clip else action
+
+    def action_distribution(self, *obs: torch.Tensor) -> ActionDistribution:
+        """The distribution the actions are drawn from in training, for a graph that samples
+        (:func:`~evtrain.export.export_for_unity`): the Gaussian, the masked logits."""
+        out = self.agent.policy_output(self.agent.normalizer(self.agent.flatten(*obs)))
+        heads = self.heads
+        return ActionDistribution.of_output_layer(
+            out, self.agent.log_std, heads.continuous, bool(heads.branches)
+        )

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.trainers.networks.masks import allowed_in, masked_logits
+from evtrain.export.mlagents import ActionDistribution
+from evtrain.trainers.networks.action_heads import action_heads
+from evtrain.trainers.networks.masks import masked_logits
 from evtrain.trainers.networks.memory import RecurrentMLP
-from evtrain.trainers.networks.policies import policy_outputs, sample_action, score_actions
+from evtrain.trainers.networks.policies import action_bounds, clip_actions
 from evtrain.trainers.observations import observation_layout
 from evtrain.trainers.settings import NetworkSettings
 
@@ -43,7 +44,11 @@ class RecurrentActorCritic(nn.Module):
             raise ValueError("RecurrentActorCritic needs network_settings.memory")
         layout = observation_layout(observation_space, action_space)
         obs_dim = layout.features(network)
-        self.discrete, policy_out = policy_outputs(action_space)
+        self.heads = action_heads(action_space)
+        """How the policy's output layer reads as actions."""
+        self.discrete = self.heads.kind == "discrete"
+        """A ``Discrete`` action space (one categorical, an action ``[B]``)."""
+        policy_out = self.heads.width
         self.normalizer = layout.normalizer(network.normalize)
         self.mask = layout.mask
         """The action mask's columns of an observation row; ``None`` without one."""
@@ -54,7 +59,7 @@ class RecurrentActorCritic(nn.Module):
         self.actor = RecurrentMLP(
             obs_dim, policy_out, network, network.memory, out_gain=0.01, generator=generator
         )
-        self.log_std = nn.Parameter(torch.zeros(0 if self.discrete else policy_out))
+        self.log_std = nn.Parameter(torch.zeros(self.heads.continuous))
         # Image encoders, drawn after everything else as ActorCritic draws its own.
         self.critic.encoder = layout.encoder(network, generator)
         self.actor.encoder = layout.encoder(network, generator)
@@ -67,9 +72,9 @@ class RecurrentActorCritic(nn.Module):
         return self.actor.memory_size
 
     def allowed_actions(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The allowed actions of observation rows ``x`` (any leading dimensions); ``None``
-        without a mask."""
-        return allowed_in(x, self.mask)
+        """The allowed columns of the output layer for observation rows ``x`` (any leading
+        dimensions); ``None`` without a mask."""
+        return None if self.mask is None else self.heads.allowed(x[..., self.mask])
 
     def act(
         self, x: torch.Tensor, memory: torch.Tensor, generator: torch.Generator
@@ -79,7 +84,7 @@ class RecurrentActorCritic(nn.Module):
         out, memory = self.actor.step(x, memory)
         ok = self.allowed_actions(x)
         out = masked_logits(out, ok)
-        action, log_prob = sample_action(out, self.log_std, self.discrete, generator, ok)
+        action, log_prob = self.heads.sample(out, self.log_std, generator, ok)
         return action, log_prob, memory
 
     def value(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,9 +120,7 @@ class RecurrentActorCritic(nn.Module):
             self.actor.sequences(x, actor_memory)[mask], None if ok is None else ok[mask]
         )
         value = self.critic.sequences(x, critic_memory)[mask].squeeze(-1)
-        log_prob, ent = score_actions(
-            out, self.log_std, self.discrete, action, entropy, entropy_grad
-        )
+        log_prob, ent = self.heads.score(out, self.log_std, action, entropy, entropy_grad)
         return log_prob, ent, value
 
     def deterministic(
@@ -127,7 +130,7 @@ class RecurrentActorCritic(nn.Module):
         mean; never a masked one), and the policy's next memory."""
         out, memory = self.actor.step(x, memory)
         out = masked_logits(out, self.allowed_actions(x))
-        return (out.argmax(-1) if self.discrete else out), memory
+        return self.heads.mode(out), memory
 
 
 class RecurrentPolicy(nn.Module):
@@ -135,7 +138,9 @@ class RecurrentPolicy(nn.Module):
     as :class:`~.policies.DeterministicPolicy` takes them) and the memory in,
     the action to take and the next memory out.
 
-    ``Box`` actions are clipped to the action bounds, as during training.
+    ``Box`` actions (a hybrid space's continuous ones) are clipped to the action bounds, as
+    during training; the actions are laid out as
+    :class:`~evtrain.trainers.networks.policies.DeterministicPolicy`'s.
     """
 
     low: torch.Tensor
@@ -146,17 +151,31 @@ class RecurrentPolicy(nn.Module):
         self.agent = agent
         self.memory_size = agent.memory_size
         """Width of ``memory_in`` and ``memory_out`` (what marks a recurrent policy)."""
-        self.clip = isinstance(action_space, spaces.Box)
-        low = high = np.zeros(0, dtype=np.float32)
-        if isinstance(action_space, spaces.Box):
-            low = action_space.low.reshape(-1).astype(np.float32)
-            high = action_space.high.reshape(-1).astype(np.float32)
-        self.register_buffer("low", torch.from_numpy(low))
-        self.register_buffer("high", torch.from_numpy(high))
+        self.heads = agent.heads
+        """The action space's parts: ``continuous`` columns, then one per branch."""
+        self.clip, low, high = action_bounds(action_space)
+        self.hybrid = self.heads.continuous if self.heads.kind == "hybrid" else None
+        """A hybrid action's continuous columns (what is clipped); ``None`` otherwise."""
+        self.register_buffer("low", low)
+        self.register_buffer("high", high)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``inputs``: the observations (float32), then the memory ``[B, memory_size]``."""
         *obs, memory = inputs
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action, memory = self.agent.deterministic(x, memory)
-        return (torch.clamp(action, self.low, self.high) if self.clip else action), memory
+        return (
+            clip_actions(action, self.low, self.high, self.hybrid) if self.clip else action
+        ), memory
+
+    def action_distribution(self, *inputs: torch.Tensor) -> ActionDistribution:
+        """The distribution of this step's actions, from the observations and the memory
+        (:func:`~evtrain.export.export_for_unity`): the Gaussian, the masked logits."""
+        *obs, memory = inputs
+        x = self.agent.normalizer(self.agent.flatten(*obs))
+        out, _ = self.agent.actor.step(x, memory)
+        out = masked_logits(out, self.agent.allowed_actions(x))
+        heads = self.agent.heads
+        return ActionDistribution.of_output_layer(
+            out, self.agent.log_std, heads.continuous, bool(heads.branches)
+        )

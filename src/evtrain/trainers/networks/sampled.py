@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from gymnasium import spaces
 
-from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy
+from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy, clip_actions
 
 
 class SampledPolicy(DeterministicPolicy):
@@ -33,4 +33,4 @@ class SampledPolicy(DeterministicPolicy):
         """Sampled actions for the observations as the environment gives them."""
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action, _ = self.agent.act(x, self.generator)
-        return torch.clamp(action, self.low, self.high) if self.clip else action
+        return clip_actions(action, self.low, self.high, self.hybrid) if self.clip else action

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
@@ -30,7 +29,7 @@ from evtrain.trainers.networks.attention import (
     ResidualSelfAttention,
 )
 from evtrain.trainers.networks.mlp import ACTIVATIONS, MLP
-from evtrain.trainers.networks.policies import policy_outputs
+from evtrain.trainers.networks.action_heads import action_heads
 from evtrain.trainers.observations import ObservationLayout
 from evtrain.trainers.settings import NetworkSettings
 
@@ -52,7 +51,9 @@ class POCACritic(nn.Module):
     ) -> None:
         super().__init__()
         self.group_size = group_size
-        self.discrete, self.action_width = policy_outputs(action_space)
+        self.heads = action_heads(action_space)
+        """The actions' parts: what the critic sees of an action (:meth:`_actions`)."""
+        self.action_width = self.heads.feature_width
         width = layout.features(network)
         embedding = network.hidden_units
         activation = ACTIVATIONS[network.activation]
@@ -107,10 +108,11 @@ class POCACritic(nn.Module):
         return features.view(*x.shape[:2], -1)
 
     def _actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """Actions as the critic sees them: one-hot, or the continuous values as sampled."""
-        if self.discrete:
-            return F.one_hot(actions.long(), self.action_width).to(torch.float32)
-        return actions.reshape(*actions.shape[:2], self.action_width)
+        """Actions as the critic sees them: the continuous values as sampled, then each
+        branch's one-hot."""
+        if self.heads.kind == "box":
+            return actions.reshape(*actions.shape[:2], self.action_width)
+        return self.heads.features(actions)
 
     def _head(self, pooled: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
         agents = present.sum(-1, keepdim=True).to(pooled.dtype) * (2.0 / self.group_size) - 1.0

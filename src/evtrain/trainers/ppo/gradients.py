@@ -46,6 +46,7 @@ def supports(agent: nn.Module) -> bool:
         type(agent) is ActorCritic
         and not agent.shared_critic
         and agent.mask is None
+        and agent.heads.written_out  # a Box or a Discrete, not branches or hybrid actions
         and agent.actor_encoder is None  # vector observations: the MLPs take the row itself
         and agent.critic_encoder is None
         and type(agent.actor) is MLP

@@ -8,17 +8,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 import pytest
 
 from evtrain import Bus
 from evtrain.config.options import EnvironmentSettings
+from evtrain.config.shared_env import shared_env_problems
 from evtrain.errors import ConfigError
 from evtrain.events.payloads import RunStatus, SaveEvent, StatsEvent
 from evtrain.multiagent.shared import SharedEnvironment
 from evtrain.run.environments.envs import make_shared_env
 from evtrain.run.learn import learn
+from evtrain.run.options import options_from_data
 from evtrain.testing import Recorder
 from tests import multiagent_envs
 from tests.multiagent_envs import walkers
@@ -210,19 +213,12 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
     tmp_path: Path,
 ) -> None:
     options = shared_run(tmp_path)
-    options["behaviors"]["guide"]["trainer_type"] = "poca"
-    options["behaviors"]["walker"]["self_play"] = {}
     options["env_settings"]["vectorization"] = "async"
     options["environment_parameters"] = {"speed": 2.0}
     with pytest.raises(ConfigError) as info:
         learn(options)
     fallback = "or remove env_settings.shared_env (each behavior then trains on copies of its own)"
     assert info.value.problems == (
-        "behaviors.walker.self_play: not supported in a shared environment "
-        "(env_settings.shared_env) yet: every agent acts with its behavior's current policy; "
-        f"remove self_play, {fallback}",
-        "behaviors.guide.trainer_type: 'poca' does not train in a shared environment "
-        f"(env_settings.shared_env) yet (ppo and sac do); use one of them, {fallback}",
         "env_settings.vectorization: 'async' is not supported in a shared environment "
         "(env_settings.shared_env) yet; use vectorization: sync (the num_envs instances still "
         "step together)",
@@ -240,6 +236,17 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
         "yet: an agent's memory would run on through the steps it is out of its episode; remove "
         "network_settings.memory",
     )
+
+
+def test_a_plugins_trainer_type_is_refused_in_a_shared_environment(tmp_path: Path) -> None:
+    options = options_from_data(shared_run(tmp_path))
+    walker = attrs.evolve(options.behaviors["walker"], trainer_type="custom")
+    options = attrs.evolve(options, behaviors={**options.behaviors, "walker": walker})
+    assert shared_env_problems(options) == [
+        "behaviors.walker.trainer_type: 'custom' does not train in a shared environment "
+        "(env_settings.shared_env) yet (ppo, sac, poca, mappo do); use one of them, or remove "
+        "env_settings.shared_env (each behavior then trains on copies of its own)"
+    ]
 
 
 @pytest.mark.parametrize(

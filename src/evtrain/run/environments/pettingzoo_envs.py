@@ -240,7 +240,14 @@ def shared_environment(
             raise ConfigError([not_shareable(env_id, kind)])
         for _ in range(settings.num_envs - 1):
             envs.append(call_factory(factory, env_id, settings.env_kwargs))
-        return SharedEnvironment(envs, list(behaviors), agent_behaviors=settings.agent_behaviors)
+        playing = [b for b, found in behaviors.items() if getattr(found, "self_play", None)]
+        return SharedEnvironment(
+            envs,
+            list(behaviors),
+            agent_behaviors=settings.agent_behaviors,
+            self_play=playing,
+            env_name=repr(env_id),
+        )
     except BaseException:
         for env in envs:
             env.close()

@@ -247,3 +247,25 @@ def test_a_poca_group_with_agents_coming_and_going_and_a_sac_behavior_share_the_
         2,
         2,
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["poca", "mappo"])
+def test_a_group_learns_to_score_against_a_team_that_learns_no_more(
+    kind: str, tmp_path: Path
+) -> None:
+    """Blue (POCA or MAPPO) against purple, which is done after its first update and plays on
+    with its final policy, on a 5x3 field: blue's group reward (goals scored minus conceded,
+    per episode) rises."""
+    hyperparameters = {"batch_size": 128, "buffer_size": 512, "num_epoch": 3}
+    blue = small(kind, 12000, 2400, hyperparameters={**hyperparameters, "learning_rate": 1e-3})
+    blue["network_settings"] = {"hidden_units": 32, "num_layers": 2}
+    purple = small("ppo", 256, 256)
+    options = soccer_run(tmp_path, {"blue": blue, "purple": purple})
+    options["env_settings"]["env_kwargs"].update(height=3, max_cycles=20)
+    _, stats = run_recorded(options)
+    means = [
+        float(np.mean(values(e, GROUP_CUMULATIVE_REWARD))) for e in stats if e.category == "blue"
+    ]
+    assert len(means) == 5
+    assert np.mean(means[-2:]) > means[0] + 0.1, (kind, means)

@@ -14,6 +14,15 @@ inactive slot).  An instance's episode is over when ``env.agents`` is empty: eve
 slots of it say ``episode_over``, and the instance is reset once for all of them.  A behavior
 whose agents all left waits, its slots inactive, for the others to end the episode.
 
+The view gives a group trainer (``poca``, ``mappo``) its groups: the ``group_size`` slots of an
+instance, with the instance's ``group_reward`` and ``episode_over``.  A self-playing behavior
+(``self_play``) whose agents form two teams has, as
+:class:`~evtrain.multiagent.slots.AgentSlots` has, ``teams``, ``set_learning_team``,
+``co_players`` and ``episode_listeners`` (what :class:`~evtrain.trainers.ghost.teams.TeamSlots`
+asks): its slots are the learning team's agents, chosen at each instance's episode start, and
+the other team's agents act with the behavior's co-player (its ghost opponent); each instance's
+episode end is reported to the listeners.  Self-play between two behaviors' teams is refused.
+
 A trainer steps its view as any vector environment, but the step is the behaviors' together:
 the view hands its actions to :attr:`BehaviorView.exchange`, which the run's loop sets
 (:mod:`evtrain.run.environments.shared_steps`) and which returns once every behavior has acted.

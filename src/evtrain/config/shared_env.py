@@ -4,7 +4,8 @@ With ``shared_env`` every behavior acts in the same instances of a PettingZoo Pa
 environment (:mod:`evtrain.multiagent.shared`,
 :mod:`evtrain.run.environments.shared_steps`): behaviors of every built-in trainer type (PPO,
 SAC, and the group trainers POCA and MAPPO, each instance's agents of the behavior one group),
-self-play between the teams of one behavior, ``vectorization: sync``, one process.  Loading a
+self-play between the teams of one behavior, ``environment_parameters`` (on the instances),
+``vectorization: sync``, one process.  Loading a
 config refuses the rest with these lines (:func:`evtrain.run.options.options_and_types`), and
 so does the run (for options built in code).
 """
@@ -51,10 +52,5 @@ def shared_env_problems(options: RunOptions) -> list[str]:
             f"env_settings.vectorization: {env.vectorization!r} is not supported in a shared "
             f"environment ({SHARED_ENV}) yet; use vectorization: sync (the num_envs instances "
             "still step together)"
-        )
-    if options.environment_parameters:
-        problems.append(
-            f"environment_parameters: not supported in a shared environment ({SHARED_ENV}) "
-            f"yet; remove environment_parameters, {FALLBACK}"
         )
     return problems

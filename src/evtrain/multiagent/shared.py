@@ -292,6 +292,18 @@ class BehaviorView(VectorEnv[Any, Any, Any]):
             record.infos(),
         )
 
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every instance (an attribute that is not callable: take its
+        value), one result per **instance**, as :meth:`AgentSlots.call
+        <evtrain.multiagent.slots.AgentSlots.call>` does per copy: how a run's
+        ``environment_parameters`` reach the wrappers around the instances (every behavior's
+        view reaches the same ones)."""
+        results = []
+        for env in self.shared.envs:
+            found = getattr(env, name)
+            results.append(found(*args, **kwargs) if callable(found) else found)
+        return tuple(results)
+
     def close_extras(self, **kwargs: Any) -> None:
         self.shared.close()
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from evtrain.multiagent.copies import StepRecord
     from evtrain.multiagent.shared import BehaviorView, SharedEnvironment
     from evtrain.run.loop import ProgressHook
+    from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.trainers.base import Trainer
     from evtrain.world import World
 
@@ -66,9 +67,12 @@ class SharedSteps:
         """What acts for the behaviors that learn no more (done, or stopping)."""
 
     @classmethod
-    def of_run(cls, options: RunOptions, world: World) -> SharedSteps | None:
-        """The run's shared environment, to be made from ``env_settings``; ``None`` when
-        ``shared_env`` is off.
+    def of_run(
+        cls, options: RunOptions, world: World, curriculum: Curriculum | None = None
+    ) -> SharedSteps | None:
+        """The run's shared environment, to be made from ``env_settings``, each instance in
+        ``curriculum``'s wrapper (``environment_parameters``); ``None`` when ``shared_env`` is
+        off.
 
         :raises ConfigError: what :func:`~evtrain.config.shared_env.shared_env_problems`
             names, or a distributed run.
@@ -85,7 +89,11 @@ class SharedSteps:
             )
         if problems:
             raise ConfigError(problems)
-        return cls(functools.partial(make_shared_env, options.env_settings, options.behaviors))
+        wrapper = None if curriculum is None else curriculum.wrapper()
+        make = functools.partial(
+            make_shared_env, options.env_settings, options.behaviors, wrapper=wrapper
+        )
+        return cls(make)
 
     @property
     def env(self) -> SharedEnvironment:

@@ -17,7 +17,14 @@
     ├── SubscriberProcessError(RuntimeError)  a process-isolated subscriber raised in its child
     ├── CopyProcessError(RuntimeError)    a copy of an environment failed in its own process
     ├── EnvWorkerError(RuntimeError)      a Ray environment worker failed past its restarts
-    └── NonFiniteError(ArithmeticError)   a NaN or infinity in a behavior's numbers or weights
+    ├── NonFiniteError(ArithmeticError)   a NaN or infinity in a behavior's numbers or weights
+    └── UnityError(RuntimeError)          a Unity build (ML-Agents' protocol) failed
+        ├── UnityPortInUseError(OSError)      the port a build connects to is taken
+        ├── UnityTimeoutError(TimeoutError)   the build did not connect or answer in time
+        ├── UnityVersionError(ValueError)     the build speaks another API version
+        ├── UnityDataError(ValueError)        the build sent what its specs do not allow
+        └── UnityCommunicationError(ConnectionError)  the build closed the connection
+            └── UnityBuildExitedError         ... because its process ended
 
 Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
 around config loading keeps working.  Messages say what was expected, what came, and the fix.
@@ -186,3 +193,32 @@ class PermanentDeliveryError(EvtrainError, RuntimeError):
         self.keys = keys
         """The parts of the event that were refused; empty: all of it."""
         super().__init__(reason)
+
+
+class UnityError(EvtrainError, RuntimeError):
+    """A Unity build, spoken to through ML-Agents' protocol (:mod:`evtrain.unity`), failed."""
+
+
+class UnityPortInUseError(UnityError, OSError):
+    """The port a build is to connect to is in use (another run, another build, an Editor)."""
+
+
+class UnityTimeoutError(UnityError, TimeoutError):
+    """A build did not connect, or did not answer an exchange, within its timeout."""
+
+
+class UnityVersionError(UnityError, ValueError):
+    """A build speaks a communication API version evtrain's (1.5.0) is not compatible with."""
+
+
+class UnityDataError(UnityError, ValueError):
+    """A build sent data its behavior specs do not allow: a shape that differs, an image that
+    does not decode, a NaN or infinity in a reward or an observation."""
+
+
+class UnityCommunicationError(UnityError, ConnectionError):
+    """A build closed its connection in the middle of the exchanges (it quit or crashed)."""
+
+
+class UnityBuildExitedError(UnityCommunicationError):
+    """A build's process ended before it connected or while evtrain waited for it."""

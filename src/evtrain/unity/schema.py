@@ -221,11 +221,13 @@ _MAP_ENTRIES = {"UnityRLInputProto.AgentActionsEntry", "UnityRLOutputProto.Agent
 _ONEOFS = {"ObservationProto": ("observation_data", {"compressed_data", "float_data"})}
 
 
-def _field(name: str, number: int, kind: str, repeated: bool) -> descriptor_pb2.FieldDescriptorProto:
+def _field(
+    name: str, number: int, kind: str, repeated: bool
+) -> descriptor_pb2.FieldDescriptorProto:
     field = _F(name=name, number=number, json_name=_json_name(name))
     field.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
     if kind in _SCALARS:
-        field.type = _SCALARS[kind]  # type: ignore[assignment]
+        field.type = _SCALARS[kind]
     elif kind in ENUMS:
         field.type = _F.TYPE_ENUM
         field.type_name = f".{PACKAGE}.{kind}"

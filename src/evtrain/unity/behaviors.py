@@ -1,0 +1,361 @@
+"""Every behavior of a set of Unity build instances, as the shared environment a run drives.
+
+:class:`UnityBehaviors` has the interface of :class:`~evtrain.multiagent.shared.
+SharedEnvironment`: each trainer behavior's agents are slots of a vector environment
+(:meth:`UnityBehaviors.view`, laid out by :class:`~evtrain.unity.slots.BehaviorSlots`), and one
+:meth:`UnityBehaviors.step` sends every behavior's actions to every instance at once
+(``step_begin`` on each, then ``step_end`` on each) and gives each behavior its part.
+
+In each step, per slot (the ``infos`` keys of :mod:`evtrain.multiagent.slots`):
+
+- ``active``: the slot's agent acted in an earlier step and is heard from in this one (a
+  decision or the end of its episode): that step is its transition.  A newcomer's first step,
+  and an agent that did not ask for a decision, are inactive;
+- an agent whose episode ended has ``terminated`` set, or ``truncated`` when the build
+  interrupted it (``max_step_reached``: its value bootstraps), and its last observation in
+  ``final_obs``; when it starts its next episode in the same exchange its slot shows the new
+  episode's first observation;
+- ``group_reward``: the ML-Agents group's reward (equal over a copy's slots);
+- ``episode_over``: every agent of the slot's copy that was in an episode ended it.
+
+Teams: the trainer of ``Soccer`` gets the agents of ``Soccer?team=0`` and ``Soccer?team=1`` in
+one view, team by team; :attr:`UnityBehaviorView.slot_teams` gives each slot's team, for the loop
+of a self-playing behavior to tell its learning team's slots from the others'.
+
+Actions go to the agents that asked for a decision only.  An agent whose decision comes on a
+later exchange than the others' keeps the action it was given (as in ML-Agents), and its slot
+is inactive meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from evtrain.errors import ConfigError, UnityDataError
+from evtrain.multiagent.copies import StepRecord
+from evtrain.unity.connection import Steps, UnityConnection
+from evtrain.unity.slots import BehaviorSlots
+from evtrain.unity.spaces import (
+    MASK_KEY,
+    action_space,
+    action_tuple,
+    observation_keys,
+    observation_space,
+)
+from evtrain.unity.specs import BehaviorSpec, split_behavior_name
+
+__all__ = ["UnityBehaviorView", "UnityBehaviors", "UnityStepRecord"]
+
+_log = logging.getLogger(__name__)
+
+
+class UnityStepRecord(StepRecord):
+    """A :class:`~evtrain.multiagent.copies.StepRecord` that also holds the slots'
+    observations as one batch (:attr:`batch`)."""
+
+    batch: Any = None
+
+
+class UnityBehaviors:
+    """Build instances ``connections`` (each past its handshake), every behavior of them acting
+    in every step (see the module's docs).  Resets every instance once, to learn the behaviors'
+    specs and their agents.
+
+    :param behaviors: the trainer behaviors (names without ``?team=N``); ``None``: every
+        behavior of the build.
+    :raises ConfigError: a behavior the build does not have.
+    :raises UnityDataError: one behavior's teams or instances differ in their specs.
+    """
+
+    def __init__(
+        self, connections: Sequence[UnityConnection], behaviors: Sequence[str] | None = None
+    ) -> None:
+        if not connections:
+            raise ValueError("UnityBehaviors needs at least one connected build instance")
+        self.connections = list(connections)
+        first = [connection.reset() for connection in self.connections]
+        found = _full_names(self.connections)
+        wanted = list(found) if behaviors is None else list(behaviors)
+        missing = [b for b in wanted if b not in found]
+        if missing:
+            have = ", ".join(found) or "none"
+            raise ConfigError(
+                [
+                    f"behaviors.{b}: the Unity build has no behavior {b!r} (it has: {have})"
+                    for b in missing
+                ]
+            )
+        self.specs = {b: _one_spec(self.connections, b, found[b]) for b in wanted}
+        """Each trainer behavior's spec (every team's and instance's is the same)."""
+        self.slots = {b: BehaviorSlots(b, found[b], first) for b in wanted}
+        self._views = {b: UnityBehaviorView(self, b) for b in wanted}
+        self._unknown: set[str] = set()
+        self.latest: dict[str, StepRecord] = self._observe(first)
+        self._fresh = True
+        self._closed = False
+
+    def view(self, behavior: str) -> UnityBehaviorView:
+        """Behavior ``behavior``'s slots, as a vector environment."""
+        return self._views[behavior]
+
+    def reset(self, seed: int | None = None) -> dict[str, StepRecord]:
+        """New episodes in every instance (the first call gives the reset made at the start;
+        the build's seed is the one of its handshake)."""
+        if self._fresh:
+            self._fresh = False
+            return self.latest
+        states = [connection.reset() for connection in self.connections]
+        for slots in self.slots.values():
+            slots.forget()
+        return self._observe(states)
+
+    def step(self, actions: Mapping[str, Any]) -> dict[str, StepRecord]:
+        """One exchange with every instance: each behavior's ``actions`` (one row per slot of
+        its view) for its agents that asked for a decision."""
+        self._fresh = False
+        for behavior, slots in self.slots.items():
+            chosen = actions[behavior]
+            spec = self.specs[behavior].action_spec
+            for (k, name), rows in slots.rows.items():
+                if len(rows):
+                    self.connections[k].set_actions(name, action_tuple(spec, chosen, rows))
+                    slots.pending[rows] = True
+        for connection in self.connections:
+            connection.step_begin()
+        return self._observe([connection.step_end() for connection in self.connections])
+
+    def close(self) -> None:
+        """Close every instance's connection (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        for connection in self.connections:
+            connection.close()
+
+    def _observe(self, states: Sequence[Steps]) -> dict[str, StepRecord]:
+        records: dict[str, StepRecord] = {}
+        for behavior, slots in self.slots.items():
+            view = self._views[behavior]
+            record = UnityStepRecord(slots.num_slots)
+            live_before = slots.live.copy()
+            ended = np.zeros(slots.num_slots, dtype=np.bool_)
+            slots.acting[:] = False
+            slots.rows.clear()
+            for k, state in enumerate(states):
+                for name in slots.names:
+                    if name in state:
+                        _record(slots, view, record, ended, k, name, state[name])
+            _episodes(slots, record, ended, live_before)
+            record.batch = view.observations()
+            record.obs = _rows(record.batch, slots.num_slots)
+            records[behavior] = record
+        for state in states:
+            for name in state:
+                base = split_behavior_name(name)[0]
+                if base not in self.slots and name not in self._unknown:
+                    self._unknown.add(name)
+                    _log.warning(
+                        "Unity behavior %r has no trainer in this run: it gets zero actions", name
+                    )
+        self.latest = records
+        return records
+
+
+def _record(
+    slots: BehaviorSlots,
+    view: UnityBehaviorView,
+    record: StepRecord,
+    ended: npt.NDArray[np.bool_],
+    k: int,
+    name: str,
+    steps: Any,
+) -> None:
+    """One full name's steps in instance ``k`` into its slots."""
+    decisions, terminals = steps
+    if len(terminals):
+        at = slots.slots_of(k, name, terminals.agent_id, terminals.group_id)
+        record.rewards[at] = terminals.reward
+        record.truncated[at] = terminals.interrupted
+        record.terminated[at] = ~terminals.interrupted
+        record.active[at] = slots.pending[at]
+        record.group_reward[at] = terminals.group_reward
+        for row, slot in enumerate(at.tolist()):
+            record.final_obs[slot] = view.one(terminals.obs, row)
+        record.has_final[at] = True
+        ended[at] = True
+        slots.pending[at] = slots.live[at] = False
+    if len(decisions):
+        at = slots.slots_of(k, name, decisions.agent_id, decisions.group_id)
+        going_on = ~ended[at]
+        record.rewards[at[going_on]] = decisions.reward[going_on]
+        record.group_reward[at[going_on]] = decisions.group_reward[going_on]
+        record.active[at[going_on]] = slots.pending[at[going_on]]
+        view.store(at, decisions.obs, decisions.action_mask)
+        slots.live[at] = slots.acting[at] = True
+        slots.pending[at] = False
+        slots.rows[(k, name)] = at
+
+
+def _episodes(
+    slots: BehaviorSlots,
+    record: StepRecord,
+    ended: npt.NDArray[np.bool_],
+    live_before: npt.NDArray[np.bool_],
+) -> None:
+    """Per copy: its group reward on every slot, and whether its episode is over."""
+    g = slots.group_size
+    shape = (len(slots.copies), g)
+    heard = (record.active | ended).reshape(shape)
+    group_reward = record.group_reward.reshape(shape)
+    first_heard = heard.argmax(axis=1)
+    per_copy = group_reward[np.arange(shape[0]), first_heard] * heard.any(axis=1)
+    record.group_reward[:] = np.repeat(per_copy, g)
+    was_in = live_before.reshape(shape)
+    over = ended.reshape(shape).any(axis=1) & ~(was_in & ~ended.reshape(shape)).any(axis=1)
+    record.episode_over[:] = np.repeat(over, g)
+
+
+def _rows(batch: Any, n: int) -> list[Any]:
+    if isinstance(batch, dict):
+        return [{key: value[i] for key, value in batch.items()} for i in range(n)]
+    return list(batch)
+
+
+def _full_names(connections: Sequence[UnityConnection]) -> dict[str, list[str]]:
+    """Each trainer behavior's full names (teams), in team order."""
+    names: dict[str, set[str]] = {}
+    for connection in connections:
+        for name in connection.behavior_specs:
+            names.setdefault(split_behavior_name(name)[0], set()).add(name)
+    return {
+        base: sorted(found, key=lambda n: split_behavior_name(n)[1])
+        for base, found in names.items()
+    }
+
+
+def _one_spec(
+    connections: Sequence[UnityConnection], behavior: str, names: list[str]
+) -> BehaviorSpec:
+    specs = {
+        (k, name): connection.behavior_specs[name]
+        for k, connection in enumerate(connections)
+        for name in names
+        if name in connection.behavior_specs
+    }
+    first_key, first = next(iter(specs.items()))
+    for key, spec in specs.items():
+        if spec != first:
+            raise UnityDataError(
+                f"behavior {behavior!r}: {key[1]!r} in instance {key[0]} has spec {spec}, "
+                f"{first_key[1]!r} in instance {first_key[0]} has {first}; one trainer's agents "
+                "must share their observations and actions: give them different behavior names"
+            )
+    return first
+
+
+class UnityBehaviorView(VectorEnv[Any, Any, Any]):
+    """One trainer behavior's slots in :class:`UnityBehaviors`: a vector environment
+    (autoreset mode ``SAME_STEP``) whose ``step`` is that behavior's part of the shared step,
+    taken by the run's loop through :attr:`exchange` (as
+    :class:`~evtrain.multiagent.shared.BehaviorView`'s)."""
+
+    def __init__(self, shared: UnityBehaviors, behavior: str) -> None:
+        self.shared = shared
+        self.behavior = behavior
+        self.behavior_spec = shared.specs[behavior]
+        self._slots = shared.slots[behavior]
+        self.group_size = self._slots.group_size
+        """Slots per copy (an ML-Agents group, or an instance's team)."""
+        self.slot_teams = np.asarray(self._slots.slot_teams, dtype=np.int64)
+        """The team of each slot (0 without teams)."""
+        self.teams = sorted({split_behavior_name(n)[1] for n in self._slots.names})
+        self.num_envs = self._slots.num_slots
+        self.single_observation_space = observation_space(self.behavior_spec)
+        self.single_action_space = action_space(self.behavior_spec.action_spec)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self._keys = observation_keys(self.behavior_spec)
+        self._batch: dict[str, npt.NDArray[np.float32]] = {
+            key: np.zeros((self.num_envs, *space.shape), dtype=np.float32)
+            for key, space in self._parts().items()
+        }
+        if MASK_KEY in self._batch:
+            self._batch[MASK_KEY][:] = 1.0
+        self.exchange = self._unconnected
+        """Takes this behavior's actions for one shared step and returns its part once every
+        behavior has acted: set by the loop that drives the behaviors."""
+
+    def _parts(self) -> dict[str, spaces.Box]:
+        space = self.single_observation_space
+        if isinstance(space, spaces.Dict):
+            return {key: part for key, part in space.spaces.items()}  # type: ignore[misc]
+        assert isinstance(space, spaces.Box)
+        return {"obs_0": space}
+
+    @property
+    def acting(self) -> npt.NDArray[np.bool_]:
+        """The slots whose agent asked for a decision (acts at the next step)."""
+        acting: npt.NDArray[np.bool_] = self._slots.acting.copy()
+        return acting
+
+    def observations(self) -> Any:
+        """The observation each slot shows now, as a batch."""
+        if self._keys is None:
+            return self._batch["obs_0"].copy()
+        return {key: value.copy() for key, value in self._batch.items()}
+
+    def store(self, at: npt.NDArray[np.intp], obs: list[Any], mask: list[Any] | None) -> None:
+        """Slots ``at`` show observations ``obs`` (and ML-Agents' ``mask``)."""
+        for j, part in enumerate(obs):
+            self._batch[f"obs_{j}"][at] = part
+        if mask is not None and MASK_KEY in self._batch:
+            self._batch[MASK_KEY][at] = ~np.concatenate(mask, axis=1)
+
+    def one(self, obs: list[Any], row: int) -> Any:
+        """Row ``row`` of ``obs`` as one slot's observation (a final observation)."""
+        if self._keys is None:
+            return np.array(obs[0][row])
+        found = {f"obs_{j}": np.array(part[row]) for j, part in enumerate(obs)}
+        if MASK_KEY in self._batch:
+            found[MASK_KEY] = np.ones(self._batch[MASK_KEY].shape[1], dtype=np.float32)
+        return found
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        if isinstance(seed, list):
+            seed = seed[0]
+        if not self.shared.latest:
+            self.shared.reset(seed)
+        return self.observations(), self.shared.latest[self.behavior].infos()
+
+    def step(
+        self, actions: Any
+    ) -> tuple[Any, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], dict[str, Any]]:
+        record = self.exchange(actions)
+        batch = getattr(record, "batch", None)
+        return batch, record.rewards, record.terminated, record.truncated, record.infos()
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.shared.close()
+
+    def _unconnected(self, actions: Any) -> StepRecord:
+        raise RuntimeError(
+            f"behavior {self.behavior!r} acts in Unity builds shared by every behavior: its step "
+            "is every behavior's, taken by the loop that drives them"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"UnityBehaviorView({self.behavior!r}, {len(self._slots.copies)} copies x "
+            f"{self.group_size} slots)"
+        )

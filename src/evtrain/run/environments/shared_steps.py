@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from evtrain.multiagent.shared import BehaviorView, SharedEnvironment
     from evtrain.run.loop import ProgressHook
     from evtrain.trainers.base import Trainer
+    from evtrain.unity.behaviors import UnityBehaviors, UnityBehaviorView
     from evtrain.world import World
 
 
@@ -59,16 +60,24 @@ class SharedSteps:
     :param make: makes the environment.
     """
 
-    def __init__(self, make: Callable[[], SharedEnvironment]) -> None:
+    def __init__(self, make: Callable[[], SharedEnvironment | UnityBehaviors]) -> None:
         self._make = make
-        self._env: SharedEnvironment | None = None
+        self._env: SharedEnvironment | UnityBehaviors | None = None
         self._idle: dict[str, PolicyCoPlayer] = {}
         """What acts for the behaviors that learn no more (done, or stopping)."""
 
     @classmethod
-    def of_run(cls, options: RunOptions, world: World) -> SharedSteps | None:
+    def of_run(
+        cls,
+        options: RunOptions,
+        world: World,
+        interrupted: Callable[[], str | None] = lambda: None,
+    ) -> SharedSteps | None:
         """The run's shared environment, to be made from ``env_settings``; ``None`` when
         ``shared_env`` is off.
+
+        :param interrupted: the interrupt that asked the run to stop, if any (a Unity build
+            that has not connected yet is not waited for then).
 
         :raises ConfigError: what :func:`~evtrain.config.shared_env.shared_env_problems`
             names, or a distributed run.
@@ -85,10 +94,23 @@ class SharedSteps:
             )
         if problems:
             raise ConfigError(problems)
+        if options.env_settings.unity:
+            from evtrain.run.environments.unity_builds import make_unity_env
+
+            return cls(
+                functools.partial(
+                    make_unity_env,
+                    options.env_settings,
+                    options.engine_settings,
+                    options.behaviors,
+                    options.checkpoint_settings.run_logs_dir,
+                    interrupted,
+                )
+            )
         return cls(functools.partial(make_shared_env, options.env_settings, options.behaviors))
 
     @property
-    def env(self) -> SharedEnvironment:
+    def env(self) -> SharedEnvironment | UnityBehaviors:
         """The environment, made at the first use.
 
         :raises ConfigError: it cannot be shared, or its agents do not fit the behaviors.
@@ -97,7 +119,7 @@ class SharedSteps:
             self._env = self._make()
         return self._env
 
-    def view(self, behavior: str) -> BehaviorView:
+    def view(self, behavior: str) -> BehaviorView | UnityBehaviorView:
         """Behavior ``behavior``'s environments: its view of the shared one."""
         return self.env.view(behavior)
 

@@ -95,3 +95,21 @@ def builds_of(folder: Path) -> list[int]:
         if b"--mlagents-port" in text and str(folder).encode() in text:
             found.append(int(cmdline.parent.name))
     return found
+
+
+def test_a_build_that_crashes_mid_run_is_one_line_naming_its_log(tmp_path: Path) -> None:
+    build = make_build(tmp_path / "builds", "crash", "Basic", args=("--crash-after", "100"))
+    data = {
+        "behaviors": {"Basic": BASIC},
+        "env_settings": {"env_path": str(build), "base_port": free_port()},
+        "checkpoint_settings": {"run_id": "basic", "results_dir": str(tmp_path / "results")},
+    }
+    (tmp_path / "basic.yaml").write_text(yaml.safe_dump(data))
+    result = run_cli("basic.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    line = result.stderr.splitlines()[-1]
+    assert line.startswith(f"evtrain: error: the Unity build {build} (instance 0, port "), line
+    assert line.endswith(
+        f"; see its log {tmp_path / 'results/basic/run_logs/Player-0.log'} (a crashed build is "
+        "not restarted yet)"
+    )

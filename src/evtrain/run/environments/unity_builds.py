@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from evtrain.config.environment_settings import EDITOR_PORT, EngineSettings, EnvironmentSettings
-from evtrain.errors import ConfigError, UnityBuildExitedError, UnityError, UnityTimeoutError
+from evtrain.errors import (
+    ConfigError,
+    UnityBuildExitedError,
+    UnityCommunicationError,
+    UnityError,
+    UnityTimeoutError,
+)
+from evtrain.multiagent.copies import StepRecord
 from evtrain.unity.behaviors import UnityBehaviors
 from evtrain.unity.connection import UnityConnection
 from evtrain.unity.side_channels import (
@@ -152,6 +159,7 @@ class UnityBuilds(UnityBehaviors):
 
     :param processes: each instance's process (``None`` for the Editor).
     :param channels: each instance's side channels, by kind.
+    :param logs: each instance's log file.
     """
 
     def __init__(
@@ -160,10 +168,34 @@ class UnityBuilds(UnityBehaviors):
         behaviors: Sequence[str],
         processes: Sequence[subprocess.Popen[bytes] | None],
         channels: Sequence[Mapping[str, SideChannel]],
+        logs: Sequence[Path],
     ) -> None:
         self.processes = list(processes)
         self.channels = list(channels)
+        self.logs = list(logs)
         super().__init__(connections, behaviors)
+
+    def step(self, actions: Mapping[str, Any]) -> dict[str, StepRecord]:
+        """:meth:`UnityBehaviors.step`; a build that died in it is named, with its log.
+
+        :raises UnityCommunicationError: a build exited or hung up (not restarted yet)."""
+        try:
+            return super().step(actions)
+        except UnityCommunicationError as error:
+            dead = [
+                (i, p)
+                for i, p in enumerate(self.processes)
+                if p is not None and p.poll() is not None
+            ]
+            if not dead:
+                raise
+            i, process = dead[0]
+            raise UnityCommunicationError(
+                f"the Unity build {_executable(process)} (instance {i}, port "
+                f"{self.connections[i].port}) exited during the run with status "
+                f"{process.returncode}; see its log {self.logs[i]} (a crashed build is not "
+                "restarted yet)"
+            ) from error
 
     def close(self) -> None:
         try:
@@ -233,7 +265,8 @@ def make_unity_env(
         for worker_id, connection in enumerate(connections):
             processes.append(_start(executable, settings, engine, worker_id, log_folder))
             _handshake(connection, processes[-1], settings, log_folder, interrupted)
-        return UnityBuilds(connections, list(behaviors), processes, channels)
+        logs = [log_path(log_folder, i) for i in range(count)]
+        return UnityBuilds(connections, list(behaviors), processes, channels, logs)
     except BaseException:
         for connection in connections:
             connection.close()

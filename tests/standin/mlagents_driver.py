@@ -93,8 +93,10 @@ def run(plan: dict[str, Any], report: dict[str, Any]) -> None:
     )
     report["stage"] = "connected"
     try:
-        env.reset()
-        report["specs"] = {name: describe_spec(s) for name, s in env.behavior_specs.items()}
+        try:
+            env.reset()
+        finally:  # a reset that fails to decode the steps has read the specs already
+            report["specs"] = {name: describe_spec(s) for name, s in env.behavior_specs.items()}
         report["steps"] = []
         for _ in range(plan["steps"]):
             step: dict[str, Any] = {}

@@ -24,7 +24,11 @@ of a self-playing behavior to tell its learning team's slots from the others'.
 
 Actions go to the agents that asked for a decision only.  An agent whose decision comes on a
 later exchange than the others' keeps the action it was given (as in ML-Agents), and its slot
-is inactive meanwhile.
+is inactive meanwhile.  The step in which it is heard from again is active: the trainer records
+it with the observation the agent acted on, but with the action the trainer chose for that step
+(the build carried out the earlier one, the same policy's draw on the same observation).  Builds
+whose agents decide on the same exchanges (ML-Agents' samples: every agent's DecisionRequester
+with the same period) never meet this.
 """
 
 from __future__ import annotations

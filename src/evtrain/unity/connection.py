@@ -27,7 +27,6 @@ from typing import Any
 import attrs
 import numpy as np
 
-from evtrain._version import __version__
 from evtrain.errors import (
     UnityBuildExitedError,
     UnityCommunicationError,
@@ -36,6 +35,7 @@ from evtrain.errors import (
 )
 from evtrain.unity import schema
 from evtrain.unity.channel_messages import SideChannel, SideChannelRouter
+from evtrain.unity.commands import API_VERSION, command, init_reply, step_message
 from evtrain.unity.server import HUNG_UP, Call, ExchangeServer, quit_message
 from evtrain.unity.specs import BehaviorSpec, behavior_spec_from_proto
 from evtrain.unity.steps import ActionTuple, DecisionSteps, TerminalSteps, steps_from_proto
@@ -44,8 +44,6 @@ __all__ = ["API_VERSION", "CAPABILITIES", "BuildInfo", "Steps", "UnityConnection
 
 _log = logging.getLogger(__name__)
 
-API_VERSION = "1.5.0"
-"""The communication API evtrain speaks: that of com.unity.ml-agents 2.x to 4.x."""
 CAPABILITIES = (
     "baseRLCapabilities",
     "concatenatedPngObservations",
@@ -165,7 +163,7 @@ class UnityConnection:
         self._deprecated_actions = version < (1, 3)
         if not capabilities["baseRLCapabilities"]:
             _log.warning("the Unity build %r lacks ML-Agents' base RL capabilities", init.name)
-        first.answer(self._init_reply())
+        first.answer(init_reply(self.seed, self.num_areas, CAPABILITIES))
         self._pending = self._receive(timeout, "after the handshake")
         _log.info(
             "connected to Unity build %r on port %d: com.unity.ml-agents %s, API %s",
@@ -202,7 +200,7 @@ class UnityConnection:
 
     def reset(self, timeout: float | None = None) -> Steps:
         """Start new episodes: every behavior's first steps."""
-        message = self._command("RESET")
+        message = command("RESET", self.side_channels.outgoing())
         self._take_pending("reset").answer(message)
         self._awaiting = True
         return self._collect(timeout, "a reset")
@@ -234,7 +232,14 @@ class UnityConnection:
 
     def step_begin(self) -> None:
         """Send the actions set (and the side channels' messages): the build steps."""
-        self._take_pending("step").answer(self._step_message())
+        message = step_message(
+            self.latest,
+            self._actions,
+            self.behavior_specs,
+            self.side_channels.outgoing(),
+            deprecated=self._deprecated_actions,
+        )
+        self._take_pending("step").answer(message)
         self._awaiting = True
 
     def step_end(self, timeout: float | None = None) -> Steps:
@@ -306,6 +311,7 @@ class UnityConnection:
             assert call is not None
             if call.request.header.status != 200:
                 call.answer(schema.UnityMessageProto())
+                self._awaiting = False  # nothing more will come
                 raise UnityCommunicationError(
                     f"the Unity build on port {self.port} quit (status "
                     f"{call.request.header.status}) while evtrain waited for it {doing}"
@@ -320,6 +326,7 @@ class UnityConnection:
             )
 
     def _hung_up(self, doing: str) -> None:
+        self._awaiting = False  # nothing more will come
         deadline = time.monotonic() + 1.0  # its process may take a moment to be seen ended
         while self._alive is not None and time.monotonic() < deadline:
             self._check_alive(doing)
@@ -343,48 +350,6 @@ class UnityConnection:
 
     def _names(self) -> str:
         return ", ".join(map(repr, self.behavior_specs)) or "none yet"
-
-    def _init_reply(self) -> Any:
-        reply = schema.UnityMessageProto()
-        reply.header.status = 200
-        init = reply.unity_input.rl_initialization_input
-        init.seed = self.seed
-        init.communication_version = API_VERSION
-        init.package_version = __version__
-        init.num_areas = self.num_areas
-        for name in CAPABILITIES:
-            setattr(init.capabilities, name, True)
-        return reply
-
-    def _command(self, command: str) -> Any:
-        message = schema.UnityMessageProto()
-        message.header.status = 200
-        rl_input = message.unity_input.rl_input
-        rl_input.command = schema.CommandProto[command]
-        rl_input.side_channel = self.side_channels.outgoing()
-        return message
-
-    def _step_message(self) -> Any:
-        message = self._command("STEP")
-        agent_actions = message.unity_input.rl_input.agent_actions
-        for name, (decisions, _) in self.latest.items():
-            n = len(decisions)
-            if n == 0:
-                continue
-            actions = self._actions.get(name)
-            if actions is None:
-                actions = ActionTuple.zeros(self.behavior_specs[name].action_spec, n)
-            continuous = actions.continuous.tolist()
-            discrete = actions.discrete.tolist()
-            value = agent_actions[name].value
-            for i in range(n):
-                c = continuous[i] if continuous else ()
-                d = discrete[i] if discrete else ()
-                if self._deprecated_actions:
-                    value.add(vector_actions_deprecated=[*c, *d])
-                else:
-                    value.add(continuous_actions=c, discrete_actions=d)
-        return message
 
 
 def _version_message(build: BuildInfo) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import numpy as np
-import numpy.typing as npt
 
 __all__ = [
     "NONE",
@@ -124,8 +122,3 @@ def behavior_spec_from_proto(brain: Any, agent_info: Any) -> BehaviorSpec:
             int(spec.num_continuous_actions), tuple(int(b) for b in spec.discrete_branch_sizes)
         )
     return BehaviorSpec(tuple(observations), action)
-
-
-def branch_offsets(branches: tuple[int, ...]) -> npt.NDArray[np.intp]:
-    """Where each discrete branch's entries start in a flat action mask (and the end)."""
-    return np.concatenate([[0], np.cumsum(branches, dtype=np.intp)]).astype(np.intp)

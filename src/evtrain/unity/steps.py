@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from evtrain.errors import UnityDataError
 from evtrain.unity.pixels import decode_png_observation
-from evtrain.unity.specs import ActionSpec, BehaviorSpec, ObservationSpec, branch_offsets
+from evtrain.unity.specs import ActionSpec, BehaviorSpec, ObservationSpec
 
 __all__ = ["ActionTuple", "DecisionSteps", "TerminalSteps", "steps_from_proto"]
 
@@ -63,13 +63,21 @@ class TerminalSteps:
         return len(self.agent_id)
 
 
+def _float32(values: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    return np.asarray(values, dtype=np.float32)
+
+
+def _int32(values: npt.ArrayLike) -> npt.NDArray[np.int32]:
+    return np.asarray(values, dtype=np.int32)
+
+
 @attrs.define
 class ActionTuple:
     """Actions for ``n`` agents: ``continuous`` ``(n, c)`` float32, ``discrete`` ``(n, b)``
     int32 (one column per branch)."""
 
-    continuous: npt.NDArray[np.float32]
-    discrete: npt.NDArray[np.int32]
+    continuous: npt.NDArray[np.float32] = attrs.field(converter=_float32)
+    discrete: npt.NDArray[np.int32] = attrs.field(converter=_int32)
 
     def __len__(self) -> int:
         return max(len(self.continuous), len(self.discrete))
@@ -120,10 +128,14 @@ _Agents = tuple[
 def _agents(infos: list[Any], spec: BehaviorSpec, behavior: str) -> _Agents:
     n = len(infos)
     obs = [_observation(infos, j, o, behavior) for j, o in enumerate(spec.observation_specs)]
-    reward = np.fromiter((i.reward for i in infos), np.float32, n)
-    group_reward = np.fromiter((i.group_reward for i in infos), np.float32, n)
-    agent_id = np.fromiter((i.id for i in infos), np.int32, n)
-    group_id = np.fromiter((i.group_id for i in infos), np.int32, n)
+    # one pass over the agents for their scalars (ids are exact in float64)
+    scalars = np.array(
+        [(i.reward, i.group_reward, i.id, i.group_id) for i in infos], dtype=np.float64
+    ).reshape(n, 4)
+    reward = scalars[:, 0].astype(np.float32)
+    group_reward = scalars[:, 1].astype(np.float32)
+    agent_id = scalars[:, 2].astype(np.int32)
+    group_id = scalars[:, 3].astype(np.int32)
     if n and not (math.isfinite(float(reward.sum())) and math.isfinite(float(group_reward.sum()))):
         _non_finite(infos, agent_id, [reward, group_reward], "reward", behavior)
     return obs, reward, agent_id, group_id, group_reward
@@ -170,13 +182,17 @@ def _action_mask(infos: list[Any], spec: BehaviorSpec) -> list[npt.NDArray[np.bo
     branches = spec.action_spec.discrete_branches
     total = sum(branches)
     n = len(infos)
-    masked = np.zeros((n, total), dtype=np.bool_)
-    if n and any(len(i.action_mask) for i in infos):
+    lengths = [len(i.action_mask) for i in infos]
+    if n and all(length == total for length in lengths):
+        flat = itertools.chain.from_iterable(i.action_mask for i in infos)
+        masked = np.fromiter(flat, np.bool_, n * total).reshape(n, total)
+    else:
+        masked = np.zeros((n, total), dtype=np.bool_)
         for row, info in enumerate(infos):
-            if len(info.action_mask) == total:  # an agent without a mask allows everything
+            if lengths[row] == total:  # an agent without a mask allows everything
                 masked[row] = info.action_mask
-    offsets = branch_offsets(branches)
-    return [masked[:, offsets[b] : offsets[b + 1]] for b in range(len(branches))]
+    ends = list(itertools.accumulate(branches, initial=0))
+    return [masked[:, ends[b] : ends[b + 1]] for b in range(len(branches))]
 
 
 def _non_finite(

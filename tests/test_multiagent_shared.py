@@ -4,21 +4,25 @@ checkpoints; what it does not support yet is refused by name."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 import pytest
 
 from evtrain import Bus
 from evtrain.config.options import EnvironmentSettings
+from evtrain.config.shared_env import shared_env_problems
 from evtrain.errors import ConfigError
 from evtrain.events.payloads import RunStatus, SaveEvent, StatsEvent
 from evtrain.multiagent.shared import SharedEnvironment
 from evtrain.run.environments.envs import make_shared_env
 from evtrain.run.learn import learn
+from evtrain.run.options import options_from_data
 from evtrain.testing import Recorder
 from tests import multiagent_envs
 from tests.multiagent_envs import walkers
@@ -210,24 +214,13 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
     tmp_path: Path,
 ) -> None:
     options = shared_run(tmp_path)
-    options["behaviors"]["guide"]["trainer_type"] = "poca"
-    options["behaviors"]["walker"]["self_play"] = {}
     options["env_settings"]["vectorization"] = "async"
-    options["environment_parameters"] = {"speed": 2.0}
     with pytest.raises(ConfigError) as info:
         learn(options)
-    fallback = "or remove env_settings.shared_env (each behavior then trains on copies of its own)"
     assert info.value.problems == (
-        "behaviors.walker.self_play: not supported in a shared environment "
-        "(env_settings.shared_env) yet: every agent acts with its behavior's current policy; "
-        f"remove self_play, {fallback}",
-        "behaviors.guide.trainer_type: 'poca' does not train in a shared environment "
-        f"(env_settings.shared_env) yet (ppo and sac do); use one of them, {fallback}",
         "env_settings.vectorization: 'async' is not supported in a shared environment "
         "(env_settings.shared_env) yet; use vectorization: sync (the num_envs instances still "
         "step together)",
-        "environment_parameters: not supported in a shared environment "
-        f"(env_settings.shared_env) yet; remove environment_parameters, {fallback}",
     )
     assert not (tmp_path / "run").exists()  # said before the run folder is touched
     options = shared_run(tmp_path)
@@ -240,6 +233,17 @@ def test_what_a_shared_environment_does_not_support_yet_is_refused_by_name(
         "yet: an agent's memory would run on through the steps it is out of its episode; remove "
         "network_settings.memory",
     )
+
+
+def test_a_plugins_trainer_type_is_refused_in_a_shared_environment(tmp_path: Path) -> None:
+    options = options_from_data(shared_run(tmp_path))
+    walker = attrs.evolve(options.behaviors["walker"], trainer_type="custom")
+    options = attrs.evolve(options, behaviors={**options.behaviors, "walker": walker})
+    assert shared_env_problems(options) == [
+        "behaviors.walker.trainer_type: 'custom' does not train in a shared environment "
+        "(env_settings.shared_env) yet (ppo, sac, poca, mappo do); use one of them, or remove "
+        "env_settings.shared_env (each behavior then trains on copies of its own)"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -329,3 +333,35 @@ def test_inference_runs_every_behaviors_policy_in_the_shared_instance(tmp_path: 
         ("guide/inference", 24),
         ("walker/inference", 66),
     ]
+
+
+def test_environment_parameters_reach_the_shared_instances_and_their_lessons_move(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    options = shared_run(tmp_path)
+    criteria = {
+        "behavior": "guide",
+        "measure": "reward",
+        "threshold": 4.0,  # the guide's mean return is 5 at its first summary
+        "min_lesson_length": 2,
+        "signal_smoothing": False,
+    }
+    options["environment_parameters"] = {
+        "max_cycles": {
+            "curriculum": [
+                {"name": "long", "value": 6, "completion_criteria": criteria},
+                {"name": "short", "value": 3},
+            ]
+        }
+    }
+    multiagent_envs.MADE.clear()
+    with caplog.at_level(logging.INFO, logger="evtrain"):
+        result = learn(options)
+    assert result.steps["guide"] == 24
+    assert "Parameter 'max_cycles' is now in lesson 1 ('short') after guide's step 12" in (
+        caplog.text
+    )
+    (env,) = multiagent_envs.MADE  # the one instance every behavior acts in
+    assert env.max_cycles == 3
+    # 3 episodes of 6 steps (the third started before the lesson moved), then of 3 steps
+    assert len(env.seeds) == 1 + 3 + (len(env.played) - 18) // 3, (env.seeds, len(env.played))

@@ -150,7 +150,7 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
             self_play=self_play,
             learning_team=self.teams[0] if self_play else None,
         )
-        self.group_size = _group_size(self._cast, self.teams, env_name)
+        self.group_size = learning_group_size(self._cast, self.teams, env_name)
         if api == "aec" and self.group_size != 1:
             raise ConfigError([_one_learner(self._cast, env_name)])
         copies_type = ParallelCopies if api == "parallel" else AECCopies
@@ -311,7 +311,7 @@ def behavior_spaces(
     return observation, action
 
 
-def _group_size(cast: Cast, teams: list[int], env_name: str) -> int:
+def learning_group_size(cast: Cast, teams: list[int], env_name: str) -> int:
     """Learning slots per copy: the behavior's agents, or with self-play one team's."""
     if not cast.self_play:
         return len(cast.learners(None))

@@ -203,8 +203,13 @@ def _envs_and_reporter(
 
     # --inference reports apart from training: never onto the training curve's earlier steps.
     category = inference_category(name) if options.checkpoint_settings.inference else name
-    if shared is not None:  # without environment_parameters (shared_env_problems)
-        return shared.view(name), StatsReporter(bus, category)
+    if shared is not None:
+        view = shared.view(name)
+        if curriculum is None:
+            return view, StatsReporter(bus, category)
+        if name == next(iter(options.behaviors)):  # every view reaches the same instances
+            curriculum.attach(view, options.env_settings.env_id)
+        return view, curriculum.reporter(bus, category, settings.max_steps)
     behaviors = options.behaviors
     if curriculum is None:
         envs = make_envs(options.env_settings, behavior=name, behaviors=behaviors)

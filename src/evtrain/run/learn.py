@@ -267,7 +267,7 @@ class _Run:
         seed = rank_seed(options, self.world)
         status_file = training_status(options)
         curriculum = Curriculum.of_run(options, bus, status_file, self.world)
-        self.shared = SharedSteps.of_run(options, self.world, self.interrupted)
+        self.shared = SharedSteps.of_run(options, self.world, curriculum, self.interrupted)
         for index, (name, settings) in enumerate(options.behaviors.items()):
             with hierarchical_timer("build"):
                 self.trainers[name], self.managers[name] = build_behavior(

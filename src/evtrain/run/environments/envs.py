@@ -103,9 +103,13 @@ def make_envs(
         raise ConfigError([f"env_settings.env_kwargs: {error}"]) from None
 
 
-def make_shared_env(settings: EnvironmentSettings, behaviors: Mapping[str, Any]) -> Any:
+def make_shared_env(
+    settings: EnvironmentSettings,
+    behaviors: Mapping[str, Any],
+    wrapper: Callable[[Any], Any] | None = None,
+) -> Any:
     """``env_settings.shared_env``: ``num_envs`` instances of a PettingZoo Parallel
-    environment in which every behavior of ``behaviors`` acts, as a
+    environment (each wrapped in ``wrapper``) in which every behavior of ``behaviors`` acts, as a
     :class:`~evtrain.multiagent.shared.SharedEnvironment`
     (:func:`~evtrain.run.environments.pettingzoo_envs.shared_environment`).
 
@@ -122,7 +126,7 @@ def make_shared_env(settings: EnvironmentSettings, behaviors: Mapping[str, Any])
         # an unknown id is said there; a Gymnasium one is no environment to share
         make_envs(attrs.evolve(settings, num_envs=1, vectorization="sync")).close()
         raise ConfigError([not_shareable(settings.env_id, "a Gymnasium environment")])
-    return shared_environment(settings, factory, behaviors)
+    return shared_environment(settings, factory, behaviors, wrapper)
 
 
 def _not_registered(env_id: str, error: Exception) -> str:

@@ -220,10 +220,14 @@ def _pettingzoo_problems(
 
 
 def shared_environment(
-    settings: EnvironmentSettings, factory: Callable[..., Any], behaviors: Mapping[str, Any]
+    settings: EnvironmentSettings,
+    factory: Callable[..., Any],
+    behaviors: Mapping[str, Any],
+    wrapper: Callable[[Any], Any] | None = None,
 ) -> Any:
-    """``env_settings.shared_env``: ``num_envs`` instances from ``factory``, every behavior of
-    ``behaviors`` acting in each (:class:`~evtrain.multiagent.shared.SharedEnvironment`).
+    """``env_settings.shared_env``: ``num_envs`` instances from ``factory``, each wrapped in
+    ``wrapper`` (the run's ``environment_parameters``), every behavior of ``behaviors`` acting
+    in each (:class:`~evtrain.multiagent.shared.SharedEnvironment`).
 
     :raises ConfigError: ``factory`` makes no PettingZoo Parallel environment, or a mapping of
         agents that does not fit it.
@@ -240,7 +244,16 @@ def shared_environment(
             raise ConfigError([not_shareable(env_id, kind)])
         for _ in range(settings.num_envs - 1):
             envs.append(call_factory(factory, env_id, settings.env_kwargs))
-        return SharedEnvironment(envs, list(behaviors), agent_behaviors=settings.agent_behaviors)
+        if wrapper is not None:
+            envs = [wrapper(env) for env in envs]
+        playing = [b for b, found in behaviors.items() if getattr(found, "self_play", None)]
+        return SharedEnvironment(
+            envs,
+            list(behaviors),
+            agent_behaviors=settings.agent_behaviors,
+            self_play=playing,
+            env_name=repr(env_id),
+        )
     except BaseException:
         for env in envs:
             env.close()

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from evtrain.multiagent.copies import StepRecord
     from evtrain.multiagent.shared import BehaviorView, SharedEnvironment
     from evtrain.run.loop import ProgressHook
+    from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.trainers.base import Trainer
     from evtrain.unity.behaviors import UnityBehaviors, UnityBehaviorView
     from evtrain.world import World
@@ -71,10 +72,12 @@ class SharedSteps:
         cls,
         options: RunOptions,
         world: World,
+        curriculum: Curriculum | None = None,
         interrupted: Callable[[], str | None] = lambda: None,
     ) -> SharedSteps | None:
-        """The run's shared environment, to be made from ``env_settings``; ``None`` when
-        ``shared_env`` is off.
+        """The run's shared environment, to be made from ``env_settings``, each instance in
+        ``curriculum``'s wrapper (``environment_parameters``); ``None`` when ``shared_env`` is
+        off.
 
         :param interrupted: the interrupt that asked the run to stop, if any (a Unity build
             that has not connected yet is not waited for then).
@@ -95,19 +98,12 @@ class SharedSteps:
         if problems:
             raise ConfigError(problems)
         if options.env_settings.unity:
-            from evtrain.run.environments.unity_builds import make_unity_env
-
-            return cls(
-                functools.partial(
-                    make_unity_env,
-                    options.env_settings,
-                    options.engine_settings,
-                    options.behaviors,
-                    options.checkpoint_settings.run_logs_dir,
-                    interrupted,
-                )
-            )
-        return cls(functools.partial(make_shared_env, options.env_settings, options.behaviors))
+            return cls(_unity(options, interrupted))
+        wrapper = None if curriculum is None else curriculum.wrapper()
+        make = functools.partial(
+            make_shared_env, options.env_settings, options.behaviors, wrapper=wrapper
+        )
+        return cls(make)
 
     @property
     def env(self) -> SharedEnvironment | UnityBehaviors:
@@ -192,6 +188,32 @@ class SharedSteps:
             player = self._idle[name] = PolicyCoPlayer(frozen, view.single_observation_space)
         actions: npt.NDArray[Any] = np.asarray(player(view.observations()))
         return actions
+
+
+def _unity(
+    options: RunOptions, interrupted: Callable[[], str | None]
+) -> Callable[[], UnityBehaviors]:
+    """What makes a Unity run's environment (:mod:`evtrain.run.environments.unity_builds`).
+
+    :raises ConfigError: ``environment_parameters``, which do not reach a build yet."""
+    from evtrain.run.environments.unity_builds import make_unity_env
+
+    if options.environment_parameters:
+        raise ConfigError(
+            [
+                "environment_parameters: not sent to a Unity build yet (the environment "
+                "parameters side channel is not wired into the run); remove "
+                "environment_parameters"
+            ]
+        )
+    return functools.partial(
+        make_unity_env,
+        options.env_settings,
+        options.engine_settings,
+        options.behaviors,
+        options.checkpoint_settings.run_logs_dir,
+        interrupted,
+    )
 
 
 class _Cancelled(BaseException):

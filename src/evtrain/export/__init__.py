@@ -36,21 +36,31 @@ output more, ``memory_out`` (the memory explicit, as in ML-Agents' exported mode
 caller feeds each step's ``memory_out`` back as the next step's ``memory_in``, zeros at an
 episode's start (:class:`OnnxPolicy` does).  Its checks run two steps, the second from the
 first's memory.
+
+For a Unity build, :func:`export_for_unity` writes the policy in ML-Agents' inference contract
+instead (the graph the Unity package loads: :mod:`evtrain.export.mlagents`).
 """
 
 from __future__ import annotations
 
 from evtrain.export.exporter import Exporter, PolicyExporter, export_onnx
+from evtrain.export.mlagents import ActionDistribution, SamplingPolicy, UnityContract
 from evtrain.export.policy import MEMORY_IN, MEMORY_OUT, Example, memory_size_of
 from evtrain.export.runtime import OnnxPolicy, onnx_policy
+from evtrain.export.unity_model import UnityExporter, export_for_unity
 
 __all__ = [
     "MEMORY_IN",
     "MEMORY_OUT",
+    "ActionDistribution",
     "Example",
     "Exporter",
     "OnnxPolicy",
     "PolicyExporter",
+    "SamplingPolicy",
+    "UnityContract",
+    "UnityExporter",
+    "export_for_unity",
     "export_onnx",
     "memory_size_of",
     "onnx_policy",

@@ -23,6 +23,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
+from evtrain.export.mlagents import ActionDistribution
 from evtrain.trainers.networks.masks import allowed_in, masked_logits, masked_scores
 from evtrain.trainers.networks.mlp import MLP
 from evtrain.trainers.observations import observation_layout
@@ -252,3 +253,11 @@ class DeterministicPolicy(nn.Module):
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action = self.agent.deterministic(x)
         return torch.clamp(action, self.low, self.high) if self.clip else action
+
+    def action_distribution(self, *obs: torch.Tensor) -> ActionDistribution:
+        """The distribution the actions are drawn from in training, for a graph that samples
+        (:func:`~evtrain.export.export_for_unity`): the masked logits, or the Gaussian."""
+        out = self.agent.policy_output(self.agent.normalizer(self.agent.flatten(*obs)))
+        if self.agent.discrete:
+            return ActionDistribution(mean=None, log_std=None, logits=out)
+        return ActionDistribution(mean=out, log_std=self.agent.log_std, logits=None)

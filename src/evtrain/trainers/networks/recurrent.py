@@ -16,6 +16,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from evtrain.export.mlagents import ActionDistribution
 from evtrain.trainers.networks.masks import allowed_in, masked_logits
 from evtrain.trainers.networks.memory import RecurrentMLP
 from evtrain.trainers.networks.policies import policy_outputs, sample_action, score_actions
@@ -160,3 +161,14 @@ class RecurrentPolicy(nn.Module):
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action, memory = self.agent.deterministic(x, memory)
         return (torch.clamp(action, self.low, self.high) if self.clip else action), memory
+
+    def action_distribution(self, *inputs: torch.Tensor) -> ActionDistribution:
+        """The distribution of this step's actions, from the observations and the memory
+        (:func:`~evtrain.export.export_for_unity`): the masked logits, or the Gaussian."""
+        *obs, memory = inputs
+        x = self.agent.normalizer(self.agent.flatten(*obs))
+        out, _ = self.agent.actor.step(x, memory)
+        out = masked_logits(out, self.agent.allowed_actions(x))
+        if self.agent.discrete:
+            return ActionDistribution(mean=None, log_std=None, logits=out)
+        return ActionDistribution(mean=out, log_std=self.agent.log_std, logits=None)

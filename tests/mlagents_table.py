@@ -24,8 +24,7 @@ def how_evtrain_treats(key: str, trainer: str | None) -> str:
     ML-Agents options; fails for a key evtrain would call unknown."""
     from evtrain.config.mlagents import Kind, kind_of
 
-    names = {Kind.UNITY_ONLY: "Unity-only", Kind.UNSUPPORTED: "not yet"}
-    names[Kind.DEPRECATED] = "deprecated"
+    names = {Kind.UNSUPPORTED: "not yet", Kind.DEPRECATED: "deprecated"}
     parts = key.split(".")
     for end in range(len(parts), 0, -1):
         section, name = ".".join(parts[: end - 1]), parts[end - 1]
@@ -59,6 +58,7 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
     return {
         "": (options.RunOptions,),
         "env_settings": (options.EnvironmentSettings,),
+        "engine_settings": (options.EngineSettings,),
         "checkpoint_settings": (options.CheckpointSettings,),
         "torch_settings": (options.TorchSettings,),
         behavior: (settings.TrainerSettings,),

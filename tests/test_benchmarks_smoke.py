@@ -42,6 +42,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_sweep.py": ["--trials", "--workers", "--steps", "--seeds"],
     "bench_threaded.py": ["--cases", "--seeds", "--steps", "--scale", "--segment"],
     "bench_trackers.py": ["--steps", "--repeats", "--variants"],
+    "bench_unity.py": ["--steps", "--agents", "--cases"],
     "bench_vector.py": ["--steps", "--num-envs", "--delay-ms", "--repeats"],
     "bench_writers.py": ["--events", "--torch-events", "--quick", "--cases", "--out"],
 }
@@ -63,6 +64,15 @@ def test_help_lists_the_documented_options(script: str, tmp_path: Path) -> None:
     listed = re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", text, flags=re.MULTILINE)
     assert listed == ["--help", *OPTIONS[script]]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_unity_end_to_end(tmp_path: Path) -> None:
+    done = _run("bench_unity.py", "--steps", "5", "--agents", "2", "--cases", "evtrain", "floor",
+                out=tmp_path)  # fmt: skip
+    assert re.search(r"^     2 +\d+ +\d+$", done.stdout, flags=re.MULTILINE), done.stdout
+    report = _report(tmp_path, "unity.json")
+    assert set(report["steps_per_s"]["2"]) == {"evtrain", "floor"}
+    assert set(report["goals"]["met"]) == {"floor_2"}
 
 
 def test_ray_end_to_end(tmp_path: Path) -> None:

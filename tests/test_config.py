@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import attrs
@@ -131,24 +130,6 @@ def odd_memory(size: int) -> dict[str, Any]:
 )
 def test_errors_name_the_full_path(data: object, expected: list[str]) -> None:
     assert problems(data) == expected
-
-
-def test_unity_only_ml_agents_options_are_ignored_with_one_warning_each(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    data: dict[str, Any] = {
-        "engine_settings": {"no_graphics": True},
-        "env_settings": {"env_path": "3DBall", "num_areas": 4, "num_envs": 2},
-    }
-    with caplog.at_level(logging.WARNING, logger="evtrain"):
-        options = RunOptions.from_dict(data)
-    assert options.env_settings.num_envs == 2
-    assert caplog.messages == [
-        "engine_settings: Unity-only ML-Agents option: ignored",
-        "env_settings.env_path: Unity-only ML-Agents option: ignored",
-        "env_settings.num_areas: Unity-only ML-Agents option: ignored",
-    ]
-    assert data["env_settings"]["num_areas"] == 4  # the caller's data is not changed
 
 
 @pytest.mark.parametrize(

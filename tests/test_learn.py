@@ -538,7 +538,7 @@ def test_cuda_index_beyond_the_device_count_is_refused(monkeypatch: pytest.Monke
 def test_cli_accepts_what_ml_agents_accepts_with_a_note_each(tmp_path: Path) -> None:
     options = config(tmp_path, max_steps=384)
     options["engine_settings"] = {"no_graphics": True, "time_scale": 20}
-    options["env_settings"].update(base_port=5005, env_path=None)
+    options["env_settings"].update(base_port=5005, env_path=None)  # a Gymnasium run ignores them
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
     # --num-envs 3 does not divide buffer_size 128: rounded up, not refused
     result = run_cli("run.yaml", "--num-envs", "3", cwd=tmp_path)
@@ -546,14 +546,11 @@ def test_cli_accepts_what_ml_agents_accepts_with_a_note_each(tmp_path: Path) -> 
     lines = result.stderr.splitlines()
     notes = [line for line in lines if "ML-Agents" in line or "rounded" in line]
     assert notes == [
-        "[WARNING] engine_settings: Unity-only ML-Agents option: ignored",
-        "[WARNING] env_settings.base_port: Unity-only ML-Agents option: ignored",
-        "[WARNING] env_settings.env_path: Unity-only ML-Agents option: ignored",
         "[INFO] behaviors.CartPole.hyperparameters.buffer_size: 128 rounded up to 192, a "
         "multiple of batch_size (64) and of the number of environments (3)",
     ]
     assert (tmp_path / "results/run/CartPole.onnx").exists()
-    assert "engine_settings" not in (tmp_path / "results/run/configuration.yaml").read_text()
+    assert "time_scale: 20" in (tmp_path / "results/run/configuration.yaml").read_text()
 
 
 def test_batch_size_above_buffer_size_is_accepted_as_ml_agents_accepts_it() -> None:

@@ -1,4 +1,4 @@
-"""ML-Agents options evtrain accepts with ML-Agents' meaning (or drops as Unity-only), and the
+"""ML-Agents options evtrain accepts with ML-Agents' meaning (or translates), and the
 table of every ML-Agents key in docs/configuration.md."""
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ def warnings_of(caplog: pytest.LogCaptureFixture, data: dict[str, Any]) -> list[
     return caplog.messages
 
 
-def test_every_unity_only_option_gets_one_warning_each(caplog: pytest.LogCaptureFixture) -> None:
+def test_ml_agents_unity_keys_are_read_with_their_ml_agents_meaning_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     env_keys = {
         "env_path": "3DBall",
         "env_args": ["--x"],
@@ -44,10 +46,10 @@ def test_every_unity_only_option_gets_one_warning_each(caplog: pytest.LogCapture
         "env_settings": env_keys,
         "behaviors": {"A": {}},
     }
-    assert warnings_of(caplog, data) == [
-        "engine_settings: Unity-only ML-Agents option: ignored",
-        *(f"env_settings.{key}: Unity-only ML-Agents option: ignored" for key in sorted(env_keys)),
-    ]
+    assert warnings_of(caplog, data) == []
+    options = RunOptions.from_dict(data)
+    assert {key: getattr(options.env_settings, key) for key in env_keys} == env_keys
+    assert options.engine_settings.time_scale == 20
 
 
 @pytest.mark.parametrize(

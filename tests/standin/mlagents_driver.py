@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -106,6 +107,17 @@ def run(plan: dict[str, Any], report: dict[str, Any]) -> None:
                 env.set_actions(name, actions_for(spec, len(decisions), plan["policy"]))
             report["steps"].append(step)
             env.step()
+        timed = plan.get("time_steps", 0)
+        if timed:  # the benchmark: exchanges alone, actions made beforehand
+            name = next(iter(env.behavior_specs))
+            count = len(env.get_steps(name)[0])
+            action = actions_for(env.behavior_specs[name], count, plan["policy"])
+            started = time.perf_counter()
+            for _ in range(timed):
+                env.set_actions(name, action)
+                env.step()
+                env.get_steps(name)
+            report["seconds"] = time.perf_counter() - started
         collected = stats.get_and_reset_stats()
         report["stats"] = {k: [[v, m.value] for v, m in vals] for k, vals in collected.items()}
     finally:

@@ -30,6 +30,7 @@ from evtrain.errors import (
     NonFiniteError,
     PluginError,
     RunFolderError,
+    UnityError,
 )
 from evtrain.run.interrupt import Aborted
 
@@ -91,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as error:
         print(f"evtrain: error: {error}", file=sys.stderr)
         return 2
+    except UnityError as error:  # a build's fault: one line, the build and its log named
+        if args.debug:
+            traceback.print_exc()
+        print(f"evtrain: error: {error}", file=sys.stderr)
+        return 1
     except DistributedError:
         return 1  # logged where it happened (see evtrain.distributed.World)
     except OSError as error:

@@ -23,6 +23,20 @@ OVERRIDES = {
     "inference": ("checkpoint_settings", "inference"),
     "seed": ("env_settings", "seed"),
     "num_envs": ("env_settings", "num_envs"),
+    **{
+        key: ("env_settings", key)
+        for key in (
+            *("env_path", "base_port", "num_areas", "timeout_wait", "max_lifetime_restarts"),
+            *("restarts_rate_limit_n", "restarts_rate_limit_period_s", "env_args"),
+        )
+    },
+    **{
+        key: ("engine_settings", key)
+        for key in (
+            *("width", "height", "quality_level", "time_scale", "target_frame_rate"),
+            *("capture_frame_rate", "no_graphics"),
+        )
+    },
     "torch_device": ("torch_settings", "device"),
     "plugins": ("plugins", "paths"),
     "initializer": ("plugins", "initializer"),
@@ -84,6 +98,12 @@ def parse_writer_flag(flag: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+_NOT_CONTINUED = ("run_id", "resume", "force", "initialize_from", "inference", "env_args")
+"""The flags a continued run does not repeat (``--env-args`` goes last: it takes the rest)."""
+_FLAGS = {"env_path": "--env"}
+"""The flags not spelled as their option."""
+
+
 def interrupted_line(args: argparse.Namespace, run_id: str, steps: Mapping[str, int]) -> str:
     """``Interrupted at step N. Continue with: evtrain learn ... --resume``: the command line
     that was given, less what starts a run afresh, plus the run id and ``--resume``."""
@@ -96,11 +116,16 @@ def interrupted_line(args: argparse.Namespace, run_id: str, steps: Mapping[str, 
     command = ["evtrain", *(["--debug"] if args.debug else []), "learn", args.config]
     for dest in OVERRIDES:
         value = getattr(args, dest)
-        if value is None or dest in ("run_id", "resume", "force", "initialize_from", "inference"):
+        if value is None or dest in _NOT_CONTINUED:
             continue
-        command.append("--" + dest.replace("_", "-"))
-        command.extend([str(v) for v in value] if dest == "plugins" else [str(value)])
+        command.append(_FLAGS.get(dest, "--" + dest.replace("_", "-")))
+        if dest == "plugins":
+            command.extend(str(v) for v in value)
+        elif dest != "no_graphics":
+            command.append(str(value))
     for flag in args.writer or ():
         command += ["--writer", flag]
     command += ["--run-id", run_id, "--resume"]
+    if args.env_args is not None:  # it takes every argument after it
+        command += ["--env-args", *args.env_args]
     return f"Interrupted at {where}. Continue with: {shlex.join(command)}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from evtrain import plugins
@@ -119,6 +119,7 @@ def _add_learn(commands: _Commands) -> argparse.ArgumentParser:
         metavar="NAME",
         help="plugins.initializer: the evtrain.initializer plugin to use (none: no initializer)",
     )
+    _add_unity(learn)
     overrides.add_argument(
         "--writer",
         action="append",
@@ -127,6 +128,49 @@ def _add_learn(commands: _Commands) -> argparse.ArgumentParser:
         "repeatable",
     )
     return learn
+
+
+def _add_unity(learn: argparse.ArgumentParser) -> None:
+    """ML-Agents' flags of a Unity run (docs/unity.md), each overriding its key."""
+    unity = learn.add_argument_group("Unity builds (ML-Agents' flags; docs/unity.md)")
+    unity.add_argument("--env", dest="env_path", metavar="PATH", help="env_settings.env_path")
+    unity.add_argument("--base-port", type=integer, help="env_settings.base_port")
+    unity.add_argument("--num-areas", type=integer, help="env_settings.num_areas")
+    unity.add_argument("--timeout-wait", type=float, help="env_settings.timeout_wait")
+    unity.add_argument(
+        "--max-lifetime-restarts", type=integer, help="env_settings.max_lifetime_restarts"
+    )
+    unity.add_argument(
+        "--restarts-rate-limit-n", type=integer, help="env_settings.restarts_rate_limit_n"
+    )
+    unity.add_argument(
+        "--restarts-rate-limit-period-s",
+        type=float,
+        help="env_settings.restarts_rate_limit_period_s",
+    )
+    engine = learn.add_argument_group("Unity engine (ML-Agents' flags; engine_settings)")
+    for flag, kind in ENGINE_FLAGS.items():
+        engine.add_argument(flag, type=kind, help="engine_settings." + flag[2:].replace("-", "_"))
+    engine.add_argument(
+        "--no-graphics", action="store_true", default=None, help="engine_settings.no_graphics"
+    )
+    unity.add_argument(
+        "--env-args",
+        nargs=argparse.REMAINDER,
+        metavar="ARG",
+        help="env_settings.env_args: every argument after it goes to the build",
+    )
+
+
+ENGINE_FLAGS: dict[str, Callable[[str], object]] = {
+    "--width": integer,
+    "--height": integer,
+    "--quality-level": integer,
+    "--time-scale": float,
+    "--target-frame-rate": integer,
+    "--capture-frame-rate": integer,
+}
+"""ML-Agents' engine flags that take a value, and its type."""
 
 
 def _add_record(commands: _Commands) -> argparse.ArgumentParser:

@@ -2,9 +2,8 @@
 
 ML-Agents users bring their configs, so a key of this table is no typo and gets its own
 message instead of "unknown key": an option evtrain does not support (yet) stops the run with
-``"<path>: ML-Agents option <key> is not supported by evtrain yet; remove it"``; a Unity-only
-option (evtrain trains Gymnasium environments, not Unity players) is dropped before structuring
-with one warning each, and the run proceeds; a deprecated option (``load_model``,
+``"<path>: ML-Agents option <key> is not supported by evtrain yet; remove it"``; a deprecated
+option (``load_model``,
 ``train_model``, a behavior's ``framework``) is translated before structuring, as ML-Agents
 does.  ML-Agents options evtrain
 accepts without effect are warned about after structuring (:func:`warn_without_effect`).
@@ -24,36 +23,16 @@ class Kind(enum.Enum):
 
     UNSUPPORTED = "unsupported"
     """An error: evtrain cannot train as the option asks."""
-    UNITY_ONLY = "unity-only"
-    """Ignored with a warning: it configures the Unity player, which evtrain does not run."""
     DEPRECATED = "deprecated"
     """Deprecated by ML-Agents itself: translated to its replacement
     (:func:`translate_deprecated`)."""
 
 
 _NOT_YET = Kind.UNSUPPORTED
-_UNITY = Kind.UNITY_ONLY
 _DEPRECATED = Kind.DEPRECATED
 
 ML_AGENTS_OPTIONS: dict[str, tuple[str, dict[str, Kind]]] = {
     # evtrain options class: (the YAML section, {ML-Agents key: kind})
-    "RunOptions": ("", {"engine_settings": _UNITY}),
-    "EnvironmentSettings": (
-        "env_settings",
-        {
-            key: _UNITY
-            for key in (
-                "env_path",
-                "env_args",
-                "base_port",
-                "num_areas",
-                "timeout_wait",
-                "max_lifetime_restarts",
-                "restarts_rate_limit_n",
-                "restarts_rate_limit_period_s",
-            )
-        },
-    ),
     "CheckpointSettings": (
         "checkpoint_settings",
         {"load_model": _DEPRECATED, "train_model": _DEPRECATED},
@@ -83,34 +62,6 @@ def unsupported(key: str) -> str:
     return f"ML-Agents option {key} is not supported by evtrain yet; remove it"
 
 
-def drop_unity_only(data: Any) -> Any:
-    """``data`` without its Unity-only options, each logged once as ignored (an option of
-    ``default_settings`` once there, not again for each behavior that would inherit it)."""
-    if not isinstance(data, dict):
-        return data
-    data = _drop(data, "", ML_AGENTS_OPTIONS["RunOptions"][1])
-    for section in ("env_settings", "default_settings"):
-        cls_name = "EnvironmentSettings" if section == "env_settings" else "TrainerSettings"
-        if isinstance(data.get(section), dict):
-            data[section] = _drop(data[section], section, ML_AGENTS_OPTIONS[cls_name][1])
-    behaviors = data.get("behaviors")
-    if isinstance(behaviors, dict):
-        keys = ML_AGENTS_OPTIONS["TrainerSettings"][1]
-        data["behaviors"] = {
-            name: _drop(part, f"behaviors.{name}", keys) if isinstance(part, dict) else part
-            for name, part in behaviors.items()
-        }
-    return data
-
-
-def _drop(part: dict[str, Any], section: str, keys: dict[str, Kind]) -> dict[str, Any]:
-    kept = {k: v for k, v in part.items() if keys.get(k) is not Kind.UNITY_ONLY}
-    for key in sorted(set(part) - set(kept)):
-        path = f"{section}.{key}" if section else key
-        logger.warning("%s: Unity-only ML-Agents option: ignored", path)
-    return kept
-
-
 def translate_deprecated(data: Any) -> Any:
     """``data`` with ML-Agents' deprecated options replaced, as ML-Agents' ``mlagents-learn``
     treats them: a behavior's (or ``default_settings``') ``framework`` is dropped with a
@@ -124,10 +75,7 @@ def translate_deprecated(data: Any) -> Any:
     """
     if not isinstance(data, dict):
         return data
-    upgraded = upgrade_old_trainer_config(data)
-    if upgraded is not data:
-        data = drop_unity_only(upgraded)
-    data = _name_lessons(_drop_framework(data))
+    data = _name_lessons(_drop_framework(upgrade_old_trainer_config(data)))
     if not isinstance(data.get("checkpoint_settings"), dict):
         return data
     from evtrain.errors import ConfigError

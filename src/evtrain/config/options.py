@@ -7,49 +7,21 @@ The shape follows ML-Agents' ``RunOptions`` so its users feel at home: ``behavio
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
 from evtrain.bus.delivery import FailurePolicy
 from evtrain.bus.inbox import Overflow, SubscriberSettings
 from evtrain.config.environment_parameters import EnvironmentParameter
+from evtrain.config.environment_settings import EngineSettings as EngineSettings
+from evtrain.config.environment_settings import EnvironmentSettings as EnvironmentSettings
+from evtrain.config.environment_settings import RaySettings as RaySettings
+from evtrain.config.environment_settings import finite_seconds, positive, seconds
 from evtrain.config.names import behavior_names, folder_name
 from evtrain.config.sweep import SweepSettings
-from evtrain.multiagent.mapping import spec_problem
-from evtrain.trainers.limits import MAX_NUM_ENVS, MAX_SEED, at_most
 from evtrain.trainers.settings import TrainerSettings
-
-
-# Validators raise (message, attribute), as attrs' own do: the attribute is the key in the path.
-def _positive(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
-    if value < 1:
-        raise ValueError(f"expected an integer of at least 1, got {value}", attribute)
-
-
-def _seed(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
-    if value < -1:
-        raise ValueError(
-            f"expected a seed of 0 or more, or -1 to draw one (logged), got {value}", attribute
-        )
-
-
-def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"expected a number of seconds above 0, got {value}", attribute)
-
-
-def _finite_seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"expected a finite number of seconds above 0, got {value}", attribute)
-
-
-def _agent_behaviors(_: Any, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
-    problems = [p for agent, spec in value.items() if (p := spec_problem(agent, spec))]
-    if problems:
-        raise ValueError("; ".join(problems), attribute)
 
 
 @attrs.define(kw_only=True)
@@ -89,35 +61,35 @@ class CheckpointSettings:
 class BusSettings:
     """Delivery defaults for every subscriber of the run's bus."""
 
-    capacity: int = attrs.field(default=10_000, validator=_positive)
+    capacity: int = attrs.field(default=10_000, validator=positive)
     """Inbox capacity per subscriber."""
     overflow: Overflow = Overflow.BLOCK
     """What emit does when an inbox is full: block (lossless), drop_oldest, drop_newest, latest,
     spool (journal on disk: lossless, never waits; remote trackers' writers default to it)."""
     on_error: FailurePolicy = FailurePolicy.DISABLE
     """A subscriber's exception: log, disable (after max_consecutive_failures), raise."""
-    max_consecutive_failures: int = attrs.field(default=100, validator=_positive)
-    drain_timeout: float = attrs.field(default=30.0, validator=_seconds)
+    max_consecutive_failures: int = attrs.field(default=100, validator=positive)
+    drain_timeout: float = attrs.field(default=30.0, validator=seconds)
     """Seconds a run waits, at its end (completed, interrupted or failed) and before its final
     save, for subscribers to handle what was emitted; whoever is still behind is logged and
     the run goes on.  Training itself never waits for this."""
-    stall_timeout: float = attrs.field(default=10.0, validator=_seconds)
+    stall_timeout: float = attrs.field(default=10.0, validator=seconds)
     """Seconds one subscriber call may run before the bus emits ``subscriber_stalled``; a spool
     subscriber's later events then wait in its journal until the call returns."""
-    block_timeout: float = attrs.field(default=10.0, validator=_finite_seconds)
+    block_timeout: float = attrs.field(default=10.0, validator=finite_seconds)
     """Seconds ``emit`` waits on a subscriber's full ``block`` inbox before it drops the event
     (counted) and emits ``subscriber_stalled``: every subscriber's, unless its
     ``subscribers.<name>.block_timeout`` or ``connect(block_timeout=)`` says otherwise."""
-    journal_max_bytes: int = attrs.field(default=1 << 30, validator=_positive)
+    journal_max_bytes: int = attrs.field(default=1 << 30, validator=positive)
     """Most bytes a spool subscriber's journal (``run_logs/journal/``) keeps; beyond, the
     oldest undelivered events are dropped, with a warning."""
-    journal_fsync_s: float = attrs.field(default=1.0, validator=_seconds)
+    journal_fsync_s: float = attrs.field(default=1.0, validator=seconds)
     """Seconds between fsyncs of a journal (and saves of its ack): what a power cut may lose."""
-    retry_backoff_s: float = attrs.field(default=0.5, validator=_seconds)
+    retry_backoff_s: float = attrs.field(default=0.5, validator=seconds)
     """How often a spool subscriber whose sink is down is probed (its ``probe()``, else the event
     that raised is tried again): a fixed interval, never doubled, so a sink that is back is
     noticed within it."""
-    retry_backoff_max_s: float = attrs.field(default=30.0, validator=_seconds)
+    retry_backoff_max_s: float = attrs.field(default=30.0, validator=seconds)
     """An upper bound on ``retry_backoff_s``: the smaller of the two is the interval."""
     subscribers: dict[str, SubscriberSettings] = attrs.field(factory=dict)
     """Overrides by subscriber name, e.g. ``{"evtrain_writers.tensorboard.TensorboardWriter":
@@ -143,69 +115,6 @@ class PluginSettings:
     do)."""
 
 
-def _natural(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
-    if value < 0:
-        raise ValueError(f"expected an integer of at least 0, got {value}", attribute)
-
-
-def _workers(_: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
-    if value is not None and value < 1:
-        raise ValueError(f"expected null or an integer of at least 1, got {value}", attribute)
-
-
-def _cpus(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value >= 0:
-        raise ValueError(f"expected a number of CPUs of 0 or more, got {value}", attribute)
-
-
-@attrs.define(kw_only=True)
-class RaySettings:
-    """Where ``vectorization: ray`` runs the environments: Ray actors ("workers"), each
-    stepping its share of ``num_envs`` in one remote call per vector step
-    (:mod:`evtrain.run.environments.ray_envs`)."""
-
-    address: str | None = None
-    """The cluster, as ``ray.init(address=...)`` takes it: ``auto`` (the one ``ray start``
-    started on this machine, or ``RAY_ADDRESS``), ``host:port`` of its head; ``null`` starts a
-    Ray of its own in this process."""
-    workers: int | None = attrs.field(default=None, validator=_workers)
-    """Actors per rank; ``null``: one per CPU the cluster has, at most ``num_envs``."""
-    cpus_per_worker: float = attrs.field(default=1.0, validator=_cpus)
-    """CPUs each actor reserves in Ray's scheduler (``num_cpus``)."""
-    max_restarts: int = attrs.field(default=3, validator=_natural)
-    """Times each actor is restarted after its process died; once more is an error."""
-
-
-@attrs.define(kw_only=True)
-class EnvironmentSettings:
-    """The Gymnasium environments every behavior trains on."""
-
-    env_id: str = "CartPole-v1"
-    """A registered Gymnasium id, or ``module:callable`` returning an environment."""
-    env_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    """Keyword arguments for ``gymnasium.make`` (or the callable)."""
-    num_envs: int = attrs.field(
-        default=1, validator=[_positive, at_most(MAX_NUM_ENVS, "environments")]
-    )
-    """Sub-environments stepped together (per rank in a distributed run)."""
-    vectorization: Literal["sync", "async", "ray"] = "sync"
-    """``sync`` steps them in this process; ``async`` in one subprocess each; ``ray`` in Ray
-    actors (``ray`` below; the ``ray`` extra, README.md "Installing extras")."""
-    ray: RaySettings = attrs.field(factory=RaySettings)
-    """Ray's cluster and workers, for ``vectorization: ray``."""
-    seed: int = attrs.field(default=-1, validator=[_seed, at_most(MAX_SEED, "(a 32-bit seed)")])
-    """Seeds environments, networks and sampling; -1 draws one (and logs it), as in ML-Agents;
-    other negative values are refused."""
-    agent_behaviors: dict[str, str] = attrs.field(factory=dict, validator=_agent_behaviors)
-    """A PettingZoo environment's agents' behaviors, ``{agent_id: "behavior"}`` or ML-Agents'
-    ``"behavior?team=N"``; an agent not named here belongs to its id without ``_<digits>``
-    (``player_0`` -> ``player``)."""
-    shared_env: bool = False
-    """A PettingZoo Parallel environment's ``num_envs`` instances are every behavior's at once:
-    in each step each behavior acts for its own agents (:mod:`evtrain.multiagent.shared`),
-    instead of training on copies of its own where the others' agents are co-players."""
-
-
 @attrs.define(kw_only=True)
 class TorchSettings:
     """Where and how torch runs."""
@@ -215,7 +124,7 @@ class TorchSettings:
     num_threads: int | None = 1
     """torch intra-op threads; small policy networks are fastest on one. ``None`` keeps
     torch's default."""
-    distributed_timeout: float = attrs.field(default=300.0, validator=_seconds)
+    distributed_timeout: float = attrs.field(default=300.0, validator=seconds)
     """Seconds a rank waits in a collective for the others before giving up (a rank that
     exits is noticed at once; this bounds a rank that hangs)."""
 
@@ -276,6 +185,8 @@ class RunOptions:
     default_settings: TrainerSettings | None = None
     """Merged under every behavior's settings (keys a behavior sets win)."""
     env_settings: EnvironmentSettings = attrs.field(factory=EnvironmentSettings)
+    engine_settings: EngineSettings = attrs.field(factory=EngineSettings)
+    """A Unity build's engine (ML-Agents' section); no effect on ``env_id``."""
     checkpoint_settings: CheckpointSettings = attrs.field(factory=CheckpointSettings)
     torch_settings: TorchSettings = attrs.field(factory=TorchSettings)
     bus: BusSettings = attrs.field(factory=BusSettings)
@@ -294,9 +205,10 @@ class RunOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         """Structure options from plain data (parsed YAML), merging ``default_settings`` under
-        each behavior first (:mod:`evtrain.config.defaults`), dropping Unity-only ML-Agents
-        options with a warning each and translating deprecated ones
-        (:mod:`evtrain.config.mlagents`).
+        each behavior first (:mod:`evtrain.config.defaults`) and translating ML-Agents'
+        deprecated options (:mod:`evtrain.config.mlagents`); a Unity build with a Gymnasium
+        environment's keys is refused (:func:`~evtrain.config.environment_settings.
+        unity_problems`).
 
         Pure: ``trainer_type`` is checked against the trainer types in effect
         (:func:`evtrain.trainers.registry.use_trainer_types`; the built-in ones by default).
@@ -307,14 +219,14 @@ class RunOptions:
         from evtrain.config.converter import structure
         from evtrain.config.defaults import drop_inherited, merge_default_settings
         from evtrain.config.environment_parameters import parameter_problems
-        from evtrain.config.mlagents import (
-            drop_unity_only,
-            translate_deprecated,
-            warn_without_effect,
-        )
+        from evtrain.config.environment_settings import unity_problems
+        from evtrain.config.mlagents import translate_deprecated, warn_without_effect
         from evtrain.errors import ConfigError
 
-        data = translate_deprecated(drop_unity_only(data))
+        data = translate_deprecated(data)
+        problems = unity_problems(data.get("env_settings") if isinstance(data, dict) else None)
+        if problems:
+            raise ConfigError(problems)
         options = structure(
             merge_default_settings(data), cls, keep=lambda found: drop_inherited(found, data)
         )
@@ -331,4 +243,7 @@ class RunOptions:
         data: dict[str, Any] = converter.unstructure(self)
         if self.sweep is None:
             del data["sweep"]  # a run's configuration reads as it did before sweeps
+        if self.env_settings.unity:  # what a Unity run refuses to be given
+            for key in ("env_id", "env_kwargs", "agent_behaviors", "vectorization"):
+                del data["env_settings"][key]
         return data

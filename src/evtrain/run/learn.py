@@ -205,6 +205,7 @@ class _Run:
         # during the final save or the drain is a request like any other (see interrupt.py).
         with stop_on_interrupts() as stop:
             self.evaluations.stop_requested = lambda: stop.requested is not None
+            self.interrupted = lambda: stop.requested
             try:
                 try:
                     self._start()
@@ -266,7 +267,7 @@ class _Run:
         seed = rank_seed(options, self.world)
         status_file = training_status(options)
         curriculum = Curriculum.of_run(options, bus, status_file, self.world)
-        self.shared = SharedSteps.of_run(options, self.world, curriculum)
+        self.shared = SharedSteps.of_run(options, self.world, curriculum, self.interrupted)
         for index, (name, settings) in enumerate(options.behaviors.items()):
             with hierarchical_timer("build"):
                 self.trainers[name], self.managers[name] = build_behavior(

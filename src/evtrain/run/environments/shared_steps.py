@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from evtrain.run.loop import ProgressHook
     from evtrain.run.parameters.curriculum import Curriculum
     from evtrain.trainers.base import Trainer
+    from evtrain.unity.behaviors import UnityBehaviors, UnityBehaviorView
     from evtrain.world import World
 
 
@@ -60,19 +61,26 @@ class SharedSteps:
     :param make: makes the environment.
     """
 
-    def __init__(self, make: Callable[[], SharedEnvironment]) -> None:
+    def __init__(self, make: Callable[[], SharedEnvironment | UnityBehaviors]) -> None:
         self._make = make
-        self._env: SharedEnvironment | None = None
+        self._env: SharedEnvironment | UnityBehaviors | None = None
         self._idle: dict[str, PolicyCoPlayer] = {}
         """What acts for the behaviors that learn no more (done, or stopping)."""
 
     @classmethod
     def of_run(
-        cls, options: RunOptions, world: World, curriculum: Curriculum | None = None
+        cls,
+        options: RunOptions,
+        world: World,
+        curriculum: Curriculum | None = None,
+        interrupted: Callable[[], str | None] = lambda: None,
     ) -> SharedSteps | None:
         """The run's shared environment, to be made from ``env_settings``, each instance in
         ``curriculum``'s wrapper (``environment_parameters``); ``None`` when ``shared_env`` is
         off.
+
+        :param interrupted: the interrupt that asked the run to stop, if any (a Unity build
+            that has not connected yet is not waited for then).
 
         :raises ConfigError: what :func:`~evtrain.config.shared_env.shared_env_problems`
             names, or a distributed run.
@@ -89,6 +97,8 @@ class SharedSteps:
             )
         if problems:
             raise ConfigError(problems)
+        if options.env_settings.unity:
+            return cls(_unity(options, interrupted))
         wrapper = None if curriculum is None else curriculum.wrapper()
         make = functools.partial(
             make_shared_env, options.env_settings, options.behaviors, wrapper=wrapper
@@ -96,7 +106,7 @@ class SharedSteps:
         return cls(make)
 
     @property
-    def env(self) -> SharedEnvironment:
+    def env(self) -> SharedEnvironment | UnityBehaviors:
         """The environment, made at the first use.
 
         :raises ConfigError: it cannot be shared, or its agents do not fit the behaviors.
@@ -105,7 +115,7 @@ class SharedSteps:
             self._env = self._make()
         return self._env
 
-    def view(self, behavior: str) -> BehaviorView:
+    def view(self, behavior: str) -> BehaviorView | UnityBehaviorView:
         """Behavior ``behavior``'s environments: its view of the shared one."""
         return self.env.view(behavior)
 
@@ -178,6 +188,32 @@ class SharedSteps:
             player = self._idle[name] = PolicyCoPlayer(frozen, view.single_observation_space)
         actions: npt.NDArray[Any] = np.asarray(player(view.observations()))
         return actions
+
+
+def _unity(
+    options: RunOptions, interrupted: Callable[[], str | None]
+) -> Callable[[], UnityBehaviors]:
+    """What makes a Unity run's environment (:mod:`evtrain.run.environments.unity_builds`).
+
+    :raises ConfigError: ``environment_parameters``, which do not reach a build yet."""
+    from evtrain.run.environments.unity_builds import make_unity_env
+
+    if options.environment_parameters:
+        raise ConfigError(
+            [
+                "environment_parameters: not sent to a Unity build yet (the environment "
+                "parameters side channel is not wired into the run); remove "
+                "environment_parameters"
+            ]
+        )
+    return functools.partial(
+        make_unity_env,
+        options.env_settings,
+        options.engine_settings,
+        options.behaviors,
+        options.checkpoint_settings.run_logs_dir,
+        interrupted,
+    )
 
 
 class _Cancelled(BaseException):

@@ -1,0 +1,347 @@
+"""A Unity run's environment: ``num_envs`` instances of a build (``env_settings.env_path``),
+or the Unity Editor (``base_port: 5004`` without ``env_path``), as one
+:class:`~evtrain.unity.behaviors.UnityBehaviors` every behavior acts in.
+
+Each instance ``i`` gets, as ML-Agents' ``mlagents-learn`` gives it: the port
+``base_port + i`` (evtrain's gRPC server there is bound first, then the build started with
+``--mlagents-port``), the seed ``seed + i`` in the handshake, ``-nographics -batchmode`` with
+``engine_settings.no_graphics``, ``-logFile run_logs/Player-<i>.log`` (unless ``env_args`` has
+a ``-logFile`` of its own), then ``env_args``; ``engine_settings`` through the engine
+configuration side channel.  The executable is found as ML-Agents' ``env_utils`` finds it.
+
+No build outlives the run: each is started in a process group of its own (so a Ctrl-C in the
+terminal reaches evtrain alone, which then closes the builds, as ML-Agents does), and that
+group is ended when the environment closes, when starting the instances fails, and at the
+interpreter's exit whatever ended the run (:func:`end_every_build`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evtrain.config.environment_settings import EDITOR_PORT, EngineSettings, EnvironmentSettings
+from evtrain.errors import (
+    ConfigError,
+    UnityBuildExitedError,
+    UnityCommunicationError,
+    UnityError,
+    UnityTimeoutError,
+)
+from evtrain.multiagent.copies import StepRecord
+from evtrain.unity.behaviors import UnityBehaviors
+from evtrain.unity.connection import UnityConnection
+from evtrain.unity.side_channels import (
+    EngineConfigurationChannel,
+    EnvironmentParametersChannel,
+    SideChannel,
+    StatsSideChannel,
+    TrainingAnalyticsSideChannel,
+)
+
+_log = logging.getLogger("evtrain")
+
+_EXTENSIONS = (".app", ".exe", ".x86_64", ".x86")
+QUIT_GRACE_S = 5.0
+"""Seconds a build has to quit after it was told to, before its process group is killed."""
+
+
+def find_executable(env_path: str) -> Path | None:
+    """The executable ``env_path`` names, found as ML-Agents' ``validate_environment_path``
+    finds it: the extension stripped, then ``.x86_64``, ``.x86``, the path itself (Linux);
+    ``.app/Contents/MacOS/<name>`` or any file there (macOS); ``.exe``, or a folder's ``.exe``
+    other than Unity's crash handler (Windows).  Relative paths are tried from the working
+    folder."""
+    base = env_path.strip()
+    for extension in _EXTENSIONS:
+        base = base.replace(extension, "")
+    name = os.path.basename(os.path.normpath(base))
+    if sys.platform == "darwin":
+        patterns = [os.path.join(base + ".app", "Contents", "MacOS", p) for p in (name, "*")]
+    elif sys.platform == "win32":
+        patterns = [base + ".exe", os.path.join(base, "*.exe")]
+    else:
+        patterns = [base + ".x86_64", base + ".x86", env_path.strip()]
+    for pattern in patterns:
+        found = sorted(p for p in glob.glob(pattern) if "UnityCrashHandler" not in p)
+        found = [p for p in found if os.path.isfile(p)]
+        if found:
+            return Path(found[0]).absolute()
+    return None
+
+
+class _Builds:
+    """Every build process this interpreter started and has not ended yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, command: Sequence[str]) -> subprocess.Popen[bytes]:
+        with self._lock:
+            process = subprocess.Popen(
+                list(command),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self._running.append(process)
+        return process
+
+    def end(self, process: subprocess.Popen[bytes], grace_s: float = QUIT_GRACE_S) -> None:
+        """Wait ``grace_s`` for ``process`` to quit, then kill its whole group."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace_s)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # its children too, even once it has quit
+        process.wait()
+        with self._lock:
+            if process in self._running:
+                self._running.remove(process)
+
+    def end_all(self) -> None:
+        with self._lock:
+            running = list(self._running)
+        for process in running:
+            self.end(process, grace_s=0.0)
+
+
+BUILDS = _Builds()
+
+
+def end_every_build() -> None:
+    """Kill every build this process started and has not ended (registered with ``atexit``:
+    whatever ends the run, no build is left behind)."""
+    BUILDS.end_all()
+
+
+atexit.register(end_every_build)
+
+
+def build_command(
+    executable: Path,
+    settings: EnvironmentSettings,
+    engine: EngineSettings,
+    worker_id: int,
+    log_folder: Path,
+) -> list[str]:
+    """The command line of build instance ``worker_id``, as ML-Agents' ``UnityEnvironment``
+    writes it."""
+    extra = list(settings.env_args or ())
+    command = [str(executable)]
+    if engine.no_graphics:
+        command += ["-nographics", "-batchmode"]
+    command += ["--mlagents-port", str(settings.port(worker_id))]
+    if "-logfile" not in (arg.lower() for arg in extra):
+        command += ["-logFile", str(log_path(log_folder, worker_id))]
+    return command + extra
+
+
+def log_path(log_folder: Path, worker_id: int) -> Path:
+    """Where build instance ``worker_id`` writes its log (ML-Agents' name)."""
+    return log_folder.absolute() / f"Player-{worker_id}.log"
+
+
+class UnityBuilds(UnityBehaviors):
+    """:class:`~evtrain.unity.behaviors.UnityBehaviors` over build instances this run started:
+    closing it closes the connections, then ends the processes.
+
+    :param processes: each instance's process (``None`` for the Editor).
+    :param channels: each instance's side channels, by kind.
+    :param logs: each instance's log file.
+    """
+
+    def __init__(
+        self,
+        connections: Sequence[UnityConnection],
+        behaviors: Sequence[str],
+        processes: Sequence[subprocess.Popen[bytes] | None],
+        channels: Sequence[Mapping[str, SideChannel]],
+        logs: Sequence[Path],
+    ) -> None:
+        self.processes = list(processes)
+        self.channels = list(channels)
+        self.logs = list(logs)
+        super().__init__(connections, behaviors)
+
+    def step(self, actions: Mapping[str, Any]) -> dict[str, StepRecord]:
+        """:meth:`UnityBehaviors.step`; a build that died in it is named, with its log.
+
+        :raises UnityCommunicationError: a build exited or hung up (not restarted yet)."""
+        try:
+            return super().step(actions)
+        except UnityCommunicationError as error:
+            dead = [
+                (i, p)
+                for i, p in enumerate(self.processes)
+                if p is not None and p.poll() is not None
+            ]
+            if not dead:
+                raise
+            i, process = dead[0]
+            raise UnityCommunicationError(
+                f"the Unity build {_executable(process)} (instance {i}, port "
+                f"{self.connections[i].port}) exited during the run with status "
+                f"{process.returncode}; see its log {self.logs[i]} (a crashed build is not "
+                "restarted yet)"
+            ) from error
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            for process in self.processes:
+                if process is not None:
+                    BUILDS.end(process)
+
+
+def side_channels(engine: EngineSettings) -> dict[str, SideChannel]:
+    """One instance's side channels: the engine configuration (``engine_settings`` queued),
+    environment parameters, stats, training analytics."""
+    configuration = EngineConfigurationChannel()
+    configuration.set_configuration_parameters(
+        width=engine.width,
+        height=engine.height,
+        quality_level=engine.quality_level,
+        time_scale=engine.time_scale,
+        target_frame_rate=engine.target_frame_rate,
+        capture_frame_rate=engine.capture_frame_rate,
+    )
+    return {
+        "engine": configuration,
+        "parameters": EnvironmentParametersChannel(),
+        "stats": StatsSideChannel(),
+        "analytics": TrainingAnalyticsSideChannel(),
+    }
+
+
+def make_unity_env(
+    settings: EnvironmentSettings,
+    engine: EngineSettings,
+    behaviors: Mapping[str, Any],
+    log_folder: Path,
+    interrupted: Callable[[], str | None] = lambda: None,
+) -> UnityBuilds:
+    """The run's Unity environment: ``num_envs`` build instances started and connected (or the
+    Editor's one), every behavior of ``behaviors`` in them.
+
+    :raises ConfigError: no executable at ``env_path``; a behavior the build lacks.
+    :param interrupted: the interrupt that asked the run to stop, if any: then no build is
+        waited for any longer.
+    :raises UnityError: a port in use, a build that does not connect within ``timeout_wait``
+        (naming the build, the port and its log), an API version evtrain does not speak, an
+        interrupt while waiting.
+    """
+    executable = None
+    if settings.env_path is not None:
+        executable = find_executable(settings.env_path)
+        if executable is None:
+            raise ConfigError(
+                [
+                    f"env_settings.env_path: no Unity build at {settings.env_path!r} (looked "
+                    f"for it as is and with {', '.join(_EXTENSIONS)} from {os.getcwd()}); give "
+                    "the path of the build's executable"
+                ]
+            )
+    count = 1 if executable is None else settings.num_envs
+    connections: list[UnityConnection] = []
+    processes: list[subprocess.Popen[bytes] | None] = []
+    channels: list[dict[str, SideChannel]] = []
+    try:
+        for worker_id in range(count):
+            channels.append(side_channels(engine))
+            connections.append(_connection(settings, worker_id, channels[-1]))
+        for worker_id, connection in enumerate(connections):
+            processes.append(_start(executable, settings, engine, worker_id, log_folder))
+            _handshake(connection, processes[-1], settings, log_folder, interrupted)
+        logs = [log_path(log_folder, i) for i in range(count)]
+        return UnityBuilds(connections, list(behaviors), processes, channels, logs)
+    except BaseException:
+        for connection in connections:
+            connection.close()
+        for process in processes:
+            if process is not None:
+                BUILDS.end(process, grace_s=0.0)
+        raise
+
+
+def _connection(
+    settings: EnvironmentSettings, worker_id: int, channels: Mapping[str, SideChannel]
+) -> UnityConnection:
+    port = EDITOR_PORT if settings.editor else settings.port(worker_id)
+    return UnityConnection(
+        port,
+        side_channels=list(channels.values()),
+        seed=settings.seed + worker_id,
+        num_areas=settings.num_areas,
+        timeout=settings.timeout_wait,
+    ).open()
+
+
+def _start(
+    executable: Path | None,
+    settings: EnvironmentSettings,
+    engine: EngineSettings,
+    worker_id: int,
+    log_folder: Path,
+) -> subprocess.Popen[bytes] | None:
+    if executable is None:
+        _log.info("waiting for the Unity Editor on port %d: press Play", EDITOR_PORT)
+        return None
+    log_folder.mkdir(parents=True, exist_ok=True)
+    return BUILDS.start(build_command(executable, settings, engine, worker_id, log_folder))
+
+
+def _handshake(
+    connection: UnityConnection,
+    process: subprocess.Popen[bytes] | None,
+    settings: EnvironmentSettings,
+    log_folder: Path,
+    interrupted: Callable[[], str | None],
+) -> None:
+    connecting = True
+
+    def alive() -> bool:  # an interrupt stops the wait to connect, never a later exchange
+        if connecting and interrupted() is not None:
+            return False
+        return process is None or process.poll() is None
+
+    where = "the Unity Editor" if process is None else f"the Unity build {_executable(process)}"
+    worker_id = connection.port - settings.base_port
+    log = "" if process is None else f"; see its log {log_path(log_folder, worker_id)}"
+    try:
+        connection.handshake(settings.timeout_wait, alive)
+        connecting = False
+    except UnityTimeoutError:
+        raise UnityTimeoutError(
+            f"{where} did not connect to port {connection.port} within "
+            f"{settings.timeout_wait:g} s{log}, or raise env_settings.timeout_wait "
+            "(--timeout-wait)"
+        ) from None
+    except UnityBuildExitedError:
+        signal_name = interrupted()
+        if signal_name is not None:
+            raise UnityError(
+                f"{signal_name} received while waiting for {where} to connect to port "
+                f"{connection.port}: stopped before training"
+            ) from None
+        raise UnityBuildExitedError(
+            f"{where} exited before it connected to port {connection.port} (exit status "
+            f"{process.poll() if process else None}){log}"
+        ) from None
+
+
+def _executable(process: subprocess.Popen[bytes]) -> str:
+    args = process.args
+    return str(args[0]) if isinstance(args, list) else str(args)

@@ -23,9 +23,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from evtrain.errors import SpaceMismatchError
 from evtrain.trainers.networks.action_heads import (
-    ActionHeads,
     action_heads,
     sample_action,
     score_actions,

@@ -163,4 +163,6 @@ class RecurrentPolicy(nn.Module):
         *obs, memory = inputs
         x = self.agent.normalizer(self.agent.flatten(*obs))
         action, memory = self.agent.deterministic(x, memory)
-        return (clip_actions(action, self.low, self.high, self.hybrid) if self.clip else action), memory
+        return (
+            clip_actions(action, self.low, self.high, self.hybrid) if self.clip else action
+        ), memory

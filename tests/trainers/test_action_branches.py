@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 from evtrain import StatsReporter
 from evtrain.bus import Bus
@@ -26,6 +27,8 @@ from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentP
 from evtrain.trainers.networks.sampled import SampledPolicy
 from evtrain.trainers.observations import observation_layout
 from tests.branch_envs import RIGHT_ARMS, TARGETS, hybrid_target, two_bandits
+from tests.group_envs import TRAINERS, RelayEnv
+from tests.group_envs import settings as group_settings
 from tests.helpers import run_config
 from tests.trainers.helpers import small_ppo, small_sac
 
@@ -289,3 +292,40 @@ def test_a_run_saves_exports_and_plays_its_policy_in_inference(tmp_path: Path, e
     options["checkpoint_settings"]["inference"] = True
     options["behaviors"]["Branches"]["max_steps"] = 32
     assert learn(options).steps == {"Branches": 32}
+
+
+# -- the group trainers ---------------------------------------------------------------------------
+
+
+class BranchedRelay(RelayEnv):
+    """The relay game of :mod:`tests.group_envs` with ``space``'s actions: its first branch
+    is the relay's action."""
+
+    def __init__(self, space: spaces.Space[Any]) -> None:
+        super().__init__(leave={2: 2}, join={1: 1})
+        self.single_action_space = space
+        self.action_space = batch_space(space, self.num_envs)
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        branches = actions["discrete"] if isinstance(actions, dict) else actions
+        return super().step(np.asarray(branches)[:, 0])
+
+
+@pytest.mark.parametrize("kind", ["poca", "mappo"])
+@pytest.mark.parametrize("space", [BRANCHES, HYBRID], ids=["multi_discrete", "hybrid"])
+def test_group_trainers_learn_from_branches_and_hybrid_actions(
+    kind: str, space: spaces.Space[Any]
+) -> None:
+    with Bus() as bus:
+        reporter = StatsReporter(bus, "Relay")
+        trainer = TRAINERS[kind](
+            "Relay", group_settings(kind), BranchedRelay(space), reporter, seed=0
+        )
+        before = [p.detach().clone() for p in trainer.algorithm.agent.parameters()]
+        for _ in range(4):
+            trainer.advance()
+    after = list(trainer.algorithm.agent.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    with torch.no_grad():
+        action = trainer.policy_module()(torch.zeros(2, 7))
+    assert action.shape == (2, 2 if space is BRANCHES else 4)

@@ -155,19 +155,15 @@ def test_branch_log_probabilities_and_entropy_are_the_sums_of_the_branches() -> 
     log_std = torch.tensor([-0.5, 0.3])
     action = torch.tensor([[0.1, -0.2, 2.0, 1.0]] * 5)
     log_prob, entropy = heads.score(out, log_std, action, True, True)
-    gauss = torch.distributions.Normal(out[:, :2], log_std.exp())
-    first = torch.distributions.Categorical(logits=out[:, 2:5])
-    second = torch.distributions.Categorical(logits=out[:, 5:])
-    expected = (
-        gauss.log_prob(action[:, :2]).sum(-1)
-        + first.log_prob(action[:, 2].long())
-        + second.log_prob(action[:, 3].long())
-    )
+    z = (action[:, :2] - out[:, :2]) / log_std.exp()
+    gauss = (-0.5 * z.square() - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+    first, second = torch.log_softmax(out[:, 2:5], -1), torch.log_softmax(out[:, 5:], -1)
+    expected = gauss + first[:, 2] + second[:, 1]
     torch.testing.assert_close(log_prob, expected)
     assert entropy is not None
-    torch.testing.assert_close(
-        entropy, gauss.entropy().sum(-1) + first.entropy() + second.entropy()
-    )
+    gauss_entropy = (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum()
+    categorical = -(first.exp() * first).sum(-1) - (second.exp() * second).sum(-1)
+    torch.testing.assert_close(entropy, gauss_entropy + categorical)
 
 
 def test_a_hybrid_policy_clips_its_continuous_actions_only() -> None:

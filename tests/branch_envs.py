@@ -100,7 +100,9 @@ class HybridTarget(gym.Env[npt.NDArray[np.float32], dict[str, Any]]):
 
     def _observe(self) -> npt.NDArray[np.float32]:
         self._context = int(self.np_random.integers(3))
-        return np.eye(3, dtype=np.float32)[self._context]
+        context = np.zeros(3, dtype=np.float32)
+        context[self._context] = 1.0
+        return context
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

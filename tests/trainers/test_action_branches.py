@@ -13,18 +13,24 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 from evtrain import StatsReporter
 from evtrain.bus import Bus
+from evtrain.errors import SpaceMismatchError
 from evtrain.export import export_onnx, onnx_policy
-from evtrain.trainers import MemorySettings, NetworkSettings, PPOSettings, PPOTrainer
+from evtrain.run.learn import learn
+from evtrain.trainers import MemorySettings, NetworkSettings, PPOSettings, PPOTrainer, SACTrainer
 from evtrain.trainers.networks.action_heads import action_heads, to_env
 from evtrain.trainers.networks.policies import ActorCritic, DeterministicPolicy
 from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentPolicy
 from evtrain.trainers.networks.sampled import SampledPolicy
 from evtrain.trainers.observations import observation_layout
 from tests.branch_envs import RIGHT_ARMS, TARGETS, hybrid_target, two_bandits
-from tests.trainers.helpers import small_ppo
+from tests.group_envs import TRAINERS, RelayEnv
+from tests.group_envs import settings as group_settings
+from tests.helpers import run_config
+from tests.trainers.helpers import small_ppo, small_sac
 
 HYBRID = spaces.Dict(
     {
@@ -37,6 +43,7 @@ MASKED_OBS = spaces.Dict(
     {"obs": spaces.Box(-1.0, 1.0, (4,), np.float32), "action_mask": spaces.Box(0, 1, (5,), np.int8)}
 )
 NETWORK = NetworkSettings(hidden_units=16, num_layers=1)
+MEMORY = MemorySettings(memory_size=8, sequence_length=4)
 
 
 def train(env: Any, max_steps: int, learning_rate: float = 0.01, **kwargs: Any) -> PPOTrainer:
@@ -148,19 +155,15 @@ def test_branch_log_probabilities_and_entropy_are_the_sums_of_the_branches() -> 
     log_std = torch.tensor([-0.5, 0.3])
     action = torch.tensor([[0.1, -0.2, 2.0, 1.0]] * 5)
     log_prob, entropy = heads.score(out, log_std, action, True, True)
-    gauss = torch.distributions.Normal(out[:, :2], log_std.exp())
-    first = torch.distributions.Categorical(logits=out[:, 2:5])
-    second = torch.distributions.Categorical(logits=out[:, 5:])
-    expected = (
-        gauss.log_prob(action[:, :2]).sum(-1)
-        + first.log_prob(action[:, 2].long())
-        + second.log_prob(action[:, 3].long())
-    )
+    z = (action[:, :2] - out[:, :2]) / log_std.exp()
+    gauss = (-0.5 * z.square() - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+    first, second = torch.log_softmax(out[:, 2:5], -1), torch.log_softmax(out[:, 5:], -1)
+    expected = gauss + first[:, 2] + second[:, 1]
     torch.testing.assert_close(log_prob, expected)
     assert entropy is not None
-    torch.testing.assert_close(
-        entropy, gauss.entropy().sum(-1) + first.entropy() + second.entropy()
-    )
+    gauss_entropy = (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum()
+    categorical = -(first.exp() * first).sum(-1) - (second.exp() * second).sum(-1)
+    torch.testing.assert_close(entropy, gauss_entropy + categorical)
 
 
 def test_a_hybrid_policy_clips_its_continuous_actions_only() -> None:
@@ -177,7 +180,9 @@ def test_a_hybrid_policy_clips_its_continuous_actions_only() -> None:
 
 
 def test_a_recurrent_policy_takes_branches_masks_and_hybrid_actions() -> None:
-    network = NetworkSettings(hidden_units=8, num_layers=1, memory=MemorySettings(memory_size=8, sequence_length=4))
+    network = NetworkSettings(
+        hidden_units=8, num_layers=1, memory=MemorySettings(memory_size=8, sequence_length=4)
+    )
     agent = RecurrentActorCritic(MASKED_OBS, BRANCHES, network, torch.Generator())
     rng = np.random.default_rng(1)
     masks = random_masks(rng, 512)
@@ -195,7 +200,9 @@ def test_a_recurrent_policy_takes_branches_masks_and_hybrid_actions() -> None:
 
 
 def test_recurrent_ppo_trains_on_branches() -> None:
-    network = NetworkSettings(hidden_units=8, num_layers=1, memory=MemorySettings(memory_size=8, sequence_length=4))
+    network = NetworkSettings(
+        hidden_units=8, num_layers=1, memory=MemorySettings(memory_size=8, sequence_length=4)
+    )
     trainer = train(two_bandits, 512, network_settings=network)
     assert trainer.step >= 512
 
@@ -220,3 +227,101 @@ def test_the_exported_graph_acts_as_torch(tmp_path: Path, space: spaces.Space[An
     np.testing.assert_array_equal(got[:, c:], expected[:, c:])
     np.testing.assert_allclose(got[:, :c], expected[:, :c], atol=1e-5)
     assert obeys(masks, got[:, c:].astype(np.int64))
+
+
+# -- SAC ------------------------------------------------------------------------------------------
+
+
+def test_sac_with_branch_masks_never_takes_a_masked_arm_and_learns() -> None:
+    envs = gym.vector.SyncVectorEnv([lambda: two_bandits(masked=True)] * 2)
+    settings = small_sac(max_steps=800)  # the warm-up's random arms obey the masks too
+    with Bus() as bus:
+        trainer = SACTrainer("Branches", settings, envs, StatsReporter(bus, "Branches"), seed=0)
+        for _ in range(800):
+            if trainer.step >= 800:
+                break
+            trainer.advance()
+    envs.close()
+    every = np.ones((2, 6), np.float32)
+    with torch.no_grad():
+        picked = trainer.policy_module()(torch.from_numpy(every), torch.eye(2)).numpy()
+    assert picked.tolist() == [list(arms) for arms in RIGHT_ARMS]
+
+
+def test_sac_refuses_hybrid_actions_naming_the_behavior() -> None:
+    envs = gym.vector.SyncVectorEnv([hybrid_target])
+    with Bus() as bus, pytest.raises(SpaceMismatchError) as info:
+        SACTrainer("Hybrid", small_sac(), envs, StatsReporter(bus, "Hybrid"), seed=0)
+    envs.close()
+    assert str(info.value) == (
+        "behaviors.Hybrid: SAC does not learn hybrid actions yet, got Dict('continuous': "
+        "Box(-1.0, 1.0, (1,), float32), 'discrete': MultiDiscrete([3])) (ML-Agents' "
+        "continuous and discrete actions at once); use trainer_type: ppo, poca or mappo, "
+        "which learn them"
+    )
+
+
+# -- a run ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env", ["two_bandits", "hybrid_target"])
+def test_a_run_saves_exports_and_plays_its_policy_in_inference(tmp_path: Path, env: str) -> None:
+    behavior = {
+        "trainer_type": "ppo",
+        "hyperparameters": {"batch_size": 32, "buffer_size": 64, "num_epoch": 1},
+        "network_settings": {"hidden_units": 8, "num_layers": 1},
+        "max_steps": 128,
+        "time_horizon": 8,
+        "summary_freq": 64,
+        "checkpoint_interval": 64,
+    }
+    options: dict[str, Any] = {
+        "behaviors": {"Branches": behavior},
+        "env_settings": {"env_id": f"tests.branch_envs:{env}", "num_envs": 2, "seed": 1},
+        "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
+    }
+    result = run_config(tmp_path, options)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "results" / "run"
+    act = onnx_policy(run / "Branches.onnx", threads=1)
+    assert act(np.eye(3 if env == "hybrid_target" else 2, dtype=np.float32)).shape[1] == 2
+    options["checkpoint_settings"]["inference"] = True
+    options["behaviors"]["Branches"]["max_steps"] = 32
+    assert learn(options).steps == {"Branches": 32}
+
+
+# -- the group trainers ---------------------------------------------------------------------------
+
+
+class BranchedRelay(RelayEnv):
+    """The relay game of :mod:`tests.group_envs` with ``space``'s actions: its first branch
+    is the relay's action."""
+
+    def __init__(self, space: spaces.Space[Any]) -> None:
+        super().__init__(leave={2: 2}, join={1: 1})
+        self.single_action_space = space
+        self.action_space = batch_space(space, self.num_envs)
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        branches = actions["discrete"] if isinstance(actions, dict) else actions
+        return super().step(np.asarray(branches)[:, 0])
+
+
+@pytest.mark.parametrize("kind", ["poca", "mappo"])
+@pytest.mark.parametrize("space", [BRANCHES, HYBRID], ids=["multi_discrete", "hybrid"])
+def test_group_trainers_learn_from_branches_and_hybrid_actions(
+    kind: str, space: spaces.Space[Any]
+) -> None:
+    with Bus() as bus:
+        reporter = StatsReporter(bus, "Relay")
+        trainer = TRAINERS[kind](
+            "Relay", group_settings(kind), BranchedRelay(space), reporter, seed=0
+        )
+        before = [p.detach().clone() for p in trainer.algorithm.agent.parameters()]
+        for _ in range(4):
+            trainer.advance()
+    after = list(trainer.algorithm.agent.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    with torch.no_grad():
+        action = trainer.policy_module()(torch.zeros(2, 7))
+    assert action.shape == (2, 2 if space is BRANCHES else 4)

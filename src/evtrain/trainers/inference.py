@@ -14,6 +14,7 @@ from torch import nn
 from evtrain.export import memory_size_of
 from evtrain.trainers.bookkeeping import Bookkeeping
 from evtrain.trainers.envs import AutoresetTracker
+from evtrain.trainers.networks.action_heads import to_env
 from evtrain.trainers.networks.memory import StatefulPolicy
 from evtrain.trainers.observations import policy_inputs
 
@@ -47,7 +48,7 @@ def step(
     as training does and end the period; returns the next observations."""
     inputs = policy_inputs(envs.single_observation_space, obs).values()
     tensors = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) for x in inputs]
-    actions = policy(*tensors).cpu().numpy()
+    actions = to_env(envs.single_action_space, policy(*tensors).cpu().numpy())
     next_obs, rewards, terminated, truncated, infos = envs.step(actions)
     dones = terminated | truncated
     valid = autoreset.observe(dones, infos)

@@ -25,6 +25,7 @@ import torch
 
 from evtrain.evaluation.video import VideoSettings, write_video
 from evtrain.export import memory_size_of
+from evtrain.trainers.networks.action_heads import to_env
 from evtrain.trainers.networks.memory import StatefulPolicy
 from evtrain.trainers.observations import policy_inputs
 
@@ -120,6 +121,7 @@ def _frames(policy: torch.nn.Module, vector: Any, seed: int, behavior: str) -> I
         inputs = policy_inputs(space, batch).values()
         tensors = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) for x in inputs]
         with torch.no_grad():
-            action = act(*tensors).cpu().numpy()[0]
+            batched = to_env(vector.single_action_space, act(*tensors).cpu().numpy())
+        action = {k: v[0] for k, v in batched.items()} if isinstance(batched, dict) else batched[0]
         obs, _, terminated, truncated, _ = env.step(action)
         done = bool(terminated or truncated)

@@ -24,6 +24,7 @@ from evtrain.errors import ConfigError
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.export import memory_size_of
 from evtrain.run.environments.envs import make_envs, working_folder_importable
+from evtrain.trainers.networks.action_heads import to_env
 from evtrain.trainers.networks.memory import StatefulPolicy
 from evtrain.trainers.observations import policy_inputs
 
@@ -150,7 +151,8 @@ def play_episodes(
         stacked = concatenate(space, obs, batch)
         inputs = policy_inputs(space, stacked).values()
         tensors = [torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) for x in inputs]
-        actions = list(iterate(vector.action_space, act(*tensors).cpu().numpy()))
+        batched = to_env(vector.single_action_space, act(*tensors).cpu().numpy())
+        actions = list(iterate(vector.action_space, batched))
         ended = np.zeros(len(envs), dtype=np.bool_)
         for j, env in enumerate(envs):
             episode = playing[j]

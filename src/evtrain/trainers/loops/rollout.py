@@ -52,7 +52,7 @@ class EnvActions:
         self.box = isinstance(action_space, spaces.Box)
         self.space = action_space
         self.hybrid = action_heads(action_space).kind == "hybrid"
-        clip, low, high = action_bounds(action_space)
+        _, low, high = action_bounds(action_space)
         self.low, self.high = low.numpy(), high.numpy()
         if isinstance(action_space, spaces.Box):
             self.shape = (num_envs, *action_space.shape)

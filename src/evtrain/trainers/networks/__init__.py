@@ -1,7 +1,8 @@
 """The networks trainers are built from: layers and flat-parameter helpers (:mod:`.mlp`), the
 observation normaliser (:mod:`.normalizer`), visual encoders (:mod:`.encoders`), the LSTM
-memory (:mod:`.memory`), discrete action masks (:mod:`.masks`), and the actor-critics PPO and
-imitation use (:mod:`.policies`, :mod:`.recurrent`).  Networks serve every algorithm and import
+memory (:mod:`.memory`), discrete action masks (:mod:`.masks`), the distributions of every
+action space (:mod:`.action_heads`), and the actor-critics PPO and imitation use
+(:mod:`.policies`, :mod:`.recurrent`).  Networks serve every algorithm and import
 none.
 
 The names of :mod:`.mlp` and :mod:`.normalizer` are re-exported here:

@@ -27,6 +27,14 @@ branch (``sum n_b``, the branches' masks concatenated, 1 allowed); a branch whos
 are all 0 counts as all allowed.  :meth:`ActionHeads.allowed` widens them to the output
 layer's width, the continuous columns always allowed, so one ``masked_logits`` serves all.
 
+**For exporters.** The policy modules
+(:class:`~evtrain.trainers.networks.policies.DeterministicPolicy`, its sampling subclass and
+:class:`~evtrain.trainers.networks.recurrent.RecurrentPolicy`) carry their ``heads``: an
+exporter of ML-Agents' contract reads ``heads.kind``, ``heads.continuous`` and
+``heads.branches`` and splits the one action tensor: ``[:, :continuous]`` are the continuous
+actions (clipped), ``[:, continuous:]`` each branch's index (a ``Discrete``'s ``[B]`` is one
+branch).
+
 ``Box`` and ``Discrete`` take exactly the operations they always took (``ActionHeads`` hands
 them to :func:`~evtrain.trainers.networks.policies.sample_action` and
 :func:`~evtrain.trainers.networks.policies.score_actions`), so their numbers do not change.
@@ -150,7 +158,7 @@ class ActionHeads:
         continuous columns: always)."""
         if self.kind == "discrete":
             return allowed(mask)
-        ok = torch.cat([allowed(part) for part in mask.split(list(self.branches), -1)], -1)
+        ok = torch.cat([allowed(part) for part in torch.split(mask, list(self.branches), -1)], -1)
         if self.continuous:
             ok = torch.cat([ok.new_ones((*ok.shape[:-1], self.continuous)), ok], -1)
         return ok
@@ -172,7 +180,7 @@ class ActionHeads:
         ok_logits = None if ok is None else ok[..., self.continuous :]
         indices, log_prob = [], out.new_zeros(out.shape[:-1])
         for part, part_ok in zip(
-            logits.split(list(self.branches), -1), self._split(ok_logits), strict=True
+            torch.split(logits, list(self.branches), -1), self._split(ok_logits), strict=True
         ):
             log_probs = torch.log_softmax(part, dim=-1)
             # Gumbel-max, as a Discrete samples (see sample_action)
@@ -204,7 +212,7 @@ class ActionHeads:
         c = self.continuous
         indices = action[..., c:].long()
         log_prob, ent = out.new_zeros(out.shape[:-1]), out.new_zeros(out.shape[:-1])
-        for i, part in enumerate(out[..., c:].split(list(self.branches), -1)):
+        for i, part in enumerate(torch.split(out[..., c:], list(self.branches), -1)):
             log_probs = torch.log_softmax(part, dim=-1)
             log_prob = log_prob + log_probs.gather(-1, indices[..., i : i + 1]).squeeze(-1)
             if entropy:
@@ -226,7 +234,7 @@ class ActionHeads:
             return out
         c = self.continuous
         discrete = torch.stack(
-            [part.argmax(-1) for part in out[..., c:].split(list(self.branches), -1)], -1
+            [part.argmax(-1) for part in torch.split(out[..., c:], list(self.branches), -1)], -1
         )
         if self.kind == "multi_discrete":
             return discrete
@@ -250,7 +258,7 @@ class ActionHeads:
     def _split(self, ok: torch.Tensor | None) -> list[torch.Tensor | None]:
         if ok is None:
             return [None] * len(self.branches)
-        return list(ok.split(list(self.branches), -1))
+        return list(torch.split(ok, list(self.branches), -1))
 
 
 def action_heads(space: spaces.Space[Any]) -> ActionHeads:

@@ -23,13 +23,13 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from evtrain.trainers.networks.action_heads import action_heads
 from evtrain.trainers.networks.attention import (
     EntityEmbedding,
     Projected,
     ResidualSelfAttention,
 )
 from evtrain.trainers.networks.mlp import ACTIVATIONS, MLP
-from evtrain.trainers.networks.action_heads import action_heads
 from evtrain.trainers.observations import ObservationLayout
 from evtrain.trainers.settings import NetworkSettings
 

@@ -255,6 +255,12 @@ def _hyperparameters(spec: AlgorithmSpec) -> SACSettings:
     """The hyperparameters, once the action space is known to suit SAC."""
     hp: SACSettings = spec.settings.hyperparameters  # type: ignore[assignment]  # loop checks
     space = spec.action_space
+    if isinstance(space, spaces.Dict):
+        raise SpaceMismatchError(
+            f"behaviors.{spec.behavior_name}: SAC does not learn hybrid actions yet, got {space} "
+            "(ML-Agents' continuous and discrete actions at once); use trainer_type: ppo, "
+            "poca or mappo, which learn them"
+        )
     if not isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and (
         not isinstance(space, spaces.Box)
         or not (np.isfinite(space.low).all() and np.isfinite(space.high).all())

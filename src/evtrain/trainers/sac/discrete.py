@@ -22,7 +22,7 @@ Polyak-averaged targets, automatic entropy tuning, the same hyperparameters):
 
 The replay buffer stores an action as its ``k`` indices (float32 columns hold them exactly).
 
-A ``Discrete`` policy whose observations hold an ``action_mask``
+A policy whose observations hold an ``action_mask`` (of every branch, side by side)
 (:mod:`evtrain.trainers.networks.masks`) reads it from the observation rows: its
 probabilities of masked actions are 0 (the others renormalised), so every expectation above
 is over the allowed actions, the soft value ``V(s')`` over those allowed at ``s'`` (the mask
@@ -42,7 +42,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.errors import SpaceMismatchError
-from evtrain.trainers.networks.masks import allowed, allowed_in, masked_logits, masked_scores
+from evtrain.trainers.networks.masks import allowed, masked_logits, masked_scores
 from evtrain.trainers.networks.mlp import MLP
 from evtrain.trainers.sac.memory import RecurrentTwinQ
 from evtrain.trainers.sac.twin_q import TwinQ
@@ -155,13 +155,21 @@ class Branches:
         self, rng: np.random.Generator, count: int, mask: npt.NDArray[Any] | None = None
     ) -> npt.NDArray[np.int64]:
         """``count`` uniformly random actions, ``[count, k]`` indices; with ``mask`` (the
-        ``[count, n]`` action masks of a ``Discrete`` space), of the allowed actions only."""
+        ``[count, sum n_b]`` action masks), of the allowed actions only."""
         if mask is None:
             return rng.integers(0, self.sizes, size=(count, len(self)))
-        ok = allowed(torch.from_numpy(np.asarray(mask, dtype=np.float32))).numpy()
+        ok = self.allowed(torch.from_numpy(np.asarray(mask, dtype=np.float32))).numpy()
         # the largest of uniform scores among the allowed actions: a uniform draw of them
-        picked: npt.NDArray[np.int64] = np.where(ok, rng.random(ok.shape), -1.0).argmax(-1)
-        return picked[:, None]
+        scores = np.where(ok, rng.random(ok.shape), -1.0)
+        picked = self.argmax(torch.from_numpy(scores)).numpy()
+        return picked.astype(np.int64)
+
+    def allowed(self, mask: torch.Tensor) -> torch.Tensor:
+        """The allowed actions ``[..., sum n_b]`` of raw mask entries (each branch's zeros:
+        all of it allowed; :func:`~evtrain.trainers.networks.masks.allowed`)."""
+        if len(self) == 1:
+            return allowed(mask)
+        return torch.cat([allowed(p) for p in torch.split(mask, list(self.sizes), dim=-1)], -1)
 
     def to_env(self, actions: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Stored actions ``[N, k]`` (indices, any dtype) as the vector environment takes
@@ -318,7 +326,7 @@ class CategoricalActor(nn.Module):
     :param encoder: the image encoders in front of the hidden layers (``obs_dim`` is then
         their output's width), which leave an action mask out; ``None`` for vector
         observations.
-    :param mask: the action mask's columns of an observation row (``Discrete`` only; see the
+    :param mask: the action mask's columns of an observation row (every branch's; see the
         module's docs); ``None`` without one.
     """
 
@@ -340,7 +348,7 @@ class CategoricalActor(nn.Module):
 
     def allowed_actions(self, x: torch.Tensor) -> torch.Tensor | None:
         """The allowed actions of observation rows ``x``; ``None`` without a mask."""
-        return allowed_in(x, self.mask)
+        return None if self.mask is None else self.branches.allowed(x[..., self.mask])
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Every branch's logits of normalised observations, ``[B, sum n_b]``, masked actions'

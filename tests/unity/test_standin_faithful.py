@@ -145,6 +145,9 @@ def test_a_chw_camera_is_a_package_3_build_that_mlagents_envs_0_28_cannot_decode
         ("GridWorld", {"GridWorld": spec([[84, 84, 3], [2]], [[2, 2, 1], [1]], 0, [5],
                                          ["Camera", "GoalSignal"], [0, 1])}),
         ("PushBlock", {"PushBlock": spec([[210]], [[1]], 0, [7], ["Vector0"])}),
+        ("multi", {"Striker?team=0": spec([[6]], [[1]], 0, [3], ["Vector0"]),
+                   "Striker?team=1": spec([[6]], [[1]], 0, [3], ["Vector0"]),
+                   "Coop": spec([[5]], [[1]], 0, [3], ["Vector0"])}),
         ("SoccerTwos", {f"SoccerTwos?team={team}": spec(
             [[264], [72]], [[1], [1]], 0, [3, 3, 3], ["Vector0", "Vector1"]) for team in (0, 1)}),
     ],
@@ -156,7 +159,12 @@ def test_the_samples_have_their_behaviors_sizes(
     assert report.get("error") is None, report.get("traceback")
     assert report["specs"] == specs
     agents = sum(len(step["decision_ids"]) for step in report["steps"][0].values())
-    assert agents == {"3DBall": 12, "GridWorld": 9, "PushBlock": 1, "SoccerTwos": 4}[scenario]
+    assert (
+        agents
+        == {"3DBall": 12, "GridWorld": 9, "PushBlock": 1, "SoccerTwos": 4, "multi": 8}[scenario]
+    )
+    if scenario == "multi":
+        assert report["steps"][0]["Coop"]["decision_group_ids"] == [1, 1, 1, 2, 2, 2]
     if scenario == "GridWorld":
         assert report["steps"][0]["GridWorld"]["action_mask"] == [[[0, 0, 0, 0, 1]] * 9]
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import onnx
 import yaml
 
 from tests.helpers import end_with_the_suite, free_port, run_cli
@@ -54,7 +55,8 @@ def test_evtrain_learn_trains_the_corridor_over_two_instances(tmp_path: Path) ->
     with (run / "Basic/progress.csv").open() as f:
         rewards = [float(row["Environment/Cumulative Reward"]) for row in csv.DictReader(f)]
     assert rewards[-1] >= 0.9 * BEST_RETURN, rewards
-    assert (run / "Basic.onnx").exists()
+    outputs = [o.name for o in onnx.load(str(run / "Basic.onnx")).graph.output]
+    assert "version_number" in outputs and "discrete_actions" in outputs  # Unity's contract
     for worker_id in (0, 1):
         log = (run / f"run_logs/Player-{worker_id}.log").read_text().splitlines()
         assert "-nographics -batchmode --mlagents-port " in log[0]

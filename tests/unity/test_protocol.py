@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import uuid
 from typing import Any
 
@@ -237,6 +238,8 @@ def test_a_build_that_quits_mid_run_raises_a_communication_error(
 def test_a_build_that_hangs_up_mid_call_raises_a_communication_error(
     connection: UnityConnection, port: int
 ) -> None:
+    taken = threading.Event()
+
     def script(build: FakeBuild, _: Any) -> None:
         build.send({"B": [agent(1, [[0.0]])]}, brains=[brain("B", 0, [2])])
         future = build.channel.unary_unary(
@@ -244,16 +247,17 @@ def test_a_build_that_hangs_up_mid_call_raises_a_communication_error(
             request_serializer=schema.UnityMessageProto.SerializeToString,
             response_deserializer=schema.UnityMessageProto.FromString,
         ).future(schema.UnityMessageProto(header=schema.HeaderProto(status=200)))
+        assert taken.wait(30.0), "evtrain never took the build's call"
         future.cancel()  # the build's call ends before evtrain answers it
 
     side = _connected(connection, port, script)
     connection.reset()
     connection.step_begin()
-    side.result()
+    connection.step_end(timeout=30.0)  # the call is evtrain's to answer now
+    taken.set()
     with pytest.raises(UnityCommunicationError, match="closed the connection"):
-        while True:  # the cancelled call may come in as a call first, then hang up
-            connection.step_end(timeout=10.0)
-            connection.step_begin()
+        connection.step_end(timeout=30.0)
+    side.result()
 
 
 def test_close_tells_the_build_to_quit_and_is_idempotent(

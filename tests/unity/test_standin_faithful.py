@@ -14,6 +14,7 @@ from tests.helpers import free_port
 from tests.standin import make_build
 from tests.standin.launch import lines_with
 from tests.standin.reference import ReferenceUnavailable, drive, reference_python
+from tests.standin.scenes import FOLLOW_REWARD
 
 
 @pytest.fixture(scope="session")
@@ -94,10 +95,13 @@ def test_the_duel_has_two_teams_of_one_behavior_and_a_winner(
     ended = report["steps"][10]  # 10 steps played; judged at the next decision
     blue, red = ended["Duel?team=0"], ended["Duel?team=1"]
     assert (blue["terminal_ids"], red["terminal_ids"]) == ([1], [2])
-    assert blue["terminal_rewards"][0] - round(blue["terminal_rewards"][0], 0) == pytest.approx(
-        red["terminal_rewards"][0] - round(red["terminal_rewards"][0], 0)
-    )  # the same follow reward beside a win and a loss (or a tie)
-    assert round(blue["terminal_rewards"][0]) == -round(red["terminal_rewards"][0])
+    rewards = blue["terminal_rewards"][0], red["terminal_rewards"][0]
+    wins = [round(reward) for reward in rewards]
+    assert wins[0] == -wins[1]  # a win and a loss, or a tie
+    for reward, win in zip(rewards, wins, strict=True):  # beside each, its own follow reward
+        assert reward - win == pytest.approx(0.0, abs=1e-6) or reward - win == pytest.approx(
+            FOLLOW_REWARD
+        )
 
 
 def test_mixed_hybrid_actions_an_hwc_camera_groups_and_agents_coming_and_going(

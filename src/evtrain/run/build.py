@@ -130,20 +130,12 @@ def build_behavior(
     :raises CheckpointError: the checkpoint cannot be read, or does not fit the trainer the
         options build (:func:`evtrain.run.checkpoints.checkpoint_fit.misfit`).
     """
-    from evtrain.run.checkpoints.checkpoint import CheckpointManager
-
     cs = options.checkpoint_settings
-    manager = CheckpointManager(
-        cs.write_path,
-        name,
-        keep_checkpoints=settings.keep_checkpoints,
-        status=status,
-        bus=bus,
-        is_writer=get_rank() == 0,
-        resume=cs.resume,
-    )
+    manager = _checkpoint_manager(options, name, settings, bus, status)
     state = _initial_state(options, name, manager)
     envs, reporter = _envs_and_reporter(options, name, settings, bus, curriculum, shared)
+    if options.env_settings.unity and shared is not None:
+        manager.exporter = _unity_exporter(shared, name, envs)
     trainer_cls = trainer_type(settings.trainer_type).load()
     try:
         _check_self_play(name, settings, envs)  # before the trainer says anything
@@ -167,6 +159,34 @@ def build_behavior(
     if state is not None:
         logger.info("%s starts at step %d", name, trainer.step)
     return trainer, manager
+
+
+def _checkpoint_manager(
+    options: RunOptions, name: str, settings: Any, bus: Bus, status: TrainingStatus
+) -> CheckpointManager:
+    """Behavior ``name``'s checkpoint manager: rank 0 writes."""
+    from evtrain.run.checkpoints.checkpoint import CheckpointManager
+
+    cs = options.checkpoint_settings
+    return CheckpointManager(
+        cs.write_path,
+        name,
+        keep_checkpoints=settings.keep_checkpoints,
+        status=status,
+        bus=bus,
+        is_writer=get_rank() == 0,
+        resume=cs.resume,
+    )
+
+
+def _unity_exporter(shared: SharedSteps, name: str, envs: Any) -> Any:
+    """What exports a Unity run's behavior ``name``: the graph Unity's model loader runs."""
+    from evtrain.export.unity_model import UnityExporter
+
+    spec = shared.env.specs[name]  # type: ignore[union-attr]
+    space = envs.single_observation_space
+    inputs = list(space.spaces) if hasattr(space, "spaces") else None  # a Dict's keys
+    return UnityExporter(spec.observation_specs, spec.action_spec, inputs)
 
 
 def _check_self_play(name: str, settings: Any, envs: Any) -> None:

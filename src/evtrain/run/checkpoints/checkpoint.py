@@ -83,6 +83,8 @@ class CheckpointManager:
         is_writer: bool = True,
         resume: bool = False,
     ) -> None:
+        """:attr:`exporter` may be set to another with ``export(module, example_obs, path)``
+        (a Unity run's :class:`~evtrain.export.unity_model.UnityExporter`)."""
         if keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints must be 0 (all) or more, got {keep_checkpoints}")
         self.run_folder = Path(run_folder)
@@ -101,7 +103,7 @@ class CheckpointManager:
         """Whether this process writes (one rank does)."""
         self.progress = SaveProgress()
         """How far the latest save has got (see :attr:`in_progress`, :attr:`written`)."""
-        self._exporter = PolicyExporter()  # traces the policy once, then puts new weights in
+        self.exporter: Any = PolicyExporter()  # traces the policy once, then puts new weights in
         self._list = CheckpointList(
             self.folder,
             behavior,
@@ -318,7 +320,7 @@ class CheckpointManager:
         self.progress.writing(path)
         try:
             with hierarchical_timer("export"):
-                self._exporter.export(policy, example_obs, path)
+                self.exporter.export(policy, example_obs, path)
         except Exception as error:
             # Never lose the checkpoint over its export (ML-Agents users did, at Ctrl-C).  A
             # full disk is the machine's state, not a bug: one line, no traceback.

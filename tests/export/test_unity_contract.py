@@ -41,7 +41,7 @@ from evtrain.trainers.networks.recurrent import RecurrentActorCritic, RecurrentP
 from evtrain.trainers.settings import MemorySettings, NetworkSettings
 
 OPSET = 9
-FALLBACK_OPSET = 13  # a policy opset 9 cannot express: the trainers' hybrid policy today
+FALLBACK_OPSET = 13  # a plugin's policy opset 9 cannot express
 VERSION_NUMBER = 3
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 Shape = Callable[[int, tuple[int, ...], int], list[Any]]
@@ -273,8 +273,7 @@ def test_a_trained_policys_graph_is_ml_agents_contract(case: str, tmp_path: Path
     branches = actions.discrete_branches
     policy, order, _ = ppo_policy(specs, space, branches, memory)
     path = export_for_unity(policy, specs, actions, tmp_path / "Basic.onnx", policy_inputs=order)
-    hybrid = isinstance(space, spaces.Dict)
-    session = check_graph(path, specs, actions, memory, FALLBACK_OPSET if hybrid else OPSET)
+    session = check_graph(path, specs, actions, memory)  # opset 9, hybrid policies too
     names = order or ["obs_0"]
     for batch in (1, 5):
         mask = random_masks(batch, branches, seed=batch) if branches else None
@@ -430,3 +429,24 @@ def test_the_unity_exporter_writes_the_same_graph_at_every_checkpoint(tmp_path: 
     for step in (1, 2):
         path = exporter.export(policy, None, tmp_path / f"Basic-{step}.onnx")
         check_graph(path, specs, ActionSpec(0, (3,)), 0)
+
+
+class _FlippingPolicy(nn.Module):
+    """A plugin's policy with an operation opset 9 lacks (a flip: a Slice with a negative
+    step, opset 10)."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(obs[:, :2]).flip(-1)
+
+
+def test_a_policy_opset_9_cannot_express_is_exported_in_opset_13(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    specs, actions = [ObservationSpec((3,), (NONE,))], ActionSpec(2, ())
+    with caplog.at_level("INFO", logger="evtrain.export"):
+        path = export_for_unity(_FlippingPolicy(), specs, actions, tmp_path / "Flip.onnx")
+    assert any("cannot be exported in opset 9" in r.getMessage() for r in caplog.records)
+    session = check_graph(path, specs, actions, 0, FALLBACK_OPSET)
+    obs = np.array([[0.1, -0.2, 0.3]], dtype=np.float32)
+    got = session.run(["deterministic_continuous_actions"], {"obs_0": obs})[0]
+    np.testing.assert_allclose(got, np.tanh(obs[:, [1, 0]]), rtol=1e-5)

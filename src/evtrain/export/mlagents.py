@@ -27,8 +27,8 @@ outputs, in this order
     and ``argmax`` give int64 in ML-Agents' graph too; Unity 3.x/4.x read them as
     ``Tensor<int>``, so a float there would fail at run time).
 opset
-    9 (``SerializationSettings.onnx_opset``); 13 for a policy the exporter cannot write in
-    opset 9 (today: a hybrid policy's per-branch split).
+    9 (``SerializationSettings.onnx_opset``), every trainer's policy included; 13 for a
+    plugin's policy the exporter cannot write in opset 9 (logged).
 
 Continuous actions are clipped as the trainer clips them on their way to the build, to the
 Unity action space's ``[-1, 1]``: evtrain's policies are trained on that scale, where

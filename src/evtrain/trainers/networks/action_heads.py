@@ -233,9 +233,10 @@ class ActionHeads:
         if self.kind == "box":
             return out
         c = self.continuous
-        discrete = torch.stack(
-            [part.argmax(-1) for part in torch.split(out[..., c:], list(self.branches), -1)], -1
-        )
+        parts = torch.split(out[..., c:], list(self.branches), -1)
+        # argmax kept 2-D and concatenated: ONNX opset 9 (ML-Agents' export) loses the rank of
+        # a stack of 1-D argmaxes beside the means
+        discrete = torch.cat([part.argmax(-1, keepdim=True) for part in parts], -1)
         if self.kind == "multi_discrete":
             return discrete
         return torch.cat([out[..., :c], discrete.to(out.dtype)], -1)

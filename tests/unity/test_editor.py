@@ -80,7 +80,8 @@ def test_base_port_5004_waits_for_the_editor_and_trains_it(tmp_path: Path) -> No
         )
     )
     assert learn.stderr is not None
-    lines, seen = _lines(learn.stderr), list[str]()
+    lines = _lines(learn.stderr)
+    seen: list[str] = []
     _wait_for(lines, WAITING, seen)
     log = tmp_path / "Editor.log"
     play = end_with_the_suite(

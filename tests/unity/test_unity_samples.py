@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 import pytest
+import yaml
 
 from tests.helpers import free_port, run_cli
 from tests.standin import REPO, make_build
@@ -113,3 +114,68 @@ def test_an_mlagents_sample_config_runs_as_written_on_its_stand_in(
     assert int(float(rows[-1]["Step"])) >= sample.max_steps
     if name == "poca/SoccerTwos":  # self-play (its ELO) and POCA's group reward, from the build
         assert "Self-play/ELO" in rows[-1] and "Environment/Group Cumulative Reward" in rows[-1]
+
+
+EXAMPLES = REPO / "examples" / "configs"
+EXAMPLE_BUILDS = {
+    "unity_basic_ppo": ("corridor", "Basic", 0),
+    "unity_3dball_sac": ("3DBall", "3DBall", 0),
+    "unity_gridworld_ppo": ("GridWorld", "GridWorld", 0),
+    "unity_soccer_poca_selfplay": ("SoccerTwos", "SoccerTwos", 4),
+}
+"""Each example's stand-in scene, behavior and training areas (0: the scene's own)."""
+
+
+def test_every_unity_example_config_has_a_stand_in() -> None:
+    assert sorted(p.stem for p in EXAMPLES.glob("unity_*.yaml")) == sorted(EXAMPLE_BUILDS)
+
+
+def tiny(options: dict[str, Any]) -> dict[str, Any]:
+    """An example on a tiny budget, as tests/test_example_configs.py runs the others: a few
+    hundred steps, small rollouts; its trainers, networks, self-play and builds as written."""
+    for settings in options["behaviors"].values():
+        settings.update(max_steps=512, summary_freq=256)
+        hyperparameters = settings["hyperparameters"]
+        if settings["trainer_type"] == "sac":
+            hyperparameters.update(buffer_init_steps=64, batch_size=32)
+        else:
+            hyperparameters.update(
+                buffer_size=256, batch_size=min(hyperparameters["batch_size"], 64)
+            )
+            settings["time_horizon"] = min(settings["time_horizon"], 64)
+        if "self_play" in settings:
+            settings["self_play"].update(save_steps=128, team_change=256, swap_steps=64)
+    return options
+
+
+EXAMPLES_SLOW = {"unity_basic_ppo", "unity_gridworld_ppo"}
+"""The examples whose keys and scene a sample of the default suite runs (ppo/Basic,
+ppo/GridWorld); SAC and POCA with self-play run by default."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[pytest.mark.slow] if name in EXAMPLES_SLOW else [])
+        for name in sorted(EXAMPLE_BUILDS)
+    ],
+)
+def test_a_unity_example_config_trains_its_stand_in(name: str, tmp_path: Path) -> None:
+    scenario, behavior, areas = EXAMPLE_BUILDS[name]
+    build = make_build(tmp_path / "builds", scenario, behavior)
+    options = tiny(yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text()))
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(options))
+    flags = ["--env", str(build), "--base-port", str(free_port()), "--run-id", "example"]
+    flags += ["--writer", "csv"]
+    if areas:
+        flags += ["--env-args", "--areas", str(areas)]
+    result = run_cli(f"{name}.yaml", *flags, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "results" / "example"
+    assert model_outputs(run / f"{behavior}.onnx")["version_number"].tolist() == [3.0]
+    with (run / behavior / "progress.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert int(float(rows[-1]["Step"])) >= 512
+    if "self_play" in options["behaviors"][behavior]:
+        assert len({row["Self-play/ELO"] for row in rows}) > 1  # games ended, ratings moved
+        assert any(row["Environment/Group Cumulative Reward"] for row in rows)  # POCA's

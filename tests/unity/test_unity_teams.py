@@ -6,14 +6,18 @@ team, and a new learning team takes over between games, never in one."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from evtrain.errors import UnityDataError
 from evtrain.multiagent.copies import EpisodeResult
 from evtrain.unity.behaviors import UnityBehaviors
 from evtrain.unity.connection import UnityConnection
+from evtrain.unity.slots import BehaviorSlots
+from evtrain.unity.teams import TeamPlay
 from tests.helpers import end_with_the_suite, free_port
 from tests.standin import make_build
 from tests.standin.launch import launch
@@ -58,3 +62,31 @@ def test_a_self_playing_behavior_trains_one_team_against_its_co_player(tmp_path:
     assert teams.index(1) == DUEL_STEPS - 1  # team 1's agent is the slot's from the first end
     assert all(obs["obs_0"].shape == (1, 6) for obs in seen) and len(seen) == 3 * DUEL_STEPS
     assert [r.reward for r in results] == pytest.approx(finals)  # the learning agent's
+
+
+def steps(groups: list[int]) -> Any:
+    """A behavior's first steps as :class:`BehaviorSlots` counts them: agents of ``groups``."""
+    decisions = SimpleNamespace(
+        agent_id=np.arange(len(groups), dtype=np.int32),
+        group_id=np.asarray(groups, dtype=np.int32),
+    )
+    none = SimpleNamespace(agent_id=np.zeros(0, np.int32), group_id=np.zeros(0, np.int32))
+    return decisions, none
+
+
+def test_self_play_between_teams_of_different_sizes_is_one_line() -> None:
+    first = [{"Soccer?team=0": steps([1, 1, 2, 2]), "Soccer?team=1": steps([3, 3])}]
+    slots = BehaviorSlots("Soccer", ["Soccer?team=0", "Soccer?team=1"], first)
+    with pytest.raises(UnityDataError) as caught:
+        TeamPlay(slots)
+    assert str(caught.value) == (
+        "behavior 'Soccer' self-plays, but its teams have different numbers of groups in Unity "
+        "instance 0 (team 0: 2, team 1: 1); self-play plays each team's group against one of "
+        "the other's: give both teams as many, or remove self_play"
+    )
+    same = [{"Soccer?team=0": steps([1, 1, 2, 2]), "Soccer?team=1": steps([3, 3, 4, 4])}]
+    play = TeamPlay(BehaviorSlots("Soccer", ["Soccer?team=0", "Soccer?team=1"], same))
+    assert (play.num_slots, play.index.tolist()) == (4, [0, 1, 2, 3])
+    play.set_learning_team(1)
+    with pytest.raises(ValueError, match=r"'Soccer' has teams \[0, 1\], not 2"):
+        play.set_learning_team(2)

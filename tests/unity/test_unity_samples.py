@@ -51,7 +51,7 @@ SAMPLES = {
 """``max_steps``: one rollout (``buffer_size``), two of Basic's and GridWorld's small ones."""
 
 SLOW = {"poca/SoccerTwos"}
-"""20,480 steps through POCA's 2 x 512 networks and attention critic: a minute of CPU."""
+"""20,480 steps through POCA's 2 x 512 networks and attention critic: about 40 s."""
 
 
 def params() -> list[Any]:

@@ -13,7 +13,8 @@ and action shapes of what it stands for:
   step, agent 4 appears at step 3, agent 2 leaves at step 5; episodes of 20 steps.
 - ``multi``: ``Striker?team=0/1`` (self-play duel as above) and ``Coop`` (two groups of 3 with
   group rewards: +1 each to the group when all its agents followed their cues) in one build.
-- ML-Agents' samples, with their behaviors' observation and action sizes: ``3DBall`` (12 agents,
+- ML-Agents' samples, with their behaviors' observation and action sizes (``--areas N``: N
+  copies of the agents, as Unity's training areas): ``3DBall`` (12 agents,
   8 floats, 2 continuous), ``GridWorld`` (9 agents, an 84x84 camera and a goal signal of 2,
   one branch of 5 with action masks), ``PushBlock`` (ray perception of 210 floats, one branch
   of 7), ``SoccerTwos`` (``?team=0/1``, two agents each, rays of 264 and 72 floats, branches
@@ -186,7 +187,9 @@ class Mixed(CueScene):
 
 
 class Sample(CueScene):
-    """An ML-Agents sample's behavior: ``agents`` agents in ``teams`` teams, 50-step episodes."""
+    """An ML-Agents sample's behavior: ``agents`` agents in ``teams`` teams (each team a group,
+    as SoccerTwos' ``SimpleMultiAgentGroup``s), 50-step episodes; ``--areas N`` puts N such
+    training areas in the build, each with groups of its own."""
 
     max_step = 50
     behavior = ""
@@ -194,10 +197,15 @@ class Sample(CueScene):
     teams = 0
 
     def bodies(self) -> list[Body]:
+        areas = int(self.options.get("areas", "1"))
         if not self.teams:
-            return [Body(self.behavior) for _ in range(self.agents)]
+            return [Body(self.behavior) for _ in range(self.agents * areas)]
         return [
-            Body(f"{self.behavior}?team={i % self.teams}", group=1 + i % self.teams)
+            Body(
+                f"{self.behavior}?team={i % self.teams}",
+                group=1 + area * self.teams + i % self.teams,
+            )
+            for area in range(areas)
             for i in range(self.agents)
         ]
 

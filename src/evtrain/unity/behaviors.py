@@ -19,8 +19,9 @@ In each step, per slot (the ``infos`` keys of :mod:`evtrain.multiagent.slots`):
 - ``episode_over``: every agent of the slot's copy that was in an episode ended it.
 
 Teams: the trainer of ``Soccer`` gets the agents of ``Soccer?team=0`` and ``Soccer?team=1`` in
-one view, team by team; :attr:`UnityBehaviorView.slot_teams` gives each slot's team, for the loop
-of a self-playing behavior to tell its learning team's slots from the others'.
+one view, team by team (:attr:`UnityBehaviorView.slot_teams` gives each slot's team); with
+``self_play`` its view holds its learning team's agents only, the other team acting with the
+ghost's opponent (:mod:`evtrain.unity.teams`).
 
 Actions go to the agents that asked for a decision only.  An agent whose decision comes on a
 later exchange than the others' keeps the action it was given (as in ML-Agents), and its slot
@@ -34,27 +35,19 @@ with the same period) never meet this.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
 
 from evtrain.errors import ConfigError, UnityDataError
 from evtrain.multiagent.copies import StepRecord
 from evtrain.unity.connection import Steps, UnityConnection
 from evtrain.unity.slots import BehaviorSlots
-from evtrain.unity.spaces import (
-    MASK_KEY,
-    action_space,
-    action_tuple,
-    observation_keys,
-    observation_space,
-)
+from evtrain.unity.spaces import action_tuple
 from evtrain.unity.specs import BehaviorSpec, split_behavior_name
+from evtrain.unity.view import UnityBehaviorView
 
 __all__ = ["UnityBehaviorView", "UnityBehaviors", "UnityStepRecord"]
 
@@ -78,8 +71,10 @@ class UnityBehaviors:
     :param spare_copies: per behavior, copies of slots more per instance and team than the
         agents of the first step fill, for agents that appear later (see
         :class:`~evtrain.unity.slots.BehaviorSlots`).
+    :param self_play: the behaviors with ``self_play``: their views hold one team's agents.
     :raises ConfigError: a behavior the build does not have.
-    :raises UnityDataError: one behavior's teams or instances differ in their specs.
+    :raises UnityDataError: one behavior's teams or instances differ in their specs, or a
+        self-playing behavior's teams in their numbers of agents.
     """
 
     def __init__(
@@ -88,6 +83,7 @@ class UnityBehaviors:
         behaviors: Sequence[str] | None = None,
         *,
         spare_copies: Mapping[str, int] | None = None,
+        self_play: Collection[str] = (),
     ) -> None:
         if not connections:
             raise ValueError("UnityBehaviors needs at least one connected build instance")
@@ -108,7 +104,7 @@ class UnityBehaviors:
         """Each trainer behavior's spec (every team's and instance's is the same)."""
         spare = spare_copies or {}
         self.slots = {b: BehaviorSlots(b, found[b], first, spare.get(b, 0)) for b in wanted}
-        self._views = {b: UnityBehaviorView(self, b) for b in wanted}
+        self._views = {b: UnityBehaviorView(self, b, self_play=b in self_play) for b in wanted}
         self._unknown: set[str] = set()
         self.latest: dict[str, StepRecord] = self._observe(first)
         self._fresh = True
@@ -135,6 +131,9 @@ class UnityBehaviors:
         self._fresh = False
         for behavior, slots in self.slots.items():
             chosen = actions[behavior]
+            teams = self._views[behavior].team_play
+            if teams is not None:
+                chosen = teams.actions(chosen, self._views[behavior].every_observation())
             spec = self.specs[behavior].action_spec
             for (k, name), rows in slots.rows.items():
                 if len(rows):
@@ -166,8 +165,10 @@ class UnityBehaviors:
                     if name in state:
                         _record(slots, view, record, ended, k, name, state[name])
             _episodes(slots, record, ended, live_before)
+            if view.team_play is not None:
+                record = view.team_play.view_of(record, UnityStepRecord(view.num_envs))
             record.batch = view.observations()
-            record.obs = _rows(record.batch, slots.num_slots)
+            record.obs = _rows(record.batch, view.num_envs)
             records[behavior] = record
         for state in states:
             for name in state:
@@ -271,103 +272,3 @@ def _one_spec(
                 "must share their observations and actions: give them different behavior names"
             )
     return first
-
-
-class UnityBehaviorView(VectorEnv[Any, Any, Any]):
-    """One trainer behavior's slots in :class:`UnityBehaviors`: a vector environment
-    (autoreset mode ``SAME_STEP``) whose ``step`` is that behavior's part of the shared step,
-    taken by the run's loop through :attr:`exchange` (as
-    :class:`~evtrain.multiagent.shared.BehaviorView`'s)."""
-
-    def __init__(self, shared: UnityBehaviors, behavior: str) -> None:
-        self.shared = shared
-        self.behavior = behavior
-        self.behavior_spec = shared.specs[behavior]
-        self._slots = shared.slots[behavior]
-        self.group_size = self._slots.group_size
-        """Slots per copy (an ML-Agents group, or an instance's team)."""
-        self.slot_teams = np.asarray(self._slots.slot_teams, dtype=np.int64)
-        """The team of each slot (0 without teams)."""
-        self.teams = sorted({split_behavior_name(n)[1] for n in self._slots.names})
-        self.num_envs = self._slots.num_slots
-        self.single_observation_space = observation_space(self.behavior_spec)
-        self.single_action_space = action_space(self.behavior_spec.action_spec)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        self._keys = observation_keys(self.behavior_spec)
-        self._batch: dict[str, npt.NDArray[np.float32]] = {
-            key: np.zeros((self.num_envs, *space.shape), dtype=np.float32)
-            for key, space in self._parts().items()
-        }
-        if MASK_KEY in self._batch:
-            self._batch[MASK_KEY][:] = 1.0
-        self.exchange = self._unconnected
-        """Takes this behavior's actions for one shared step and returns its part once every
-        behavior has acted: set by the loop that drives the behaviors."""
-
-    def _parts(self) -> dict[str, spaces.Box]:
-        space = self.single_observation_space
-        if isinstance(space, spaces.Dict):
-            return {key: part for key, part in space.spaces.items()}  # type: ignore[misc]
-        assert isinstance(space, spaces.Box)
-        return {"obs_0": space}
-
-    @property
-    def acting(self) -> npt.NDArray[np.bool_]:
-        """The slots whose agent asked for a decision (acts at the next step)."""
-        acting: npt.NDArray[np.bool_] = self._slots.acting.copy()
-        return acting
-
-    def observations(self) -> Any:
-        """The observation each slot shows now, as a batch."""
-        if self._keys is None:
-            return self._batch["obs_0"].copy()
-        return {key: value.copy() for key, value in self._batch.items()}
-
-    def store(self, at: npt.NDArray[np.intp], obs: list[Any], mask: list[Any] | None) -> None:
-        """Slots ``at`` show observations ``obs`` (and ML-Agents' ``mask``)."""
-        for j, part in enumerate(obs):
-            self._batch[f"obs_{j}"][at] = part
-        if mask is not None and MASK_KEY in self._batch:
-            self._batch[MASK_KEY][at] = ~np.concatenate(mask, axis=1)
-
-    def one(self, obs: list[Any], row: int) -> Any:
-        """Row ``row`` of ``obs`` as one slot's observation (a final observation)."""
-        if self._keys is None:
-            return np.array(obs[0][row])
-        found = {f"obs_{j}": np.array(part[row]) for j, part in enumerate(obs)}
-        if MASK_KEY in self._batch:
-            found[MASK_KEY] = np.ones(self._batch[MASK_KEY].shape[1], dtype=np.float32)
-        return found
-
-    def reset(
-        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        if isinstance(seed, list):
-            seed = seed[0]
-        if not self.shared.latest:
-            self.shared.reset(seed)
-        return self.observations(), self.shared.latest[self.behavior].infos()
-
-    def step(
-        self, actions: Any
-    ) -> tuple[Any, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], dict[str, Any]]:
-        record = self.exchange(actions)
-        batch = getattr(record, "batch", None)
-        return batch, record.rewards, record.terminated, record.truncated, record.infos()
-
-    def close_extras(self, **kwargs: Any) -> None:
-        self.shared.close()
-
-    def _unconnected(self, actions: Any) -> StepRecord:
-        raise RuntimeError(
-            f"behavior {self.behavior!r} acts in Unity builds shared by every behavior: its step "
-            "is every behavior's, taken by the loop that drives them"
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"UnityBehaviorView({self.behavior!r}, {len(self._slots.copies)} copies x "
-            f"{self.group_size} slots)"
-        )

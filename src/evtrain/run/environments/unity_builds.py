@@ -160,6 +160,7 @@ class UnityBuilds(UnityBehaviors):
     :param processes: each instance's process (``None`` for the Editor).
     :param channels: each instance's side channels, by kind.
     :param logs: each instance's log file.
+    :param self_play: the behaviors with ``self_play`` (their views hold one team's agents).
     """
 
     def __init__(
@@ -169,11 +170,12 @@ class UnityBuilds(UnityBehaviors):
         processes: Sequence[subprocess.Popen[bytes] | None],
         channels: Sequence[Mapping[str, SideChannel]],
         logs: Sequence[Path],
+        self_play: Sequence[str] = (),
     ) -> None:
         self.processes = list(processes)
         self.channels = list(channels)
         self.logs = list(logs)
-        super().__init__(connections, behaviors)
+        super().__init__(connections, behaviors, self_play=self_play)
 
     def step(self, actions: Mapping[str, Any]) -> dict[str, StepRecord]:
         """:meth:`UnityBehaviors.step`; a build that died in it is named, with its log.
@@ -266,7 +268,8 @@ def make_unity_env(
             processes.append(_start(executable, settings, engine, worker_id, log_folder))
             _handshake(connection, processes[-1], settings, log_folder, interrupted)
         logs = [log_path(log_folder, i) for i in range(count)]
-        return UnityBuilds(connections, list(behaviors), processes, channels, logs)
+        playing = [name for name, own in behaviors.items() if getattr(own, "self_play", None)]
+        return UnityBuilds(connections, list(behaviors), processes, channels, logs, playing)
     except BaseException:
         for connection in connections:
             connection.close()

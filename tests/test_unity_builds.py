@@ -19,7 +19,7 @@ from evtrain.config.options import EngineSettings, EnvironmentSettings
 from evtrain.errors import UnityPortInUseError, UnityTimeoutError
 from evtrain.run.environments.unity_builds import build_command, find_executable, make_unity_env
 from tests.helpers import end_with_the_suite, free_port, run_cli
-from tests.unity_fakes import gone, never_connecting_build
+from tests.unity_fakes import all_gone, never_connecting_build
 
 
 def wait_for(path: Path, timeout_s: float = 30.0) -> None:
@@ -64,7 +64,7 @@ def test_a_build_that_never_connects_is_one_line_and_ends(tmp_path: Path) -> Non
     assert record["argv"] == [
         *("--mlagents-port", str(port), "-logFile", str(tmp_path / "run_logs/Player-0.log"))
     ]
-    assert all(gone(pid) for pid in record["pids"])  # the build and its child
+    assert all_gone(record["pids"])  # the build and its child
 
 
 def test_a_port_in_use_is_said_naming_the_port(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_evtrain_learn_with_a_build_that_never_connects_exits_1_in_one_line(
         f"see its log {tmp_path / 'results/evtrain/run_logs/Player-0.log'}, or raise "
         "env_settings.timeout_wait (--timeout-wait)"
     )
-    assert all(gone(pid) for pid in json.loads((tmp_path / "Never.json").read_text())["pids"])
+    assert all_gone(json.loads((tmp_path / "Never.json").read_text())["pids"])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -114,4 +114,4 @@ def test_an_interrupt_while_builds_run_leaves_no_build_behind(
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode != 0, stderr
-    assert all(gone(pid) for pid in pids), stderr
+    assert all_gone(pids), stderr

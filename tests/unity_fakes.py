@@ -1,21 +1,26 @@
 """Stand-in Unity builds that never connect, for the tests of launching builds: an executable
-script that writes its command line and its and its child's process ids, then sleeps (a child
-too, so that ending the build's whole process group is what the tests check)."""
+shell script (it starts in milliseconds, however busy the machine) that writes its command line
+and its and its child's process ids, then sleeps (a child too, so that ending the build's whole
+process group is what the tests check)."""
 
 from __future__ import annotations
 
 import os
-import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
-SCRIPT = """#!{python}
-import json, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-record = {{"argv": sys.argv[1:], "pids": [__import__("os").getpid(), child.pid]}}
-with open({record!r} + ".tmp", "w") as f:
-    json.dump(record, f)
-__import__("os").replace({record!r} + ".tmp", {record!r})
-time.sleep(600)
+SCRIPT = """#!/bin/sh
+sleep 600 &
+child=$!
+args=""
+for a in "$@"; do
+    e=$(printf '%s' "$a" | sed 's/\\\\/\\\\\\\\/g; s/"/\\\\"/g')
+    args="$args${{args:+, }}\\"$e\\""
+done
+printf '{{"argv": [%s], "pids": [%d, %d]}}' "$args" $$ "$child" > {record}.tmp
+mv {record}.tmp {record}
+exec sleep 600
 """
 
 
@@ -24,7 +29,7 @@ def never_connecting_build(folder: Path, name: str = "Never") -> Path:
     ``folder/<name>.json`` (``argv``, ``pids``) once started."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.x86_64"
-    path.write_text(SCRIPT.format(python=sys.executable, record=str(folder / f"{name}.json")))
+    path.write_text(SCRIPT.format(record=str(folder / f"{name}.json")))
     path.chmod(0o755)
     return path
 
@@ -33,7 +38,17 @@ def gone(pid: int) -> bool:
     """No process ``pid`` is running (a zombie not reaped by us counts as gone)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except (ProcessLookupError, FileNotFoundError):
         return True
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "zombie" in status.read_text()
+
+
+def all_gone(pids: Iterable[int], timeout_s: float = 10.0) -> bool:
+    """Whether every process of ``pids`` is gone within ``timeout_s`` (a SIGKILL takes effect
+    a moment after it is sent)."""
+    deadline = time.monotonic() + timeout_s
+    while not all(gone(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -3,7 +3,9 @@
 ``BUILD --mlagents-port N [-nographics] [-batchmode] [-logFile PATH] [its own arguments]``; the
 build's own arguments are ``--scenario NAME`` (written by :func:`tests.standin.make_build`) and
 ``--key value`` options its scenario reads (``--areas 4``, ``--crash-after 10``, ``--layout chw``,
-``--package-version 3.0.0``, ``--communication-version 1.5.0``, ``--connect-timeout 30``).
+``--package-version 3.0.0``, ``--communication-version 1.5.0``, ``--connect-timeout 30``), and
+``--crash-once MARKER``: crash after N steps only when it creates the file MARKER (so of every
+instance and launch given the same MARKER, only the first to get there crashes).
 Unknown arguments are kept, as Unity keeps them.
 
 It is a gRPC CLIENT of ``communicator_objects.UnityToExternalProto/Exchange``, as
@@ -162,11 +164,23 @@ class Player:
                 academy.act()
                 self.exchanges += 1
                 if self.crash_after and self.exchanges >= self.crash_after:
-                    self.log.line(f"crash: after {self.exchanges} steps")
-                    os._exit(3)
+                    self.crash()
             self.advance(academy)
             side_channel = b"".join(academy.scenario.stats())
             message = self.exchange(academy.output(side_channel))
+
+    def crash(self) -> None:
+        """Die at once (as a crashed player: no goodbye), unless ``--crash-once``'s marker
+        exists already."""
+        self.crash_after = 0
+        marker = self.options.get("crash-once")
+        if marker is not None:
+            try:
+                Path(marker).open("x").close()
+            except FileExistsError:
+                return
+        self.log.line(f"crash: after {self.exchanges} steps")
+        os._exit(3)
 
     def advance(self, academy: Academy) -> None:
         """Academy steps until some agent asks for a decision (or ends an episode)."""

@@ -30,17 +30,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from evtrain.config.environment_settings import EDITOR_PORT, EngineSettings, EnvironmentSettings
 from evtrain.errors import (
     ConfigError,
     UnityBuildExitedError,
-    UnityCommunicationError,
     UnityError,
+    UnityRestartLimitError,
     UnityTimeoutError,
 )
-from evtrain.multiagent.copies import StepRecord
+from evtrain.run.environments.unity_restarts import RestartQuota, keep_crashed_log
 from evtrain.unity.behaviors import UnityBehaviors
-from evtrain.unity.connection import UnityConnection
+from evtrain.unity.connection import Steps, UnityConnection
 from evtrain.unity.side_channels import (
     EngineConfigurationChannel,
     EnvironmentParametersChannel,
@@ -153,13 +155,27 @@ def log_path(log_folder: Path, worker_id: int) -> Path:
     return log_folder.absolute() / f"Player-{worker_id}.log"
 
 
+@attrs.frozen
+class Launch:
+    """How the run starts its build instances (again, after one crashed)."""
+
+    executable: Path
+    settings: EnvironmentSettings
+    engine: EngineSettings
+    log_folder: Path
+    interrupted: Callable[[], str | None] = lambda: None
+
+
 class UnityBuilds(UnityBehaviors):
     """:class:`~evtrain.unity.behaviors.UnityBehaviors` over build instances this run started:
-    closing it closes the connections, then ends the processes.
+    an instance that exits, hangs up or stops answering during a step is started again within
+    the restart limits (:meth:`replace`); closing it closes the connections, then ends the
+    processes.
 
     :param processes: each instance's process (``None`` for the Editor).
     :param channels: each instance's side channels, by kind.
     :param logs: each instance's log file.
+    :param launch: how the instances were started (``None``: the Editor, never restarted).
     """
 
     def __init__(
@@ -169,33 +185,52 @@ class UnityBuilds(UnityBehaviors):
         processes: Sequence[subprocess.Popen[bytes] | None],
         channels: Sequence[Mapping[str, SideChannel]],
         logs: Sequence[Path],
+        launch: Launch | None = None,
     ) -> None:
         self.processes = list(processes)
         self.channels = list(channels)
         self.logs = list(logs)
+        self.launch = launch
+        self.quota = None if launch is None else RestartQuota(launch.settings, len(processes))
         super().__init__(connections, behaviors)
 
-    def step(self, actions: Mapping[str, Any]) -> dict[str, StepRecord]:
-        """:meth:`UnityBehaviors.step`; a build that died in it is named, with its log.
+    def replace(self, k: int, error: UnityError) -> Steps:
+        """Start instance ``k`` again (the same port, command line and log file; its crashed
+        log kept as ``Player-<k>.crash-<n>.log``), with its handshake and a reset.
 
-        :raises UnityCommunicationError: a build exited or hung up (not restarted yet)."""
-        try:
-            return super().step(actions)
-        except UnityCommunicationError as error:
-            dead = [
-                (i, p)
-                for i, p in enumerate(self.processes)
-                if p is not None and p.poll() is not None
-            ]
-            if not dead:
-                raise
-            i, process = dead[0]
-            raise UnityCommunicationError(
-                f"the Unity build {_executable(process)} (instance {i}, port "
-                f"{self.connections[i].port}) exited during the run with status "
-                f"{process.returncode}; see its log {self.logs[i]} (a crashed build is not "
-                "restarted yet)"
+        :raises UnityRestartLimitError: past ``max_lifetime_restarts`` or
+            ``restarts_rate_limit_n``, naming the build, the instance, the limit and its log.
+        :raises UnityCommunicationError: the Editor hung up (it is not restarted)."""
+        process, connection = self.processes[k], self.connections[k]
+        where = f"instance {k}, port {connection.port}"
+        if process is None or self.launch is None or self.quota is None:
+            raise error
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(1.0)  # a crash is seen as a hang-up first, its exit a moment later
+        what = f"the Unity build {_executable(process)} ({where}) {_failure(process, error)}"
+        limit = self.quota.limit_hit(k)
+        if limit is not None:
+            raise UnityRestartLimitError(
+                f"{what} after {self.quota.counts[k]} restart(s), past {limit}: the models are "
+                f"saved; see its log {self.logs[k]}"
             ) from error
+        restart = self.quota.record(k)
+        _log.warning("%s; starting it again (restart %d of the instance)", what, restart)
+        BUILDS.end(process, grace_s=0.0)
+        connection.close()
+        keep_crashed_log(self.logs[k], restart)
+        launch = self.launch
+        engine = side_channels(launch.engine)["engine"]  # its configuration sent again
+        self.channels[k] = {**self.channels[k], "engine": engine}
+        self.connections[k] = _connection(launch.settings, k, self.channels[k])
+        self.processes[k] = _start(
+            launch.executable, launch.settings, launch.engine, k, launch.log_folder
+        )
+        _handshake(
+            self.connections[k], self.processes[k], launch.settings, launch.log_folder,
+            launch.interrupted,
+        )  # fmt: skip
+        return self.connections[k].reset()
 
     def close(self) -> None:
         try:
@@ -266,7 +301,10 @@ def make_unity_env(
             processes.append(_start(executable, settings, engine, worker_id, log_folder))
             _handshake(connection, processes[-1], settings, log_folder, interrupted)
         logs = [log_path(log_folder, i) for i in range(count)]
-        return UnityBuilds(connections, list(behaviors), processes, channels, logs)
+        launch = None
+        if executable is not None:
+            launch = Launch(executable, settings, engine, log_folder, interrupted)
+        return UnityBuilds(connections, list(behaviors), processes, channels, logs, launch)
     except BaseException:
         for connection in connections:
             connection.close()
@@ -340,6 +378,14 @@ def _handshake(
             f"{where} exited before it connected to port {connection.port} (exit status "
             f"{process.poll() if process else None}){log}"
         ) from None
+
+
+def _failure(process: subprocess.Popen[bytes], error: UnityError) -> str:
+    if process.poll() is not None:
+        return f"exited during the run with status {process.returncode}"
+    if isinstance(error, UnityTimeoutError):
+        return f"stopped answering during the run ({error})"
+    return "closed its connection during the run"
 
 
 def _executable(process: subprocess.Popen[bytes]) -> str:

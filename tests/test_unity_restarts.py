@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from evtrain.config.options import EngineSettings, EnvironmentSettings
 from evtrain.run.environments.unity_builds import make_unity_env
@@ -37,7 +38,7 @@ def test_a_crashed_instance_restarts_and_its_episodes_end_interrupted(tmp_path: 
         record = builds.step(stay)["Basic"]  # the first instance to get there crashed in it
         (k,) = [i for i in (0, 1) if (logs / f"Player-{i}.crash-1.log").exists()]
         assert record.truncated.tolist() == [i == k for i in (0, 1)]
-        assert not record.terminated.any()
+        assert not record.terminated.any() and record.rewards[k] == 0.0
         assert record.active.all() and record.has_final[k]
         start = record.obs[1 - k]["obs_0"]  # every agent stayed at the start cell
         assert np.array_equal(record.final_obs[k]["obs_0"], start)
@@ -56,6 +57,34 @@ def test_a_crashed_instance_restarts_and_its_episodes_end_interrupted(tmp_path: 
     finally:
         builds.close()
     assert all(gone(pid) for pid in pids)
+
+
+def test_a_build_that_stops_answering_is_restarted_and_counted_for_every_behavior(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    build = make_build(tmp_path / "builds", "multi", "Multi")
+    hang_once = ["--crash-after", "3", "--crash-how", "hang", "--crash-once", str(tmp_path / "m")]
+    settings = EnvironmentSettings(env_path=str(build), base_port=free_port(), env_args=hang_once)
+    logs = tmp_path / "run_logs"
+    builds = make_unity_env(settings, EngineSettings(), {"Striker": None, "Coop": None}, logs)
+    builds.connections[0].timeout = 1.0  # how long a step waits for its answer (timeout_wait)
+    hung = builds.processes[0]
+    assert hung is not None
+    try:
+        views = {name: builds.view(name) for name in ("Striker", "Coop")}
+        actions = {name: np.zeros_like(v.action_space.sample()) for name, v in views.items()}
+        for _ in range(2):
+            builds.step(actions)
+        records = builds.step(actions)
+        assert all(records[name].truncated.all() for name in views)  # every agent was in it
+        assert [v.take_worker_restarts() for v in views.values()] == [1, 1]
+        assert "stopped answering during the run (the Unity build on port " in caplog.text
+        kept = (logs / "Player-0.crash-1.log").read_text().splitlines()
+        assert kept[-1] == "hang: after 3 steps"
+        builds.step(actions)  # the restarted instance steps on
+    finally:
+        builds.close()
+    assert gone(hung.pid)
 
 
 class _Clock:

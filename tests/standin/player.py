@@ -5,7 +5,8 @@ build's own arguments are ``--scenario NAME`` (written by :func:`tests.standin.m
 ``--key value`` options its scenario reads (``--areas 4``, ``--crash-after 10``, ``--layout chw``,
 ``--package-version 3.0.0``, ``--communication-version 1.5.0``, ``--connect-timeout 30``), and
 ``--crash-once MARKER``: crash after N steps only when it creates the file MARKER (so of every
-instance and launch given the same MARKER, only the first to get there crashes).
+instance and launch given the same MARKER, only the first to get there crashes), and
+``--crash-how hang``: instead of exiting, stop answering (until it is killed).
 Unknown arguments are kept, as Unity keeps them.
 
 It is a gRPC CLIENT of ``communicator_objects.UnityToExternalProto/Exchange``, as
@@ -179,6 +180,9 @@ class Player:
                 Path(marker).open("x").close()
             except FileExistsError:
                 return
+        if self.options.get("crash-how", "exit") == "hang":  # alive, never answering
+            self.log.line(f"hang: after {self.exchanges} steps")
+            time.sleep(600.0)  # until the trainer kills it
         self.log.line(f"crash: after {self.exchanges} steps")
         os._exit(3)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from evtrain.config.options import EngineSettings, EnvironmentSettings
+from evtrain.errors import UnityRestartLimitError
 from evtrain.run.environments.unity_builds import make_unity_env
 from evtrain.run.environments.unity_restarts import RestartQuota
 from tests.helpers import free_port
@@ -85,6 +86,37 @@ def test_a_build_that_stops_answering_is_restarted_and_counted_for_every_behavio
     finally:
         builds.close()
     assert gone(hung.pid)
+
+
+def test_a_restart_that_does_not_connect_counts_as_a_crash(tmp_path: Path) -> None:
+    build = make_build(tmp_path / "builds", "crash", "Basic")
+    marker = str(tmp_path / "crashed")
+    once = ["--crash-after", "3", "--crash-once", marker, "--never-again", marker]
+    port = free_port()
+    settings = EnvironmentSettings(
+        env_path=str(build), base_port=port, env_args=once, timeout_wait=3.0
+    )
+    logs = tmp_path / "run_logs"
+    builds = make_unity_env(settings, EngineSettings(), {"Basic": None}, logs)
+    pids = [p.pid for p in builds.processes if p is not None]
+    try:
+        stay = {"Basic": np.zeros_like(builds.view("Basic").action_space.sample())}
+        with pytest.raises(UnityRestartLimitError) as info:
+            for _ in range(3):
+                builds.step(stay)
+        pids += [p.pid for p in builds.processes if p is not None]
+    finally:
+        builds.close()
+    assert str(info.value) == (
+        f"the Unity build {build} (instance 0, port {port}) did not start again (the Unity build "
+        f"{build} did not connect to port {port} within 3 s; see its log {logs / 'Player-0.log'}"
+        ", or raise env_settings.timeout_wait (--timeout-wait)) after 1 restart(s), past "
+        "env_settings.restarts_rate_limit_n (1 within restarts_rate_limit_period_s, 60 s; raise "
+        f"it, --restarts-rate-limit-n, -1 for no limit): the models are saved; see its log "
+        f"{logs / 'Player-0.log'}"
+    )  # the defaults: one restart a minute
+    assert (logs / "Player-0.crash-1.log").read_text().splitlines()[-1] == "crash: after 3 steps"
+    assert all(gone(pid) for pid in pids) and len(pids) == 2
 
 
 class _Clock:

@@ -6,7 +6,9 @@ build's own arguments are ``--scenario NAME`` (written by :func:`tests.standin.m
 ``--package-version 3.0.0``, ``--communication-version 1.5.0``, ``--connect-timeout 30``), and
 ``--crash-once MARKER``: crash after N steps only when it creates the file MARKER (so of every
 instance and launch given the same MARKER, only the first to get there crashes), and
-``--crash-how hang``: instead of exiting, stop answering (until it is killed).
+``--crash-how hang``: instead of exiting, stop answering (until it is killed), and
+``--never-again MARKER``: when MARKER exists, run as ``never`` (a build that does not start
+again after it crashed).
 Unknown arguments are kept, as Unity keeps them.
 
 It is a gRPC CLIENT of ``communicator_objects.UnityToExternalProto/Exchange``, as
@@ -227,7 +229,8 @@ def main(argv: list[str]) -> int:
     log = Log(log_path)
     log.line(f"args: {' '.join(argv)}")
     name = options.get("scenario", "corridor")
-    if name == "never":
+    again = options.get("never-again")
+    if name == "never" or (again is not None and Path(again).exists()):
         return never(log)
     if port is None:
         log.line("quit: no --mlagents-port (a build started by hand runs in heuristic mode)")

@@ -9,6 +9,10 @@ Each instance ``i`` gets, as ML-Agents' ``mlagents-learn`` gives it: the port
 a ``-logFile`` of its own), then ``env_args``; ``engine_settings`` through the engine
 configuration side channel.  The executable is found as ML-Agents' ``env_utils`` finds it.
 
+An instance that exits, hangs up or stops answering during a step is started again within
+ML-Agents' restart limits (:meth:`UnityBuilds.replace`, :mod:`~evtrain.run.environments.
+unity_restarts`); past them the run ends with :class:`~evtrain.errors.UnityRestartLimitError`.
+
 No build outlives the run: each is started in a process group of its own (so a Ctrl-C in the
 terminal reaches evtrain alone, which then closes the builds, as ML-Agents does), and that
 group is ended when the environment closes, when starting the instances fails, and at the
@@ -30,17 +34,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from evtrain.config.environment_settings import EDITOR_PORT, EngineSettings, EnvironmentSettings
 from evtrain.errors import (
     ConfigError,
     UnityBuildExitedError,
+    UnityCommunicationError,
     UnityError,
     UnityRestartLimitError,
     UnityTimeoutError,
 )
-from evtrain.run.environments.unity_restarts import RestartQuota, keep_crashed_log
+from evtrain.run.environments.unity_restarts import (
+    Launch,
+    RestartQuota,
+    failure,
+    keep_crashed_log,
+)
 from evtrain.unity.behaviors import UnityBehaviors
 from evtrain.unity.connection import Steps, UnityConnection
 from evtrain.unity.side_channels import (
@@ -155,17 +163,6 @@ def log_path(log_folder: Path, worker_id: int) -> Path:
     return log_folder.absolute() / f"Player-{worker_id}.log"
 
 
-@attrs.frozen
-class Launch:
-    """How the run starts its build instances (again, after one crashed)."""
-
-    executable: Path
-    settings: EnvironmentSettings
-    engine: EngineSettings
-    log_folder: Path
-    interrupted: Callable[[], str | None] = lambda: None
-
-
 class UnityBuilds(UnityBehaviors):
     """:class:`~evtrain.unity.behaviors.UnityBehaviors` over build instances this run started:
     an instance that exits, hangs up or stops answering during a step is started again within
@@ -196,30 +193,42 @@ class UnityBuilds(UnityBehaviors):
 
     def replace(self, k: int, error: UnityError) -> Steps:
         """Start instance ``k`` again (the same port, command line and log file; its crashed
-        log kept as ``Player-<k>.crash-<n>.log``), with its handshake and a reset.
+        log kept as ``Player-<k>.crash-<n>.log``), with its handshake and a reset; a start
+        that fails (no connection within ``timeout_wait``, an exit) counts as one more crash.
 
         :raises UnityRestartLimitError: past ``max_lifetime_restarts`` or
             ``restarts_rate_limit_n``, naming the build, the instance, the limit and its log.
         :raises UnityCommunicationError: the Editor hung up (it is not restarted)."""
-        process, connection = self.processes[k], self.connections[k]
-        where = f"instance {k}, port {connection.port}"
+        process = self.processes[k]
         if process is None or self.launch is None or self.quota is None:
             raise error
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(1.0)  # a crash is seen as a hang-up first, its exit a moment later
-        what = f"the Unity build {_executable(process)} ({where}) {_failure(process, error)}"
-        limit = self.quota.limit_hit(k)
-        if limit is not None:
-            raise UnityRestartLimitError(
-                f"{what} after {self.quota.counts[k]} restart(s), past {limit}: the models are "
-                f"saved; see its log {self.logs[k]}"
-            ) from error
-        restart = self.quota.record(k)
-        _log.warning("%s; starting it again (restart %d of the instance)", what, restart)
-        BUILDS.end(process, grace_s=0.0)
-        connection.close()
+        port = self.connections[k].port
+        build = f"the Unity build {_executable(process)} (instance {k}, port {port})"
+        what = failure(process, error)
+        while True:  # as long as the limits allow (-1: no limit; an interrupt ends the wait)
+            limit = self.quota.limit_hit(k)
+            if limit is not None:
+                BUILDS.end(self.processes[k] or process, grace_s=0.0)  # no quit to wait for
+                raise UnityRestartLimitError(
+                    f"{build} {what} after {self.quota.counts[k]} restart(s), past {limit}: the "
+                    f"models are saved; see its log {self.logs[k]}"
+                ) from error
+            restart = self.quota.record(k)
+            _log.warning("%s %s; starting it again (restart %d of it)", build, what, restart)
+            try:
+                return self._start_again(k, restart)
+            except (UnityTimeoutError, UnityCommunicationError) as failed:
+                error, what = failed, f"did not start again ({failed})"
+
+    def _start_again(self, k: int, restart: int) -> Steps:
+        assert self.launch is not None
+        launch, process = self.launch, self.processes[k]
+        if process is not None:
+            BUILDS.end(process, grace_s=0.0)
+        self.connections[k].close()
         keep_crashed_log(self.logs[k], restart)
-        launch = self.launch
         engine = side_channels(launch.engine)["engine"]  # its configuration sent again
         self.channels[k] = {**self.channels[k], "engine": engine}
         self.connections[k] = _connection(launch.settings, k, self.channels[k])
@@ -378,14 +387,6 @@ def _handshake(
             f"{where} exited before it connected to port {connection.port} (exit status "
             f"{process.poll() if process else None}){log}"
         ) from None
-
-
-def _failure(process: subprocess.Popen[bytes], error: UnityError) -> str:
-    if process.poll() is not None:
-        return f"exited during the run with status {process.returncode}"
-    if isinstance(error, UnityTimeoutError):
-        return f"stopped answering during the run ({error})"
-    return "closed its connection during the run"
 
 
 def _executable(process: subprocess.Popen[bytes]) -> str:

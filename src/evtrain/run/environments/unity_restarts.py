@@ -1,5 +1,7 @@
 """When a Unity build instance that failed during the run may be started again: ML-Agents'
-restart limits (``SubprocessEnvManager._worker_has_restart_quota``), and the crashed log kept.
+restart limits (``SubprocessEnvManager._worker_has_restart_quota``), the crashed log kept,
+how the instances are started (:class:`Launch`) and what a failure is called.
+:class:`~evtrain.run.environments.unity_builds.UnityBuilds` restarts them.
 
 Per instance, over the run: ``max_lifetime_restarts`` restarts at most, and at most
 ``restarts_rate_limit_n`` within any ``restarts_rate_limit_period_s`` seconds (-1: no limit).
@@ -10,13 +12,28 @@ the second, within the period, stops the run.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evtrain.config.environment_settings import EnvironmentSettings
+import attrs
 
-__all__ = ["RestartQuota", "keep_crashed_log"]
+from evtrain.config.environment_settings import EngineSettings, EnvironmentSettings
+from evtrain.errors import UnityError, UnityTimeoutError
+
+__all__ = ["Launch", "RestartQuota", "failure", "keep_crashed_log"]
+
+
+@attrs.frozen
+class Launch:
+    """How the run starts its build instances (again, after one crashed)."""
+
+    executable: Path
+    settings: EnvironmentSettings
+    engine: EngineSettings
+    log_folder: Path
+    interrupted: Callable[[], str | None] = lambda: None
 
 
 class RestartQuota:
@@ -74,3 +91,12 @@ def keep_crashed_log(log: Path, restart: int) -> Path | None:
     except FileNotFoundError:
         return None
     return kept
+
+
+def failure(process: subprocess.Popen[bytes], error: UnityError) -> str:
+    """What ``error`` says the instance of ``process`` did (for the log and the error)."""
+    if process.poll() is not None:
+        return f"exited during the run with status {process.returncode}"
+    if isinstance(error, UnityTimeoutError):
+        return f"stopped answering during the run ({error})"
+    return "closed its connection during the run"

@@ -229,15 +229,15 @@ class UnityBuilds(UnityBehaviors):
             BUILDS.end(process, grace_s=0.0)
         self.connections[k].close()
         keep_crashed_log(self.logs[k], restart)
-        engine = side_channels(launch.engine)["engine"]  # its configuration sent again
-        self.channels[k] = {**self.channels[k], "engine": engine}
+        self.channels[k] = side_channels(launch.engine)  # engine_settings sent again
         self.connections[k] = _connection(launch.settings, k, self.channels[k])
         self.processes[k] = _start(
             launch.executable, launch.settings, launch.engine, k, launch.log_folder
         )
+        # Not cut short by a Ctrl-C: the run then stops at the end of the turn, and saves.
         _handshake(
             self.connections[k], self.processes[k], launch.settings, launch.log_folder,
-            launch.interrupted,
+            lambda: None,
         )  # fmt: skip
         return self.connections[k].reset()
 
@@ -312,7 +312,7 @@ def make_unity_env(
         logs = [log_path(log_folder, i) for i in range(count)]
         launch = None
         if executable is not None:
-            launch = Launch(executable, settings, engine, log_folder, interrupted)
+            launch = Launch(executable, settings, engine, log_folder)
         return UnityBuilds(connections, list(behaviors), processes, channels, logs, launch)
     except BaseException:
         for connection in connections:

@@ -33,7 +33,6 @@ class Launch:
     settings: EnvironmentSettings
     engine: EngineSettings
     log_folder: Path
-    interrupted: Callable[[], str | None] = lambda: None
 
 
 class RestartQuota:

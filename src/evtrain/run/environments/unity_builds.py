@@ -9,10 +9,6 @@ Each instance ``i`` gets, as ML-Agents' ``mlagents-learn`` gives it: the port
 a ``-logFile`` of its own), then ``env_args``; ``engine_settings`` through the engine
 configuration side channel.  The executable is found as ML-Agents' ``env_utils`` finds it.
 
-An instance that exits, hangs up or stops answering during a step is started again within
-ML-Agents' restart limits (:meth:`UnityBuilds.replace`, :mod:`~evtrain.run.environments.
-unity_restarts`); past them the run ends with :class:`~evtrain.errors.UnityRestartLimitError`.
-
 No build outlives the run: each is started in a process group of its own (so a Ctrl-C in the
 terminal reaches evtrain alone, which then closes the builds, as ML-Agents does), and that
 group is ended when the environment closes, when starting the instances fails, and at the
@@ -223,23 +219,17 @@ class UnityBuilds(UnityBehaviors):
                 error, what = failed, f"did not start again ({failed})"
 
     def _start_again(self, k: int, restart: int) -> Steps:
-        assert self.launch is not None
-        launch, process = self.launch, self.processes[k]
-        if process is not None:
-            BUILDS.end(process, grace_s=0.0)
+        run, process = self.launch, self.processes[k]
+        assert run is not None and process is not None
+        BUILDS.end(process, grace_s=0.0)
         self.connections[k].close()
         keep_crashed_log(self.logs[k], restart)
-        self.channels[k] = side_channels(launch.engine)  # engine_settings sent again
-        self.connections[k] = _connection(launch.settings, k, self.channels[k])
-        self.processes[k] = _start(
-            launch.executable, launch.settings, launch.engine, k, launch.log_folder
-        )
+        self.channels[k] = side_channels(run.engine)  # engine_settings sent again
+        connection = self.connections[k] = _connection(run.settings, k, self.channels[k])
+        self.processes[k] = _start(run.executable, run.settings, run.engine, k, run.log_folder)
         # Not cut short by a Ctrl-C: the run then stops at the end of the turn, and saves.
-        _handshake(
-            self.connections[k], self.processes[k], launch.settings, launch.log_folder,
-            lambda: None,
-        )  # fmt: skip
-        return self.connections[k].reset()
+        _handshake(connection, self.processes[k], run.settings, run.log_folder, lambda: None)
+        return connection.reset()
 
     def close(self) -> None:
         try:

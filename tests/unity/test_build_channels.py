@@ -58,7 +58,8 @@ def parameter_lines(run: Path, worker_id: int) -> list[str]:
 def test_statistics_a_build_sends_reach_the_behavior_with_their_aggregation(
     tmp_path: Path,
 ) -> None:
-    run = learn(tmp_path)
+    # Six periods: a MOST_RECENT taken from either instance would show instance 1's seed.
+    run = learn(tmp_path, behaviors={"Basic": {**CORRIDOR, "summary_freq": 128}})
     cells = column(run, "Basic/Goal Cell")  # AVERAGE of 7s and 17s
     assert cells and all(7 <= cell <= 17 for cell in cells), cells
     assert any(7 < cell < 17 for cell in cells), cells  # a mean, not one value

@@ -73,8 +73,14 @@ def test_statistics_a_build_sends_reach_the_behavior_with_their_aggregation(
     assert tensorboard and set(tensorboard) == {1.0}
     accumulator = EventAccumulator(str(run / "Basic"), size_guidance={"histograms": 0})
     accumulator.Reload()
-    histograms = accumulator.Histograms("Basic/Goal Steps_hist")
-    assert histograms and all(h.histogram_value.min >= 3 for h in histograms)
+    histograms = {
+        h.step: h.histogram_value for h in accumulator.Histograms("Basic/Goal Steps_hist")
+    }
+    means = dict(tensorboard_scalars(run / "Basic", "Basic/Goal Steps"))
+    assert histograms and histograms.keys() == means.keys()
+    for step, histogram in histograms.items():  # the scalar is the mean of the histogram's values
+        assert histogram.min >= 3 and histogram.num > 0
+        assert abs(histogram.sum / histogram.num - means[step]) < 1e-3 * means[step]
 
 
 def test_constants_and_samplers_reach_every_instance_before_its_first_reset(

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
     from evtrain.run.parameters.curriculum import Curriculum
 
 
-def send_parameters(channel: EnvironmentParametersChannel, samplers: Mapping[str, Sampler]) -> None:
+def queue_samplers(channel: EnvironmentParametersChannel, samplers: Mapping[str, Sampler]) -> None:
     """Queue each parameter's sampler on ``channel``, as ML-Agents' ``apply`` sends it."""
     for key, sampler in samplers.items():
         if isinstance(sampler, Constant):
@@ -142,19 +141,24 @@ class BuildChannels:
             options.behaviors,
             options.checkpoint_settings.run_logs_dir,
             self.interrupted,
-            parameters=functools.partial(send_parameters, samplers=self.samplers()),
+            parameters=self.queue_parameters,
         )
         if self.curriculum is not None:
-            self.curriculum.follow(self.send_parameters)
+            self.curriculum.follow(self.lessons_changed)
         return self.env
 
-    def send_parameters(self) -> None:
+    def queue_parameters(self, channel: EnvironmentParametersChannel) -> None:
+        """Queue every parameter's current value on one instance's ``channel`` (an instance
+        started again needs them too, as ML-Agents resends them to a restarted worker)."""
+        queue_samplers(channel, self.samplers())
+
+    def lessons_changed(self) -> None:
         """Send every parameter's current value to every instance, with the next step."""
         assert self.env is not None  # followed once made
         for instance in self.env.channels:
             channel = instance["parameters"]
             assert isinstance(channel, EnvironmentParametersChannel)
-            send_parameters(channel, self.samplers())
+            self.queue_parameters(channel)
 
     def record_stats(self, reporters: Iterable[StatsReporter]) -> None:
         """After a step: the statistics the builds sent, into every behavior's ``reporters``."""

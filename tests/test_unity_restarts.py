@@ -13,6 +13,7 @@ from evtrain.config.options import EngineSettings, EnvironmentSettings
 from evtrain.errors import UnityRestartLimitError
 from evtrain.run.environments.unity_builds import make_unity_env
 from evtrain.run.environments.unity_restarts import RestartQuota
+from evtrain.unity.side_channels import EnvironmentParametersChannel
 from tests.helpers import free_port
 from tests.standin import make_build
 from tests.unity_fakes import gone
@@ -117,6 +118,29 @@ def test_a_restart_that_does_not_connect_counts_as_a_crash(tmp_path: Path) -> No
     )  # the defaults: one restart a minute
     assert (logs / "Player-0.crash-1.log").read_text().splitlines()[-1] == "crash: after 3 steps"
     assert all(gone(pid) for pid in pids) and len(pids) == 2
+
+
+def test_a_restarted_instance_gets_the_environment_parameters_again(tmp_path: Path) -> None:
+    build = make_build(tmp_path / "builds", "crash", "Basic")
+    once = ["--crash-after", "2", "--crash-once", str(tmp_path / "crashed")]
+    settings = EnvironmentSettings(env_path=str(build), base_port=free_port(), env_args=once)
+    logs = tmp_path / "run_logs"
+
+    def parameters(channel: EnvironmentParametersChannel) -> None:
+        channel.set_float_parameter("level", 2.0)
+
+    builds = make_unity_env(
+        settings, EngineSettings(), {"Basic": None}, logs, parameters=parameters
+    )
+    try:
+        stay = {"Basic": np.zeros_like(builds.view("Basic").action_space.sample())}
+        for _ in range(2):
+            builds.step(stay)
+        assert builds.restarts == 1
+    finally:
+        builds.close()
+    for log in ("Player-0.crash-1.log", "Player-0.log"):
+        assert "env_param: level=2.0" in (logs / log).read_text().splitlines()
 
 
 class _Clock:

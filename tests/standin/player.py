@@ -144,6 +144,7 @@ class Player:
             f"num_areas={params.num_areas}"
         )
         academy.scenario.rng.seed(params.seed)
+        academy.scenario.seed = params.seed
         return self.exchange(None)
 
     def run(self, academy: Academy) -> int:

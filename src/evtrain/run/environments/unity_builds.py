@@ -224,7 +224,8 @@ class UnityBuilds(UnityBehaviors):
         BUILDS.end(process, grace_s=0.0)
         self.connections[k].close()
         keep_crashed_log(self.logs[k], restart)
-        self.channels[k] = side_channels(run.engine)  # engine_settings sent again
+        # engine_settings and the environment parameters' current values sent again
+        self.channels[k] = side_channels(run.engine, run.parameters)
         connection = self.connections[k] = _connection(run.settings, k, self.channels[k])
         self.processes[k] = _start(run.executable, run.settings, run.engine, k, run.log_folder)
         # Not cut short by a Ctrl-C: the run then stops at the end of the turn, and saves.
@@ -240,9 +241,12 @@ class UnityBuilds(UnityBehaviors):
                     BUILDS.end(process)
 
 
-def side_channels(engine: EngineSettings) -> dict[str, SideChannel]:
+def side_channels(
+    engine: EngineSettings,
+    parameters: Callable[[EnvironmentParametersChannel], None] | None = None,
+) -> dict[str, SideChannel]:
     """One instance's side channels: the engine configuration (``engine_settings`` queued),
-    environment parameters, stats, training analytics."""
+    environment parameters (``parameters`` queues them), stats, training analytics."""
     configuration = EngineConfigurationChannel()
     configuration.set_configuration_parameters(
         width=engine.width,
@@ -252,9 +256,12 @@ def side_channels(engine: EngineSettings) -> dict[str, SideChannel]:
         target_frame_rate=engine.target_frame_rate,
         capture_frame_rate=engine.capture_frame_rate,
     )
+    environment = EnvironmentParametersChannel()
+    if parameters is not None:
+        parameters(environment)
     return {
         "engine": configuration,
-        "parameters": EnvironmentParametersChannel(),
+        "parameters": environment,
         "stats": StatsSideChannel(),
         "analytics": TrainingAnalyticsSideChannel(),
     }
@@ -266,6 +273,7 @@ def make_unity_env(
     behaviors: Mapping[str, Any],
     log_folder: Path,
     interrupted: Callable[[], str | None] = lambda: None,
+    parameters: Callable[[EnvironmentParametersChannel], None] | None = None,
 ) -> UnityBuilds:
     """The run's Unity environment: ``num_envs`` build instances started and connected (or the
     Editor's one), every behavior of ``behaviors`` in them.
@@ -273,6 +281,8 @@ def make_unity_env(
     :raises ConfigError: no executable at ``env_path``; a behavior the build lacks.
     :param interrupted: the interrupt that asked the run to stop, if any: then no build is
         waited for any longer.
+    :param parameters: queues the environment parameters on each instance's channel (they
+        reach the build with the first reset).
     :raises UnityError: a port in use, a build that does not connect within ``timeout_wait``
         (naming the build, the port and its log), an API version evtrain does not speak, an
         interrupt while waiting.
@@ -294,7 +304,7 @@ def make_unity_env(
     channels: list[dict[str, SideChannel]] = []
     try:
         for worker_id in range(count):
-            channels.append(side_channels(engine))
+            channels.append(side_channels(engine, parameters))
             connections.append(_connection(settings, worker_id, channels[-1]))
         for worker_id, connection in enumerate(connections):
             processes.append(_start(executable, settings, engine, worker_id, log_folder))
@@ -302,7 +312,7 @@ def make_unity_env(
         logs = [log_path(log_folder, i) for i in range(count)]
         launch = None
         if executable is not None:
-            launch = Launch(executable, settings, engine, log_folder)
+            launch = Launch(executable, settings, engine, log_folder, parameters)
         return UnityBuilds(connections, list(behaviors), processes, channels, logs, launch)
     except BaseException:
         for connection in connections:

@@ -21,6 +21,7 @@ import attrs
 
 from evtrain.config.environment_settings import EngineSettings, EnvironmentSettings
 from evtrain.errors import UnityError, UnityTimeoutError
+from evtrain.unity.side_channels import EnvironmentParametersChannel
 
 __all__ = ["Launch", "RestartQuota", "failure", "keep_crashed_log"]
 
@@ -33,6 +34,8 @@ class Launch:
     settings: EnvironmentSettings
     engine: EngineSettings
     log_folder: Path
+    parameters: Callable[[EnvironmentParametersChannel], None] | None = None
+    """Queues the environment parameters on an instance's channel."""
 
 
 class RestartQuota:

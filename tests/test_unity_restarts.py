@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
@@ -69,7 +70,6 @@ def test_a_build_that_stops_answering_is_restarted_and_counted_for_every_behavio
     settings = EnvironmentSettings(env_path=str(build), base_port=free_port(), env_args=hang_once)
     logs = tmp_path / "run_logs"
     builds = make_unity_env(settings, EngineSettings(), {"Striker": None, "Coop": None}, logs)
-    builds.connections[0].timeout = 1.0  # how long a step waits for its answer (timeout_wait)
     hung = builds.processes[0]
     assert hung is not None
     try:
@@ -77,6 +77,7 @@ def test_a_build_that_stops_answering_is_restarted_and_counted_for_every_behavio
         actions = {name: np.zeros_like(v.action_space.sample()) for name, v in views.items()}
         for _ in range(2):
             builds.step(actions)
+        builds.connections[0].timeout = 1.0  # how long a step waits for its answer (timeout_wait)
         records = builds.step(actions)
         assert all(records[name].truncated.all() for name in views)  # every agent was in it
         assert [v.take_worker_restarts() for v in views.values()] == [1, 1]
@@ -94,11 +95,11 @@ def test_a_restart_that_does_not_connect_counts_as_a_crash(tmp_path: Path) -> No
     marker = str(tmp_path / "crashed")
     once = ["--crash-after", "3", "--crash-once", marker, "--never-again", marker]
     port = free_port()
-    settings = EnvironmentSettings(
-        env_path=str(build), base_port=port, env_args=once, timeout_wait=3.0
-    )
+    settings = EnvironmentSettings(env_path=str(build), base_port=port, env_args=once)
     logs = tmp_path / "run_logs"
     builds = make_unity_env(settings, EngineSettings(), {"Basic": None}, logs)
+    assert builds.launch is not None  # the restart waits 3 s for the build to connect
+    builds.launch = attrs.evolve(builds.launch, settings=attrs.evolve(settings, timeout_wait=3.0))
     pids = [p.pid for p in builds.processes if p is not None]
     try:
         stay = {"Basic": np.zeros_like(builds.view("Basic").action_space.sample())}

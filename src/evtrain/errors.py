@@ -24,7 +24,8 @@
         ├── UnityVersionError(ValueError)     the build speaks another API version
         ├── UnityDataError(ValueError)        the build sent what its specs do not allow
         └── UnityCommunicationError(ConnectionError)  the build closed the connection
-            └── UnityBuildExitedError         ... because its process ended
+            ├── UnityBuildExitedError         ... because its process ended
+            └── UnityRestartLimitError        ... once more than the restart limits allow
 
 Each class also subclasses the builtin a caller would naturally catch, so ``except ValueError``
 around config loading keeps working.  Messages say what was expected, what came, and the fix.
@@ -222,3 +223,9 @@ class UnityCommunicationError(UnityError, ConnectionError):
 
 class UnityBuildExitedError(UnityCommunicationError):
     """A build's process ended before it connected or while evtrain waited for it."""
+
+
+class UnityRestartLimitError(UnityCommunicationError):
+    """A build instance crashed, hung up or stopped answering during the run once more than
+    ``env_settings.max_lifetime_restarts`` or ``restarts_rate_limit_n`` allow it to be
+    restarted; the run saves its models, then stops."""

@@ -5,6 +5,11 @@ one-hot (the ``BasicSensor``, 20 floats); one branch of 3 actions: 0 stays, 1 mo
 right.  Each step costs 0.01; reaching the small goal (cell 7) gives +0.1 and reaching the large
 goal (cell 17) +1, each ending the episode; an episode lasts at most 100 steps (then it ends as
 max_step_reached).  ``--areas N`` puts N such agents in the build (Unity's training areas).
+
+At each goal the scene records, as ``Academy.Instance.StatsRecorder.Add`` would: the goal's
+cell (``Basic/Goal Cell``, averaged), 1 (``Basic/Goals``, summed), the seed this instance got
+in the handshake (``Basic/Seed``, most recent: it tells the instances apart) and the episode's
+steps so far (``Basic/Goal Steps``, a histogram).
 """
 
 from __future__ import annotations
@@ -61,6 +66,12 @@ class Corridor(Scenario):
                 wire.stat_message("Basic/Goal Cell", body.state, wire.STATS_AVERAGE)
             )
             self.pending_stats.append(wire.stat_message("Basic/Goals", 1.0, wire.STATS_SUM))
+            self.pending_stats.append(
+                wire.stat_message("Basic/Seed", self.seed, wire.STATS_MOST_RECENT)
+            )
+            self.pending_stats.append(
+                wire.stat_message("Basic/Goal Steps", body.steps, wire.STATS_HISTOGRAM)
+            )
             self.academy.end(body)
 
     def observe(self, body: Body) -> Sequence[Any]:

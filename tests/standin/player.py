@@ -3,7 +3,12 @@
 ``BUILD --mlagents-port N [-nographics] [-batchmode] [-logFile PATH] [its own arguments]``; the
 build's own arguments are ``--scenario NAME`` (written by :func:`tests.standin.make_build`) and
 ``--key value`` options its scenario reads (``--areas 4``, ``--crash-after 10``, ``--layout chw``,
-``--package-version 3.0.0``, ``--communication-version 1.5.0``, ``--connect-timeout 30``).
+``--package-version 3.0.0``, ``--communication-version 1.5.0``, ``--connect-timeout 30``), and
+``--crash-once MARKER``: crash after N steps only when it creates the file MARKER (so of every
+instance and launch given the same MARKER, only the first to get there crashes), and
+``--crash-how hang``: instead of exiting, stop answering (until it is killed), and
+``--never-again MARKER``: when MARKER exists, run as ``never`` (a build that does not start
+again after it crashed).
 Unknown arguments are kept, as Unity keeps them.
 
 It is a gRPC CLIENT of ``communicator_objects.UnityToExternalProto/Exchange``, as
@@ -139,6 +144,7 @@ class Player:
             f"num_areas={params.num_areas}"
         )
         academy.scenario.rng.seed(params.seed)
+        academy.scenario.seed = params.seed
         return self.exchange(None)
 
     def run(self, academy: Academy) -> int:
@@ -162,11 +168,26 @@ class Player:
                 academy.act()
                 self.exchanges += 1
                 if self.crash_after and self.exchanges >= self.crash_after:
-                    self.log.line(f"crash: after {self.exchanges} steps")
-                    os._exit(3)
+                    self.crash()
             self.advance(academy)
             side_channel = b"".join(academy.scenario.stats())
             message = self.exchange(academy.output(side_channel))
+
+    def crash(self) -> None:
+        """Die at once (as a crashed player: no goodbye), unless ``--crash-once``'s marker
+        exists already."""
+        self.crash_after = 0
+        marker = self.options.get("crash-once")
+        if marker is not None:
+            try:
+                Path(marker).open("x").close()
+            except FileExistsError:
+                return
+        if self.options.get("crash-how", "exit") == "hang":  # alive, never answering
+            self.log.line(f"hang: after {self.exchanges} steps")
+            time.sleep(600.0)  # until the trainer kills it
+        self.log.line(f"crash: after {self.exchanges} steps")
+        os._exit(3)
 
     def advance(self, academy: Academy) -> None:
         """Academy steps until some agent asks for a decision (or ends an episode)."""
@@ -209,7 +230,8 @@ def main(argv: list[str]) -> int:
     log = Log(log_path)
     log.line(f"args: {' '.join(argv)}")
     name = options.get("scenario", "corridor")
-    if name == "never":
+    again = options.get("never-again")
+    if name == "never" or (again is not None and Path(again).exists()):
         return never(log)
     if port is None:
         log.line("quit: no --mlagents-port (a build started by hand runs in heuristic mode)")

@@ -52,6 +52,8 @@ class Scenario:
     def __init__(self, options: dict[str, str], rng: random.Random) -> None:
         self.options = options
         self.rng = rng
+        self.seed = 0
+        """The seed the trainer gave in the handshake (``seed + worker id`` from evtrain)."""
         self.academy: Academy
 
     def behaviors(self) -> list[Any]:

@@ -1,6 +1,7 @@
 """``evtrain learn`` trains a Unity build: the stand-in corridor (ML-Agents' Basic) over two
-instances, the build receiving ML-Agents' arguments and engine settings; and Ctrl-C (SIGINT)
-while the builds run leaves no build process behind."""
+instances, the build receiving ML-Agents' arguments and engine settings; Ctrl-C (SIGINT) while
+the builds run leaves no build process behind; a build that crashes is restarted within the
+restart limits, and past them the run saves its models and exits in one line."""
 
 from __future__ import annotations
 
@@ -99,19 +100,74 @@ def builds_of(folder: Path) -> list[int]:
     return found
 
 
-def test_a_build_that_crashes_mid_run_is_one_line_naming_its_log(tmp_path: Path) -> None:
-    build = make_build(tmp_path / "builds", "crash", "Basic", args=("--crash-after", "100"))
+def crashing_run(tmp_path: Path, *args: str, **env_settings: Any) -> tuple[Path, int]:
+    """The corridor build given ``args``, in a run of 512 steps (summaries every 128); the
+    build and its port."""
+    build = make_build(tmp_path / "builds", "crash", "Basic", args=args)
+    port = free_port()
     data = {
-        "behaviors": {"Basic": BASIC},
-        "env_settings": {"env_path": str(build), "base_port": free_port()},
+        "behaviors": {"Basic": {**BASIC, "max_steps": 512, "summary_freq": 128}},
+        "env_settings": {"env_path": str(build), "base_port": port, **env_settings},
         "checkpoint_settings": {"run_id": "basic", "results_dir": str(tmp_path / "results")},
+        "writers": {"csv": {}},
     }
     (tmp_path / "basic.yaml").write_text(yaml.safe_dump(data))
+    return build, port
+
+
+def test_a_build_that_crashes_once_is_restarted_and_the_run_goes_on(tmp_path: Path) -> None:
+    crash_once = ("--crash-after", "100", "--crash-once", str(tmp_path / "crashed"))
+    crashing_run(tmp_path, *crash_once)
+    result = run_cli("basic.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "results/basic"
+    with (run / "Basic/progress.csv").open() as f:
+        restarts = [float(row["Environment/Worker Restarts"]) for row in csv.DictReader(f)]
+    assert sum(restarts) == 1, restarts
+    crashed = (run / "run_logs/Player-0.crash-1.log").read_text().splitlines()
+    assert crashed[-1] == "crash: after 100 steps"
+    again = (run / "run_logs/Player-0.log").read_text().splitlines()
+    assert again[0].startswith("args: ") and again[-1] == "quit: status 400"  # told to quit
+    assert (run / "Basic.onnx").exists()
+    assert not builds_of(tmp_path)
+
+
+def test_a_build_crashing_past_max_lifetime_restarts_saves_and_exits_in_one_line(
+    tmp_path: Path,
+) -> None:
+    build, port = crashing_run(
+        tmp_path, "--crash-after", "30", max_lifetime_restarts=1, restarts_rate_limit_n=-1
+    )
+    result = run_cli("basic.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    run = tmp_path / "results/basic"
+    assert result.stderr.splitlines()[-1] == (
+        f"evtrain: error: the Unity build {build} (instance 0, port {port}) exited during the "
+        "run with status 3 after 1 restart(s), past env_settings.max_lifetime_restarts (1 per "
+        "instance over the run; raise it, --max-lifetime-restarts, -1 for no limit): the models "
+        f"are saved; see its log {run / 'run_logs/Player-0.log'}"
+    )
+    assert (run / "run_logs/Player-0.crash-1.log").exists()
+    assert (run / "run_logs/Player-0.log").read_text().splitlines()[-1] == "crash: after 30 steps"
+    assert (run / "Basic.onnx").exists()
+    assert (run / "Basic/checkpoint.pt").exists()
+    assert not builds_of(tmp_path)
+
+
+def test_the_restart_rate_limit_stops_the_run_at_the_second_crash(tmp_path: Path) -> None:
+    crashing_run(
+        tmp_path,
+        *("--crash-after", "30"),
+        max_lifetime_restarts=-1,
+        restarts_rate_limit_n=1,
+        restarts_rate_limit_period_s=3600,
+    )
     result = run_cli("basic.yaml", cwd=tmp_path)
     assert result.returncode == 1
     line = result.stderr.splitlines()[-1]
-    assert line.startswith(f"evtrain: error: the Unity build {build} (instance 0, port "), line
-    assert line.endswith(
-        f"; see its log {tmp_path / 'results/basic/run_logs/Player-0.log'} (a crashed build is "
-        "not restarted yet)"
-    )
+    assert " after 1 restart(s), past env_settings.restarts_rate_limit_n (1 within " in line
+    assert "restarts_rate_limit_period_s, 3600 s; raise it, --restarts-rate-limit-n, " in line
+    logs = sorted(p.name for p in (tmp_path / "results/basic/run_logs").glob("Player-*"))
+    assert logs == ["Player-0.crash-1.log", "Player-0.log"]
+    assert (tmp_path / "results/basic/Basic.onnx").exists()
+    assert not builds_of(tmp_path)

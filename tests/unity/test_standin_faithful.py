@@ -70,7 +70,12 @@ def test_the_corridor_handshakes_steps_and_talks_on_side_channels(
     assert after["Basic"]["terminal_rewards"] == pytest.approx([0.99, 0.99])
     assert after["Basic"]["interrupted"] == [False, False]
     assert after["Basic"]["decision_ids"] == [3, 4]
-    assert report["stats"] == {"Basic/Goal Cell": [[17.0, 0]] * 2, "Basic/Goals": [[1.0, 2]] * 2}
+    assert report["stats"] == {
+        "Basic/Goal Cell": [[17.0, 0]] * 2,
+        "Basic/Goals": [[1.0, 2]] * 2,
+        "Basic/Seed": [[0.0, 1]] * 2,
+        "Basic/Goal Steps": [[7.0, 3]] * 2,
+    }
     log = tmp_path / "logs" / "Player-0.log"
     assert lines_with(log, ("engine:", "env_param:", "init:")) == [
         "init: communication_version=1.5.0 package_version=0.28.0 seed=0 num_areas=1",

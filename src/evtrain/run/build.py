@@ -227,7 +227,8 @@ def _envs_and_reporter(
         view = shared.view(name)
         if curriculum is None:
             return view, StatsReporter(bus, category)
-        if name == next(iter(options.behaviors)):  # every view reaches the same instances
+        first = name == next(iter(options.behaviors))  # every view reaches the same instances
+        if first and not options.env_settings.unity:  # a build's: build_channels
             curriculum.attach(view, options.env_settings.env_id)
         return view, curriculum.reporter(bus, category, settings.max_steps)
     behaviors = options.behaviors

@@ -22,7 +22,7 @@ import attrs
 
 from evtrain.bus import Bus
 from evtrain.config.options import RunOptions
-from evtrain.errors import ConfigError, RunFolderError
+from evtrain.errors import ConfigError, RunFolderError, UnityRestartLimitError
 from evtrain.events import signals
 from evtrain.events.payloads import RunFinished, RunStarted, RunStatus, StatsEvent
 from evtrain.events.stats import CUMULATIVE_REWARD
@@ -91,21 +91,18 @@ def learn(
 ) -> LearnResult:
     """Train as ``evtrain learn`` does.
 
-    Subscribers already connected to ``bus`` see the same events as the plugins; a bus
-    passed in is flushed, not closed, at the end (its owner closes it), and what the run
-    connected to it (the plugins' writers, and what subscriber plugins connected) is
-    disconnected and closed.
+    Subscribers already connected to ``bus`` see the same events as the plugins; a bus passed
+    in is flushed, not closed, at the end (its owner closes it), and what the run connected to
+    it (the plugins' writers, and what subscriber plugins connected) is disconnected and closed.
 
-    Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the
-    process group first, unless the caller has done so already.
+    Under ``torchrun`` every rank calls it: the active initializer (``torch``) sets up the process
+    group first, unless the caller has done so already.
     """
     with console_logging():  # the notes of reading the config too
         options, types = load_options(config)
         with use_trainer_types(types), initialized(options):
-            # A group torchrun started again continues its run (every rank alike).
+            # A restarted torchrun group resumes; its checkpoints' configurations are kept first.
             options = resumed_after_restart(options, World.current())
-            # The configurations its checkpoints were saved with, before the run rewrites its
-            # own.
             with saved_configurations(options):
                 return _learn(options, bus, progress)
 
@@ -220,6 +217,9 @@ class _Run:
                     if not cs.inference:
                         stop.phase = "saving"
                         self.saves.save_final(stop)
+                except UnityRestartLimitError:  # the models are sound: kept, as at the end
+                    self.saves.save_final(stop)
+                    raise
                 except KeyboardInterrupt:
                     self._abort()
                     raise

@@ -15,6 +15,10 @@ In each step, per slot (the ``infos`` keys of :mod:`evtrain.multiagent.slots`):
   interrupted it (``max_step_reached``: its value bootstraps), and its last observation in
   ``final_obs``; when it starts its next episode in the same exchange its slot shows the new
   episode's first observation;
+- an instance that hung up or stopped answering, and was started again
+  (:meth:`UnityBehaviors.replace`), ends its agents' episodes as ``truncated`` (no reward, the
+  observation they showed last as ``final_obs``), its new agents starting new episodes in the
+  same step; the other instances go on;
 - ``group_reward``: the ML-Agents group's reward (equal over a copy's slots);
 - ``episode_over``: every agent of the slot's copy that was in an episode ended it.
 
@@ -39,11 +43,17 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from evtrain.errors import ConfigError, UnityDataError
+from evtrain.errors import (
+    ConfigError,
+    UnityCommunicationError,
+    UnityDataError,
+    UnityError,
+    UnityTimeoutError,
+)
 from evtrain.multiagent.copies import StepRecord
 from evtrain.unity.connection import Steps, UnityConnection
+from evtrain.unity.records import batch_rows, end_episodes, interrupt, record_steps
 from evtrain.unity.slots import BehaviorSlots
 from evtrain.unity.spaces import action_tuple
 from evtrain.unity.specs import BehaviorSpec, split_behavior_name
@@ -107,6 +117,8 @@ class UnityBehaviors:
         self._views = {b: UnityBehaviorView(self, b, self_play=b in self_play) for b in wanted}
         self._unknown: set[str] = set()
         self.latest: dict[str, StepRecord] = self._observe(first)
+        self.restarts = 0
+        """Instances started again during the run (:meth:`replace`), so far."""
         self._fresh = True
         self._closed = False
 
@@ -141,7 +153,22 @@ class UnityBehaviors:
                     slots.pending[rows] = True
         for connection in self.connections:
             connection.step_begin()
-        return self._observe([connection.step_end() for connection in self.connections])
+        states: list[Steps] = []
+        lost: list[int] = []
+        for k, connection in enumerate(self.connections):
+            try:
+                states.append(connection.step_end())
+            except (UnityCommunicationError, UnityTimeoutError) as error:
+                states.append(self.replace(k, error))
+                lost.append(k)
+        self.restarts += len(lost)
+        return self._observe(states, lost)
+
+    def replace(self, k: int, error: UnityError) -> Steps:
+        """Instance ``k`` hung up or stopped answering (``error``) during a step: a subclass
+        that can start it again does so, and returns its first steps after a reset (its
+        agents start new episodes; those it had end as interrupted).  Here: ``error``."""
+        raise error
 
     def close(self) -> None:
         """Close every instance's connection (once)."""
@@ -151,7 +178,7 @@ class UnityBehaviors:
         for connection in self.connections:
             connection.close()
 
-    def _observe(self, states: Sequence[Steps]) -> dict[str, StepRecord]:
+    def _observe(self, states: Sequence[Steps], lost: Sequence[int] = ()) -> dict[str, StepRecord]:
         records: dict[str, StepRecord] = {}
         for behavior, slots in self.slots.items():
             view = self._views[behavior]
@@ -160,15 +187,17 @@ class UnityBehaviors:
             ended = np.zeros(slots.num_slots, dtype=np.bool_)
             slots.acting[:] = False
             slots.rows.clear()
+            for k in lost:
+                interrupt(slots, view, record, ended, slots.leave(k))
             for k, state in enumerate(states):
                 for name in slots.names:
                     if name in state:
-                        _record(slots, view, record, ended, k, name, state[name])
-            _episodes(slots, record, ended, live_before)
+                        record_steps(slots, view, record, ended, k, name, state[name])
+            end_episodes(slots, record, ended, live_before)
             if view.team_play is not None:
                 record = view.team_play.view_of(record, UnityStepRecord(view.num_envs))
             record.batch = view.observations()
-            record.obs = _rows(record.batch, view.num_envs)
+            record.obs = batch_rows(record.batch, view.num_envs)
             records[behavior] = record
         for state in states:
             for name in state:
@@ -180,66 +209,6 @@ class UnityBehaviors:
                     )
         self.latest = records
         return records
-
-
-def _record(
-    slots: BehaviorSlots,
-    view: UnityBehaviorView,
-    record: StepRecord,
-    ended: npt.NDArray[np.bool_],
-    k: int,
-    name: str,
-    steps: Any,
-) -> None:
-    """One full name's steps in instance ``k`` into its slots."""
-    decisions, terminals = steps
-    if len(terminals):
-        at = slots.slots_of(k, name, terminals.agent_id, terminals.group_id)
-        record.rewards[at] = terminals.reward
-        record.truncated[at] = terminals.interrupted
-        record.terminated[at] = ~terminals.interrupted
-        record.active[at] = slots.pending[at]
-        record.group_reward[at] = terminals.group_reward
-        for row, slot in enumerate(at.tolist()):
-            record.final_obs[slot] = view.one(terminals.obs, row)
-        record.has_final[at] = True
-        ended[at] = True
-        slots.pending[at] = slots.live[at] = False
-    if len(decisions):
-        at = slots.slots_of(k, name, decisions.agent_id, decisions.group_id)
-        going_on = ~ended[at]
-        record.rewards[at[going_on]] = decisions.reward[going_on]
-        record.group_reward[at[going_on]] = decisions.group_reward[going_on]
-        record.active[at[going_on]] = slots.pending[at[going_on]]
-        view.store(at, decisions.obs, decisions.action_mask)
-        slots.live[at] = slots.acting[at] = True
-        slots.pending[at] = False
-        slots.rows[(k, name)] = at
-
-
-def _episodes(
-    slots: BehaviorSlots,
-    record: StepRecord,
-    ended: npt.NDArray[np.bool_],
-    live_before: npt.NDArray[np.bool_],
-) -> None:
-    """Per copy: its group reward on every slot, and whether its episode is over."""
-    g = slots.group_size
-    shape = (len(slots.copies), g)
-    heard = (record.active | ended).reshape(shape)
-    group_reward = record.group_reward.reshape(shape)
-    first_heard = heard.argmax(axis=1)
-    per_copy = group_reward[np.arange(shape[0]), first_heard] * heard.any(axis=1)
-    record.group_reward[:] = np.repeat(per_copy, g)
-    was_in = live_before.reshape(shape)
-    over = ended.reshape(shape).any(axis=1) & ~(was_in & ~ended.reshape(shape)).any(axis=1)
-    record.episode_over[:] = np.repeat(over, g)
-
-
-def _rows(batch: Any, n: int) -> list[Any]:
-    if isinstance(batch, dict):
-        return [{key: value[i] for key, value in batch.items()} for i in range(n)]
-    return list(batch)
 
 
 def _full_names(connections: Sequence[UnityConnection]) -> dict[str, list[str]]:

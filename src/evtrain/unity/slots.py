@@ -136,6 +136,19 @@ class BehaviorSlots:
             copy.agents = [None] * self.group_size
             copy.group = 0
 
+    def leave(self, k: int) -> npt.NDArray[np.intp]:
+        """Every agent of instance ``k`` left (the instance was started again): their slots are
+        free for its new agents.  Returns the slots whose agents were in an episode."""
+        place = [copy for copy in self.copies if copy.instance == k]
+        slots = [copy.first + j for copy in place for j in range(self.group_size)]
+        at = np.asarray([s for s in slots if self.live[s]], dtype=np.intp)
+        for key in [key for key in self.index if key[0] == k]:
+            del self.index[key]
+        for copy in place:
+            copy.agents = [None] * self.group_size
+            copy.group = 0
+        return at
+
     def _assign(self, k: int, name: str, agent: int, group: int) -> int:
         place = self._by_place.get((k, name), [])
         for copy in place:  # a free slot of its group

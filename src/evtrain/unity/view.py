@@ -39,6 +39,8 @@ class Shared(Protocol):
     def slots(self) -> Mapping[str, BehaviorSlots]: ...
     @property
     def latest(self) -> Mapping[str, StepRecord]: ...
+    @property
+    def restarts(self) -> int: ...
     def reset(self, seed: int | None = None) -> Mapping[str, StepRecord]: ...
     def close(self) -> None: ...
 
@@ -76,6 +78,7 @@ class UnityBehaviorView(VectorEnv[Any, Any, Any]):
         }
         if MASK_KEY in self._batch:
             self._batch[MASK_KEY][:] = 1.0
+        self._restarts_taken = 0
         self.exchange = self._unconnected
         """Takes this behavior's actions for one shared step and returns its part once every
         behavior has acted: set by the loop that drives the behaviors."""
@@ -158,6 +161,15 @@ class UnityBehaviorView(VectorEnv[Any, Any, Any]):
         if MASK_KEY in self._batch:
             found[MASK_KEY] = np.ones(self._batch[MASK_KEY].shape[1], dtype=np.float32)
         return found
+
+    def take_worker_restarts(self) -> int:
+        """Instances started again since the last call (the trainer reports them as
+        ``Environment/Worker Restarts``, summed over its summary period)."""
+        taken, self._restarts_taken = (
+            self.shared.restarts - self._restarts_taken,
+            self.shared.restarts,
+        )
+        return taken
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None

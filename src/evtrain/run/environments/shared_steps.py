@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from evtrain.events.payloads import RunStatus
 from evtrain.run.environments.co_players import PolicyCoPlayer
 
 if TYPE_CHECKING:
+    from evtrain.bus.reporter import StatsReporter
     from evtrain.config.options import RunOptions
     from evtrain.multiagent.copies import StepRecord
     from evtrain.multiagent.shared import BehaviorView, SharedEnvironment
@@ -59,10 +60,17 @@ class SharedSteps:
     fails before a trainer holds a view has none to close.
 
     :param make: makes the environment.
+    :param after_step: called after each step of the environment with every behavior's stats
+        reporter (a Unity run's builds send statistics of their own).
     """
 
-    def __init__(self, make: Callable[[], SharedEnvironment | UnityBehaviors]) -> None:
+    def __init__(
+        self,
+        make: Callable[[], SharedEnvironment | UnityBehaviors],
+        after_step: Callable[[Iterable[StatsReporter]], None] | None = None,
+    ) -> None:
         self._make = make
+        self._after_step = after_step
         self._env: SharedEnvironment | UnityBehaviors | None = None
         self._idle: dict[str, PolicyCoPlayer] = {}
         """What acts for the behaviors that learn no more (done, or stopping)."""
@@ -76,8 +84,9 @@ class SharedSteps:
         interrupted: Callable[[], str | None] = lambda: None,
     ) -> SharedSteps | None:
         """The run's shared environment, to be made from ``env_settings``, each instance in
-        ``curriculum``'s wrapper (``environment_parameters``); ``None`` when ``shared_env`` is
-        off.
+        ``curriculum``'s wrapper (``environment_parameters``; a Unity run's builds get them on
+        their side channel, :mod:`~evtrain.run.environments.build_channels`); ``None`` when
+        ``shared_env`` is off.
 
         :param interrupted: the interrupt that asked the run to stop, if any (a Unity build
             that has not connected yet is not waited for then).
@@ -98,7 +107,10 @@ class SharedSteps:
         if problems:
             raise ConfigError(problems)
         if options.env_settings.unity:
-            return cls(_unity(options, interrupted))
+            from evtrain.run.environments.build_channels import BuildChannels
+
+            builds = BuildChannels(options, curriculum, interrupted)
+            return cls(builds.make, after_step=builds.record_stats)
         wrapper = None if curriculum is None else curriculum.wrapper()
         make = functools.partial(
             make_shared_env, options.env_settings, options.behaviors, wrapper=wrapper
@@ -169,6 +181,8 @@ class SharedSteps:
                 if not in_turn:
                     return RunStatus.INTERRUPTED if stopping else RunStatus.COMPLETED
                 step = self.env.step(actions)
+                if self._after_step is not None:
+                    self._after_step([trainer.reporter for trainer in trainers.values()])
                 for name in in_turn:
                     results[name] = step[name]
         finally:  # nothing of the turns runs on (at the end, after a failure, an abort)
@@ -188,32 +202,6 @@ class SharedSteps:
             player = self._idle[name] = PolicyCoPlayer(frozen, view.single_observation_space)
         actions: npt.NDArray[Any] = np.asarray(player(view.observations()))
         return actions
-
-
-def _unity(
-    options: RunOptions, interrupted: Callable[[], str | None]
-) -> Callable[[], UnityBehaviors]:
-    """What makes a Unity run's environment (:mod:`evtrain.run.environments.unity_builds`).
-
-    :raises ConfigError: ``environment_parameters``, which do not reach a build yet."""
-    from evtrain.run.environments.unity_builds import make_unity_env
-
-    if options.environment_parameters:
-        raise ConfigError(
-            [
-                "environment_parameters: not sent to a Unity build yet (the environment "
-                "parameters side channel is not wired into the run); remove "
-                "environment_parameters"
-            ]
-        )
-    return functools.partial(
-        make_unity_env,
-        options.env_settings,
-        options.engine_settings,
-        options.behaviors,
-        options.checkpoint_settings.run_logs_dir,
-        interrupted,
-    )
 
 
 class _Cancelled(BaseException):

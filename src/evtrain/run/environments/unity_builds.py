@@ -36,11 +36,17 @@ from evtrain.errors import (
     UnityBuildExitedError,
     UnityCommunicationError,
     UnityError,
+    UnityRestartLimitError,
     UnityTimeoutError,
 )
-from evtrain.multiagent.copies import StepRecord
+from evtrain.run.environments.unity_restarts import (
+    Launch,
+    RestartQuota,
+    failure,
+    keep_crashed_log,
+)
 from evtrain.unity.behaviors import UnityBehaviors
-from evtrain.unity.connection import UnityConnection
+from evtrain.unity.connection import Steps, UnityConnection
 from evtrain.unity.side_channels import (
     EngineConfigurationChannel,
     EnvironmentParametersChannel,
@@ -155,12 +161,15 @@ def log_path(log_folder: Path, worker_id: int) -> Path:
 
 class UnityBuilds(UnityBehaviors):
     """:class:`~evtrain.unity.behaviors.UnityBehaviors` over build instances this run started:
-    closing it closes the connections, then ends the processes.
+    an instance that exits, hangs up or stops answering during a step is started again within
+    the restart limits (:meth:`replace`); closing it closes the connections, then ends the
+    processes.
 
     :param processes: each instance's process (``None`` for the Editor).
     :param channels: each instance's side channels, by kind.
     :param logs: each instance's log file.
     :param self_play: the behaviors with ``self_play`` (their views hold one team's agents).
+    :param launch: how the instances were started (``None``: the Editor, never restarted).
     """
 
     def __init__(
@@ -171,33 +180,59 @@ class UnityBuilds(UnityBehaviors):
         channels: Sequence[Mapping[str, SideChannel]],
         logs: Sequence[Path],
         self_play: Sequence[str] = (),
+        launch: Launch | None = None,
     ) -> None:
         self.processes = list(processes)
         self.channels = list(channels)
         self.logs = list(logs)
+        self.launch = launch
+        self.quota = None if launch is None else RestartQuota(launch.settings, len(processes))
         super().__init__(connections, behaviors, self_play=self_play)
 
-    def step(self, actions: Mapping[str, Any]) -> dict[str, StepRecord]:
-        """:meth:`UnityBehaviors.step`; a build that died in it is named, with its log.
+    def replace(self, k: int, error: UnityError) -> Steps:
+        """Start instance ``k`` again (the same port, command line and log file; its crashed
+        log kept as ``Player-<k>.crash-<n>.log``), with its handshake and a reset; a start
+        that fails (no connection within ``timeout_wait``, an exit) counts as one more crash.
 
-        :raises UnityCommunicationError: a build exited or hung up (not restarted yet)."""
-        try:
-            return super().step(actions)
-        except UnityCommunicationError as error:
-            dead = [
-                (i, p)
-                for i, p in enumerate(self.processes)
-                if p is not None and p.poll() is not None
-            ]
-            if not dead:
-                raise
-            i, process = dead[0]
-            raise UnityCommunicationError(
-                f"the Unity build {_executable(process)} (instance {i}, port "
-                f"{self.connections[i].port}) exited during the run with status "
-                f"{process.returncode}; see its log {self.logs[i]} (a crashed build is not "
-                "restarted yet)"
-            ) from error
+        :raises UnityRestartLimitError: past ``max_lifetime_restarts`` or
+            ``restarts_rate_limit_n``, naming the build, the instance, the limit and its log.
+        :raises UnityCommunicationError: the Editor hung up (it is not restarted)."""
+        process = self.processes[k]
+        if process is None or self.launch is None or self.quota is None:
+            raise error
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(1.0)  # a crash is seen as a hang-up first, its exit a moment later
+        port = self.connections[k].port
+        build = f"the Unity build {_executable(process)} (instance {k}, port {port})"
+        what = failure(process, error)
+        while True:  # as long as the limits allow (-1: no limit; an interrupt ends the wait)
+            limit = self.quota.limit_hit(k)
+            if limit is not None:
+                BUILDS.end(self.processes[k] or process, grace_s=0.0)  # no quit to wait for
+                raise UnityRestartLimitError(
+                    f"{build} {what} after {self.quota.counts[k]} restart(s), past {limit}: the "
+                    f"models are saved; see its log {self.logs[k]}"
+                ) from error
+            restart = self.quota.record(k)
+            _log.warning("%s %s; starting it again (restart %d of it)", build, what, restart)
+            try:
+                return self._start_again(k, restart)
+            except (UnityTimeoutError, UnityCommunicationError) as failed:
+                error, what = failed, f"did not start again ({failed})"
+
+    def _start_again(self, k: int, restart: int) -> Steps:
+        run, process = self.launch, self.processes[k]
+        assert run is not None and process is not None
+        BUILDS.end(process, grace_s=0.0)
+        self.connections[k].close()
+        keep_crashed_log(self.logs[k], restart)
+        # engine_settings and the environment parameters' current values sent again
+        self.channels[k] = side_channels(run.engine, run.parameters)
+        connection = self.connections[k] = _connection(run.settings, k, self.channels[k])
+        self.processes[k] = _start(run.executable, run.settings, run.engine, k, run.log_folder)
+        # Not cut short by a Ctrl-C: the run then stops at the end of the turn, and saves.
+        _handshake(connection, self.processes[k], run.settings, run.log_folder, lambda: None)
+        return connection.reset()
 
     def close(self) -> None:
         try:
@@ -208,9 +243,12 @@ class UnityBuilds(UnityBehaviors):
                     BUILDS.end(process)
 
 
-def side_channels(engine: EngineSettings) -> dict[str, SideChannel]:
+def side_channels(
+    engine: EngineSettings,
+    parameters: Callable[[EnvironmentParametersChannel], None] | None = None,
+) -> dict[str, SideChannel]:
     """One instance's side channels: the engine configuration (``engine_settings`` queued),
-    environment parameters, stats, training analytics."""
+    environment parameters (``parameters`` queues them), stats, training analytics."""
     configuration = EngineConfigurationChannel()
     configuration.set_configuration_parameters(
         width=engine.width,
@@ -220,9 +258,12 @@ def side_channels(engine: EngineSettings) -> dict[str, SideChannel]:
         target_frame_rate=engine.target_frame_rate,
         capture_frame_rate=engine.capture_frame_rate,
     )
+    environment = EnvironmentParametersChannel()
+    if parameters is not None:
+        parameters(environment)
     return {
         "engine": configuration,
-        "parameters": EnvironmentParametersChannel(),
+        "parameters": environment,
         "stats": StatsSideChannel(),
         "analytics": TrainingAnalyticsSideChannel(),
     }
@@ -234,6 +275,7 @@ def make_unity_env(
     behaviors: Mapping[str, Any],
     log_folder: Path,
     interrupted: Callable[[], str | None] = lambda: None,
+    parameters: Callable[[EnvironmentParametersChannel], None] | None = None,
 ) -> UnityBuilds:
     """The run's Unity environment: ``num_envs`` build instances started and connected (or the
     Editor's one), every behavior of ``behaviors`` in them.
@@ -241,6 +283,8 @@ def make_unity_env(
     :raises ConfigError: no executable at ``env_path``; a behavior the build lacks.
     :param interrupted: the interrupt that asked the run to stop, if any: then no build is
         waited for any longer.
+    :param parameters: queues the environment parameters on each instance's channel (they
+        reach the build with the first reset).
     :raises UnityError: a port in use, a build that does not connect within ``timeout_wait``
         (naming the build, the port and its log), an API version evtrain does not speak, an
         interrupt while waiting.
@@ -262,14 +306,19 @@ def make_unity_env(
     channels: list[dict[str, SideChannel]] = []
     try:
         for worker_id in range(count):
-            channels.append(side_channels(engine))
+            channels.append(side_channels(engine, parameters))
             connections.append(_connection(settings, worker_id, channels[-1]))
         for worker_id, connection in enumerate(connections):
             processes.append(_start(executable, settings, engine, worker_id, log_folder))
             _handshake(connection, processes[-1], settings, log_folder, interrupted)
         logs = [log_path(log_folder, i) for i in range(count)]
         playing = [name for name, own in behaviors.items() if getattr(own, "self_play", None)]
-        return UnityBuilds(connections, list(behaviors), processes, channels, logs, playing)
+        launch = None
+        if executable is not None:
+            launch = Launch(executable, settings, engine, log_folder, parameters)
+        return UnityBuilds(
+            connections, list(behaviors), processes, channels, logs, playing, launch=launch
+        )
     except BaseException:
         for connection in connections:
             connection.close()

@@ -15,11 +15,13 @@ every behavior's episode buffer at any lesson change, so does evtrain):
 
 A change moves one lesson, emits ``lesson_changed``, logs one line, and reaches every
 sub-environment through its :class:`~evtrain.run.parameters.env_parameters.EnvironmentParameters`
-wrapper, from its next episode on.  Every summary of every behavior reports
-``Environment/Lesson Number/<parameter>``: the lesson its period was played in.  The lesson
-is recorded in ``training_status.json`` (``{"<parameter>": {"lesson_num": N}}``, ML-Agents'
-key) with each checkpoint and read back on ``--resume`` (and ``--inference``, whose lessons
-stay where they are).  In a distributed run rank 0's episodes decide, and the ranks follow.
+wrapper, from its next episode on (a Unity build through its environment parameters side
+channel, with the next step: :mod:`evtrain.run.environments.build_channels`).  Every summary
+of every behavior reports ``Environment/Lesson Number/<parameter>``: the lesson its period was
+played in.  The lesson is recorded in ``training_status.json`` (``{"<parameter>":
+{"lesson_num": N}}``, ML-Agents' key) with each checkpoint and read back on ``--resume`` (and
+``--inference``, whose lessons stay where they are).  In a distributed run rank 0's episodes
+decide, and the ranks follow.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class Curriculum:
         self._elo: dict[str, float] = {}
         """Each self-playing behavior's latest ELO rating."""
         self._envs: list[Any] = []
+        self._followers: list[Callable[[], None]] = []
         sizes: dict[str, int] = {}
         for name, parameter in self.parameters.items():
             self.lessons[name] = self._first_lesson(name, parameter, restore)
@@ -174,6 +177,11 @@ class Curriculum:
                     name,
                 )
 
+    def follow(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` after the lessons changed (once for all that changed together):
+        a Unity run's builds get every parameter's new value then."""
+        self._followers.append(changed)
+
     def reporter(self, bus: Bus, behavior: str, max_steps: int) -> StatsReporter:
         """The stats reporter of ``behavior``'s trainer: it feeds this curriculum."""
         return _CurriculumReporter(bus, behavior, self, max_steps)
@@ -211,6 +219,8 @@ class Curriculum:
         if moving:
             for episodes in self._episodes.values():
                 episodes.clear()
+            for changed in self._followers:
+                changed()
 
     def _criteria_now(
         self, name: str, parameter: EnvironmentParameter

@@ -12,8 +12,13 @@ from typing import Any
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from evtrain.bus import Bus
+from evtrain.bus.reporter import StatsReporter
+from evtrain.events.stats import StatsAggregationMethod
+from evtrain.run.environments.build_channels import record_environment_stats
+from evtrain.unity.side_channels import SideChannel, SideChannelRouter, StatsSideChannel
 from tests.helpers import free_port, run_cli, tensorboard_scalars
-from tests.standin import make_build
+from tests.standin import make_build, wire
 
 CORRIDOR: dict[str, Any] = {
     "trainer_type": "ppo",
@@ -81,6 +86,33 @@ def test_statistics_a_build_sends_reach_the_behavior_with_their_aggregation(
     for step, histogram in histograms.items():  # the scalar is the mean of the histogram's values
         assert histogram.min >= 3 and histogram.num > 0
         assert abs(histogram.sum / histogram.num - means[step]) < 1e-3 * means[step]
+
+
+def test_every_behavior_gets_every_statistic_of_every_instance() -> None:
+    instances: list[dict[str, SideChannel]] = [{"stats": StatsSideChannel()} for _ in range(2)]
+    for worker_id, instance in enumerate(instances):
+        SideChannelRouter(list(instance.values())).incoming(
+            wire.stat_message("Goals", 1.0, wire.STATS_SUM)
+            + wire.stat_message("Seed", worker_id, wire.STATS_MOST_RECENT)
+            + wire.stat_message("Cell", 7.0 + 10 * worker_id, wire.STATS_HISTOGRAM)
+        )
+    with Bus() as bus:
+        reporters = [StatsReporter(bus, "Striker"), StatsReporter(bus, "Goalie")]
+        record_environment_stats(instances, reporters)
+        record_environment_stats(instances, reporters)  # the channels were emptied
+        for reporter in reporters:
+            goals, seed = (
+                reporter.get_stats_summaries("Goals"),
+                reporter.get_stats_summaries("Seed"),
+            )
+            cell = reporter.get_stats_summaries("Cell")
+            assert (goals.full_dist, goals.aggregation_method) == ((1.0, 1.0), _SUM)
+            assert (seed.full_dist, seed.aggregation_method) == ((0.0,), _MOST_RECENT)
+            assert (cell.full_dist, cell.aggregation_method) == ((7.0, 17.0), _HISTOGRAM)
+
+
+_SUM, _MOST_RECENT = StatsAggregationMethod.SUM, StatsAggregationMethod.MOST_RECENT
+_HISTOGRAM = StatsAggregationMethod.HISTOGRAM
 
 
 def test_constants_and_samplers_reach_every_instance_before_its_first_reset(

@@ -3,7 +3,7 @@
 
 - **Statistics** a build records (``Academy.Instance.StatsRecorder.Add(key, value,
   aggregation)``) arrive on each instance's stats side channel; after every step of the shared
-  environment they go into the statistics of every behavior of the run, with their
+  environment they go into the statistics of every behavior still learning, with their
   aggregation method, through each behavior's stats reporter and so through the bus like every
   stat (ML-Agents' ``AgentManager.record_environment_stats``): ``AVERAGE``, ``SUM`` and
   ``HISTOGRAM`` values of every instance are added; a ``MOST_RECENT`` value is taken from

@@ -60,8 +60,8 @@ class SharedSteps:
     fails before a trainer holds a view has none to close.
 
     :param make: makes the environment.
-    :param after_step: called after each step of the environment with every behavior's stats
-        reporter (a Unity run's builds send statistics of their own).
+    :param after_step: called after each step of the environment with the stats reporter of
+        every behavior still learning (a Unity run's builds send statistics of their own).
     """
 
     def __init__(
@@ -182,7 +182,7 @@ class SharedSteps:
                     return RunStatus.INTERRUPTED if stopping else RunStatus.COMPLETED
                 step = self.env.step(actions)
                 if self._after_step is not None:
-                    self._after_step([trainer.reporter for trainer in trainers.values()])
+                    self._after_step([trainers[name].reporter for name in sorted(in_turn)])
                 for name in in_turn:
                     results[name] = step[name]
         finally:  # nothing of the turns runs on (at the end, after a failure, an abort)

@@ -17,7 +17,7 @@ from evtrain.run.environments.unity_restarts import RestartQuota
 from evtrain.unity.side_channels import EnvironmentParametersChannel
 from tests.helpers import free_port
 from tests.standin import make_build
-from tests.unity_fakes import gone
+from tests.unity_fakes import all_gone
 
 CRASH_AFTER = 5
 
@@ -59,7 +59,7 @@ def test_a_crashed_instance_restarts_and_its_episodes_end_interrupted(tmp_path: 
         pids += [p.pid for p in builds.processes if p is not None]
     finally:
         builds.close()
-    assert all(gone(pid) for pid in pids)
+    assert all_gone(pids)
 
 
 def test_a_build_that_stops_answering_is_restarted_and_counted_for_every_behavior(
@@ -87,7 +87,7 @@ def test_a_build_that_stops_answering_is_restarted_and_counted_for_every_behavio
         builds.step(actions)  # the restarted instance steps on
     finally:
         builds.close()
-    assert gone(hung.pid)
+    assert all_gone([hung.pid])
 
 
 def test_a_restart_that_does_not_connect_counts_as_a_crash(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_a_restart_that_does_not_connect_counts_as_a_crash(tmp_path: Path) -> No
         f"{logs / 'Player-0.log'}"
     )  # the defaults: one restart a minute
     assert (logs / "Player-0.crash-1.log").read_text().splitlines()[-1] == "crash: after 3 steps"
-    assert all(gone(pid) for pid in pids) and len(pids) == 2
+    assert all_gone(pids) and len(pids) == 2
 
 
 def test_a_restarted_instance_gets_the_environment_parameters_again(tmp_path: Path) -> None:

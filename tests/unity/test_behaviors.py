@@ -133,7 +133,7 @@ def test_an_agent_beyond_the_slots_of_the_first_step_is_named(
         "behavior are taken; evtrain counts a behavior's slots from the agents at the first "
         "step (the most in an instance: 1): have every agent present and asking for a "
         "decision at the first step (enabled in the scene, its DecisionRequester at offset 0), "
-        "or give the behavior spare copies of slots"
+        "or give the behaviors spare copies of slots (env_settings.spare_copies)"
     )
     shared.close()
     side.result()

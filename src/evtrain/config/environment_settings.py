@@ -146,6 +146,11 @@ class EnvironmentSettings:
     limit."""
     restarts_rate_limit_period_s: float = attrs.field(default=60.0, validator=finite_seconds)
     """The period ``restarts_rate_limit_n`` counts over."""
+    spare_copies: int = attrs.field(default=0, validator=[_natural, at_most(64, "copies")])
+    """Room for a Unity build's agents that appear after the first step (enabled or spawned
+    later, a group formed later): per build instance, behavior and team, this many more copies
+    of the slots its first step fills (its agents then, or its largest ML-Agents group).  Not
+    an ML-Agents key (its trainer needs none); the spare slots stay idle until an agent comes."""
     vectorization: Literal["sync", "async", "ray"] = "sync"
     """``sync`` steps them in this process; ``async`` in one subprocess each; ``ray`` in Ray
     actors (``ray`` below; the ``ray`` extra, README.md "Installing extras")."""

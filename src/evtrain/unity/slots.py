@@ -166,7 +166,7 @@ class BehaviorSlots:
             f"first step ({'the most in a group' if self.grouped else 'the most in an instance'}"
             f": {self.group_size}): have every agent present and asking for a decision at the "
             "first step (enabled in the scene, its DecisionRequester at offset 0), or give "
-            "the behavior spare copies of slots"
+            "the behaviors spare copies of slots (env_settings.spare_copies)"
         )
 
     def _bind(self, copy: Copy, j: int, k: int, name: str, agent: int, group: int) -> int:

@@ -12,20 +12,18 @@ configuration side channel.  The executable is found as ML-Agents' ``env_utils``
 No build outlives the run: each is started in a process group of its own (so a Ctrl-C in the
 terminal reaches evtrain alone, which then closes the builds, as ML-Agents does), and that
 group is ended when the environment closes, when starting the instances fails, and at the
-interpreter's exit whatever ended the run (:func:`end_every_build`).
+interpreter's exit whatever ended the run
+(:func:`~evtrain.run.environments.build_processes.end_every_build`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import glob
 import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from evtrain.errors import (
     UnityRestartLimitError,
     UnityTimeoutError,
 )
+from evtrain.run.environments.build_processes import BUILDS
 from evtrain.run.environments.unity_restarts import (
     Launch,
     RestartQuota,
@@ -58,8 +57,6 @@ from evtrain.unity.side_channels import (
 _log = logging.getLogger("evtrain")
 
 _EXTENSIONS = (".app", ".exe", ".x86_64", ".x86")
-QUIT_GRACE_S = 5.0
-"""Seconds a build has to quit after it was told to, before its process group is killed."""
 
 
 def find_executable(env_path: str) -> Path | None:
@@ -84,55 +81,6 @@ def find_executable(env_path: str) -> Path | None:
         if found:
             return Path(found[0]).absolute()
     return None
-
-
-class _Builds:
-    """Every build process this interpreter started and has not ended yet."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: list[subprocess.Popen[bytes]] = []
-
-    def start(self, command: Sequence[str]) -> subprocess.Popen[bytes]:
-        with self._lock:
-            process = subprocess.Popen(
-                list(command),
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            self._running.append(process)
-        return process
-
-    def end(self, process: subprocess.Popen[bytes], grace_s: float = QUIT_GRACE_S) -> None:
-        """Wait ``grace_s`` for ``process`` to quit, then kill its whole group."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(grace_s)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)  # its children too, even once it has quit
-        process.wait()
-        with self._lock:
-            if process in self._running:
-                self._running.remove(process)
-
-    def end_all(self) -> None:
-        with self._lock:
-            running = list(self._running)
-        for process in running:
-            self.end(process, grace_s=0.0)
-
-
-BUILDS = _Builds()
-
-
-def end_every_build() -> None:
-    """Kill every build this process started and has not ended (registered with ``atexit``:
-    whatever ends the run, no build is left behind)."""
-    BUILDS.end_all()
-
-
-atexit.register(end_every_build)
 
 
 def build_command(
@@ -170,6 +118,7 @@ class UnityBuilds(UnityBehaviors):
     :param logs: each instance's log file.
     :param self_play: the behaviors with ``self_play`` (their views hold one team's agents).
     :param launch: how the instances were started (``None``: the Editor, never restarted).
+    :param spare_copies: ``env_settings.spare_copies``, for every behavior.
     """
 
     def __init__(
@@ -181,13 +130,15 @@ class UnityBuilds(UnityBehaviors):
         logs: Sequence[Path],
         self_play: Sequence[str] = (),
         launch: Launch | None = None,
+        spare_copies: int = 0,
     ) -> None:
         self.processes = list(processes)
         self.channels = list(channels)
         self.logs = list(logs)
         self.launch = launch
         self.quota = None if launch is None else RestartQuota(launch.settings, len(processes))
-        super().__init__(connections, behaviors, self_play=self_play)
+        spare = dict.fromkeys(behaviors, spare_copies)
+        super().__init__(connections, behaviors, self_play=self_play, spare_copies=spare)
 
     def replace(self, k: int, error: UnityError) -> Steps:
         """Start instance ``k`` again (the same port, command line and log file; its crashed
@@ -316,8 +267,9 @@ def make_unity_env(
         launch = None
         if executable is not None:
             launch = Launch(executable, settings, engine, log_folder, parameters)
+        spare = settings.spare_copies
         return UnityBuilds(
-            connections, list(behaviors), processes, channels, logs, playing, launch=launch
+            connections, list(behaviors), processes, channels, logs, playing, launch, spare
         )
     except BaseException:
         for connection in connections:

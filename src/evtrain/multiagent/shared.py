@@ -46,7 +46,7 @@ from evtrain.multiagent.mapping import AgentRole, agent_roles, check_behaviors
 from evtrain.multiagent.parallel import ParallelCopies
 from evtrain.multiagent.slots import behavior_spaces, learning_group_size
 
-__all__ = ["BehaviorView", "SharedEnvironment"]
+__all__ = ["BehaviorView", "SharedEnvironment", "view_reset"]
 
 Exchange = Callable[[npt.NDArray[Any]], StepRecord]
 """A behavior's actions in, its part of the shared step out (see :attr:`BehaviorView.exchange`)."""
@@ -274,11 +274,7 @@ class BehaviorView(VectorEnv[Any, Any, Any]):
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        if isinstance(seed, list):
-            seed = seed[0]
-        if not self.shared.latest:
-            self.shared.reset(seed)
-        return self.observations(), self.shared.latest[self.behavior].infos()
+        return view_reset(self, seed)
 
     def step(
         self, actions: Any
@@ -341,3 +337,14 @@ def check_one_behavior_per_game(
             "behavior then trains on copies of its own)"
         ]
     )
+
+
+def view_reset(view: Any, seed: int | list[int] | None) -> tuple[Any, dict[str, Any]]:
+    """A behavior's view's ``reset`` (this module's and :mod:`evtrain.unity.view`'s): the
+    shared environment is reset once, by the first view asked (``seed``: its first), and every
+    view shows its behavior's part of that reset."""
+    if isinstance(seed, list):
+        seed = seed[0]
+    if not view.shared.latest:
+        view.shared.reset(seed)
+    return view.observations(), view.shared.latest[view.behavior].infos()

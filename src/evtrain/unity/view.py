@@ -21,6 +21,7 @@ from gymnasium.vector.utils import batch_space
 
 from evtrain.multiagent.copies import EpisodeResult, StepRecord
 from evtrain.multiagent.coplayers import CoPlayer
+from evtrain.multiagent.shared import view_reset
 from evtrain.unity.slots import BehaviorSlots
 from evtrain.unity.spaces import MASK_KEY, action_space, observation_keys, observation_space
 from evtrain.unity.specs import BehaviorSpec, split_behavior_name
@@ -174,11 +175,7 @@ class UnityBehaviorView(VectorEnv[Any, Any, Any]):
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        if isinstance(seed, list):
-            seed = seed[0]
-        if not self.shared.latest:
-            self.shared.reset(seed)
-        return self.observations(), self.shared.latest[self.behavior].infos()
+        return view_reset(self, seed)
 
     def step(
         self, actions: Any

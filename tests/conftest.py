@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from evtrain import Bus
 from tests.helpers import PLUGIN, end_started
@@ -56,6 +57,76 @@ def _ended_by_signal(signum: int, frame: FrameType | None) -> None:
         signal.default_int_handler(signum, frame)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+_GROUPS = {
+    # a real mlflow server (tests/conftest.py's shared_mlflow_server): 10-20 s to start
+    "tests/writers/test_mlflow_writer.py": "mlflow",
+    "tests/writers/test_tracker_delivery.py": "mlflow",
+    "tests/writers/test_mlflow_outage.py": "mlflow",
+    "tests/writers/test_evaluation_trackers.py": "mlflow",
+    "tests/writers/test_trackers_doc.py": "mlflow",
+    # module-scoped fixtures that cost seconds
+    "tests/test_ray.py": "ray",  # a local Ray cluster
+    "tests/unity/test_standin_faithful.py": "mlagents-envs",  # a venv with mlagents-envs
+    "tests/test_distributed.py": "distributed",  # a two-rank run under torchrun
+    "tests/test_imitation.py": "imitation",  # trained experts
+    "tests/test_mlagents_keys.py": "mlagents-keys",  # a trained teacher
+    "tests/test_mlagents_samples.py": "mlagents-samples",  # recorded demonstrations
+}
+"""Modules whose tests share a session- or module-scoped fixture that costs seconds: all
+of a group's tests run on one worker, which builds the fixture once (xdist's own
+``xdist_group`` marks no longer group under pytest 9.2, whose node ids xdist cannot suffix)."""
+
+_RUN_FIRST = (
+    "tests/test_elastic.py",
+    "tests/test_distributed.py",
+    "tests/test_benchmarks_smoke.py",
+    "tests/test_evaluation_faults.py",
+    "tests/test_mlagents_samples.py",
+    "tests/test_ray.py",
+    "tests/writers/test_tracker_delivery.py",
+    "tests/writers/test_mlflow_outage.py",
+    "tests/writers/test_mlflow_writer.py",
+    "tests/writers/test_evaluation_trackers.py",
+    "tests/writers/test_trackers_doc.py",
+    "tests/test_crash_consistency.py",
+    "tests/unity/test_standin_faithful.py",
+    "tests/test_readme.py",
+    "tests/test_interrupts.py",
+    "tests/test_first_day.py",
+    "tests/test_example_configs.py",
+    "tests/test_sweep.py",
+)
+"""Modules whose tests each run processes for seconds, roughly slowest first: the two
+workers take tests one at a time (:class:`_LongestFirst`), the long ones first, so that
+they end together instead of one finishing a long test while the other waits."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {module: rank for rank, module in enumerate(_RUN_FIRST)}
+    items.sort(key=lambda item: first.get(_module(item.nodeid), len(first)))
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scheduler for ``-n``: :class:`_LongestFirst`."""
+    return _LongestFirst(config, log)
+
+
+class _LongestFirst(LoadScopeScheduling):  # type: ignore[misc]  # xdist: no types
+    """Tests handed out one at a time in the collection's order (slowest modules first),
+    a group of :data:`_GROUPS` as one unit."""
+
+    def __init__(self, config: pytest.Config, log: object = None) -> None:
+        super().__init__(config, log)
+        config.option.loadscopereorder = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        return _GROUPS.get(_module(nodeid), nodeid)
 
 
 @pytest.fixture(autouse=True)

@@ -138,7 +138,7 @@ def test_a_journal_under_a_burst_stays_within_its_bound_and_counts_every_deletio
     tmp_path: Path,
 ) -> None:
     max_bytes = 64 << 10
-    summary = StatsSummary(full_dist=[0.5] * 1000)
+    summary = StatsSummary(full_dist=[0.5] * 10)
     event = StatsEvent(category="B", step=0, values={"k": summary}, rank=0, time=0.0)
     record = HEADER.size + len(encode(event))
     settings = {"tracker": SubscriberSettings(journal_max_bytes=max_bytes)}

@@ -30,13 +30,23 @@ def pytest_configure(config: pytest.Config) -> None:
     (:data:`tests.helpers.STARTED`: servers and launchers in sessions of their own, which no
     terminal's signal reaches) before pytest goes as that signal would end it.
     """
-    del config
+    if not hasattr(config, "workerinput"):  # pytest's own process, before any worker
+        _write_bytecode()
     if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
         signal.signal(signal.SIGHUP, _hangup_ignored)
     else:
         signal.signal(signal.SIGHUP, _ended_by_signal)
     signal.signal(signal.SIGTERM, _ended_by_signal)
     signal.signal(signal.SIGINT, _ended_by_signal)
+
+
+def _write_bytecode() -> None:
+    """Bytecode cached even where ``PYTHONDONTWRITEBYTECODE`` is set (as on CI machines): the
+    suite starts hundreds of Pythons, and each would compile evtrain's sources again (a few
+    tenths of a second each), and each xdist worker rewrite every test module's assertions.
+    The caches go where Python puts them (``__pycache__``, ignored by git)."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 _SUITE = os.getpid()

@@ -114,14 +114,41 @@ def discover(groups: Iterable[str] = GROUPS, paths: Sequence[str] = ()) -> list[
     """
     groups = tuple(groups)
     found: dict[tuple[str, str, str, str | None], Plugin] = {}
+    installed = _installed_entry_points()
     for group in groups:
-        for entry_point in importlib_metadata.entry_points(group=group):
+        for entry_point in installed.select(group=group):
             plugin = from_entry_point(entry_point)
             found.setdefault((plugin.group, plugin.name, plugin.value, plugin.distribution), plugin)
     for plugin in discover_paths(paths):
         if plugin.group in groups:
             found.setdefault((plugin.group, plugin.name, plugin.value, plugin.distribution), plugin)
     return sorted(found.values(), key=lambda p: (p.group, p.name, p.distribution or ""))
+
+
+_scanned: tuple[object, importlib_metadata.EntryPoints] | None = None
+
+
+def _installed_entry_points() -> importlib_metadata.EntryPoints:
+    """Every installed entry point, scanned again only when ``sys.path`` or one of its
+    folders has changed (a distribution installed or removed changes its folder's mtime).
+    A scan reads every distribution's metadata, tens of milliseconds, and a run asks for
+    each plugin group in turn."""
+    global _scanned
+    key = (
+        importlib_metadata.entry_points,  # tests swap it for their own selection
+        tuple(sys.path),
+        tuple(_mtime(path) for path in sys.path),
+    )
+    if _scanned is None or _scanned[0] != key:
+        _scanned = (key, importlib_metadata.entry_points())
+    return _scanned[1]
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return None
 
 
 PATH_PLUGINS = "EVTRAIN_PLUGINS"

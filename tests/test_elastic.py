@@ -31,7 +31,8 @@ import yaml
 
 from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.checkpoints.elastic import RECORD
-from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
+from tests.helpers import clean_env, csv_steps, evtrain_main, free_port, tensorboard_steps
+from tests.shared_torchrun_runs import PENDULUM, SAC, sac_on_two_ranks
 from tests.torchrun_runs import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer
 from tests.writers.wandb_files import records as wandb_records
@@ -301,8 +302,7 @@ def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Pat
     place, the agent that does not host the rendezvous is killed with its worker at global
     step 1600 (a node lost); the other agent starts its worker again, alone, which resumes on
     1 rank and finishes the run."""
-    max_steps = 4096
-    path = config(tmp_path, {"dying_node": "lost"}, {"csv": {}}, max_steps)
+    path = config(tmp_path, {"dying_node": "lost"}, {"csv": {}})
     port = free_port()
     elastic = [
         *("--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1"),
@@ -331,8 +331,8 @@ def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Pat
     ) in stderr
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1
-    assert probe["step"] == max_steps and probe["local_step"] == max_steps - 1024
-    expected = list(range(256, max_steps + 1, 256))
+    assert probe["step"] == MAX_STEPS and probe["local_step"] == MAX_STEPS - 1024
+    expected = list(range(256, MAX_STEPS + 1, 256))
     assert tensorboard_steps(run / "Agent", REWARD) == expected
     assert csv_steps(run / "Agent" / "progress.csv") == expected
 
@@ -408,37 +408,27 @@ def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
 
 
 def test_a_two_rank_sac_checkpoint_and_its_replay_buffer_resume_on_one_rank(
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rank 0's replay buffer (``save_replay_buffer``) and generator states are the
-    checkpoint's; one rank takes them and goes on collecting into that buffer."""
-    sac = {
-        "trainer_type": "probe_sac",
-        "hyperparameters": {
-            "batch_size": 32,
-            "buffer_init_steps": 64,
-            "buffer_size": 1000,
-            "save_replay_buffer": True,
-        },
-        "network_settings": {"hidden_units": 16, "normalize": True},
-        "max_steps": 256,
-        "summary_freq": 128,
-        "checkpoint_interval": 10**6,
-    }
+    checkpoint's; one rank takes them and goes on collecting into that buffer.  The 2-rank
+    run is the session's (tests/shared_torchrun_runs.py); the one rank, ``evtrain learn
+    --resume`` in this process, resumes a copy of it."""
+    first = sac_on_two_ranks(tmp_path_factory)
+    assert first.result.returncode == 0, first.result.stderr[-3000:]
+    assert load_checkpoint(first.run / "Agent" / "checkpoint.pt")["replay_buffer"]["size"] == 128
+    shutil.copytree(first.run.parent, tmp_path / "results")
     options = {
-        "behaviors": {"Agent": sac},
-        "env_settings": {"env_id": "Pendulum-v1", "num_envs": 2, "seed": 1},
+        "behaviors": {"Agent": {**SAC, "max_steps": 384}},
+        "env_settings": PENDULUM,
         "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
         "plugins": {"paths": [str(PROBE)]},
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
-    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
-    run_in(tmp_path, *command, "config.yaml")
-    checkpoint = tmp_path / "results" / "run" / "Agent" / "checkpoint.pt"
-    assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128  # rank 0's steps
-    sac["max_steps"] = 384
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
-    run_in(tmp_path, sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume")
+    monkeypatch.setenv("EVTRAIN_PROBE_OUT", str(tmp_path / "probe"))
+    resumed = evtrain_main("learn", "config.yaml", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1 and probe["step"] == 384 and probe["local_step"] == 128
+    checkpoint = tmp_path / "results" / "run" / "Agent" / "checkpoint.pt"
     assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128 + 128

@@ -2,11 +2,11 @@
 and the run resumes from its checkpoint by itself — every writer holding every summary step
 exactly once, one MLflow run, FINISHED (docs/distributed.md, "Elastic restarts").
 
-Each run is 2 ranks x 4 CartPoles, a summary every 256 global steps and a checkpoint every
-1024; in the first attempt only, the dying rank kills itself with SIGKILL at its 200th vector
-step (global step 1600), once the checkpoint of 1024 is on disk (a save waits for the writers
-to take its summaries, and for its export): rank 0 has written the summaries of 1280 and 1536
-past it, which the restarted group writes again and no writer may hold twice.
+Each run is 2 ranks x 4 CartPoles, a summary every 128 global steps (each update) and a
+checkpoint every 512; in the first attempt only, the dying rank kills itself with SIGKILL at
+its 100th vector step (global step 800), once the checkpoint of 512 is on disk (a save waits
+for the writers to take its summaries, and for its export): rank 0 has written the summaries
+of 640 and 768 past it, which the restarted group writes again and no writer may hold twice.
 """
 
 from __future__ import annotations
@@ -37,8 +37,15 @@ from tests.torchrun_runs import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer
 from tests.writers.wandb_files import records as wandb_records
 
-MAX_STEPS = 2048
-EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))
+MAX_STEPS = 1024
+SUMMARY_FREQ = 128
+CHECKPOINT = 512
+DIE_AT = 100
+"""The dying rank's vector step: global step 800 (2 ranks x 4 environments x 100)."""
+DIES_AT_STEP = 2 * 4 * DIE_AT
+EVERY_SUMMARY = list(range(SUMMARY_FREQ, MAX_STEPS + 1, SUMMARY_FREQ))
+JOIN_MAX_STEPS = 2048
+"""The join test's run: 2048 steps, a summary every 256 (its one rank trains alone, then two)."""
 REWARD = "Environment/Cumulative Reward"
 RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=5"
 """An elastic rendezvous that gives up on a lost node after 5 s instead of 15 (and waits 1 s,
@@ -70,17 +77,23 @@ def config(
     dying: dict[str, Any],
     writers: dict[str, Any],
     max_steps: int = MAX_STEPS,
+    summary_freq: int = SUMMARY_FREQ,
 ) -> Path:
     """A 2-rank PPO run with ``writers`` (TensorBoard is a default one); ``dying``: the dying
     environment's settings, but for the step, the attempt and the checkpoint to wait for."""
     options = {
         "behaviors": {
-            "Agent": {**ppo(max_steps), "checkpoint_interval": 1024, "keep_checkpoints": 2}
+            "Agent": {
+                **ppo(max_steps),
+                "summary_freq": summary_freq,
+                "checkpoint_interval": CHECKPOINT,
+                "keep_checkpoints": 2,
+            }
         },
         "env_settings": {
             "env_id": "dist_probe:dying_cartpole",
             "env_kwargs": {
-                "die_at": 200,
+                "die_at": DIE_AT,
                 "attempt": 0,
                 "wait_for": str(folder / "results" / "run" / "Agent" / "checkpoint.pt"),
                 **dying,
@@ -207,7 +220,7 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
         re.MULTILINE,
     )
     (resumed_at,) = [int(step) for step in line.findall(stderr)]
-    assert resumed_at == 1024
+    assert resumed_at == CHECKPOINT
     # The restarted group finished the run from there, its ranks in step.
     rank0, rank1 = run.probe(0), run.probe(1)
     assert rank0["step"] == rank1["step"] == MAX_STEPS
@@ -217,10 +230,10 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
     # Rank 0's bus carried the summaries past the checkpoint twice, once from each group ...
     events = (run.folder / "probe" / "events-rank0.jsonl").read_text().splitlines()
     emitted = [e["step"] for e in map(json.loads, events) if e["signal"] == "stats"]
-    again = list(range(1280, MAX_STEPS + 1, 256))
+    again = list(range(CHECKPOINT + SUMMARY_FREQ, MAX_STEPS + 1, SUMMARY_FREQ))
     assert emitted[-len(again) :] == again
     if dying_rank == 1:  # a rank 0 that lived on delivered every summary of the first group
-        assert emitted[: -len(again)] == list(range(256, 1537, 256))
+        assert emitted[: -len(again)] == list(range(SUMMARY_FREQ, DIES_AT_STEP, SUMMARY_FREQ))
     # ... and every writer holds every summary step once.
     folder = run.run / "Agent"
     assert tensorboard_steps(folder, REWARD) == EVERY_SUMMARY
@@ -255,16 +268,16 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(
     assert first.result.returncode == 0, first.result.stderr[-4000:]
     shutil.copytree(first.run.parent, tmp_path / "results")
     options = yaml.safe_load((first.folder / "config.yaml").read_text())
-    options["behaviors"]["Agent"]["max_steps"] = MAX_STEPS + 512
+    options["behaviors"]["Agent"]["max_steps"] = MAX_STEPS + 256
     options["checkpoint_settings"]["results_dir"] = str(tmp_path / "results")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
     shared_mlflow_server.ensure_up()
     run_in(tmp_path, sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume")
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1
-    assert probe["step"] == MAX_STEPS + 512 and probe["local_step"] == 512
+    assert probe["step"] == MAX_STEPS + 256 and probe["local_step"] == 256
     folder = tmp_path / "results" / "run" / "Agent"
-    expected = list(range(256, MAX_STEPS + 513, 256))
+    expected = list(range(SUMMARY_FREQ, MAX_STEPS + 257, SUMMARY_FREQ))
     assert tensorboard_steps(folder, REWARD) == expected
     assert csv_steps(folder / "progress.csv") == expected
     statuses, logged = mlflow_steps(shared_mlflow_server.uri, first.experiment, f"Agent/{REWARD}")
@@ -298,9 +311,9 @@ def agent(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Path) -> None:
-    """``torchrun --nnodes 1:2`` on two agents over c10d: once the checkpoint of 1024 is in
+    """``torchrun --nnodes 1:2`` on two agents over c10d: once the checkpoint of 512 is in
     place, the agent that does not host the rendezvous is killed with its worker at global
-    step 1600 (a node lost); the other agent starts its worker again, alone, which resumes on
+    step 800 (a node lost); the other agent starts its worker again, alone, which resumes on
     1 rank and finishes the run."""
     path = config(tmp_path, {"dying_node": "lost"}, {"csv": {}})
     port = free_port()
@@ -327,14 +340,13 @@ def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Pat
     run = tmp_path / "results" / "run"
     assert (
         "torchrun restarted the workers (restart 1 of run lost-node; 1 rank, 2 before): "
-        f"resuming from step 1024 of {run}"
+        f"resuming from step {CHECKPOINT} of {run}"
     ) in stderr
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1
-    assert probe["step"] == MAX_STEPS and probe["local_step"] == MAX_STEPS - 1024
-    expected = list(range(256, MAX_STEPS + 1, 256))
-    assert tensorboard_steps(run / "Agent", REWARD) == expected
-    assert csv_steps(run / "Agent" / "progress.csv") == expected
+    assert probe["step"] == MAX_STEPS and probe["local_step"] == MAX_STEPS - CHECKPOINT
+    assert tensorboard_steps(run / "Agent", REWARD) == EVERY_SUMMARY
+    assert csv_steps(run / "Agent" / "progress.csv") == EVERY_SUMMARY
 
 
 def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
@@ -345,7 +357,7 @@ def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
     the group again on both nodes, the restart count unchanged.  The two ranks resume from the
     save by themselves."""
     release = tmp_path / "release"
-    path = config(tmp_path, {}, {"csv": {}})
+    path = config(tmp_path, {}, {"csv": {}}, JOIN_MAX_STEPS, summary_freq=256)
     options = yaml.safe_load(path.read_text())
     options["env_settings"].update(
         env_id="dist_probe:holding_cartpole",
@@ -401,10 +413,11 @@ def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
     assert rank0["checksum"] == rank1["checksum"]
     # Updates of 128 global steps from the save: the run ends at the first one past max_steps.
     assert rank0["step"] - resumed_at == 2 * rank0["local_step"] == 2 * rank1["local_step"]
-    assert MAX_STEPS <= rank0["step"] < MAX_STEPS + 128
+    assert JOIN_MAX_STEPS <= rank0["step"] < JOIN_MAX_STEPS + 128
     steps = tensorboard_steps(run / "Agent", REWARD)
     assert steps == sorted(set(steps))  # none twice
-    assert set(EVERY_SUMMARY) <= set(steps) <= {*EVERY_SUMMARY, resumed_at}
+    every_summary = list(range(256, JOIN_MAX_STEPS + 1, 256))
+    assert set(every_summary) <= set(steps) <= {*every_summary, resumed_at}
 
 
 def test_a_two_rank_sac_checkpoint_and_its_replay_buffer_resume_on_one_rank(

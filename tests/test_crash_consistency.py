@@ -34,14 +34,14 @@ from tests.helpers import (
 )
 from tests.torchrun_runs import CARTPOLE, PROBE, TORCHRUN, ppo
 
-SUMMARY_FREQ = 256
-MAX_STEPS = 3072
+SUMMARY_FREQ = 128
+MAX_STEPS = 1536
 TAG = "Policy/Entropy"
 REWARD = "Environment/Cumulative Reward"
 
 
 def config(tmp_path: Path) -> dict[str, Any]:
-    """A tiny CartPole PPO run: a summary every 256 steps, a checkpoint every 1024."""
+    """A tiny CartPole PPO run: a summary every 128 steps (each update), a checkpoint every 512."""
     return {
         "behaviors": {
             "CartPole": {
@@ -51,7 +51,7 @@ def config(tmp_path: Path) -> dict[str, Any]:
                 "max_steps": MAX_STEPS,
                 "time_horizon": 32,
                 "summary_freq": SUMMARY_FREQ,
-                "checkpoint_interval": 1024,
+                "checkpoint_interval": 512,
                 "keep_checkpoints": 2,
             }
         },
@@ -84,14 +84,14 @@ def kill_after_summaries_past_a_checkpoint(proc: subprocess.Popen[str], folder: 
 
 
 def kill_as_a_checkpoint_file_appears(proc: subprocess.Popen[str], folder: Path) -> int:
-    """Kill as soon as ``CartPole-2048.pt`` exists, while that save goes on: the summaries up
-    to 2048 were made durable before it was written."""
+    """Kill as soon as ``CartPole-1024.pt`` exists, while that save goes on: the summaries up
+    to 1024 were made durable before it was written."""
     deadline = time.monotonic() + 60
-    while not (folder / "CartPole-2048.pt").exists():
+    while not (folder / "CartPole-1024.pt").exists():
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)
-    return 2048
+    return 1024
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_kill_9_after_a_checkpoint_then_resume_holds_each_summary_step_once(
     durable = kill(proc, folder)
     proc.wait(timeout=60)
     proc.stderr.close()
-    assert load_checkpoint(folder / "checkpoint.pt")["step"] >= 1024
+    assert load_checkpoint(folder / "checkpoint.pt")["step"] >= 512
     # Every summary up to the checkpoint survived the kill, in every writer.
     upto = list(range(SUMMARY_FREQ, durable + 1, SUMMARY_FREQ))
     assert [s for s in tensorboard_steps(folder, TAG) if s <= durable] == upto
@@ -205,7 +205,9 @@ def test_a_hung_subscriber_holds_a_checkpoint_back_by_the_drain_timeout_and_is_n
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     options = config(tmp_path)
-    options["behaviors"]["CartPole"].update(max_steps=1024, checkpoint_interval=512)
+    options["behaviors"]["CartPole"].update(
+        max_steps=1024, checkpoint_interval=512, summary_freq=256
+    )
     options["bus"] = {"drain_timeout": 1}
     release = threading.Event()
 
@@ -269,21 +271,26 @@ def torchrun(
 def test_a_rank_dies_under_torchrun_and_the_resumed_run_shows_each_step_once(
     tmp_path: Path,
 ) -> None:
-    # Rank 1 dies at 200 of its steps (1600 global steps): rank 0 has written the summaries
-    # of 1280 and 1536 past its checkpoint of 1024 when it stops.
-    behavior = {**ppo(10**6), "trainer_type": "ppo", "checkpoint_interval": 1024}
+    # Rank 1 dies at 100 of its steps (800 global steps), once the checkpoint of 512 is on
+    # disk: rank 0 has written the summaries of 640 and 768 past it when it stops.
+    behavior = {
+        **ppo(10**6),
+        "trainer_type": "ppo",
+        "summary_freq": 128,
+        "checkpoint_interval": 512,
+    }
+    folder = tmp_path / "results" / "run" / "Agent"
     dying = {
         "env_id": "dist_probe:dying_cartpole",
-        "env_kwargs": {"die_at": 200, "dying_rank": 1},
+        "env_kwargs": {"die_at": 100, "dying_rank": 1, "wait_for": str(folder / "checkpoint.pt")},
         "num_envs": 4,
         "seed": 5,
     }
     died = torchrun(tmp_path, behavior, dying)
     assert died.returncode != 0
-    folder = tmp_path / "results" / "run" / "Agent"
-    assert load_checkpoint(folder / "checkpoint.pt")["step"] == 1024
-    assert tensorboard_steps(folder, REWARD)[-2:] == [1280, 1536]
+    assert load_checkpoint(folder / "checkpoint.pt")["step"] == 512
+    assert tensorboard_steps(folder, REWARD)[-2:] == [640, 768]
 
-    resumed = torchrun(tmp_path, {**behavior, "max_steps": 2048}, CARTPOLE, "--resume")
+    resumed = torchrun(tmp_path, {**behavior, "max_steps": 1024}, CARTPOLE, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert tensorboard_steps(folder, REWARD) == list(range(256, 2049, 256))
+    assert tensorboard_steps(folder, REWARD) == list(range(128, 1025, 128))

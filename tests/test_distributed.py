@@ -22,6 +22,7 @@ import torch
 from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from tests.dist_plugins.dist_probe import env_steps
 from tests.helpers import free_port
+from tests.shared_torchrun_runs import sac_on_two_ranks
 from tests.torchrun_runs import (
     CARTPOLE,
     PROBE,
@@ -174,16 +175,10 @@ def test_the_multi_node_form_with_two_agents(tmp_path: Path) -> None:
     assert len(list((run.run / "Agent").glob("events.out.tfevents.*"))) == 1
 
 
-def test_sac_on_two_ranks(tmp_path: Path) -> None:
-    sac = {
-        "trainer_type": "probe_sac",
-        "hyperparameters": {"batch_size": 32, "buffer_init_steps": 64, "buffer_size": 1000},
-        "network_settings": {"hidden_units": 16, "normalize": True},
-        "max_steps": 256,
-        "summary_freq": 128,
-        "checkpoint_interval": 10**6,
-    }
-    run = torchrun(tmp_path, sac, {"env_id": "Pendulum-v1", "num_envs": 2, "seed": 1})
+def test_sac_on_two_ranks(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SAC's ranks step their own environments and end with identical networks and one global
+    step (the session's 2-rank SAC run, which tests/test_elastic.py resumes on one rank)."""
+    run = sac_on_two_ranks(tmp_path_factory)
     assert run.result.returncode == 0, run.result.stderr[-3000:]
     rank0, rank1 = run.trainer(0), run.trainer(1)
     assert rank0["checksum"] == rank1["checksum"]

@@ -2,11 +2,11 @@
 and the run resumes from its checkpoint by itself — every writer holding every summary step
 exactly once, one MLflow run, FINISHED (docs/distributed.md, "Elastic restarts").
 
-Each run is 2 ranks x 4 CartPoles, a summary every 256 global steps and a checkpoint every
-1024; in the first attempt only, the dying rank kills itself with SIGKILL at its 200th vector
-step (global step 1600), once the checkpoint of 1024 is on disk (a save waits for the writers
-to take its summaries, and for its export): rank 0 has written the summaries of 1280 and 1536
-past it, which the restarted group writes again and no writer may hold twice.
+Each run is 2 ranks x 4 CartPoles, a summary every 128 global steps (each update) and a
+checkpoint every 512; in the first attempt only, the dying rank kills itself with SIGKILL at
+its 100th vector step (global step 800), once the checkpoint of 512 is on disk (a save waits
+for the writers to take its summaries, and for its export): rank 0 has written the summaries
+of 640 and 768 past it, which the restarted group writes again and no writer may hold twice.
 """
 
 from __future__ import annotations
@@ -31,13 +31,21 @@ import yaml
 
 from evtrain.run.checkpoints.checkpoint import load_checkpoint
 from evtrain.run.checkpoints.elastic import RECORD
-from tests.helpers import clean_env, csv_steps, free_port, tensorboard_steps
+from tests.helpers import clean_env, csv_steps, evtrain_main, free_port, tensorboard_steps
+from tests.shared_torchrun_runs import PENDULUM, SAC, sac_on_two_ranks
 from tests.torchrun_runs import PROBE, TORCHRUN, ppo
 from tests.writers.mlflow_server import MlflowServer
 from tests.writers.wandb_files import records as wandb_records
 
-MAX_STEPS = 2048
-EVERY_SUMMARY = list(range(256, MAX_STEPS + 1, 256))
+MAX_STEPS = 1024
+SUMMARY_FREQ = 128
+CHECKPOINT = 512
+DIE_AT = 100
+"""The dying rank's vector step: global step 800 (2 ranks x 4 environments x 100)."""
+DIES_AT_STEP = 2 * 4 * DIE_AT
+EVERY_SUMMARY = list(range(SUMMARY_FREQ, MAX_STEPS + 1, SUMMARY_FREQ))
+JOIN_MAX_STEPS = 2048
+"""The join test's run: 2048 steps, a summary every 256 (its one rank trains alone, then two)."""
 REWARD = "Environment/Cumulative Reward"
 RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=5"
 """An elastic rendezvous that gives up on a lost node after 5 s instead of 15 (and waits 1 s,
@@ -69,17 +77,23 @@ def config(
     dying: dict[str, Any],
     writers: dict[str, Any],
     max_steps: int = MAX_STEPS,
+    summary_freq: int = SUMMARY_FREQ,
 ) -> Path:
     """A 2-rank PPO run with ``writers`` (TensorBoard is a default one); ``dying``: the dying
     environment's settings, but for the step, the attempt and the checkpoint to wait for."""
     options = {
         "behaviors": {
-            "Agent": {**ppo(max_steps), "checkpoint_interval": 1024, "keep_checkpoints": 2}
+            "Agent": {
+                **ppo(max_steps),
+                "summary_freq": summary_freq,
+                "checkpoint_interval": CHECKPOINT,
+                "keep_checkpoints": 2,
+            }
         },
         "env_settings": {
             "env_id": "dist_probe:dying_cartpole",
             "env_kwargs": {
-                "die_at": 200,
+                "die_at": DIE_AT,
                 "attempt": 0,
                 "wait_for": str(folder / "results" / "run" / "Agent" / "checkpoint.pt"),
                 **dying,
@@ -206,7 +220,7 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
         re.MULTILINE,
     )
     (resumed_at,) = [int(step) for step in line.findall(stderr)]
-    assert resumed_at == 1024
+    assert resumed_at == CHECKPOINT
     # The restarted group finished the run from there, its ranks in step.
     rank0, rank1 = run.probe(0), run.probe(1)
     assert rank0["step"] == rank1["step"] == MAX_STEPS
@@ -216,10 +230,10 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_by_itself(
     # Rank 0's bus carried the summaries past the checkpoint twice, once from each group ...
     events = (run.folder / "probe" / "events-rank0.jsonl").read_text().splitlines()
     emitted = [e["step"] for e in map(json.loads, events) if e["signal"] == "stats"]
-    again = list(range(1280, MAX_STEPS + 1, 256))
+    again = list(range(CHECKPOINT + SUMMARY_FREQ, MAX_STEPS + 1, SUMMARY_FREQ))
     assert emitted[-len(again) :] == again
     if dying_rank == 1:  # a rank 0 that lived on delivered every summary of the first group
-        assert emitted[: -len(again)] == list(range(256, 1537, 256))
+        assert emitted[: -len(again)] == list(range(SUMMARY_FREQ, DIES_AT_STEP, SUMMARY_FREQ))
     # ... and every writer holds every summary step once.
     folder = run.run / "Agent"
     assert tensorboard_steps(folder, REWARD) == EVERY_SUMMARY
@@ -254,16 +268,16 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(
     assert first.result.returncode == 0, first.result.stderr[-4000:]
     shutil.copytree(first.run.parent, tmp_path / "results")
     options = yaml.safe_load((first.folder / "config.yaml").read_text())
-    options["behaviors"]["Agent"]["max_steps"] = MAX_STEPS + 512
+    options["behaviors"]["Agent"]["max_steps"] = MAX_STEPS + 256
     options["checkpoint_settings"]["results_dir"] = str(tmp_path / "results")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
     shared_mlflow_server.ensure_up()
     run_in(tmp_path, sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume")
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1
-    assert probe["step"] == MAX_STEPS + 512 and probe["local_step"] == 512
+    assert probe["step"] == MAX_STEPS + 256 and probe["local_step"] == 256
     folder = tmp_path / "results" / "run" / "Agent"
-    expected = list(range(256, MAX_STEPS + 513, 256))
+    expected = list(range(SUMMARY_FREQ, MAX_STEPS + 257, SUMMARY_FREQ))
     assert tensorboard_steps(folder, REWARD) == expected
     assert csv_steps(folder / "progress.csv") == expected
     statuses, logged = mlflow_steps(shared_mlflow_server.uri, first.experiment, f"Agent/{REWARD}")
@@ -297,12 +311,11 @@ def agent(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Path) -> None:
-    """``torchrun --nnodes 1:2`` on two agents over c10d: once the checkpoint of 1024 is in
+    """``torchrun --nnodes 1:2`` on two agents over c10d: once the checkpoint of 512 is in
     place, the agent that does not host the rendezvous is killed with its worker at global
-    step 1600 (a node lost); the other agent starts its worker again, alone, which resumes on
+    step 800 (a node lost); the other agent starts its worker again, alone, which resumes on
     1 rank and finishes the run."""
-    max_steps = 4096
-    path = config(tmp_path, {"dying_node": "lost"}, {"csv": {}}, max_steps)
+    path = config(tmp_path, {"dying_node": "lost"}, {"csv": {}})
     port = free_port()
     elastic = [
         *("--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1"),
@@ -327,14 +340,13 @@ def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Pat
     run = tmp_path / "results" / "run"
     assert (
         "torchrun restarted the workers (restart 1 of run lost-node; 1 rank, 2 before): "
-        f"resuming from step 1024 of {run}"
+        f"resuming from step {CHECKPOINT} of {run}"
     ) in stderr
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1
-    assert probe["step"] == max_steps and probe["local_step"] == max_steps - 1024
-    expected = list(range(256, max_steps + 1, 256))
-    assert tensorboard_steps(run / "Agent", REWARD) == expected
-    assert csv_steps(run / "Agent" / "progress.csv") == expected
+    assert probe["step"] == MAX_STEPS and probe["local_step"] == MAX_STEPS - CHECKPOINT
+    assert tensorboard_steps(run / "Agent", REWARD) == EVERY_SUMMARY
+    assert csv_steps(run / "Agent" / "progress.csv") == EVERY_SUMMARY
 
 
 def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
@@ -345,7 +357,7 @@ def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
     the group again on both nodes, the restart count unchanged.  The two ranks resume from the
     save by themselves."""
     release = tmp_path / "release"
-    path = config(tmp_path, {}, {"csv": {}})
+    path = config(tmp_path, {}, {"csv": {}}, JOIN_MAX_STEPS, summary_freq=256)
     options = yaml.safe_load(path.read_text())
     options["env_settings"].update(
         env_id="dist_probe:holding_cartpole",
@@ -401,44 +413,35 @@ def test_a_node_that_joins_restarts_the_group_which_resumes_on_two_ranks(
     assert rank0["checksum"] == rank1["checksum"]
     # Updates of 128 global steps from the save: the run ends at the first one past max_steps.
     assert rank0["step"] - resumed_at == 2 * rank0["local_step"] == 2 * rank1["local_step"]
-    assert MAX_STEPS <= rank0["step"] < MAX_STEPS + 128
+    assert JOIN_MAX_STEPS <= rank0["step"] < JOIN_MAX_STEPS + 128
     steps = tensorboard_steps(run / "Agent", REWARD)
     assert steps == sorted(set(steps))  # none twice
-    assert set(EVERY_SUMMARY) <= set(steps) <= {*EVERY_SUMMARY, resumed_at}
+    every_summary = list(range(256, JOIN_MAX_STEPS + 1, 256))
+    assert set(every_summary) <= set(steps) <= {*every_summary, resumed_at}
 
 
 def test_a_two_rank_sac_checkpoint_and_its_replay_buffer_resume_on_one_rank(
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rank 0's replay buffer (``save_replay_buffer``) and generator states are the
-    checkpoint's; one rank takes them and goes on collecting into that buffer."""
-    sac = {
-        "trainer_type": "probe_sac",
-        "hyperparameters": {
-            "batch_size": 32,
-            "buffer_init_steps": 64,
-            "buffer_size": 1000,
-            "save_replay_buffer": True,
-        },
-        "network_settings": {"hidden_units": 16, "normalize": True},
-        "max_steps": 256,
-        "summary_freq": 128,
-        "checkpoint_interval": 10**6,
-    }
+    checkpoint's; one rank takes them and goes on collecting into that buffer.  The 2-rank
+    run is the session's (tests/shared_torchrun_runs.py); the one rank, ``evtrain learn
+    --resume`` in this process, resumes a copy of it."""
+    first = sac_on_two_ranks(tmp_path_factory)
+    assert first.result.returncode == 0, first.result.stderr[-3000:]
+    assert load_checkpoint(first.run / "Agent" / "checkpoint.pt")["replay_buffer"]["size"] == 128
+    shutil.copytree(first.run.parent, tmp_path / "results")
     options = {
-        "behaviors": {"Agent": sac},
-        "env_settings": {"env_id": "Pendulum-v1", "num_envs": 2, "seed": 1},
+        "behaviors": {"Agent": {**SAC, "max_steps": 384}},
+        "env_settings": PENDULUM,
         "checkpoint_settings": {"run_id": "run", "results_dir": str(tmp_path / "results")},
         "plugins": {"paths": [str(PROBE)]},
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
-    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "evtrain", "learn"]
-    run_in(tmp_path, *command, "config.yaml")
-    checkpoint = tmp_path / "results" / "run" / "Agent" / "checkpoint.pt"
-    assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128  # rank 0's steps
-    sac["max_steps"] = 384
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(options))
-    run_in(tmp_path, sys.executable, "-m", "evtrain", "learn", "config.yaml", "--resume")
+    monkeypatch.setenv("EVTRAIN_PROBE_OUT", str(tmp_path / "probe"))
+    resumed = evtrain_main("learn", "config.yaml", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
     probe = json.loads((tmp_path / "probe" / "trainer-rank0.json").read_text())
     assert probe["world_size"] == 1 and probe["step"] == 384 and probe["local_step"] == 128
+    checkpoint = tmp_path / "results" / "run" / "Agent" / "checkpoint.pt"
     assert load_checkpoint(checkpoint)["replay_buffer"]["size"] == 128 + 128

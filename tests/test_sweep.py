@@ -47,7 +47,7 @@ from evtrain.sweep.study import (
 from evtrain.sweep.trials import run_trial, run_worker, study_of
 from tests.helpers import ROOT, clean_env, evtrain_main, isolated_python, python
 
-MAX_STEPS = 512
+MAX_STEPS = 1024
 BONUS = "env_settings.env_kwargs.bonus"
 LEARNING_RATE = "behaviors.CartPole.hyperparameters.learning_rate"
 
@@ -68,7 +68,7 @@ def sweep_config(results: Path, **sweep: Any) -> dict[str, Any]:
                 "network_settings": {"hidden_units": 16},
                 "max_steps": MAX_STEPS,
                 "time_horizon": 32,
-                "summary_freq": 128,
+                "summary_freq": 256,
                 "checkpoint_interval": MAX_STEPS,
                 "keep_checkpoints": 1,
             }
@@ -183,7 +183,7 @@ def test_resume_continues_the_study_and_refuses_another_config(
         "trial-0003",
     }
     other = sweep_config(results, pruner=None)
-    other["behaviors"]["CartPole"]["max_steps"] = MAX_STEPS // 2
+    other["behaviors"]["CartPole"]["max_steps"] = 512
     write(config, other)
     assert main([*args, "--resume"]) == 2
     assert "started from another config" in capsys.readouterr().err

@@ -104,9 +104,28 @@ class Cluster:
         self.logs.mkdir()
         self.processes: list[subprocess.Popen[bytes]] = []
         self._start(head_command(self.port, self.temp_dir), "head")
-        self._wait_for_nodes(1)
+        self._wait_for_started("head")
         self._start(node_command(self.port), "node")
+        self._wait_for_started("node")
         self._wait_for_nodes(2)
+
+    def _wait_for_started(self, name: str) -> None:
+        """Wait (bounded) until node ``name``'s ``ray start`` says "Ray runtime started." in
+        its log: it says so once its raylet has registered with the head.  Cheap to watch,
+        where each ``ray status`` is a Python importing Ray (seconds of CPU on 2 busy cores);
+        :meth:`_wait_for_nodes` then asks that once or twice."""
+        log = self.logs / f"{name}.log"
+        deadline = time.monotonic() + STARTUP_S
+        while "Ray runtime started." not in log.read_text(errors="replace"):
+            self._check_running()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Ray {name} not started in {STARTUP_S} s: {self.log_tail()}")
+            time.sleep(0.1)
+
+    def _check_running(self) -> None:
+        for process in self.processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"a Ray node exited: {self.log_tail()}")
 
     def _start(self, command: list[str], name: str) -> None:
         with open(self.logs / f"{name}.log", "wb") as log:
@@ -119,9 +138,7 @@ class Cluster:
         """Wait until ``ray status`` counts ``count`` nodes alive (bounded)."""
         deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
-            for process in self.processes:
-                if process.poll() is not None:
-                    raise RuntimeError(f"a Ray node exited: {self.log_tail()}")
+            self._check_running()
             try:
                 status = subprocess.run(
                     [str(RAY), "status", "--address", self.address],
@@ -144,9 +161,11 @@ class Cluster:
         )
 
     def close(self) -> None:
-        """Terminate the nodes (the second first), each ending the Ray processes it started."""
+        """Terminate the nodes (the second first), each ending the Ray processes it started:
+        both asked at once, then each waited for (each takes seconds to end its processes)."""
         for process in reversed(self.processes):
             process.terminate()
+        for process in reversed(self.processes):
             try:
                 process.wait(timeout=60)
             except subprocess.TimeoutExpired:

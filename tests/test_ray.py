@@ -296,7 +296,8 @@ def test_without_ray_installed_the_error_says_how_to_install_it() -> None:
 
 def learn_config(folder: Path, cluster: Cluster, max_steps: int) -> Path:
     """A small PPO run of a CartPole whose environment process dies once (at an environment's
-    40th step), on 2 Ray workers per rank that may each be restarted once."""
+    40th step: 160 steps of a rank's 4 environments), on 2 Ray workers per rank that may each
+    be restarted once; a summary every ``max_steps // 4`` steps."""
     config = {
         "behaviors": {
             "Agent": {
@@ -305,8 +306,8 @@ def learn_config(folder: Path, cluster: Cluster, max_steps: int) -> Path:
                 "network_settings": {"hidden_units": 16, "num_layers": 1},
                 "max_steps": max_steps,
                 "time_horizon": 16,
-                "summary_freq": 128,
-                "checkpoint_interval": 256,
+                "summary_freq": max_steps // 4,
+                "checkpoint_interval": max_steps // 2,
             }
         },
         "env_settings": {
@@ -335,11 +336,11 @@ WORKERS = re.compile(
 )
 
 
-def learn_on_the_cluster(line: int, cluster: Cluster, folder: Path) -> str:
-    """The walk-through's command ``line`` run with :func:`learn_config`'s 512-step config;
-    it must succeed.  Its output."""
+def learn_on_the_cluster(line: int, cluster: Cluster, folder: Path, max_steps: int) -> str:
+    """The walk-through's command ``line`` run with :func:`learn_config`'s config of
+    ``max_steps``; it must succeed.  Its output."""
     done = subprocess.run(
-        doc_command(line, learn_config(folder, cluster, max_steps=512)),
+        doc_command(line, learn_config(folder, cluster, max_steps)),
         capture_output=True,
         text=True,
         env={**ray_env(), "OMP_NUM_THREADS": "1"},
@@ -353,20 +354,21 @@ def learn_on_the_cluster(line: int, cluster: Cluster, folder: Path) -> str:
 
 
 def test_learn_on_the_cluster_finishes_past_a_lost_worker(cluster: Cluster, tmp_path: Path) -> None:
-    output = learn_on_the_cluster(2, cluster, tmp_path)
+    output = learn_on_the_cluster(2, cluster, tmp_path, max_steps=256)  # the death at 160
     nodes = WORKERS.search(output)
     assert nodes is not None, output
     assert nodes.group(1) != nodes.group(2)  # one worker on each node
     assert output.count("was lost; restarted (1 of env_settings.ray.max_restarts 1)") == 1
     run = tmp_path / "results" / "run"
     restarts = tensorboard_scalars(run / "Agent", "Environment/Worker Restarts")
-    assert [step for step, _ in restarts] == [128, 256, 384, 512]
+    assert [step for step, _ in restarts] == [64, 128, 192, 256]
     assert sum(value for _, value in restarts) == 1
     assert (run / "Agent.onnx").exists()
 
 
 def test_torchrun_learners_each_with_ray_workers(cluster: Cluster, tmp_path: Path) -> None:
-    output = learn_on_the_cluster(3, cluster, tmp_path)
+    # 512 steps: 256 a rank, past the death at a rank's 160th
+    output = learn_on_the_cluster(3, cluster, tmp_path, max_steps=512)
     assert len(WORKERS.findall(output)) == 2  # each rank's own two workers
     assert output.count("was lost; restarted") == 1  # one environment died, on one rank
     run = tmp_path / "results" / "run"

@@ -5,7 +5,8 @@ read, what each step gave per behavior, the stats the stats side channel collect
 error if the client raised one.  The plan: ``build``, ``port``, ``steps``, ``policy`` (``right``:
 discrete action 2 everywhere; ``random``: the action spec's random actions), ``args`` (the
 build's extra arguments), ``log_folder``, ``engine`` (engine configuration keyword arguments) and
-``parameters`` (environment parameters, name -> float).
+``parameters`` (environment parameters, name -> float).  Given a JSON list of plans, it drives
+them one after another (a build each, the client imported once) and prints the list of reports.
 
 This file imports only mlagents_envs, numpy and the standard library: it is not part of evtrain.
 """
@@ -125,15 +126,22 @@ def run(plan: dict[str, Any], report: dict[str, Any]) -> None:
         report["stage"] = "closed"
 
 
-def main() -> None:
-    plan = json.loads(sys.argv[1])
+def drive(plan: dict[str, Any]) -> dict[str, Any]:
     report: dict[str, Any] = {"stage": "started"}
     try:
         run(plan, report)
     except Exception as error:  # the report says what the client raised
         report["error"] = f"{type(error).__name__}: {error}"
         report["traceback"] = traceback.format_exc()
-    print(json.dumps(report))
+    return report
+
+
+def main() -> None:
+    plans = json.loads(sys.argv[1])
+    if isinstance(plans, list):
+        print(json.dumps([drive(plan) for plan in plans]))
+    else:
+        print(json.dumps(drive(plans)))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ It cannot live in evtrain's venv (it pins protobuf and numpy below what evtrain 
 lock keeps two pytest-xdist workers from racing) with the set that imports on Python 3.11:
 ``mlagents-envs==0.28.0 protobuf<=4.24 numpy<1.24``; its generated code needs protobuf's pure
 Python implementation (``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``, see :data:`ENV`).
-:func:`drive` runs ``mlagents_driver.py`` in it.  mlagents-envs binds its gRPC server on every
-interface (``[::]:port``): that is the reference client's doing, kept as it is.
+:func:`drive` runs ``mlagents_driver.py`` in it (:func:`drive_all`: one process, many plans).
+mlagents-envs binds its gRPC server on every interface (``[::]:port``): that is the reference
+client's doing, kept as it is.
 """
 
 from __future__ import annotations
@@ -64,15 +65,27 @@ def _make(python: Path) -> None:
 
 def drive(python: Path, plan: dict[str, Any], cwd: Path) -> dict[str, Any]:
     """Run the driver with ``plan``; its JSON report."""
+    report: dict[str, Any] = _driven(python, plan, cwd, timeout=120)
+    return report
+
+
+def drive_all(python: Path, plans: list[dict[str, Any]], cwd: Path) -> list[dict[str, Any]]:
+    """Run one driver with ``plans``, one after another (the client's import, a second or two
+    of CPU, paid once); their JSON reports, in order."""
+    reports: list[dict[str, Any]] = _driven(python, plans, cwd, timeout=120 * len(plans))
+    assert len(reports) == len(plans)
+    return reports
+
+
+def _driven(python: Path, plans: Any, cwd: Path, timeout: float) -> Any:
     done = subprocess.run(
-        [str(python), str(DRIVER), json.dumps(plan)],
+        [str(python), str(DRIVER), json.dumps(plans)],
         capture_output=True,
         text=True,
         cwd=cwd,
         env={**os.environ, **ENV},
-        timeout=120,
+        timeout=timeout,
     )
     if done.returncode:
         raise AssertionError(f"the driver exited {done.returncode}: {done.stderr[-2000:]}")
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,19 +1,26 @@
 """The stand-in is a faithful build: the REAL mlagents-envs 0.28.0 client (in its own venv, see
 tests/standin/reference.py) launches it, completes the handshake, reads its behavior specs, resets
 and steps it with actions, sends engine configuration and environment parameters, receives its
-stats, and closes it."""
+stats, and closes it.
+
+Every scene is driven by one process of that client (:func:`reports`), one build after another:
+its import costs a second or two of CPU, paid once; each build still starts, handshakes and
+closes on its own port, in a folder of its own.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import pytest
 
 from tests.helpers import free_port
 from tests.standin import make_build
 from tests.standin.launch import lines_with
-from tests.standin.reference import ReferenceUnavailable, drive, reference_python
+from tests.standin.reference import ReferenceUnavailable, drive_all, reference_python
 from tests.standin.scenes import FOLLOW_REWARD
 
 
@@ -25,16 +32,50 @@ def mlagents_python() -> Path:
         pytest.fail(str(error))
 
 
-def run(python: Path, tmp_path: Path, scenario: str, steps: int, policy: str = "random",
-        args: tuple[str, ...] = (), **plan: Any) -> dict[str, Any]:  # fmt: skip
-    build = make_build(tmp_path / "builds", scenario)
-    report = drive(
-        python,
-        {"build": str(build.with_suffix("")), "port": free_port(), "steps": steps,
-         "policy": policy, "args": list(args), "log_folder": str(tmp_path / "logs"), **plan},
-        cwd=tmp_path,
-    )  # fmt: skip
-    return report
+class Plan(NamedTuple):
+    scenario: str
+    steps: int
+    policy: str = "random"
+    args: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = MappingProxyType({})
+
+
+PLANS = {
+    "corridor": Plan("corridor", 9, "right", ("--areas", "2"), {
+        "engine": {"time_scale": 20.0, "width": 84, "height": 84, "quality_level": 1},
+        "parameters": {"gravity": 9.5},
+    }),
+    "duel": Plan("duel", 12),
+    "mixed-hwc": Plan("mixed", 8, args=("--layout", "hwc")),
+    "mixed-chw": Plan("mixed", 2, args=("--layout", "chw")),
+    **{scenario: Plan(scenario, 3) for scenario in
+       ("3DBall", "GridWorld", "PushBlock", "multi", "SoccerTwos")},
+    "crash": Plan("crash", 6, args=("--crash-after", "3")),
+}  # fmt: skip
+"""What each test drives: its scene, steps, policy, the build's arguments, side channels."""
+
+
+class Driven(NamedTuple):
+    report: dict[str, Any]
+    folder: Path
+    """The plan's folder: its build, and the build's logs under ``logs``."""
+
+
+@pytest.fixture(scope="module")
+def reports(mlagents_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Driven]:
+    """Every plan of :data:`PLANS` driven by one process of the reference client, one build
+    after another, each on a free port in a folder of its own."""
+    folders = {name: tmp_path_factory.mktemp(f"standin-{name}") for name in PLANS}
+    plans = []
+    for name, plan in PLANS.items():
+        build = make_build(folders[name] / "builds", plan.scenario)
+        plans.append(
+            {"build": str(build.with_suffix("")), "port": free_port(), "steps": plan.steps,
+             "policy": plan.policy, "args": list(plan.args),
+             "log_folder": str(folders[name] / "logs"), **plan.extra}
+        )  # fmt: skip
+    done = drive_all(mlagents_python, plans, cwd=tmp_path_factory.mktemp("standin-driver"))
+    return {name: Driven(report, folders[name]) for name, report in zip(PLANS, done, strict=True)}
 
 
 def spec(
@@ -53,13 +94,9 @@ def spec(
 
 
 def test_the_corridor_handshakes_steps_and_talks_on_side_channels(
-    mlagents_python: Path, tmp_path: Path
+    reports: dict[str, Driven],
 ) -> None:
-    report = run(
-        mlagents_python, tmp_path, "corridor", 9, "right", ("--areas", "2"),
-        engine={"time_scale": 20.0, "width": 84, "height": 84, "quality_level": 1},
-        parameters={"gravity": 9.5},
-    )  # fmt: skip
+    report, folder = reports["corridor"]
     assert report.get("error") is None, report.get("traceback")
     assert report["stage"] == "closed"
     assert report["specs"] == {"Basic": spec([[20]], [[1]], 0, [3], ["BasicSensor"])}
@@ -76,7 +113,7 @@ def test_the_corridor_handshakes_steps_and_talks_on_side_channels(
         "Basic/Seed": [[0.0, 1]] * 2,
         "Basic/Goal Steps": [[7.0, 3]] * 2,
     }
-    log = tmp_path / "logs" / "Player-0.log"
+    log = folder / "logs" / "Player-0.log"
     assert lines_with(log, ("engine:", "env_param:", "init:")) == [
         "init: communication_version=1.5.0 package_version=0.28.0 seed=0 num_areas=1",
         "engine: width=84 height=84",
@@ -90,10 +127,8 @@ def test_the_corridor_handshakes_steps_and_talks_on_side_channels(
     )
 
 
-def test_the_duel_has_two_teams_of_one_behavior_and_a_winner(
-    mlagents_python: Path, tmp_path: Path
-) -> None:
-    report = run(mlagents_python, tmp_path, "duel", 12)
+def test_the_duel_has_two_teams_of_one_behavior_and_a_winner(reports: dict[str, Driven]) -> None:
+    report = reports["duel"].report
     assert report.get("error") is None, report.get("traceback")
     duel = spec([[4]], [[1]], 0, [3], ["Vector0"])
     assert report["specs"] == {"Duel?team=0": duel, "Duel?team=1": duel}
@@ -110,9 +145,9 @@ def test_the_duel_has_two_teams_of_one_behavior_and_a_winner(
 
 
 def test_mixed_hybrid_actions_an_hwc_camera_groups_and_agents_coming_and_going(
-    mlagents_python: Path, tmp_path: Path
+    reports: dict[str, Driven],
 ) -> None:
-    report = run(mlagents_python, tmp_path, "mixed", 8, args=("--layout", "hwc"))
+    report = reports["mixed-hwc"].report
     assert report.get("error") is None, report.get("traceback")
     assert report["specs"] == {
         "Mixed": spec([[16, 16, 3], [4]], [[2, 2, 1], [1]], 2, [3, 2], ["Camera", "Vector0"])
@@ -130,11 +165,11 @@ def test_mixed_hybrid_actions_an_hwc_camera_groups_and_agents_coming_and_going(
 
 
 def test_a_chw_camera_is_a_package_3_build_that_mlagents_envs_0_28_cannot_decode(
-    mlagents_python: Path, tmp_path: Path
+    reports: dict[str, Driven],
 ) -> None:
     # Package 3.0 lays cameras out channels-first; mlagents-envs 0.28 reads the spec and then
     # fails on the PNG, exactly as it does with a real 3.0 build (1.x reads it).
-    report = run(mlagents_python, tmp_path, "mixed", 2, args=("--layout", "chw"))
+    report = reports["mixed-chw"].report
     assert report["specs"]["Mixed"]["observations"][0] == {
         "shape": [3, 16, 16], "dimension_property": [1, 2, 2], "observation_type": 0,
         "name": "Camera",
@@ -162,9 +197,9 @@ def test_a_chw_camera_is_a_package_3_build_that_mlagents_envs_0_28_cannot_decode
     ],
 )  # fmt: skip
 def test_the_samples_have_their_behaviors_sizes(
-    mlagents_python: Path, tmp_path: Path, scenario: str, specs: dict[str, Any]
+    reports: dict[str, Driven], scenario: str, specs: dict[str, Any]
 ) -> None:
-    report = run(mlagents_python, tmp_path, scenario, 3)
+    report = reports[scenario].report
     assert report.get("error") is None, report.get("traceback")
     assert report["specs"] == specs
     agents = sum(len(step["decision_ids"]) for step in report["steps"][0].values())
@@ -178,7 +213,7 @@ def test_the_samples_have_their_behaviors_sizes(
         assert report["steps"][0]["GridWorld"]["action_mask"] == [[[0, 0, 0, 0, 1]] * 9]
 
 
-def test_a_crashing_build_is_seen_to_exit(mlagents_python: Path, tmp_path: Path) -> None:
-    report = run(mlagents_python, tmp_path, "crash", 6, args=("--crash-after", "3"))
+def test_a_crashing_build_is_seen_to_exit(reports: dict[str, Driven]) -> None:
+    report = reports["crash"].report
     assert report["error"].startswith("UnityEnvironmentException: Environment shut down with ")
     assert report["stage"] == "closed"

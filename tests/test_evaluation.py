@@ -5,7 +5,9 @@ best model kept beside the last (``save``/``export`` with ``best=True``) and kep
 
 from __future__ import annotations
 
+import gc
 import json
+from multiprocessing.queues import SimpleQueue
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from evtrain import (
     signals,
 )
 from evtrain.evaluation.settings import EvaluationSettings
+from evtrain.run.evaluation.evaluator import _context
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import config, tensorboard_scalars
@@ -287,3 +290,22 @@ def test_videos_are_stored_once_and_only_the_newest_keep_stay(tmp_path: Path) ->
     assert accumulator.Tags()["images"] == []
     texts = accumulator.Tensors("Evaluation/Video")
     assert [t.step for t in texts] == steps
+
+
+def _put_freeze_count(queue: SimpleQueue[int]) -> None:
+    queue.put(gc.get_freeze_count())
+
+
+def test_the_evaluation_workers_start_from_frozen_objects() -> None:
+    """The forkserver the workers fork from froze what it preloaded (torch's objects), so that
+    it exits, after the run, without walking them; a worker inherits them frozen."""
+    context = _context()
+    assert context.get_start_method() == "forkserver"  # Linux's
+    queue = context.SimpleQueue()
+    worker = context.Process(target=_put_freeze_count, args=(queue,))
+    worker.start()
+    try:
+        assert queue.get() > 10_000
+    finally:
+        worker.join(60)
+    assert worker.exitcode == 0

@@ -329,7 +329,7 @@ def test_an_interrupt_to_the_whole_process_group_stops_the_run_with_its_final_sa
 def test_a_sighup_ignored_at_start_stays_ignored(tmp_path: Path, cli: Callable[..., Cli]) -> None:
     """``nohup evtrain learn ... &``: SIGHUP is ignored when the run starts, so a SIGHUP (the
     terminal closed) leaves it running to ``max_steps``."""
-    options = config(tmp_path, {}, max_steps=2048)
+    options = config(tmp_path, {}, max_steps=1024)
     del options["behaviors"]["CartPole"]["evaluation"]
 
     def nohup() -> None:
@@ -341,9 +341,9 @@ def test_a_sighup_ignored_at_start_stays_ignored(tmp_path: Path, cli: Callable[.
     code, _, stderr = learn_.finish()
     assert code == 0, stderr
     assert "SIGHUP" not in stderr
-    assert "CartPole. Step: 2048." in stderr
+    assert "CartPole. Step: 1024." in stderr
     checkpoint = load_checkpoint(tmp_path / "results" / "run" / "CartPole" / "checkpoint.pt")
-    assert checkpoint["step"] == 2048
+    assert checkpoint["step"] == 1024
 
 
 def tensors(value: Any) -> Iterator[np.ndarray]:

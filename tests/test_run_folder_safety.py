@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -337,28 +336,22 @@ FAILING_PLUGIN = textwrap.dedent(
 
 @pytest.mark.parametrize("failing", ["environment", "required plugin"])
 def test_a_start_that_fails_before_its_first_step_can_be_given_again(
-    tmp_path: Path, failing: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, failing: str
 ) -> None:
     options = config(tmp_path)
     if failing == "environment":
         (tmp_path / "simulator.py").write_text(FAILING_ENV)
         options["env_settings"]["env_id"] = "simulator:make_env"
-        code, last, module = 1, "RuntimeError: the simulator is not installed", "simulator"
+        code, last = 1, "RuntimeError: the simulator is not installed"
     else:
         (tmp_path / "plugins").mkdir()
         (tmp_path / "plugins" / "tracker.py").write_text(FAILING_PLUGIN)
         options["plugins"] = {"paths": ["plugins"], "required": ["evtrain.subscriber:tracker"]}
-        code, last, module = 2, "the tracker's token has expired", "tracker"
+        code, last = 2, "the tracker's token has expired"
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(options))
-    # The environment's error ends the process (the command's last resort, not main's): a
-    # process.  The plugin's is a configuration error: in this process, which takes the
-    # folders a run puts on sys.path off after the test.
-    process = failing == "environment"
-    monkeypatch.setattr(sys, "path", list(sys.path))
     for _ in range(2):  # the same command, twice: the same error, not "already exists"
-        # the simulator and the plugin are modules of tmp_path, imported anew by each run
-        monkeypatch.delitem(sys.modules, module, raising=False)
-        result = learn(tmp_path, "run.yaml", process=process)
+        # processes: the simulator and the plugin are modules of tmp_path, imported anew
+        result = learn(tmp_path, "run.yaml", process=True)
         assert result.returncode == code, result.stderr
         assert last in result.stderr.rstrip().splitlines()[-1]
         assert not (tmp_path / "results" / "run").exists()

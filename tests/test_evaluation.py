@@ -5,7 +5,9 @@ best model kept beside the last (``save``/``export`` with ``best=True``) and kep
 
 from __future__ import annotations
 
+import gc
 import json
+from multiprocessing.queues import SimpleQueue
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +29,16 @@ from evtrain import (
     signals,
 )
 from evtrain.evaluation.settings import EvaluationSettings
+from evtrain.run.evaluation.evaluator import _context
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import config, tensorboard_scalars
 
-EVALUATION = {"every": 512, "episodes": 3, "num_envs": 2, "seed": 5}
+EVALUATION = {"every": 256, "episodes": 3, "num_envs": 2, "seed": 5}
 
 
 def evaluated_run(tmp_path: Path, max_steps: int, **behavior: Any) -> Recorder:
-    """A tiny CartPole PPO run with a normaliser, evaluated every 512 steps (3 episodes)."""
+    """A tiny CartPole PPO run with a normaliser, evaluated every 256 steps (3 episodes)."""
     settings = {
         "evaluation": EVALUATION,
         "network_settings": {"hidden_units": 32, "normalize": True},
@@ -73,9 +76,9 @@ def best_saves(recorder: Recorder) -> list[SaveEvent | ExportEvent]:
 def test_evaluations_at_every_multiple_and_the_best_model_beside_the_last(
     tmp_path: Path,
 ) -> None:
-    recorder = evaluated_run(tmp_path, 2048)
+    recorder = evaluated_run(tmp_path, 1024)
     evaluations = recorder.of(EvaluationEvent)
-    assert [e.step for e in evaluations] == [512, 1024, 1536, 2048]
+    assert [e.step for e in evaluations] == [256, 512, 768, 1024]
     for event in evaluations:
         assert (event.category, event.deterministic) == ("CartPole", True)
         assert len(event.returns) == len(event.lengths) == 3
@@ -113,18 +116,18 @@ def test_evaluation_returns_equal_a_rollout_of_the_exported_onnx(tmp_path: Path)
     returns are those of the ONNX exported at that step, which carries it, replayed here in
     onnxruntime with the same seeds (the final model is of the last evaluation's step, the
     best model of the best one's)."""
-    recorder = evaluated_run(tmp_path, 1536)
+    recorder = evaluated_run(tmp_path, 768)
     evaluations = {e.step: e for e in recorder.of(EvaluationEvent)}
     run = tmp_path / "results" / "run"
     final = onnx_returns(run / "CartPole.onnx", 3, seed=5)
-    assert final == list(evaluations[1536].returns)
+    assert final == list(evaluations[768].returns)
     best_step = json.loads((run / "CartPole" / "best.json").read_text())["step"]
     best = onnx_returns(run / "CartPole-best.onnx", 3, seed=5)
     assert best == list(evaluations[best_step].returns)
 
 
 def test_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
-    evaluated_run(tmp_path, 1024)
+    evaluated_run(tmp_path, 512)
     record_path = tmp_path / "results" / "run" / "CartPole" / "best.json"
     record = json.loads(record_path.read_text())
     # A best of 500, CartPole's most, which no evaluation can beat: the resumed run keeps it.
@@ -132,7 +135,7 @@ def test_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
     record_path.write_text(json.dumps(record))
     options = config(
         tmp_path,
-        max_steps=2048,
+        max_steps=1024,
         evaluation=EVALUATION,
         network_settings={"hidden_units": 32, "normalize": True},
     )
@@ -141,7 +144,7 @@ def test_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
     with Bus() as bus:
         recorder.connect(bus)
         learn(options, bus)
-    assert [e.step for e in recorder.of(EvaluationEvent)] == [1536, 2048]
+    assert [e.step for e in recorder.of(EvaluationEvent)] == [768, 1024]
     assert best_saves(recorder) == []
     assert json.loads(record_path.read_text()) == record
 
@@ -150,9 +153,9 @@ def test_without_best_model_and_with_env_kwargs_of_its_own(tmp_path: Path) -> No
     """``env_kwargs`` over the training ones: CartPole's Sutton-Barto reward (0 a step, -1 at
     the fall) in the evaluation only."""
     evaluation = {**EVALUATION, "best_model": False, "env_kwargs": {"sutton_barto_reward": True}}
-    recorder = evaluated_run(tmp_path, 512, evaluation=evaluation)
+    recorder = evaluated_run(tmp_path, 256, evaluation=evaluation)
     (event,) = recorder.of(EvaluationEvent)
-    assert event.step == 512
+    assert event.step == 256
     assert all(r in (0.0, -1.0) for r in event.returns)
     assert best_saves(recorder) == []
     assert not (tmp_path / "results" / "run" / "CartPole-best.onnx").exists()
@@ -182,13 +185,13 @@ def test_videos_of_the_recorded_episodes_are_artifacts(tmp_path: Path) -> None:
     from PIL import Image
 
     video = {"episodes": 1, "every": 2, "max_frames": 12}
-    recorder = evaluated_run(tmp_path, 1536, evaluation={**EVALUATION, "video": video})
-    assert [e.step for e in recorder.of(EvaluationEvent)] == [512, 1024, 1536]
+    recorder = evaluated_run(tmp_path, 768, evaluation={**EVALUATION, "video": video})
+    assert [e.step for e in recorder.of(EvaluationEvent)] == [256, 512, 768]
     folder = tmp_path / "results" / "run" / "CartPole" / "videos"
     artifacts = recorder.of(ArtifactEvent)
     assert [(a.category, a.step, a.path, a.kind, a.media_type) for a in artifacts] == [
         ("CartPole", step, folder / f"CartPole-{step}-episode-0.gif", "video", "image/gif")
-        for step in (512, 1536)
+        for step in (256, 768)
     ]
     for artifact in artifacts:
         with Image.open(artifact.path) as gif:
@@ -274,16 +277,35 @@ def test_videos_are_stored_once_and_only_the_newest_keep_stay(tmp_path: Path) ->
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     video = {"episodes": 1, "every": 1, "max_frames": 8, "keep": 2}
-    recorder = evaluated_run(tmp_path, 2048, evaluation={**EVALUATION, "video": video})
-    steps = [512, 1024, 1536, 2048]
+    recorder = evaluated_run(tmp_path, 1024, evaluation={**EVALUATION, "video": video})
+    steps = [256, 512, 768, 1024]
     assert [a.step for a in recorder.of(ArtifactEvent)] == steps
     folder = tmp_path / "results" / "run" / "CartPole"
     assert sorted(p.name for p in (folder / "videos").iterdir()) == [
-        "CartPole-1536-episode-0.gif",
-        "CartPole-2048-episode-0.gif",
+        "CartPole-1024-episode-0.gif",
+        "CartPole-768-episode-0.gif",
     ]
     accumulator = EventAccumulator(str(folder), size_guidance={"images": 0, "tensors": 0})
     accumulator.Reload()
     assert accumulator.Tags()["images"] == []
     texts = accumulator.Tensors("Evaluation/Video")
     assert [t.step for t in texts] == steps
+
+
+def _put_freeze_count(queue: SimpleQueue[int]) -> None:
+    queue.put(gc.get_freeze_count())
+
+
+def test_the_evaluation_workers_start_from_frozen_objects() -> None:
+    """The forkserver the workers fork from froze what it preloaded (torch's objects), so that
+    it exits, after the run, without walking them; a worker inherits them frozen."""
+    context = _context()
+    assert context.get_start_method() == "forkserver"  # Linux's
+    queue = context.SimpleQueue()
+    worker = context.Process(target=_put_freeze_count, args=(queue,))
+    worker.start()
+    try:
+        assert queue.get() > 10_000
+    finally:
+        worker.join(60)
+    assert worker.exitcode == 0

@@ -267,13 +267,18 @@ class Evaluator:
         )
 
 
+FORKSERVER_PRELOAD = "evtrain.run.evaluation.forkserver_preload"
+"""Preloaded last by the forkserver: it freezes what the server imported, so that the server
+exits without walking torch's objects (the module's docstring)."""
+
+
 def _context() -> Any:
     """``forkserver`` (its server imports the worker's module once, torch with it: each worker forks
     from there ready to run), else ``spawn``."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([work.__module__])
+    context.set_forkserver_preload([work.__module__, FORKSERVER_PRELOAD])
     return context
 
 

@@ -40,6 +40,8 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
             settings["time_horizon"] = 16
             hyperparameters["buffer_size"] = 16 * slots
             hyperparameters["batch_size"] = min(hyperparameters["batch_size"], 32)
+            # two epochs over each rollout: the loop over epochs runs, not 10 or 20 times
+            hyperparameters["num_epoch"] = min(hyperparameters.get("num_epoch", 2), 2)
     options["checkpoint_settings"] = {"run_id": path.stem, "results_dir": str(tmp_path)}
     for settings in options["behaviors"].values():  # a recorded file's place: a stand-in's
         for part in (

@@ -24,7 +24,18 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD/src:$PWD/writers${PYTHONPATH:+:$PYTHONPATH}"
 export EVTRAIN_TEST_ACCELERATOR=$accelerator
 
-if ! "$python" -c 'import torch' 2>/dev/null; then
+# One Python answers it all (importing torch takes seconds): its version, CUDA's and the
+# devices on stdout; exit 3 when torch cannot be imported, 4 when it sees no CUDA device.
+torch_info=$("$python" -c 'import sys
+try:
+    import torch
+except Exception:
+    sys.exit(3)
+print("python", sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda)
+print("devices:", [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+sys.exit(0 if torch.cuda.is_available() else 4)' 2>&1)
+torch_status=$?
+if [ "$torch_status" -eq 3 ]; then
     echo "gpu_check: $python cannot import torch; set PYTHON to the Python of the venv" \
         "evtrain is installed in" >&2
     exit 2
@@ -33,13 +44,10 @@ fi
 {
     date -u '+%Y-%m-%d %H:%M:%S UTC'
     if command -v nvidia-smi >/dev/null; then nvidia-smi; else echo "nvidia-smi: not on PATH"; fi
-    "$python" -c 'import sys, torch
-print("python", sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda)
-print("devices:", [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])'
+    echo "$torch_info"
 } 2>&1 | tee "$out/device.txt"
 
-if [ "${accelerator%%:*}" = cuda ] &&
-    ! "$python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+if [ "${accelerator%%:*}" = cuda ] && [ "$torch_status" -eq 4 ]; then
     echo "gpu_check: torch sees no CUDA device here; nothing to check" \
         "(EVTRAIN_TEST_ACCELERATOR=cpu runs the same steps on the CPU)" >&2
     exit 2

@@ -101,7 +101,8 @@ def test_isolation_end_to_end(tmp_path: Path) -> None:
 
 
 def test_bus_overhead_end_to_end(tmp_path: Path) -> None:
-    done = _run("bench_bus_overhead.py", "--steps", "512", "--repeats", "1", out=tmp_path)
+    # 256 steps: one rollout of the example's 8 envs x 32 steps
+    done = _run("bench_bus_overhead.py", "--steps", "256", "--repeats", "1", out=tmp_path)
     assert re.search(r"^none +\d+\.\d\d +\d+\.\d\d +1$", done.stdout, flags=re.MULTILINE)
     report = _report(tmp_path, "bus_overhead.json")
     assert sorted(report) == [
@@ -126,12 +127,13 @@ def test_bus_overhead_end_to_end(tmp_path: Path) -> None:
             "wall_s",
         ]
         assert run["variant"] == variant
-        assert run["steps"] == {"CartPole": 512}
+        assert run["steps"] == {"CartPole": 256}
     assert sorted(report["median_s"]) == ["defaults+slow", "none"]
 
 
 def test_evaluation_end_to_end(tmp_path: Path) -> None:
-    args = ["--steps", "1024", "--repeats", "1", "--every", "512", "--episodes", "2"]
+    # two evaluations, one after each 256-step rollout (the example's 8 envs x 32 steps)
+    args = ["--steps", "512", "--repeats", "1", "--every", "256", "--episodes", "2"]
     done = _run("bench_evaluation.py", *args, out=tmp_path)
     assert re.search(r"^overhead of evaluation: [+-]\d+\.\d % wall time", done.stdout, re.M)
     report = _report(tmp_path, "evaluation.json")
@@ -149,7 +151,7 @@ def test_evaluation_end_to_end(tmp_path: Path) -> None:
     ]
     (none,), (evaluated,) = report["runs"]["none"], report["runs"]["evaluation"]
     assert (none["evaluations"], none["worker_cpu_s"]) == ([], 0)
-    assert [e[0] for e in evaluated["evaluations"]] == [512, 1024]
+    assert [e[0] for e in evaluated["evaluations"]] == [256, 512]
     assert evaluated["worker_cpu_s"] > 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import shutil
 import signal
@@ -142,46 +143,59 @@ def test_unloadable_state_is_refused_before_writing(tmp_path: Path) -> None:
 
 
 CHILD = """
-import sys, torch
+import os, sys, torch
 from evtrain.run.checkpoints.checkpoint import CheckpointManager
 torch.set_num_threads(1)
-manager = CheckpointManager(sys.argv[1], "Kill", keep_checkpoints=2)
-step = 0
-while True:
-    step += 1
-    manager.save(step, {"step": step, "data": torch.full((500_000,), float(step))})
-    if step == 1:
-        print("saved", flush=True)
+
+def save_until_killed(folder, parent):
+    manager = CheckpointManager(folder, "Kill", keep_checkpoints=2)
+    step = 0
+    while os.getppid() == parent:  # a test that failed half-way leaves no saver behind
+        step += 1
+        manager.save(step, {"step": step, "data": torch.full((500_000,), float(step))})
+        if step == 1:
+            print("saved", os.getpid(), flush=True)
+
+for folder in sys.argv[1:]:  # one saving process each, forked: torch imported once
+    if os.fork() == 0:
+        try:
+            save_until_killed(folder, os.getppid())
+        finally:
+            os._exit(1)
+for _ in sys.argv[1:]:
+    os.wait()
 """
+"""Forks one saving process per folder given; each says ``saved PID`` after its first save,
+then saves on until it is killed."""
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs kill -9")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and kill -9")
 def test_kill_9_at_random_moments_leaves_complete_files(tmp_path: Path) -> None:
     chance = random.Random(0)
     folders = [tmp_path / f"run{i}" for i in range(3)]
-    # The children start together (importing torch takes most of the time) and each is
+    # The savers start together, forked by one child after it imported torch, and each is
     # killed at its own moment after its first save: mid-write, mid-copy, mid-rotation...
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(folder)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for folder in folders
-    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, *map(str, folders)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    savers: list[int] = []
     try:
-        for proc in procs:
-            assert proc.stdout is not None
-            if proc.stdout.readline() != "saved\n":
-                proc.wait(10)
-                pytest.fail(f"the saving child failed: {proc.stderr.read() if proc.stderr else ''}")
+        assert proc.stdout is not None
+        for _ in folders:
+            line = proc.stdout.readline()
+            if not line.startswith("saved "):
+                proc.kill()
+                pytest.fail(f"a saving process failed: {proc.communicate()[1]}")
+            savers.append(int(line.split()[1]))
             time.sleep(chance.uniform(0.0, 0.4))
-            proc.send_signal(signal.SIGKILL)
+            os.kill(savers[-1], signal.SIGKILL)
+        assert proc.wait(60) == 0, proc.communicate()[1]
     finally:
-        for proc in procs:
-            proc.kill()
-            proc.communicate()
+        proc.kill()  # the savers not killed yet stop at their next save
+        proc.communicate()
 
     for folder in folders:
         behavior = folder / "Kill"

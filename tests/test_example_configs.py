@@ -36,10 +36,14 @@ def test_example_config_runs(path: Path, tmp_path: Path) -> None:
         hyperparameters = settings["hyperparameters"]
         if settings["trainer_type"] == "sac":
             hyperparameters.update(buffer_init_steps=100, batch_size=32)
+            # a gradient step every 8 environment steps: 63 updates, not 500
+            hyperparameters["steps_per_update"] = max(hyperparameters.get("steps_per_update", 1), 8)
         else:  # PPO, POCA: keep buffer_size = time_horizon x slots, on a shorter horizon
             settings["time_horizon"] = 16
             hyperparameters["buffer_size"] = 16 * slots
             hyperparameters["batch_size"] = min(hyperparameters["batch_size"], 32)
+            # two epochs over each rollout: the loop over epochs runs, not 10 or 20 times
+            hyperparameters["num_epoch"] = min(hyperparameters.get("num_epoch", 2), 2)
     options["checkpoint_settings"] = {"run_id": path.stem, "results_dir": str(tmp_path)}
     for settings in options["behaviors"].values():  # a recorded file's place: a stand-in's
         for part in (

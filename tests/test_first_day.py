@@ -9,8 +9,10 @@ The CLI runs as the user runs it: the installed ``evtrain`` console script (whos
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,20 @@ def evtrain(
         timeout=timeout,
         check=False,
     )
+
+
+@pytest.fixture
+def forget_env_modules() -> Iterator[None]:
+    """For runs in this process of an environment module written for the test: ``learn``
+    puts the working folder on ``sys.path``; both are forgotten after the test, as a new
+    process would never have seen them (another test's ``mymodule`` is another file)."""
+    path = list(sys.path)
+    yield
+    added = tuple(os.path.join(folder, "") for folder in sys.path if folder not in path)
+    sys.path[:] = path
+    for name, module in list(sys.modules.items()):
+        if added and (getattr(module, "__file__", None) or "").startswith(added):
+            del sys.modules[name]
 
 
 def tiny(results: Path, run_id: str = "run", **env: Any) -> dict[str, Any]:
@@ -132,10 +148,11 @@ def test_masked_cartpole_example_runs_as_its_comment_says(tmp_path: Path) -> Non
 # -- 2. a factory that returns no environment ------------------------------------------------
 
 
+@pytest.mark.usefixtures("forget_env_modules")
 def test_a_factory_returning_no_environment_is_one_line_exit_2(tmp_path: Path) -> None:
     (tmp_path / "mymodule.py").write_text(ENV_MODULE)
     write(tmp_path / "run.yaml", tiny(tmp_path / "results", env_id="mymodule:not_an_env"))
-    result = evtrain("learn", "run.yaml", cwd=tmp_path, process=True)
+    result = evtrain("learn", "run.yaml", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (
         2,
         "evtrain: error: env_settings.env_id: 'mymodule:not_an_env' returned 42 (a int), not a "
@@ -463,6 +480,7 @@ def make_env(log=None):
 """
 
 
+@pytest.mark.usefixtures("forget_env_modules")
 def test_inference_takes_the_exported_policys_most_likely_action(tmp_path: Path) -> None:
     import json
 
@@ -472,11 +490,11 @@ def test_inference_takes_the_exported_policys_most_likely_action(tmp_path: Path)
 
     (tmp_path / "logged_env.py").write_text(LOGGING_ENV)
     write(tmp_path / "run.yaml", tiny(tmp_path / "results", env_id="logged_env:make_env"))
-    assert evtrain("learn", "run.yaml", cwd=tmp_path, process=True).returncode == 0
+    assert evtrain("learn", "run.yaml", cwd=tmp_path).returncode == 0
     log = tmp_path / "steps.jsonl"
     options = tiny(tmp_path / "results", env_id="logged_env:make_env", env_kwargs={"log": str(log)})
     write(tmp_path / "logged.yaml", options)
-    result = evtrain("learn", "logged.yaml", "--inference", cwd=tmp_path, process=True)
+    result = evtrain("learn", "logged.yaml", "--inference", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(rows) == 256

@@ -9,6 +9,7 @@ as a user's would.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import re
@@ -65,11 +66,15 @@ def ray(cluster: Cluster) -> Iterator[Any]:
     os.environ.update(AUTH)
     import ray
 
+    # Ray's driver swaps builtins.print for its own (ray.experimental.tqdm_ray.safe_print)
+    # and leaves it there: later tests in this worker would print through Ray.
+    printer = builtins.print
     ray.init(address=cluster.address, logging_level=logging.WARNING)
     try:
         yield ray
     finally:
         ray.shutdown()
+        builtins.print = printer
         for key, value in before.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -76,6 +76,8 @@ _GROUPS = {
     "tests/writers/test_mlflow_outage.py": "mlflow",
     "tests/writers/test_evaluation_trackers.py": "mlflow",
     "tests/writers/test_trackers_doc.py": "mlflow",
+    "tests/test_elastic.py": "mlflow",  # its killed-rank runs write to it too
+    "tests/test_untrusted_files.py": "mlflow",  # one test of it does
     # module-scoped fixtures that cost seconds
     "tests/test_ray.py": "ray",  # a local Ray cluster
     "tests/unity/test_standin_faithful.py": "mlagents-envs",  # a venv with mlagents-envs

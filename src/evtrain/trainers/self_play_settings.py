@@ -2,11 +2,13 @@
 trainer), with ML-Agents' names and defaults (re-exported by :mod:`evtrain.trainers.settings`).
 
 What the keys do is :mod:`evtrain.trainers.ghost`'s; here they are declared and range-checked.
+``opponent_sampling`` and the ``pfsp_`` keys are evtrain's (prioritized fictitious self-play,
+AlphaStar's): unset, a snapshot is drawn uniformly, as ML-Agents draws it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
@@ -39,6 +41,23 @@ class SelfPlaySettings:
         default=0.5, validator=[v.ge(0.0), v.le(1.0)]
     )
     """Probability that a swap draws the learning policy as it is now, instead of a snapshot
-    of the window (uniformly)."""
+    of the window (drawn as ``opponent_sampling`` says)."""
     initial_elo: float = 1200.0
     """The ELO rating the policy and every snapshot start from."""
+    opponent_sampling: Literal["uniform", "pfsp"] = attrs.field(
+        default="uniform", validator=v.in_(("uniform", "pfsp"))
+    )
+    """How a snapshot of the window is drawn: ``uniform`` (ML-Agents), or ``pfsp``, weighted
+    by how often the learning side beats each one
+    (:func:`~evtrain.trainers.ghost.pfsp.pfsp_weights`)."""
+    pfsp_weighting: Literal["hard", "variance"] = attrs.field(
+        default="hard", validator=v.in_(("hard", "variance"))
+    )
+    """PFSP's weighting of a snapshot the learning side beats with probability ``x``:
+    ``hard``, ``(1 - x) ** pfsp_exponent`` (the snapshots it loses to most); ``variance``,
+    ``x * (1 - x)`` (the snapshots of its level)."""
+    pfsp_exponent: float = attrs.field(default=2.0, validator=v.gt(0.0))
+    """The ``p`` of the ``hard`` weighting."""
+    pfsp_prior: float = attrs.field(default=0.5, validator=[v.ge(0.0), v.le(1.0)])
+    """The win rate assumed against a snapshot not played yet: its estimate starts as one
+    game of this score."""

@@ -17,14 +17,16 @@ the trainer (:meth:`after_turn`), counted in the learning team's steps (the trai
 - every ``save_steps`` steps a snapshot of the policy joins the window (the oldest leaves);
 - every ``swap_steps`` the opponents of its seats are drawn anew: with probability
   ``play_against_latest_model_ratio`` the policy as it is now, else a snapshot of the window,
-  uniformly.  ML-Agents counts these in the opponents' (ghost) steps: in its own copies, where
-  the two teams take as many steps, evtrain counts the learning team's; in another behavior's
-  copies, the steps its opponent took there.
+  uniformly (ML-Agents), or with ``opponent_sampling: pfsp`` by the learning side's results
+  against each (:mod:`evtrain.trainers.ghost.pfsp`).  ML-Agents counts these in the opponents'
+  (ghost) steps: in its own copies, where the two teams take as many steps, evtrain counts the
+  learning team's; in another behavior's copies, the steps its opponent took there.
 
 Every episode's end moves the ELO ratings (:mod:`evtrain.trainers.ghost.elo`): the learning
 policy's by the result, the rating of the opponent that played the other way (of the other
-behavior's window, across behaviors), and reports the policy's as ``Self-play/ELO``.  All of
-it is saved in the behavior's checkpoint (:meth:`state_dict`, through
+behavior's window, across behaviors), and reports the policy's as ``Self-play/ELO``; the
+result is also counted against the snapshot that played (PFSP's win rates).  All of it is
+saved in the behavior's checkpoint (:meth:`state_dict`, through
 :attr:`~evtrain.trainers.base.Trainer.attachments`) and restored by ``--resume``.
 """
 
@@ -39,6 +41,7 @@ import torch
 
 from evtrain.events.stats import StatsPropertyType
 from evtrain.trainers.ghost.elo import game_score, rating_change
+from evtrain.trainers.ghost.pfsp import PFSP_ENTROPY, POOL_WIN_RATE, entropy, pfsp_weights
 from evtrain.trainers.ghost.seats import Opponent, Seat
 from evtrain.trainers.ghost.snapshots import LATEST, SnapshotWindow
 from evtrain.trainers.ghost.teams import EpisodeOutcome, TeamSlots, rivals, team_slots
@@ -136,9 +139,11 @@ class GhostController:
         seat = self.facing
         if seat is None:  # across behaviors, before face_rivals
             return
-        change = rating_change(self.window.elo, seat.rating, game_score(outcome.reward))
+        score = game_score(outcome.reward)
+        change = rating_change(self.window.elo, seat.rating, score)
         self.window.elo += change
         seat.concede(change)
+        seat.played(score)
         self.trainer.reporter.add_stat(ELO, self.window.elo)
 
     @property
@@ -172,9 +177,21 @@ class GhostController:
         """Draw the opponent of ``seat``: the policy now, or a snapshot of the window."""
         if self.rng.random() < self.settings.play_against_latest_model_ratio:
             seat.play(LATEST, self._current_weights())
+        elif self.settings.opponent_sampling == "pfsp":
+            index = self._pfsp_index()
+            seat.play(index, self.window.snapshots[index])
         else:
             index = int(self.rng.integers(len(self.window)))
             seat.play(index, self.window.snapshots[index])
+
+    def _pfsp_index(self) -> int:
+        """A snapshot drawn by PFSP from the results against the window, reported."""
+        settings = self.settings
+        win_rates = self.window.win_rates(settings.pfsp_prior)
+        weights = pfsp_weights(win_rates, settings.pfsp_weighting, settings.pfsp_exponent)
+        self.trainer.reporter.add_stat(PFSP_ENTROPY, entropy(weights))
+        self.trainer.reporter.add_stat(POOL_WIN_RATE, float(np.mean(win_rates)))
+        return int(self.rng.choice(len(weights), p=weights))
 
     def _current_weights(self) -> dict[str, torch.Tensor]:
         """The policy's weights now (threaded: once the update in flight is done)."""

@@ -16,6 +16,11 @@ Weights = dict[str, torch.Tensor]
 LATEST = -1
 """The opponent index of the learning policy as it is now (not a snapshot of the window)."""
 
+EXPLOITER = -2
+"""The opponent index of a league's main exploiter as it is now
+(:mod:`evtrain.trainers.ghost.league`): it has no rating of its own, and a game against it
+moves no rating, as against :data:`LATEST`."""
+
 
 class SnapshotWindow:
     """Snapshots in a ring of ``size``: the oldest is replaced by each new one (ML-Agents'
@@ -57,8 +62,9 @@ class SnapshotWindow:
         self._next = (self._next + 1) % self.size
 
     def rating(self, index: int) -> float:
-        """The rating of snapshot ``index``, or the learning policy's (:data:`LATEST`)."""
-        return self.elo if index == LATEST else self.elos[index]
+        """The rating of snapshot ``index``, or the learning policy's (:data:`LATEST`,
+        :data:`EXPLOITER`)."""
+        return self.elo if index < 0 else self.elos[index]
 
     def record(self, index: int, change: float) -> None:
         """The learning policy gained ``change`` points against opponent ``index``, which loses
@@ -67,16 +73,17 @@ class SnapshotWindow:
         self.concede(index, change)
 
     def concede(self, index: int, change: float) -> None:
-        """Opponent ``index`` (:data:`LATEST`: the learning policy) lost ``change`` points."""
-        if index == LATEST:
+        """Opponent ``index`` (:data:`LATEST`: the learning policy; :data:`EXPLOITER`, rated
+        as it) lost ``change`` points."""
+        if index < 0:
             self.elo -= change
         else:
             self.elos[index] -= change
 
     def played(self, index: int, score: float) -> None:
         """The learning side scored ``score`` in a game against opponent ``index`` (against
-        :data:`LATEST`, itself, nothing is kept)."""
-        if index != LATEST:
+        :data:`LATEST`, itself, or :data:`EXPLOITER`, nothing is kept)."""
+        if index >= 0:
             self.games[index] += 1
             self.scores[index] += score
 

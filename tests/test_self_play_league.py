@@ -337,6 +337,7 @@ def test_cli_a_league_trains_its_exploiter_beside_the_behavior_and_resumes_it(
     assert league["trainer"]["step"] == 1024 and "optimizer" in league["trainer"]
     assert (league["resets"], league["reset_at"], league["promotions"]) == (1, 768, 0)
     assert "the main exploiter reached reset_steps (768) at its step 768" in result.stderr
+    assert "[INFO] player/exploiter. Step: 512. Time Elapsed: " in result.stderr
 
     result = run_config(tmp_path, league_options(1536), "--resume")
     assert result.returncode == 0, result.stderr
@@ -344,3 +345,11 @@ def test_cli_a_league_trains_its_exploiter_beside_the_behavior_and_resumes_it(
     assert league["trainer"]["step"] == 1536  # it went on from 1024
     assert (league["resets"], league["reset_at"]) == (2, 1536)
     assert sorted(stats_lines(folder / "exploiter" / "stats.jsonl")) == [512, 1024, 1536]
+
+    # --inference trains nothing: no exploiter is built, and its curve is left as it was
+    trained = (folder / "exploiter" / "stats.jsonl").read_text()
+    result = run_config(tmp_path, league_options(1536), "--inference")
+    assert result.returncode == 0, result.stderr
+    assert (folder / "exploiter" / "stats.jsonl").read_text() == trained
+    assert not (folder / "inference" / "exploiter").exists()
+    assert "player/exploiter" not in result.stdout + result.stderr  # no console line of it

@@ -143,7 +143,7 @@ def build_behavior(
     try:
         _check_self_play(name, settings, envs)  # before the trainer says anything
         trainer = trainer_cls(name, settings, envs, reporter, seed=seed, device=_device(options))
-        self_play = _self_play(trainer, settings, _league_envs(options, name, shared))
+        self_play = _self_play(options, trainer, settings, _league_envs(options, name, shared))
         if state is not None:
             try:
                 trainer.load_state_dict(state)
@@ -204,15 +204,19 @@ def _check_self_play(name: str, settings: Any, envs: Any) -> None:
 
 
 def _self_play(
-    trainer: Trainer, settings: Any, league_envs: Callable[[], Any] | None
+    options: RunOptions, trainer: Trainer, settings: Any, league_envs: Callable[[], Any] | None
 ) -> GhostController | None:
     """The behavior's ``self_play``, attached to its trainer before a checkpoint is loaded
-    (which restores it too)."""
-    if settings.self_play is None:
+    (which restores it too); without its league's exploiter under ``--inference``, which
+    trains nothing."""
+    self_play = settings.self_play
+    if self_play is None:
         return None
     from evtrain.trainers.ghost import GhostController
 
-    return GhostController(trainer, settings.self_play, league_envs)
+    if options.checkpoint_settings.inference:
+        self_play = attrs.evolve(self_play, league=None)
+    return GhostController(trainer, self_play, league_envs)
 
 
 def _league_envs(

@@ -76,6 +76,7 @@ def section_classes(section: str, trainer: str | None) -> tuple[type[Any], ...] 
         },
         f"{behavior}.behavioral_cloning": (settings.BehavioralCloningSettings,),
         f"{behavior}.self_play": (settings.SelfPlaySettings,),
+        f"{behavior}.self_play.league": (settings.LeagueSettings,),
         param: (ep.SamplerSpec, ep.EnvironmentParameter),
         f"{param}.sampler_parameters": tuple(ep.SAMPLERS.values()),
         f"{param}.curriculum.<i>": (ep.Lesson,),

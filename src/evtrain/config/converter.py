@@ -41,6 +41,7 @@ from evtrain.trainers.settings import (
     NetworkSettings,
     RewardProviders,
     RewardProviderSettings,
+    SelfPlaySettings,
     TrainerSettings,
     absent_when_none,
 )
@@ -215,6 +216,11 @@ converter.register_unstructure_hook(
     NetworkSettings,
     # feed-forward networks have no memory key (not "memory: null")
     lambda network: _present_fields(network, attrs.fields(NetworkSettings)),
+)
+converter.register_unstructure_hook(
+    SelfPlaySettings,
+    # self-play without a league has no league key (not "league: null")
+    lambda self_play: _present_fields(self_play, attrs.fields(SelfPlaySettings)),
 )
 converter.register_unstructure_hook_func(
     # a provider's network_settings, when not configured, is no key

@@ -21,6 +21,8 @@ from evtrain.run.wiring import active_initializer
 from evtrain.trainers.registry import trainer_type
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from evtrain.bus import Bus
     from evtrain.config.options import RunOptions
     from evtrain.run.checkpoints.checkpoint import CheckpointManager
@@ -137,10 +139,11 @@ def build_behavior(
     if options.env_settings.unity and shared is not None:
         manager.exporter = _unity_exporter(shared, name, envs)
     trainer_cls = trainer_type(settings.trainer_type).load()
+    self_play: GhostController | None = None
     try:
         _check_self_play(name, settings, envs)  # before the trainer says anything
         trainer = trainer_cls(name, settings, envs, reporter, seed=seed, device=_device(options))
-        self_play = _self_play(trainer, settings)
+        self_play = _self_play(options, trainer, settings, _league_envs(options, name, shared))
         if state is not None:
             try:
                 trainer.load_state_dict(state)
@@ -154,6 +157,8 @@ def build_behavior(
         if self_play is not None:
             self_play.start()
     except BaseException:
+        if self_play is not None:
+            self_play.close()
         envs.close()
         raise
     if state is not None:
@@ -198,14 +203,32 @@ def _check_self_play(name: str, settings: Any, envs: Any) -> None:
         team_slots(name, envs)
 
 
-def _self_play(trainer: Trainer, settings: Any) -> GhostController | None:
+def _self_play(
+    options: RunOptions, trainer: Trainer, settings: Any, league_envs: Callable[[], Any] | None
+) -> GhostController | None:
     """The behavior's ``self_play``, attached to its trainer before a checkpoint is loaded
-    (which restores it too)."""
-    if settings.self_play is None:
+    (which restores it too); without its league's exploiter under ``--inference``, which
+    trains nothing."""
+    self_play = settings.self_play
+    if self_play is None:
         return None
     from evtrain.trainers.ghost import GhostController
 
-    return GhostController(trainer, settings.self_play)
+    if options.checkpoint_settings.inference:
+        self_play = attrs.evolve(self_play, league=None)
+    return GhostController(trainer, self_play, league_envs)
+
+
+def _league_envs(
+    options: RunOptions, name: str, shared: SharedSteps | None
+) -> Callable[[], Any] | None:
+    """What makes the copies of ``self_play.league``'s exploiter: the behavior's environment
+    again, without the run's ``environment_parameters`` (none with a shared environment)."""
+    if shared is not None:
+        return None
+    from evtrain.run.environments.envs import make_envs
+
+    return lambda: make_envs(options.env_settings, behavior=name, behaviors=options.behaviors)
 
 
 def _envs_and_reporter(

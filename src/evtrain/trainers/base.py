@@ -71,11 +71,13 @@ class Attachment(Protocol):
         """Called by the runner after each :meth:`Trainer.advance`."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Its state: tensors and plain Python values only (``torch.load(weights_only=True)``
-        reads them)."""
+        """Its state: tensors and plain values (``torch.load(weights_only=True)`` reads them)."""
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
+
+    def close(self) -> None:
+        """Called by :meth:`Trainer.close`: end what it made (a league's exploiter, copies)."""
 
 
 class Trainer(abc.ABC):
@@ -346,8 +348,10 @@ class Trainer(abc.ABC):
         self.update_runner.wait()
 
     def close(self) -> None:
-        """See :meth:`ThreadedUpdates.close`; the environments are the caller's to close."""
+        """See :meth:`ThreadedUpdates.close`, then close the attachments; the caller, the envs."""
         self.update_runner.close()
+        for attachment in self.attachments.values():
+            attachment.close()
 
     def _record_step(self, rewards: Any, dones: BoolArray, valid: BoolArray) -> None:
         self.bookkeeping.record_step(rewards, dones, valid)

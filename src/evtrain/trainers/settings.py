@@ -36,6 +36,7 @@ from evtrain.trainers.on_policy_settings import (
     OnPolicySettings,
 )
 from evtrain.trainers.on_policy_settings import Schedule as Schedule
+from evtrain.trainers.self_play_settings import LeagueSettings as LeagueSettings
 from evtrain.trainers.self_play_settings import SelfPlaySettings as SelfPlaySettings
 from evtrain.trainers.stop_settings import StopSettings as StopSettings
 

@@ -17,14 +17,20 @@ the trainer (:meth:`after_turn`), counted in the learning team's steps (the trai
 - every ``save_steps`` steps a snapshot of the policy joins the window (the oldest leaves);
 - every ``swap_steps`` the opponents of its seats are drawn anew: with probability
   ``play_against_latest_model_ratio`` the policy as it is now, else a snapshot of the window,
-  uniformly.  ML-Agents counts these in the opponents' (ghost) steps: in its own copies, where
-  the two teams take as many steps, evtrain counts the learning team's; in another behavior's
-  copies, the steps its opponent took there.
+  uniformly (ML-Agents), or with ``opponent_sampling: pfsp`` by the learning side's results
+  against each (:mod:`evtrain.trainers.ghost.pfsp`).  ML-Agents counts these in the opponents'
+  (ghost) steps: in its own copies, where the two teams take as many steps, evtrain counts the
+  learning team's; in another behavior's copies, the steps its opponent took there.
+
+With ``league``, a main exploiter trained against the policy as it is now is drawn first, with
+probability ``league.exploiter_ratio``, and takes a turn after each of the trainer's
+(:mod:`evtrain.trainers.ghost.league`).
 
 Every episode's end moves the ELO ratings (:mod:`evtrain.trainers.ghost.elo`): the learning
 policy's by the result, the rating of the opponent that played the other way (of the other
-behavior's window, across behaviors), and reports the policy's as ``Self-play/ELO``.  All of
-it is saved in the behavior's checkpoint (:meth:`state_dict`, through
+behavior's window, across behaviors), and reports the policy's as ``Self-play/ELO``; the
+result is also counted against the snapshot that played (PFSP's win rates).  All of it is
+saved in the behavior's checkpoint (:meth:`state_dict`, through
 :attr:`~evtrain.trainers.base.Trainer.attachments`) and restored by ``--resume``.
 """
 
@@ -37,10 +43,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from evtrain.errors import ConfigError
 from evtrain.events.stats import StatsPropertyType
 from evtrain.trainers.ghost.elo import game_score, rating_change
+from evtrain.trainers.ghost.league import MainExploiter
+from evtrain.trainers.ghost.pfsp import PFSP_ENTROPY, POOL_WIN_RATE, entropy, pfsp_weights
 from evtrain.trainers.ghost.seats import Opponent, Seat
-from evtrain.trainers.ghost.snapshots import LATEST, SnapshotWindow
+from evtrain.trainers.ghost.snapshots import EXPLOITER, LATEST, SnapshotWindow
 from evtrain.trainers.ghost.teams import EpisodeOutcome, TeamSlots, rivals, team_slots
 
 if TYPE_CHECKING:
@@ -63,11 +72,19 @@ class GhostController:
     play once the trainer has its starting weights; across behaviors, :func:`face_rivals`
     then seats each behavior's opponent in the other's copies.
 
+    :param league_envs: makes the environment copies of ``settings.league``'s main exploiter
+        (:mod:`evtrain.trainers.ghost.league`); called once, if there is a league.
     :raises ConfigError: the environments' self-playing agents do not form two teams
-        (:func:`~evtrain.trainers.ghost.teams.team_slots`).
+        (:func:`~evtrain.trainers.ghost.teams.team_slots`); a league across behaviors, or
+        without ``league_envs``.
     """
 
-    def __init__(self, trainer: Trainer, settings: SelfPlaySettings) -> None:
+    def __init__(
+        self,
+        trainer: Trainer,
+        settings: SelfPlaySettings,
+        league_envs: Callable[[], Any] | None = None,
+    ) -> None:
         self.trainer = trainer
         self.settings = settings
         self.envs = team_slots(trainer.behavior_name, trainer.envs)
@@ -86,6 +103,16 @@ class GhostController:
         self.learning_team = self.envs.teams[0]
         self.last_save = self.last_team_change = trainer.step
         self._restored = False
+        self.exploiter: MainExploiter | None = None
+        """The league's main exploiter (``settings.league``)."""
+        if settings.league is not None:
+            self.exploiter = MainExploiter(
+                trainer,
+                settings.league,
+                self._league_envs(league_envs),
+                settings.team_change,
+                self.window,
+            )
         trainer.attachments[SELF_PLAY] = self
         self.envs.episode_listeners.append(self.episode_ended)
         trainer.reporter.add_property(StatsPropertyType.SELF_PLAY, True)
@@ -108,9 +135,14 @@ class GhostController:
         self.envs.set_learning_team(self.learning_team)
         for seat in self.seats.values():
             self.draw(seat)
+        if self.exploiter is not None:
+            self.exploiter.start()
 
     def after_turn(self) -> None:
-        """Change the learning team, save a snapshot, swap the opponents: whichever is due."""
+        """The league's exploiter takes its turn; then change the learning team, save a
+        snapshot, swap the opponents: whichever is due."""
+        if self.exploiter is not None:
+            self.exploiter.after_main_turn()
         step, settings = self.trainer.step, self.settings
         teams = self.envs.teams
         changed = len(teams) > 1 and step - self.last_team_change >= settings.team_change
@@ -130,15 +162,22 @@ class GhostController:
             if (changed and seat.envs is self.envs) or seat.due(settings.swap_steps):
                 self.draw(seat)
 
+    def close(self) -> None:
+        """Close the league's exploiter (its trainer and copies), if any."""
+        if self.exploiter is not None:
+            self.exploiter.close()
+
     def episode_ended(self, outcome: EpisodeOutcome) -> None:
         """A copy's episode ended: the ratings move by its result (the sign of the learning
         team's final reward), the opponent's the other way."""
         seat = self.facing
         if seat is None:  # across behaviors, before face_rivals
             return
-        change = rating_change(self.window.elo, seat.rating, game_score(outcome.reward))
+        score = game_score(outcome.reward)
+        change = rating_change(self.window.elo, seat.rating, score)
         self.window.elo += change
         seat.concede(change)
+        seat.played(score)
         self.trainer.reporter.add_stat(ELO, self.window.elo)
 
     @property
@@ -169,12 +208,53 @@ class GhostController:
         return seat
 
     def draw(self, seat: Seat) -> None:
-        """Draw the opponent of ``seat``: the policy now, or a snapshot of the window."""
-        if self.rng.random() < self.settings.play_against_latest_model_ratio:
+        """Draw the opponent of ``seat``: the league's exploiter (in its own copies), the policy
+        now, or a snapshot of the window."""
+        league = self.settings.league
+        if (
+            self.exploiter is not None
+            and league is not None
+            and seat.envs is self.envs
+            and self.rng.random() < league.exploiter_ratio
+        ):
+            seat.play(EXPLOITER, self.exploiter.weights())
+        elif self.rng.random() < self.settings.play_against_latest_model_ratio:
             seat.play(LATEST, self._current_weights())
+        elif self.settings.opponent_sampling == "pfsp":
+            index = self._pfsp_index()
+            seat.play(index, self.window.snapshots[index])
         else:
             index = int(self.rng.integers(len(self.window)))
             seat.play(index, self.window.snapshots[index])
+
+    def _pfsp_index(self) -> int:
+        """A snapshot drawn by PFSP from the results against the window, reported."""
+        settings = self.settings
+        win_rates = self.window.win_rates(settings.pfsp_prior)
+        weights = pfsp_weights(win_rates, settings.pfsp_weighting, settings.pfsp_exponent)
+        self.trainer.reporter.add_stat(PFSP_ENTROPY, entropy(weights))
+        self.trainer.reporter.add_stat(POOL_WIN_RATE, float(np.mean(win_rates)))
+        return int(self.rng.choice(len(weights), p=weights))
+
+    def _league_envs(self, make: Callable[[], Any] | None) -> Any:
+        key = f"behaviors.{self.trainer.behavior_name}.self_play.league"
+        if len(self.envs.teams) != 2:
+            raise ConfigError(
+                [
+                    f"{key}: a league needs the behavior's agents to form both teams; across "
+                    "behaviors (a team of it against another behavior's) it is not supported "
+                    "by evtrain yet: remove league"
+                ]
+            )
+        if make is None:
+            raise ConfigError(
+                [
+                    f"{key}: the main exploiter needs environment copies of its own, and "
+                    "env_settings.shared_env shares the environment's copies between "
+                    "behaviors: remove league, or shared_env"
+                ]
+            )
+        return make()
 
     def _current_weights(self) -> dict[str, torch.Tensor]:
         """The policy's weights now (threaded: once the update in flight is done)."""
@@ -196,6 +276,7 @@ class GhostController:
             "last_swap": self.last_swap,
             "last_team_change": self.last_team_change,
             "rng": self.rng.bit_generator.state,
+            **({} if self.exploiter is None else {"league": self.exploiter.state_dict()}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -207,6 +288,8 @@ class GhostController:
         self.last_save = int(state["last_save"])
         self.last_team_change = int(state["last_team_change"])
         self.rng.bit_generator.state = state["rng"]
+        if self.exploiter is not None and "league" in state:  # else it starts afresh
+            self.exploiter.load_state_dict(state["league"])
         self._restored = True
 
 

@@ -87,6 +87,10 @@ class Seat:
         """The learning side gained ``change`` points against it: it loses them."""
         self.window.concede(self.index, change)
 
+    def played(self, score: float) -> None:
+        """The learning side scored ``score`` against it (kept for PFSP by its window)."""
+        self.window.played(self.index, score)
+
     def due(self, swap_steps: int) -> bool:
         """Whether ``swap_steps`` have passed on its clock since the last draw."""
         return self.clock() - self.last_swap >= swap_steps

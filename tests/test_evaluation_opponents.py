@@ -1,0 +1,236 @@
+"""``behaviors.<name>.evaluation.opponents``: a PettingZoo behavior evaluated against each
+opponent in every seat (real tic-tac-toe self-play runs), its win, draw and loss rates and mean
+return per opponent in every writer, ``best_by`` following one of them, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evtrain import Bus, ConfigError, EvaluationEvent, RunOptions
+from evtrain.run.evaluation.best_model import BestRecord
+from evtrain.run.learn import learn
+from evtrain.testing import Recorder
+from tests.helpers import config, tensorboard_scalars
+
+ILLEGAL = "examples.players:tictactoe_illegal"
+STATS = ("Win Rate", "Draw Rate", "Loss Rate", "Mean Return")
+
+
+def tictactoe(tmp_path: Path, run_id: str = "run", **evaluation: Any) -> dict[str, Any]:
+    """A tiny tic-tac-toe self-play run (256 steps), evaluated every 128 steps, 3 episodes a
+    seat."""
+    return {
+        "behaviors": {
+            "player": {
+                "trainer_type": "ppo",
+                "hyperparameters": {"batch_size": 32, "buffer_size": 64, "num_epoch": 1},
+                "network_settings": {"hidden_units": 16, "vis_encode_type": "fully_connected"},
+                "max_steps": 256,
+                "time_horizon": 16,
+                "summary_freq": 128,
+                "checkpoint_interval": 10**6,
+                "self_play": {"save_steps": 64, "team_change": 128, "swap_steps": 32},
+                "evaluation": {"every": 128, "episodes": 3, **evaluation},
+            }
+        },
+        "env_settings": {"env_id": "classic/tictactoe-v3", "num_envs": 4, "seed": 1},
+        "checkpoint_settings": {"run_id": run_id, "results_dir": str(tmp_path / "results")},
+    }
+
+
+def evaluations(options: dict[str, Any]) -> list[EvaluationEvent]:
+    recorder = Recorder()
+    with Bus() as bus:
+        recorder.connect(bus)
+        learn(options, bus)
+    return recorder.of(EvaluationEvent)
+
+
+@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
+def test_every_seat_against_each_opponent_in_every_writer(tmp_path: Path) -> None:
+    """Against the always-illegal player the learner wins every game in both seats (a result
+    known exactly); ``random`` and ``latest`` get their four stats too, in TensorBoard, and
+    ``best_by`` keeps the first evaluation that won them all (a tie is no better)."""
+    options = tictactoe(
+        tmp_path,
+        opponents=["random", "latest", {"name": "illegal", "player": ILLEGAL}],
+        best_by="illegal/Win Rate",
+    )
+    events = evaluations(options)
+    assert [e.step for e in events] == [128, 256]
+    for event in events:
+        assert len(event.returns) == len(event.lengths) == 3 * 2 * 3  # opponents x seats x 3
+        assert event.returns[12:] == (0.0,) * 6  # an illegal move: -1 to it, 0 to the learner
+        stats = event.opponent_stats
+        assert [stats[f"illegal/{s}"] for s in STATS] == [1.0, 0.0, 0.0, 0.0]
+        for label in ("random", "latest"):
+            rates = [stats[f"{label}/{s}"] for s in STATS[:3]]
+            assert sum(rates) == pytest.approx(1.0)
+            assert all(rate * 6 == pytest.approx(round(rate * 6)) for rate in rates)
+    folder = tmp_path / "results" / "run" / "player"
+    for label in ("random", "latest", "illegal"):
+        for stat in STATS:
+            scalars = tensorboard_scalars(folder, f"Evaluation/{label}/{stat}")
+            assert [step for step, _ in scalars] == [128, 256]
+            expected = [e.opponent_stats[f"{label}/{stat}"] for e in events]
+            assert [value for _, value in scalars] == pytest.approx(expected)
+    record = json.loads((folder / "best.json").read_text())
+    assert (record["step"], record["best_by"], record["value"]) == (128, "illegal/Win Rate", 1.0)
+    assert record["mean_return"] == pytest.approx(events[0].mean_return)
+
+
+@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
+def test_another_runs_onnx_and_checkpoint_play_alike(tmp_path: Path) -> None:
+    """An exported policy (onnxruntime) and the checkpoint it was exported with (loaded into the
+    behavior's network) are the same player: the same results, episode for episode."""
+    first = tictactoe(tmp_path, "first", opponents=["random"])
+    first["behaviors"]["player"]["max_steps"] = 128
+    evaluations(first)
+    run = tmp_path / "results" / "first"
+    opponents = [
+        str(run / "player.onnx"),
+        {"name": "folder", "player": str(run)},
+        {"name": "file", "player": str(run / "player" / "checkpoint.pt")},
+    ]
+    events = evaluations(tictactoe(tmp_path, "second", opponents=opponents))
+    assert events
+    for event in events:
+        stats = event.opponent_stats
+        for stat in STATS:
+            assert stats[f"player/{stat}"] == stats[f"folder/{stat}"] == stats[f"file/{stat}"]
+        assert event.returns[:6] == event.returns[6:12] == event.returns[12:]
+
+
+@pytest.mark.parametrize(
+    ("evaluation", "problem"),
+    [
+        (
+            {"opponents": ["random", "random"]},
+            "behaviors.player.evaluation.opponents[1]: its label 'random' is opponents[0]'s "
+            "too; give one of them another: {name: <label>, player: random}",
+        ),
+        (
+            {"opponents": ["random", 7]},
+            "behaviors.player.evaluation.opponents[1]: expected one of random, latest, "
+            "module:function, a .onnx file, a checkpoint (.pt file, run or behavior folder), "
+            "or {name: <label>, player: <one of these>}, got 7",
+        ),
+        (
+            {"opponents": [{"name": "a/b", "player": "random"}]},
+            "behaviors.player.evaluation.opponents[0].name: expected a label of letters, "
+            "digits, spaces, '_', '-' and '.' (it names the stats Evaluation/<name>/...), "
+            "got 'a/b'",
+        ),
+        (
+            {"opponents": [{"player": "random", "label": "r"}]},
+            "behaviors.player.evaluation.opponents[0]: unknown key label (an opponent's keys "
+            "are name and player)",
+        ),
+        (
+            {"opponents": ["random"], "best_by": "random/Wins"},
+            "behaviors.player.evaluation.best_by: expected one of 'Mean Return', "
+            "'random/Win Rate', 'random/Draw Rate', 'random/Loss Rate', 'random/Mean Return' "
+            "(Mean Return, or an opponent's <label>/<stat>), got 'random/Wins'",
+        ),
+    ],
+)
+def test_bad_opponents_name_the_item(evaluation: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        RunOptions.from_dict({"behaviors": {"player": {"evaluation": {"every": 9, **evaluation}}}})
+    assert error.value.problems == (problem,)
+
+
+@pytest.mark.parametrize(
+    ("player", "label"),
+    [
+        ("random", "random"),
+        ("latest", "latest"),
+        ("examples.players:tictactoe_perfect", "tictactoe_perfect"),
+        ("runs/rival/player.onnx", "player"),
+        ("results/old/player/player-4000.pt", "player-4000"),
+        ("results/old run/player/checkpoint.pt", "player"),  # checkpoint.pt: its folder's name
+        ("results/old run", "old_run"),
+    ],
+)
+def test_the_label_of_a_bare_player(player: str, label: str) -> None:
+    options = RunOptions.from_dict(
+        {"behaviors": {"player": {"evaluation": {"every": 9, "opponents": [player]}}}}
+    )
+    settings = options.behaviors["player"].evaluation
+    assert settings is not None
+    assert [o.label for o in settings.opponent_list()] == [label]
+
+
+@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            {"opponents": []},
+            "behaviors.player.evaluation.opponents: required for a PettingZoo environment "
+            "('classic/tictactoe-v3'): list who the behavior plays against, e.g. opponents: "
+            "[random, latest] (random, latest, module:function, a .onnx file or a checkpoint; "
+            "docs/evaluation.md)",
+        ),
+        (
+            {"opponents": ["random", "nowhere/player.onnx"]},
+            "behaviors.player.evaluation.opponents[1]: nowhere/player.onnx does not exist; "
+            "give an exported policy (a run's <Behavior>.onnx)",
+        ),
+        (
+            {"opponents": ["nowhere/run"]},
+            "behaviors.player.evaluation.opponents[0]: nowhere/run does not exist; give "
+            "random, latest, module:function, a .onnx file, or a checkpoint: a .pt file, or a "
+            "run or behavior folder holding player/checkpoint.pt or checkpoint.pt",
+        ),
+        (
+            {"opponents": ["examples.players:no_such_player"]},
+            "behaviors.player.evaluation.opponents[0]: 'examples.players:no_such_player' "
+            "cannot be imported (AttributeError: module 'examples.players' has no attribute "
+            "'no_such_player'); give module:function of a module importable from the run's "
+            "working folder or the installed packages",
+        ),
+    ],
+)
+def test_opponents_that_cannot_play_fail_the_run(
+    tmp_path: Path, change: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        learn(tictactoe(tmp_path, **change))
+    assert error.value.problems == (problem,)
+
+
+def test_a_gymnasium_environment_refuses_opponents(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as error:
+        learn(config(tmp_path, evaluation={"every": 128, "opponents": ["random"]}))
+    assert error.value.problems == (
+        "behaviors.CartPole.evaluation.opponents: 'CartPole-v1' is a Gymnasium environment, "
+        "with one agent: there is no seat for an opponent; remove opponents",
+    )
+
+
+def test_a_shared_environment_refuses_evaluation() -> None:
+    options = {
+        "behaviors": {"agent": {"evaluation": {"every": 9, "opponents": ["random"]}}},
+        "env_settings": {"env_id": "mpe2.simple_spread_v3:parallel_env", "shared_env": True},
+    }
+    with pytest.raises(ConfigError) as error:
+        learn(options)
+    assert (
+        "behaviors.agent.evaluation: not supported in a shared environment "
+        "(env_settings.shared_env) yet; remove evaluation, or remove env_settings.shared_env "
+        "(each behavior then trains on copies of its own)"
+    ) in error.value.problems
+
+
+def test_a_best_record_from_before_best_by_follows_the_mean_return(tmp_path: Path) -> None:
+    path = tmp_path / "best.json"
+    old = {"step": 5, "mean_return": 0.5, "episodes": 4, "checkpoint": "c", "model": None}
+    path.write_text(json.dumps(old))
+    record = BestRecord.read(path)
+    assert record is not None
+    assert (record.best_by, record.value) == ("Mean Return", 0.5)

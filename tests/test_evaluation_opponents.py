@@ -15,6 +15,7 @@ from evtrain.run.evaluation.best_model import BestRecord
 from evtrain.run.learn import learn
 from evtrain.testing import Recorder
 from tests.helpers import config, tensorboard_scalars
+from tests.multiagent_envs import tiny
 
 ILLEGAL = "examples.players:tictactoe_illegal"
 STATS = ("Win Rate", "Draw Rate", "Loss Rate", "Mean Return")
@@ -67,10 +68,14 @@ def test_every_seat_against_each_opponent_in_every_writer(tmp_path: Path) -> Non
         assert event.returns[12:] == (0.0,) * 6  # an illegal move: -1 to it, 0 to the learner
         stats = event.opponent_stats
         assert [stats[f"illegal/{s}"] for s in STATS] == [1.0, 0.0, 0.0, 0.0]
+        assert stats["illegal/Win Rate as Team 0"] == stats["illegal/Win Rate as Team 1"] == 1.0
         for label in ("random", "latest"):
             rates = [stats[f"{label}/{s}"] for s in STATS[:3]]
             assert sum(rates) == pytest.approx(1.0)
             assert all(rate * 6 == pytest.approx(round(rate * 6)) for rate in rates)
+            seats = [stats[f"{label}/Win Rate as Team {team}"] for team in (0, 1)]
+            assert sum(seats) / 2 == pytest.approx(rates[0])
+        assert len(stats) == 3 * (4 + 2)
     folder = tmp_path / "results" / "run" / "player"
     for label in ("random", "latest", "illegal"):
         for stat in STATS:
@@ -103,6 +108,59 @@ def test_another_runs_onnx_and_checkpoint_play_alike(tmp_path: Path) -> None:
         for stat in STATS:
             assert stats[f"player/{stat}"] == stats[f"folder/{stat}"] == stats[f"file/{stat}"]
         assert event.returns[:6] == event.returns[6:12] == event.returns[12:]
+
+
+def test_a_parallel_game_against_the_latest_policy_is_always_drawn(tmp_path: Path) -> None:
+    """Rock-paper-scissors (PettingZoo's Parallel rps_v2) observes the other's last move: the
+    deterministic policy against itself plays the same move as its opponent every step, in
+    both seats."""
+    options = tictactoe(tmp_path, opponents=["latest"])
+    options["env_settings"]["env_id"] = "classic/rps-v2"
+    options["behaviors"]["player"]["network_settings"] = {"hidden_units": 16}
+    events = evaluations(options)
+    assert [e.step for e in events] == [128, 256]
+    for event in events:
+        assert event.returns == (0.0,) * 6
+        assert event.lengths == (15,) * 6  # rps_v2: 15 moves a game
+        assert [event.opponent_stats[f"latest/{s}"] for s in STATS] == [0.0, 1.0, 0.0, 0.0]
+
+
+WALKERS = {"env_id": "tests.multiagent_envs:walkers", "num_envs": 2}
+
+
+def test_a_behavior_without_self_play_faces_the_other_behaviors_agents(tmp_path: Path) -> None:
+    """Walkers (tests/multiagent_envs.py, Parallel): behavior ``walker`` (three agents, one
+    leaving, one appearing) against a scripted ``guide_0`` that always scores 0: each walker
+    scores its action (0 to 2), so the walkers never lose; one seat, 4 episodes of 6 steps."""
+    options = tiny({}, WALKERS, ("walker", "guide"))
+    options["checkpoint_settings"]["results_dir"] = str(tmp_path / "results")
+    opponents = ["tests.multiagent_envs:guide_still", "random"]
+    evaluation = {"every": 576, "episodes": 4, "opponents": opponents}
+    options["behaviors"]["walker"]["evaluation"] = evaluation
+    events = evaluations(options)
+    assert len(events) == 2  # a step counts the agents there: not a multiple of 576
+    for event in events:
+        assert event.lengths == (6,) * 8
+        stats = event.opponent_stats
+        assert stats["guide_still/Loss Rate"] == 0.0
+        mean = stats["guide_still/Mean Return"]
+        assert mean == pytest.approx(sum(event.returns[:4]) / 4)
+        assert stats["guide_still/Win Rate"] == pytest.approx(
+            sum(r > 0 for r in event.returns[:4]) / 4
+        )
+
+
+def test_latest_cannot_play_a_behavior_of_other_spaces(tmp_path: Path) -> None:
+    options = tiny({}, {**WALKERS, "env_kwargs": {"guide_actions": 2}}, ("walker", "guide"))
+    options["checkpoint_settings"]["results_dir"] = str(tmp_path / "results")
+    options["behaviors"]["walker"]["evaluation"] = {"every": 576, "opponents": ["latest"]}
+    with pytest.raises(ConfigError) as error:
+        learn(options)
+    assert error.value.problems == (
+        "behaviors.walker.evaluation.opponents[0]: 'latest' plays with behavior 'walker''s "
+        "network, and agent 'guide_0' of behavior 'guide' has other spaces; choose random, a "
+        "scripted player or an ONNX model of that behavior",
+    )
 
 
 @pytest.mark.parametrize(
@@ -186,6 +244,11 @@ def test_the_label_of_a_bare_player(player: str, label: str) -> None:
             "behaviors.player.evaluation.opponents[0]: nowhere/run does not exist; give "
             "random, latest, module:function, a .onnx file, or a checkpoint: a .pt file, or a "
             "run or behavior folder holding player/checkpoint.pt or checkpoint.pt",
+        ),
+        (
+            {"opponents": ["random"], "video": {"episodes": 1}},
+            "behaviors.player.evaluation.video: not supported for a PettingZoo environment "
+            "('classic/tictactoe-v3') yet; remove video",
         ),
         (
             {"opponents": ["examples.players:no_such_player"]},

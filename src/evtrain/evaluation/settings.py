@@ -64,7 +64,8 @@ class EvaluationSettings:
         default=attrs.Factory(_default_num_envs, takes_self=True), validator=_positive_int
     )
     """Environments the episodes are played on side by side (one batch through the policy
-    per step); default ``min(episodes, 8)``."""
+    per step); default ``min(episodes, 8)``.  Not used against ``opponents``: their episodes
+    are played one after another on one copy."""
     seed: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
     """Episode ``i`` of every evaluation starts from ``reset(seed=seed + i)``."""
     best_model: bool = attrs.field(default=True, validator=v.instance_of(bool))

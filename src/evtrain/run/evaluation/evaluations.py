@@ -327,8 +327,8 @@ def _same_stat(record: BestRecord | None, settings: EvaluationSettings) -> BestR
 def _check_opponents(
     name: str, trainer: Trainer, settings: EvaluationSettings, env_id: str
 ) -> None:
-    """A PettingZoo behavior is evaluated against ``opponents``, a Gymnasium one without them
-    (a :class:`ConfigError` otherwise)."""
+    """A PettingZoo behavior is evaluated against ``opponents`` (without videos), a Gymnasium
+    one without them (a :class:`ConfigError` otherwise)."""
     from evtrain.multiagent.slots import AgentSlots
 
     where = f"behaviors.{name}.evaluation.opponents"
@@ -338,6 +338,13 @@ def _check_opponents(
                 f"{where}: required for a PettingZoo environment ({env_id!r}): list who the "
                 "behavior plays against, e.g. opponents: [random, latest] (random, latest, "
                 "module:function, a .onnx file or a checkpoint; docs/evaluation.md)"
+            ]
+        )
+    if isinstance(trainer.envs, AgentSlots) and settings.video is not None:
+        raise ConfigError(
+            [
+                f"behaviors.{name}.evaluation.video: not supported for a PettingZoo environment "
+                f"({env_id!r}) yet; remove video"
             ]
         )
     if not isinstance(trainer.envs, AgentSlots) and settings.opponents:

@@ -18,6 +18,7 @@ its last turn included); its length, the learner's moves (AEC) or the parallel s
 (an agent of another behavior, or of another team, grouped by behavior and team): greater is a
 win, equal a draw, less a loss.  Where there is no other team (every agent is the behavior's,
 without self-play) an episode is none of them, and only ``<label>/Mean Return`` is reported.
+A self-playing behavior's win rate in each seat is ``<label>/Win Rate as Team <N>`` too.
 """
 
 from __future__ import annotations
@@ -275,8 +276,10 @@ class Opponents:
         for opponent in self.opponents:
             outcomes: list[int] = []
             mine: list[float] = []
+            label = opponent.label
             for seat in game.seats:
                 act = self.actor(opponent, seat, policy)
+                seated: list[int] = []
                 for i in range(episodes):
                     self._seed(seed + i)
                     totals, length = _episode(game, act, seed + i, game.learners(seat))
@@ -285,9 +288,11 @@ class Opponents:
                     lengths.append(length)
                     if others:
                         best = max(others)
-                        outcomes.append((learner > best) - (learner < best))
+                        seated.append((learner > best) - (learner < best))
+                outcomes.extend(seated)
+                if seated and seat is not None and len(game.seats) > 1:
+                    stats[f"{label}/{WIN_RATE} as Team {seat}"] = seated.count(1) / len(seated)
             returns.extend(mine)
-            label = opponent.label
             if outcomes:
                 stats[f"{label}/{WIN_RATE}"] = outcomes.count(1) / len(outcomes)
                 stats[f"{label}/{DRAW_RATE}"] = outcomes.count(0) / len(outcomes)

@@ -290,6 +290,41 @@ def test_a_shared_environment_refuses_evaluation() -> None:
     ) in error.value.problems
 
 
+@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
+def test_resume_keeps_the_best_of_its_stat_and_starts_afresh_for_another(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A win rate of 1 against the illegal player cannot be beaten: the resumed run keeps the
+    best of step 128; resumed again with ``best_by: Mean Return``, its first evaluation is the
+    new best."""
+    record = tmp_path / "results" / "run" / "player" / "best.json"
+
+    def run(max_steps: int, best_by: str, resume: bool) -> dict[str, Any]:
+        options = tictactoe(tmp_path, opponents=[ILLEGAL], best_by=best_by)
+        options["behaviors"]["player"]["max_steps"] = max_steps
+        options["behaviors"]["player"]["checkpoint_interval"] = 128
+        options["checkpoint_settings"]["resume"] = resume
+        evaluations(options)
+        found: dict[str, Any] = json.loads(record.read_text())
+        return found
+
+    first = run(128, "tictactoe_illegal/Win Rate", resume=False)
+    assert (first["step"], first["best_by"], first["value"]) == (
+        128,
+        "tictactoe_illegal/Win Rate",
+        1.0,
+    )
+    assert run(256, "tictactoe_illegal/Win Rate", resume=True) == first
+    caplog.clear()
+    again = run(384, "Mean Return", resume=True)
+    assert (
+        "The best model so far followed 'tictactoe_illegal/Win Rate', and evaluation.best_by is "
+        "now 'Mean Return': the best model starts afresh"
+    ) in [r.getMessage() for r in caplog.records]
+    assert (again["step"], again["best_by"]) == (384, "Mean Return")
+    assert again["value"] == again["mean_return"]
+
+
 def test_a_best_record_from_before_best_by_follows_the_mean_return(tmp_path: Path) -> None:
     path = tmp_path / "best.json"
     old = {"step": 5, "mean_return": 0.5, "episodes": 4, "checkpoint": "c", "model": None}

@@ -88,11 +88,23 @@ def test_every_seat_against_each_opponent_in_every_writer(tmp_path: Path) -> Non
     assert record["mean_return"] == pytest.approx(events[0].mean_return)
 
 
+def rps(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` of :func:`tictactoe` on rock-paper-scissors (PettingZoo's Parallel rps_v2,
+    which observes the other player's last move: ``Discrete(4)``)."""
+    options["env_settings"]["env_id"] = "classic/rps-v2"
+    options["behaviors"]["player"]["network_settings"] = {"hidden_units": 16}
+    return options
+
+
 @pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
-def test_another_runs_onnx_and_checkpoint_play_alike(tmp_path: Path) -> None:
-    """An exported policy (onnxruntime) and the checkpoint it was exported with (loaded into the
-    behavior's network) are the same player: the same results, episode for episode."""
-    first = tictactoe(tmp_path, "first", opponents=["random"])
+@pytest.mark.parametrize("game", ["tictactoe", "rps"])
+def test_another_runs_onnx_and_checkpoint_play_alike(tmp_path: Path, game: str) -> None:
+    """An exported policy (onnxruntime, its inputs fed by name: tic-tac-toe's dictionary
+    observation, rock-paper-scissors' one-hot) and the checkpoint it was exported with (loaded
+    into the behavior's network) are the same player: the same results, episode for
+    episode."""
+    made = tictactoe if game == "tictactoe" else lambda *a, **k: rps(tictactoe(*a, **k))
+    first = made(tmp_path, "first", opponents=["random"])
     first["behaviors"]["player"]["max_steps"] = 128
     evaluations(first)
     run = tmp_path / "results" / "first"
@@ -101,7 +113,7 @@ def test_another_runs_onnx_and_checkpoint_play_alike(tmp_path: Path) -> None:
         {"name": "folder", "player": str(run)},
         {"name": "file", "player": str(run / "player" / "checkpoint.pt")},
     ]
-    events = evaluations(tictactoe(tmp_path, "second", opponents=opponents))
+    events = evaluations(made(tmp_path, "second", opponents=opponents))
     assert events
     for event in events:
         stats = event.opponent_stats
@@ -114,10 +126,7 @@ def test_a_parallel_game_against_the_latest_policy_is_always_drawn(tmp_path: Pat
     """Rock-paper-scissors (PettingZoo's Parallel rps_v2) observes the other's last move: the
     deterministic policy against itself plays the same move as its opponent every step, in
     both seats."""
-    options = tictactoe(tmp_path, opponents=["latest"])
-    options["env_settings"]["env_id"] = "classic/rps-v2"
-    options["behaviors"]["player"]["network_settings"] = {"hidden_units": 16}
-    events = evaluations(options)
+    events = evaluations(rps(tictactoe(tmp_path, opponents=["latest"])))
     assert [e.step for e in events] == [128, 256]
     for event in events:
         assert event.returns == (0.0,) * 6
@@ -265,6 +274,25 @@ def test_opponents_that_cannot_play_fail_the_run(
     with pytest.raises(ConfigError) as error:
         learn(tictactoe(tmp_path, **change))
     assert error.value.problems == (problem,)
+
+
+@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
+def test_a_checkpoint_of_another_network_fails_the_run_when_it_starts(tmp_path: Path) -> None:
+    first = tictactoe(tmp_path, "first", opponents=["random"])
+    first["behaviors"]["player"]["max_steps"] = 128
+    evaluations(first)
+    run = tmp_path / "results" / "first"
+    second = tictactoe(tmp_path, "second", opponents=["random", str(run)])
+    second["behaviors"]["player"]["network_settings"]["hidden_units"] = 32
+    with pytest.raises(ConfigError) as error:
+        learn(second)
+    (problem,) = error.value.problems
+    assert problem.startswith(
+        f"behaviors.player.evaluation.opponents[1]: {run / 'player' / 'checkpoint.pt'} does not "
+        "fit behavior 'player''s network ("
+    )
+    assert problem.endswith("; give a checkpoint of the same network settings")
+    assert not (tmp_path / "results" / "second" / "player" / "checkpoint.pt").exists()
 
 
 def test_a_gymnasium_environment_refuses_opponents(tmp_path: Path) -> None:

@@ -141,21 +141,26 @@ def _row(batch: Any) -> Any:
 
 
 class OnnxPlayer:
-    """An exported policy in onnxruntime: each input fed by its name (``obs`` for an array
-    observation, a ``Dict`` observation's entries by their keys)."""
+    """An exported policy in onnxruntime, for the agents of one observation space: each input
+    fed by its name, as evtrain exports them (``obs``, or a ``Dict`` observation's entries by
+    their keys; a ``Discrete`` one one-hot, :func:`~evtrain.trainers.observations.policy_inputs`).
+    """
 
-    def __init__(self, path: Path) -> None:
-        import onnxruntime  # type: ignore[import-untyped]  # ships no type information
-
-        self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.names = [i.name for i in self.session.get_inputs()]
+    def __init__(self, session: Any, observation: spaces.Space[Any]) -> None:
+        self.session = session
+        self.observation = observation
+        self.names = [i.name for i in session.get_inputs()]
 
     def __call__(self, obs: Any) -> Any:
-        if isinstance(obs, Mapping):
-            feed = {name: np.asarray(obs[name], dtype=np.float32)[None] for name in self.names}
-        else:
-            feed = {self.names[0]: np.asarray(obs, dtype=np.float32)[None]}
+        inputs = policy_inputs(self.observation, stack([obs], self.observation))
+        feed = {name: np.asarray(inputs[name], dtype=np.float32) for name in self.names}
         return np.asarray(self.session.run(None, feed)[0])[0]
+
+
+def onnx_session(path: Path) -> Any:
+    import onnxruntime  # type: ignore[import-untyped]  # ships no type information
+
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
 class ScriptedPlayer:
@@ -208,7 +213,9 @@ class Opponents:
     ) -> None:
         self.game = game
         self.opponents = list(opponents)
-        self.players: dict[str, Callable[[Any], Any]] = {}
+        self.players: dict[tuple[str, str], Callable[[Any], Any]] = {}
+        """Each opponent's player for the agents of each behavior, by ``(label, behavior)``
+        (``random`` and ``latest`` have none)."""
         self.rng = np.random.default_rng()
         """The random opponents' generator: reseeded for each episode."""
         self.policy: PolicyPlayer | None = None
@@ -217,17 +224,22 @@ class Opponents:
             game.observation_spaces[game.behavior],
             game.action_spaces[game.behavior],
         )
+        behaviors = {role.behavior for role in game.roles.values()}
         for i, opponent in enumerate(self.opponents):
             here = f"{where}[{i}]"
-            kind = opponent.kind
-            if kind == "callable":
-                self.players[opponent.label] = ScriptedPlayer(import_player(opponent.player, here))
-            elif kind == "onnx":
-                self.players[opponent.label] = OnnxPlayer(Path(opponent.player))
-            elif kind == "checkpoint":
-                self.players[opponent.label] = PolicyPlayer(fixed[opponent.label], *learner_spaces)
+            kind, label = opponent.kind, opponent.label
             if kind in ("latest", "checkpoint"):
                 self._check_spaces(here, opponent, learner_spaces)
+            if kind == "callable":
+                scripted = ScriptedPlayer(import_player(opponent.player, here))
+                self.players.update({(label, b): scripted for b in behaviors})
+            elif kind == "onnx":
+                session = onnx_session(Path(opponent.player))
+                for b in behaviors:
+                    self.players[label, b] = OnnxPlayer(session, game.observation_spaces[b])
+            elif kind == "checkpoint":
+                fixed_player = PolicyPlayer(fixed[label], *learner_spaces)
+                self.players.update({(label, b): fixed_player for b in behaviors})
 
     def _check_spaces(
         self, where: str, opponent: Opponent, learner: tuple[spaces.Space[Any], ...]
@@ -250,15 +262,15 @@ class Opponents:
     def actor(self, opponent: Opponent, seat: int | None, policy: PolicyPlayer) -> Act:
         """Who acts for every agent in an episode against ``opponent`` in ``seat``."""
         learners = self.game.learners(seat)
-        kind = opponent.kind
-        player = policy if kind == "latest" else self.players.get(opponent.label)
+        latest = opponent.kind == "latest"
 
         def act(agent: str, obs: Any) -> Any:
-            if agent in learners:
+            if agent in learners or latest:
                 return policy(obs)
+            behavior = self.game.roles[agent].behavior
+            player = self.players.get((opponent.label, behavior))
             if player is not None:
                 return player(obs)
-            behavior = self.game.roles[agent].behavior
             chooser = RandomCoPlayer(self.game.action_spaces[behavior], self.rng)
             return chooser(stack([obs], self.game.observation_spaces[behavior]))[0]
 

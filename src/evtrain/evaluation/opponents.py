@@ -15,8 +15,9 @@ go under (``Evaluation/<label>/Win Rate``, ...).  A player is one of:
     folder importable (as ``env_id``'s factories are);
 ``<path>.onnx``
     an exported policy (another run's ``<Behavior>.onnx``), run in onnxruntime, each input fed
-    by its name (a ``Dict`` observation's entries by their keys), its action taken as it is
-    (evtrain exports the most likely action);
+    by its name as evtrain exports them (``obs``, a ``Dict`` observation's entries by their
+    keys, a ``Discrete`` one one-hot), its action taken as it is (evtrain exports the most
+    likely action);
 ``<path>`` (a ``.pt`` file, or a run or behavior folder)
     the policy of another run's checkpoint: a ``.pt`` file, a behavior folder's
     ``checkpoint.pt`` or a run folder's ``<behavior>/checkpoint.pt``, loaded into the

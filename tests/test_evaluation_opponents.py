@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from evtrain import Bus, ConfigError, EvaluationEvent, RunOptions
 from evtrain.run.evaluation.best_model import BestRecord
@@ -351,6 +352,37 @@ def test_resume_keeps_the_best_of_its_stat_and_starts_afresh_for_another(
     ) in [r.getMessage() for r in caplog.records]
     assert (again["step"], again["best_by"]) == (384, "Mean Return")
     assert again["value"] == again["mean_return"]
+
+
+class FirstLegalMove(torch.nn.Module):
+    """A policy module (tic-tac-toe's inputs in the order of its ``Dict`` space's keys: the
+    action mask, the board planes): the first legal cell."""
+
+    def forward(self, mask: torch.Tensor, board: torch.Tensor) -> torch.Tensor:
+        return mask.argmax(dim=1)
+
+
+@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
+def test_an_evaluation_repeats_with_its_seed() -> None:
+    """Random and scripted opponents draw from generators seeded for each episode: the same
+    seed plays the same games, another seed others."""
+    from evtrain.config.options import EnvironmentSettings
+    from evtrain.evaluation.opponents import opponents_of
+    from evtrain.run.environments.envs import make_envs
+    from evtrain.run.evaluation.matches import Opponents, game_of
+
+    options = RunOptions.from_dict(tictactoe(Path("unused")))
+    env = EnvironmentSettings(env_id="classic/tictactoe-v3", num_envs=1)
+    slots = make_envs(env, behavior="player", behaviors=options.behaviors)
+    try:
+        items = ["random", "examples.players:tictactoe_perfect"]
+        opponents = Opponents(game_of(slots), opponents_of(items), {}, "opponents")
+        results = [opponents.play(FirstLegalMove(), episodes=8, seed=s) for s in (3, 3, 4)]
+    finally:
+        slots.close()
+    assert results[0] == results[1]
+    assert results[0].lengths != results[2].lengths
+    assert results[0].stats["tictactoe_perfect/Loss Rate"] > 0.5  # it punishes the first cell
 
 
 def test_a_best_record_from_before_best_by_follows_the_mean_return(tmp_path: Path) -> None:

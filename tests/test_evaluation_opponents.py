@@ -18,6 +18,11 @@ from evtrain.testing import Recorder
 from tests.helpers import config, tensorboard_scalars
 from tests.multiagent_envs import tiny
 
+pytestmark = pytest.mark.filterwarnings(
+    # PettingZoo's registry imports its games' modules, whose first import warns
+    "ignore:The old environment creation API:DeprecationWarning"
+)
+
 ILLEGAL = "examples.players:tictactoe_illegal"
 STATS = ("Win Rate", "Draw Rate", "Loss Rate", "Mean Return")
 
@@ -52,7 +57,6 @@ def evaluations(options: dict[str, Any]) -> list[EvaluationEvent]:
     return recorder.of(EvaluationEvent)
 
 
-@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
 def test_every_seat_against_each_opponent_in_every_writer(tmp_path: Path) -> None:
     """Against the always-illegal player the learner wins every game in both seats (a result
     known exactly); ``random`` and ``latest`` get their four stats too, in TensorBoard, and
@@ -97,7 +101,6 @@ def rps(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
 @pytest.mark.parametrize("game", ["tictactoe", "rps"])
 def test_another_runs_onnx_and_checkpoint_play_alike(tmp_path: Path, game: str) -> None:
     """An exported policy (onnxruntime, its inputs fed by name: tic-tac-toe's dictionary
@@ -233,7 +236,6 @@ def test_the_label_of_a_bare_player(player: str, label: str) -> None:
     assert [o.label for o in settings.opponent_list()] == [label]
 
 
-@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
@@ -277,7 +279,6 @@ def test_opponents_that_cannot_play_fail_the_run(
     assert error.value.problems == (problem,)
 
 
-@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
 def test_a_checkpoint_of_another_network_fails_the_run_when_it_starts(tmp_path: Path) -> None:
     first = tictactoe(tmp_path, "first", opponents=["random"])
     first["behaviors"]["player"]["max_steps"] = 128
@@ -319,7 +320,6 @@ def test_a_shared_environment_refuses_evaluation() -> None:
     ) in error.value.problems
 
 
-@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
 def test_resume_keeps_the_best_of_its_stat_and_starts_afresh_for_another(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -362,7 +362,6 @@ class FirstLegalMove(torch.nn.Module):
         return mask.argmax(dim=1)
 
 
-@pytest.mark.filterwarnings("ignore:The old environment creation API:DeprecationWarning")
 def test_an_evaluation_repeats_with_its_seed() -> None:
     """Random and scripted opponents draw from generators seeded for each episode: the same
     seed plays the same games, another seed others."""

@@ -96,6 +96,11 @@ def walkers(**kwargs: Any) -> Walkers:
     return Walkers(**kwargs)
 
 
+def guide_still(observation: Any, action_mask: Any) -> int:
+    """A scripted ``guide_0`` (``evaluation.opponents``): always action 0, so a reward of 0."""
+    return 0
+
+
 MADE: list[Walkers] = []
 """Every :class:`Walkers` that :func:`made_walkers` made, in order (a test clears it)."""
 

@@ -108,6 +108,8 @@ def test_evaluations_at_every_multiple_and_the_best_model_beside_the_last(
         "episodes": 3,
         "checkpoint": str(run / "CartPole" / "best.pt"),
         "model": str(run / "CartPole-best.onnx"),
+        "best_by": "Mean Return",
+        "value": improved[-1].mean_return,
     }
 
 
@@ -214,13 +216,16 @@ def test_bad_evaluation_settings_name_the_key(evaluation: dict[str, Any], proble
     assert problem in str(error.value)
 
 
-def test_a_pettingzoo_environment_is_refused_before_training(tmp_path: Path) -> None:
+def test_a_pettingzoo_environment_without_opponents_is_refused_before_training(
+    tmp_path: Path,
+) -> None:
+    """(Evaluations against opponents: tests/test_evaluation_opponents.py.)"""
     options = config(tmp_path, evaluation={"every": 512})
     options["behaviors"] = {"agent": options["behaviors"]["CartPole"]}
     options["env_settings"]["env_id"] = "mpe2.simple_spread_v3:parallel_env"
     with pytest.raises(ConfigError) as error:
         learn(options)
-    assert "behaviors.agent.evaluation: evaluating a PettingZoo environment" in str(error.value)
+    assert "behaviors.agent.evaluation.opponents: required for a PettingZoo" in str(error.value)
 
 
 def test_evaluation_environments_that_cannot_be_built_fail_the_run_naming_the_key(

@@ -90,13 +90,15 @@ class ConsoleWriter(StatsWriter):
         logger.info("%s.", ". ".join(parts))
 
     def on_evaluation(self, event: EvaluationEvent) -> None:
-        """Log one line per evaluation: its episodes' mean return ± std and mean length."""
+        """Log one line per evaluation: its episodes' mean return ± std and mean length, and
+        each opponent's stats (a PettingZoo behavior's)."""
         values = event.stats()
         returns, lengths = values[EVALUATION_MEAN_RETURN], values[EVALUATION_MEAN_LENGTH]
         how = "" if event.deterministic else " (stochastic actions)"
+        against = "".join(f" {key}: {value:0.3f}." for key, value in event.opponent_stats.items())
         logger.info(
             "%s. Step: %d. Evaluation of %d episodes%s. Mean Return: %0.3f \u00b1 %0.3f. "
-            "Mean Episode Length: %0.1f.",
+            "Mean Episode Length: %0.1f.%s",
             event.category,
             event.step,
             len(event.returns),
@@ -104,6 +106,7 @@ class ConsoleWriter(StatsWriter):
             returns.mean,
             returns.std,
             lengths.mean,
+            against,
         )
 
     def on_artifact(self, event: ArtifactEvent) -> None:

@@ -15,8 +15,9 @@ A leaf error says which key is wrong in one of these ways, tried in this order:
   path): attrs' ``instance_of``, ``in_`` and evtrain's own validators put the
   :class:`attrs.Attribute` second in the exception's ``args``.  Only where that is missing is
   the message read: a check that cannot name an attribute (an ``__attrs_post_init__``, a
-  plugin's validator) writes ``"<key>: what is wrong"``, and attrs' ``gt``/``ge``/``lt``/``le``
-  raise ``"'<key>' must be > 0: 0"`` with nothing else.
+  plugin's validator) writes ``"<key>: what is wrong"`` (or ``"<key>[<i>]: ..."`` for an item
+  of a list), and attrs' ``gt``/``ge``/``lt``/``le`` raise ``"'<key>' must be > 0: 0"`` with
+  nothing else.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from evtrain.config.mlagents import kind_of, unsupported
 _STEP = re.compile(r"""\.(\w+)|\[('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\]]*)\]""")
 """One step of a cattrs path: ``.field``, or ``[index]`` / ``[key!r]``."""
 
+_KEY = re.compile(r"^[A-Za-z_]\w*(?:\[\d+\])?(?:\.[A-Za-z_]\w*)*$")
+"""What a check that cannot name an attribute writes before its ``": "``: a key, an item of a
+list (``opponents[1]``), and the keys under it (``opponents[1].player``)."""
 _ATTRS_COMPARISON = re.compile(r"^'(\w+)' must be (.+?): (.+)$")
 """The whole of what attrs' ``gt``/``ge``/``lt``/``le`` validators raise."""
 
@@ -138,7 +142,7 @@ def _leaf_problems(leaf: BaseException, type_: type | None) -> list[Problem]:
     if type_ is not None:  # raised by a structure hook: evtrain's hooks say what they expected
         return [Problem((), message)]
     key, sep, rest = message.partition(": ")
-    if sep and key.isidentifier():
+    if sep and _KEY.match(key):
         return [Problem((key,), rest)]
     comparison = _ATTRS_COMPARISON.match(message)
     if comparison:

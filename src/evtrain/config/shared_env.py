@@ -41,6 +41,11 @@ def shared_env_problems(options: RunOptions) -> list[str]:
                 f"shared environment ({SHARED_ENV}) yet ({', '.join(SHARED_TRAINER_TYPES)} "
                 f"do); use one of them, {FALLBACK}"
             )
+        if settings.evaluation is not None:
+            problems.append(
+                f"behaviors.{name}.evaluation: not supported in a shared environment "
+                f"({SHARED_ENV}) yet; remove evaluation, {FALLBACK}"
+            )
         if settings.network_settings.memory is not None:
             problems.append(
                 f"behaviors.{name}.network_settings.memory: not supported with a PettingZoo "

@@ -14,10 +14,36 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from evtrain.evaluation.opponents import (
+    LOWER_IS_BETTER,
+    MEAN_RETURN,
+    Opponent,
+    best_by_choices,
+    opponent_problems,
+    opponents_of,
+)
 from evtrain.evaluation.video import VideoSettings
 
 _positive_int = [v.instance_of(int), v.gt(0)]
 _MAX_DEFAULT_ENVS = 8
+
+
+def _check_opponents(_: Any, __: Any, value: Any) -> None:
+    problems = opponent_problems(value)
+    if problems:  # one at a time: a validator raises once
+        raise ValueError(problems[0])
+
+
+def _check_best_by(instance: Any, _: Any, value: Any) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"best_by: expected a stat's name, got {value!r}")
+    opponents: list[Any] = instance.opponents
+    choices = best_by_choices(opponents_of(opponents) if not opponent_problems(opponents) else [])
+    if value not in choices:
+        raise ValueError(
+            f"best_by: expected one of {', '.join(repr(c) for c in choices)} (Mean Return, or "
+            f"an opponent's <label>/<stat>), got {value!r}"
+        )
 
 
 def _default_num_envs(instance: Any) -> int:
@@ -38,12 +64,21 @@ class EvaluationSettings:
         default=attrs.Factory(_default_num_envs, takes_self=True), validator=_positive_int
     )
     """Environments the episodes are played on side by side (one batch through the policy
-    per step); default ``min(episodes, 8)``."""
+    per step); default ``min(episodes, 8)``.  Not used against ``opponents``: their episodes
+    are played one after another on one copy."""
     seed: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
     """Episode ``i`` of every evaluation starts from ``reset(seed=seed + i)``."""
     best_model: bool = attrs.field(default=True, validator=v.instance_of(bool))
-    """Keep the checkpoint and ONNX of the evaluation with the highest mean return so far
+    """Keep the checkpoint and ONNX of the evaluation with the best :attr:`best_by` so far
     (``<Behavior>-best.onnx`` beside ``<Behavior>.onnx``, ``<Behavior>/best.pt``)."""
+    opponents: list[Any] = attrs.field(factory=list, validator=_check_opponents)
+    """PettingZoo behaviors only, and required there: who the behavior plays against, each
+    in every seat (:mod:`evtrain.evaluation.opponents`; read them with :meth:`opponent_list`).
+    ``episodes`` is then per opponent and seat."""
+    best_by: str = attrs.field(default=MEAN_RETURN, validator=_check_best_by)
+    """The stat ``best_model`` follows: ``Mean Return`` (every episode's), or an opponent's
+    ``<label>/Win Rate``, ``<label>/Draw Rate``, ``<label>/Mean Return`` (highest best) or
+    ``<label>/Loss Rate`` (lowest best)."""
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
     """Keyword arguments of the evaluation environments over ``env_settings.env_kwargs``
     (a key given here replaces the training one; e.g. another ``render_mode``)."""
@@ -55,3 +90,12 @@ class EvaluationSettings:
     video: VideoSettings | None = attrs.field(default=None, metadata={"absent_when_none": True})
     """Record some episodes as videos (:mod:`evtrain.evaluation.video`): the environments are
     built with ``render_mode="rgb_array"`` unless ``env_kwargs`` says otherwise."""
+
+    def opponent_list(self) -> list[Opponent]:
+        """:attr:`opponents` with their labels."""
+        return opponents_of(self.opponents)
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether :attr:`best_by`'s best is its lowest value."""
+        return self.best_by.rpartition("/")[2] in LOWER_IS_BETTER

@@ -105,6 +105,8 @@ EVALUATION_MEAN_RETURN = "Evaluation/Mean Return"
 """The stat key writers record an evaluation's episode returns under (mean, and histogram)."""
 EVALUATION_MEAN_LENGTH = "Evaluation/Mean Episode Length"
 """The stat key of an evaluation's episode lengths."""
+EVALUATION_PREFIX = "Evaluation/"
+"""What an evaluation's stat keys start with (an opponent's: ``Evaluation/<label>/<stat>``)."""
 
 
 def _floats(values: Iterable[float]) -> tuple[float, ...]:
@@ -117,16 +119,24 @@ def _ints(values: Iterable[int]) -> tuple[int, ...]:
     return tuple(values)
 
 
+def _stats(values: Mapping[str, float]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in values.items()}
+
+
 @attrs.frozen(kw_only=True, slots=True)
 class EvaluationEvent:
     """Behavior ``category``'s policy as of step ``step`` played ``len(returns)`` evaluation
     episodes (deterministic actions, the training run's normaliser of that step) on
-    environments of its own: each episode's return and length, in episode order."""
+    environments of its own: each episode's return and length, in episode order (against
+    opponents: every opponent's, seat after seat, opponent after opponent)."""
 
     category: str
     step: int
     returns: tuple[float, ...] = attrs.field(converter=_floats)
     lengths: tuple[int, ...] = attrs.field(converter=_ints)
+    opponent_stats: Mapping[str, float] = attrs.field(factory=dict, converter=_stats)
+    """A PettingZoo behavior's results against each opponent, by ``<label>/<stat>``
+    (``random/Win Rate``, ``random/Mean Return``, ...): recorded as ``Evaluation/<key>``."""
     deterministic: bool = True
     rank: int = attrs.field(factory=get_rank)
     time: float = attrs.field(factory=time.time)
@@ -138,13 +148,17 @@ class EvaluationEvent:
 
     def stats(self) -> dict[str, StatsSummary]:
         """What writers record of it, by stat key (:data:`EVALUATION_MEAN_RETURN`,
-        :data:`EVALUATION_MEAN_LENGTH`)."""
-        return {
+        :data:`EVALUATION_MEAN_LENGTH`, and ``Evaluation/<key>`` of each
+        :attr:`opponent_stats`)."""
+        stats = {
             EVALUATION_MEAN_RETURN: StatsSummary(
                 full_dist=self.returns, aggregation_method=StatsAggregationMethod.HISTOGRAM
             ),
             EVALUATION_MEAN_LENGTH: StatsSummary(full_dist=self.lengths),
         }
+        for key, value in self.opponent_stats.items():
+            stats[EVALUATION_PREFIX + key] = StatsSummary(full_dist=(value,))
+        return stats
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -223,6 +223,11 @@ class AgentSlots(VectorEnv[Any, Any, Any]):
         trainers keep it out of their observation normaliser)."""
         return self._copies.acting()
 
+    @property
+    def copy_envs(self) -> list[Any]:
+        """The copies of the environment (an evaluation plays on them directly)."""
+        return [copy.env for copy in self._copies.copies]
+
     def learners(self, copy: int) -> list[str]:
         """The agents of copy ``copy``'s slots in its current episode."""
         return list(self._copies.copies[copy].learners)

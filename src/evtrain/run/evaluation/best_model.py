@@ -6,7 +6,8 @@ Layout (beside the latest, as ``evaluation.best_model`` keeps it)::
 
     results/<run_id>/<Behavior>-best.onnx       the policy of the best evaluation so far
     results/<run_id>/<Behavior>/best.pt         the trainer state of that step
-    results/<run_id>/<Behavior>/best.json       {"step", "mean_return", "episodes", ...}
+    results/<run_id>/<Behavior>/best.json       {"step", "mean_return", "episodes", ...,
+                                                 "best_by", "value"}
 
 The three files are one unit, committed at once, so that they always describe the same step,
 even when the process is killed (``kill -9``) between any two writes (:func:`save_best`): the
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from evtrain.atomic import atomic_write, fsync_folder, remove_stale_temps
+from evtrain.evaluation.opponents import MEAN_RETURN
 from evtrain.events import signals
 from evtrain.events.payloads import ExportEvent, SaveEvent
 from evtrain.run.checkpoints.checkpoint_file import save_checkpoint
@@ -46,7 +48,8 @@ logger = logging.getLogger("evtrain.run.checkpoints.checkpoint")
 
 @attrs.frozen(kw_only=True)
 class BestRecord:
-    """Which evaluation the best model is: its step, mean return and episodes."""
+    """Which evaluation the best model is: its step, mean return and episodes, and the stat
+    it was chosen by with its value."""
 
     step: int
     mean_return: float
@@ -55,6 +58,12 @@ class BestRecord:
     """The ``best.pt`` of that step."""
     model: str | None
     """The ``<Behavior>-best.onnx`` of that step (``None``: its export failed)."""
+    best_by: str = MEAN_RETURN
+    """The stat the best model follows (``evaluation.best_by``)."""
+    value: float = attrs.field(
+        default=attrs.Factory(lambda self: self.mean_return, takes_self=True)
+    )
+    """Its value in that evaluation (the mean return, by default)."""
 
     def write(self, path: Path) -> None:
         """Write the record to ``path`` atomically."""
@@ -75,11 +84,16 @@ class BestRecord:
                 episodes=int(data["episodes"]),
                 checkpoint=str(data["checkpoint"]),
                 model=None if data.get("model") is None else str(data["model"]),
+                # a record written before best_by followed the mean return
+                best_by=str(data.get("best_by", MEAN_RETURN)),
+                value=float(data.get("value", data["mean_return"])),
             )
+            if record.best_by == MEAN_RETURN:  # one number, said twice: mean_return is it
+                record = attrs.evolve(record, value=record.mean_return)
         except (OSError, ValueError, KeyError, TypeError) as error:
             logger.warning("Ignoring %s (%s): the best model starts afresh", path, error)
             return None
-        return record if math.isfinite(record.mean_return) else None
+        return record if math.isfinite(record.value) else None
 
 
 def best_model_path(manager: CheckpointManager) -> Path:

@@ -24,6 +24,7 @@ from evtrain.errors import ConfigError
 from evtrain.evaluation.settings import EvaluationSettings
 from evtrain.export import memory_size_of
 from evtrain.run.environments.envs import make_envs, working_folder_importable
+from evtrain.run.evaluation.matches import Opponents, game_of
 from evtrain.trainers.networks.action_heads import to_env
 from evtrain.trainers.networks.memory import StatefulPolicy
 from evtrain.trainers.observations import policy_inputs
@@ -41,9 +42,11 @@ def work(
     env_settings: EnvironmentSettings,
     behaviors: dict[str, Any],
     videos: Path,
+    fixed: dict[str, bytes],
 ) -> None:
-    """The worker: build the environments, then play each evaluation sent until ``None``
-    (and record its videos)."""
+    """The worker: build the environments (and a PettingZoo behavior's opponents, ``fixed``
+    the checkpoint opponents' policies by label), then play each evaluation sent until
+    ``None`` (and record its videos)."""
     for number in _IGNORED:  # sent to the whole process group, they are the run's to handle
         signal.signal(number, signal.SIG_IGN)
     _end_with_the_run()
@@ -55,17 +58,28 @@ def work(
     vector = None
     try:
         vector = make_envs(env_settings, behavior=behavior, behaviors=behaviors)
-        if not hasattr(vector, "envs"):  # the parent refuses PettingZoo environments
-            raise TypeError(f"expected a SyncVectorEnv, got {type(vector).__name__}")
+        opponents = None
+        if not hasattr(vector, "envs"):  # agent slots: the parent lets only those through
+            try:
+                opponents = _opponents(vector, settings, behavior, fixed)
+            except ConfigError as error:
+                conn.send(("opponents", list(error.problems)))
+                return
         while (message := conn.recv()) is not None:
             step, evaluation, data = message
             policy = torch.load(io.BytesIO(data), weights_only=False)  # our own snapshot
+            if opponents is not None:
+                with torch.no_grad():
+                    results = opponents.play(policy, episodes=settings.episodes, seed=settings.seed)
+                cpu = time.process_time()
+                conn.send(("done", (results.returns, results.lengths, [], [], cpu, results.stats)))
+                continue
             with torch.no_grad():
-                answer = play_episodes(
+                played = play_episodes(
                     policy, vector, episodes=settings.episodes, seed=settings.seed
                 )
             recorded, failed = _videos(policy, vector, settings, evaluation, videos, behavior, step)
-            conn.send(("done", (*answer, recorded, failed, time.process_time())))
+            conn.send(("done", (*played, recorded, failed, time.process_time(), {})))
     except EOFError:  # the run ended
         pass
     except ConfigError as error:  # told to the run, which raises it
@@ -75,6 +89,18 @@ def work(
     finally:
         if vector is not None:
             vector.close()
+
+
+def _opponents(
+    slots: Any, settings: EvaluationSettings, behavior: str, fixed: dict[str, bytes]
+) -> Opponents:
+    """A PettingZoo behavior's opponents, on the first copy of its agent slots."""
+    modules = {
+        label: torch.load(io.BytesIO(data), weights_only=False)  # the run's own snapshots
+        for label, data in fixed.items()
+    }
+    where = f"behaviors.{behavior}.evaluation.opponents"
+    return Opponents(game_of(slots), settings.opponent_list(), modules, where)
 
 
 def _end_with_the_run() -> None:

@@ -19,11 +19,18 @@ behavior's next summary (one after the last summary is in the log only); a new w
 the next evaluation, and training goes on.  A video that was not written is a warning naming
 its file and a count in ``Evaluation/Failed Videos``; its evaluation still counts.
 
-When an evaluation's mean return beats the best so far, the snapshots of its step go to the
-run's background saver (:meth:`~evtrain.run.checkpoints.checkpoint.CheckpointManager.save_best`),
-which writes the best model and emits ``save``/``export`` with ``best=True``.  A mean return that is
-not finite (a NaN reward) is never the best.  ``--resume`` reads
-``best.json`` back, so a resumed run replaces the best only with a better one.
+When an evaluation's ``best_by`` stat (its mean return by default; a PettingZoo behavior's
+``<label>/Win Rate``, ...) beats the best so far, the snapshots of its step go to the run's
+background saver (:meth:`~evtrain.run.checkpoints.checkpoint.CheckpointManager.save_best`),
+which writes the best model and emits ``save``/``export`` with ``best=True``.  A value that is
+not finite (a NaN reward) is never the best.  ``--resume`` reads ``best.json`` back, so a
+resumed run replaces the best only with a better one (of the same stat: a record of another
+starts the best afresh).
+
+A PettingZoo behavior is evaluated against ``opponents`` (required there, refused for a
+Gymnasium environment), each in every seat (:mod:`evtrain.run.evaluation.matches`); the
+checkpoint opponents are loaded and the ONNX ones looked for when the run starts
+(:mod:`evtrain.run.evaluation.fixed_opponents`), the scripted ones imported by the worker.
 
 Only rank 0 evaluates (the other ranks train on); an ``--inference`` run does not.
 """
@@ -39,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from evtrain.errors import ConfigError
+from evtrain.evaluation.opponents import MEAN_RETURN
 from evtrain.evaluation.video import media_type_of
 from evtrain.events import signals
 from evtrain.events.payloads import ArtifactEvent, EvaluationEvent
@@ -54,6 +62,7 @@ from evtrain.run.evaluation.best_model import (
     save_best,
 )
 from evtrain.run.evaluation.evaluator import Episodes, EvaluationFailed, Evaluator
+from evtrain.run.evaluation.fixed_opponents import fixed_opponents
 from evtrain.timers import hierarchical_timer
 
 if TYPE_CHECKING:
@@ -108,6 +117,8 @@ class Evaluations:
         self.pending: dict[str, _Pending] = {}
         self.best: dict[str, BestRecord | None] = {}
         """The best evaluation so far per behavior (read from ``best.json`` on ``--resume``)."""
+        self.fixed: dict[str, dict[str, torch.nn.Module]] = {}
+        """Per behavior: its checkpoint opponents' policies, by label."""
         self.waited: dict[str, float] = {}
         """Seconds training waited for an evaluation still running, per behavior."""
         self.begun: dict[str, int] = {}
@@ -125,13 +136,14 @@ class Evaluations:
             settings = trainer.settings.evaluation
             if settings is None:
                 continue
-            _refuse_agent_slots(name, trainer, self.options.env_settings.env_id)
+            _check_opponents(name, trainer, settings, self.options.env_settings.env_id)
+            self.fixed[name] = fixed_opponents(name, trainer, settings.opponent_list())
             self.evaluators[name] = self._evaluator(name, settings)
             self.begun[name] = 0
             self.next_due[name] = (trainer.step // settings.every + 1) * settings.every
             recover_best(self.managers[name])  # a best model's unit a killed save left
             record = best_record_path(self.managers[name])
-            self.best[name] = BestRecord.read(record) if cs.resume else None
+            self.best[name] = _same_stat(BestRecord.read(record), settings) if cs.resume else None
 
     def after_turn(self, name: str, trainer: Trainer) -> None:
         """After a turn of ``name``: emit an evaluation that has finished; start one if due."""
@@ -186,6 +198,7 @@ class Evaluations:
             self.options.env_settings,
             self.options.behaviors,
             videos=self.managers[name].folder / "videos",
+            fixed=self.fixed.get(name),
         )
 
     def _failed(self, name: str, step: int, error: EvaluationFailed) -> None:
@@ -216,7 +229,11 @@ class Evaluations:
             return
         pending = self.pending.pop(name)
         event = EvaluationEvent(
-            category=name, step=episodes.step, returns=episodes.returns, lengths=episodes.lengths
+            category=name,
+            step=episodes.step,
+            returns=episodes.returns,
+            lengths=episodes.lengths,
+            opponent_stats=episodes.opponent_stats,
         )
         self.bus.emit(signals.evaluation, event)
         for number, path in episodes.videos:
@@ -239,19 +256,29 @@ class Evaluations:
             )
             reporter = self.trainers[name].reporter
             reporter.add_stat(FAILED_VIDEOS, 1.0, StatsAggregationMethod.SUM)
-        best, mean = self.best.get(name), event.mean_return
-        better = math.isfinite(mean) and (best is None or mean > best.mean_return)
-        if pending.state is not None and better:
-            self._save_best(name, pending, episodes, mean)
+        settings = self.trainers[name].settings.evaluation
+        assert settings is not None
+        value = _followed(event, settings.best_by)
+        if pending.state is not None and value is not None:
+            best = self.best.get(name)
+            lower = settings.lower_is_better
+            if best is None or (value < best.value if lower else value > best.value):
+                self._save_best(name, pending, episodes, event.mean_return, value)
 
-    def _save_best(self, name: str, pending: _Pending, episodes: Episodes, mean: float) -> None:
+    def _save_best(
+        self, name: str, pending: _Pending, episodes: Episodes, mean: float, value: float
+    ) -> None:
         manager = self.managers[name]
+        settings = self.trainers[name].settings.evaluation
+        assert settings is not None
         record = BestRecord(
             step=pending.step,
             mean_return=mean,
             episodes=len(episodes.returns),
             checkpoint=str(best_checkpoint_path(manager)),
             model=str(best_model_path(manager)),
+            best_by=settings.best_by,
+            value=value,
         )
         self.best[name] = record
         state, policy, example = pending.state, pending.policy, pending.example
@@ -276,15 +303,54 @@ class Evaluations:
             )
 
 
-def _refuse_agent_slots(name: str, trainer: Trainer, env_id: str) -> None:
-    """Refuse ``evaluation`` on a PettingZoo environment (a :class:`ConfigError`)."""
+def _followed(event: EvaluationEvent, best_by: str) -> float | None:
+    """The value of ``best_by`` in ``event``, if it has a finite one (a NaN reward's is not:
+    never the best)."""
+    value = event.mean_return if best_by == MEAN_RETURN else event.opponent_stats.get(best_by)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _same_stat(record: BestRecord | None, settings: EvaluationSettings) -> BestRecord | None:
+    """A resumed run's best, if it followed the stat ``best_by`` names (else the best starts
+    afresh, and says so)."""
+    if record is None or record.best_by == settings.best_by:
+        return record
+    logger.warning(
+        "The best model so far followed %r, and evaluation.best_by is now %r: the best model "
+        "starts afresh",
+        record.best_by,
+        settings.best_by,
+    )
+    return None
+
+
+def _check_opponents(
+    name: str, trainer: Trainer, settings: EvaluationSettings, env_id: str
+) -> None:
+    """A PettingZoo behavior is evaluated against ``opponents`` (without videos), a Gymnasium
+    one without them (a :class:`ConfigError` otherwise)."""
     from evtrain.multiagent.slots import AgentSlots
 
-    if isinstance(trainer.envs, AgentSlots):
+    where = f"behaviors.{name}.evaluation.opponents"
+    if isinstance(trainer.envs, AgentSlots) and not settings.opponents:
         raise ConfigError(
             [
-                f"behaviors.{name}.evaluation: evaluating a PettingZoo environment ({env_id!r}) "
-                "is not supported by evtrain yet; remove evaluation, or evaluate a Gymnasium "
-                "environment"
+                f"{where}: required for a PettingZoo environment ({env_id!r}): list who the "
+                "behavior plays against, e.g. opponents: [random, latest] (random, latest, "
+                "module:function, a .onnx file or a checkpoint; docs/evaluation.md)"
+            ]
+        )
+    if isinstance(trainer.envs, AgentSlots) and settings.video is not None:
+        raise ConfigError(
+            [
+                f"behaviors.{name}.evaluation.video: not supported for a PettingZoo environment "
+                f"({env_id!r}) yet; remove video"
+            ]
+        )
+    if not isinstance(trainer.envs, AgentSlots) and settings.opponents:
+        raise ConfigError(
+            [
+                f"{where}: {env_id!r} is a Gymnasium environment, with one agent: there is no "
+                "seat for an opponent; remove opponents"
             ]
         )

@@ -78,6 +78,8 @@ class Episodes:
     """The video of each recorded episode: its number and its file."""
     video_failures: tuple[str, ...] = ()
     """Why each video that could not be written was not (its file named)."""
+    opponent_stats: dict[str, float] = attrs.field(factory=dict)
+    """A PettingZoo behavior's stats against its opponents, by ``<label>/<stat>``."""
 
 
 class Evaluator:
@@ -90,16 +92,25 @@ class Evaluator:
         env_settings: EnvironmentSettings,
         behaviors: Mapping[str, Any],
         videos: Path,
+        fixed: Mapping[str, torch.nn.Module] | None = None,
     ) -> None:
-        """:param videos: the folder of the videos (``evaluation.video``)."""
+        """:param videos: the folder of the videos (``evaluation.video``).
+        :param fixed: the checkpoint opponents' policies by label (on the CPU)."""
         self.behavior = behavior
         self.timeout = settings.timeout
         kwargs = {**env_settings.env_kwargs, **settings.env_kwargs}
         if settings.video is not None:
             kwargs.setdefault("render_mode", "rgb_array")
+        snapshots = {}
+        for label, module in (fixed or {}).items():
+            buffer = io.BytesIO()
+            torch.save(module, buffer)
+            snapshots[label] = buffer.getvalue()
+        # Against opponents the episodes are played one after another on one copy.
+        copies = 1 if settings.opponents else min(settings.num_envs, settings.episodes)
         built = attrs.evolve(
             env_settings,
-            num_envs=min(settings.num_envs, settings.episodes),
+            num_envs=copies,
             vectorization="sync",  # stepped one by one in the worker
             env_kwargs=kwargs,
         )
@@ -107,7 +118,7 @@ class Evaluator:
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=work,
-            args=(child, behavior, settings, built, dict(behaviors), videos),
+            args=(child, behavior, settings, built, dict(behaviors), videos, snapshots),
             name=f"evtrain-evaluation-{behavior}",
             daemon=True,
         )
@@ -183,13 +194,14 @@ class Evaluator:
         step, self.running = self.running, None
         kind, value = self._receive()
         self._raise(kind, value)
-        returns, lengths, videos, failures, self.worker_cpu_s = value
+        returns, lengths, videos, failures, self.worker_cpu_s, stats = value
         return Episodes(
             step=step,
             returns=tuple(returns),
             lengths=tuple(lengths),
             videos=tuple((episode, Path(path)) for episode, path in videos),
             video_failures=tuple(failures),
+            opponent_stats=dict(stats),
         )
 
     def close(self) -> None:
@@ -256,6 +268,8 @@ class Evaluator:
                     for problem in value
                 ]
             )
+        if kind == "opponents":  # each names its opponents[i] and the fix
+            raise ConfigError(list(value))
         if kind == "error":
             raise EvaluationFailed(f"the evaluation of {self.behavior} failed: {value}")
 

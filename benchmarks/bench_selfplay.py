@@ -1,30 +1,39 @@
-"""Self-play PPO on connect_four_v3 and tictactoe_v3: its ONNX policy against random and minimax.
+"""Self-play strength: the example configs' policies against fixed players, seat by seat.
 
-Each game trains its example configuration (examples/configs/connect_four_selfplay.yaml,
-tictactoe_selfplay.yaml: PPO with ``self_play``, both agents behavior ``player``, one team each)
-for ``--steps`` steps of the learning side, in a process of its own with one torch thread;
-``seconds`` is the wall time of ``learn()`` (imports excluded).  Then the exported
-``player.onnx``, run by onnxruntime (the most likely action), plays ``--games`` games as the
-first and as many as the second player against a uniformly random player (legal moves only);
-tic-tac-toe also plays its two games (first, second) against a perfect player (minimax).  An
-illegal move of the policy loses the game, as PettingZoo rules it.
+Each game trains its example configuration (examples/configs/tictactoe_selfplay.yaml,
+connect_four_selfplay.yaml: PPO with ``self_play``, both agents behavior ``player``, one team
+each) for its own ``max_steps`` (or ``--steps``), in a process of its own with one torch
+thread; ``seconds`` is the wall time of ``learn()`` (imports and the games excluded).  Then the
+exported ``player.onnx``, run by onnxruntime (the most likely action, as evaluation plays it),
+plays against players it never trained against (examples/players.py):
 
-Targets (issue 23): connect four, win rate against random >= 0.95, the median of 3 seeds at
-40k steps (anchor: PettingZoo's Stable-Baselines3 tutorial, MaskablePPO playing both sides,
-reports 0.86 at 40k steps); tic-tac-toe, >= 95 % of games against random not lost, and both
-games against the perfect player drawn.  Writes ``benchmarks/out/selfplay.json``::
+* tic-tac-toe, against a **perfect player choosing among all its optimal moves**, in both seats,
+  counted **exhaustively**: the policy is deterministic, so the games are the tree of the perfect
+  player's choices, every branch played out (``games`` distinct games a seat); and
+  ``--games`` games a seat against a uniformly random player;
+* connect four, ``--games`` games a seat against the **1-ply player** (win now if it can, else
+  block the opponent's immediate win, else a random legal move) and as many against random.
 
-    python benchmarks/bench_selfplay.py --steps 40000 --seeds 0 1 2 --games 1000
+An illegal move of the policy loses its game, as PettingZoo rules it.
+
+Goals (issue 34), seeds 0-2, each config trained in at most 12 minutes on a quiet 2-core
+machine: tic-tac-toe, no game lost against the perfect player in either seat; connect four,
+wins >= 0.80 against the 1-ply player (the mean of the two seats) and >= 0.95 against random,
+1,000 games a seat.  Writes ``benchmarks/out/selfplay.json``::
+
+    python benchmarks/bench_selfplay.py --seeds 0 1 2 --games 1000
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
+import random
 import statistics
+import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,11 +43,11 @@ import yaml
 
 from common import (
     CONFIGS,
+    ROOT,
     Column,
     add_run_args,
     header,
     make_parser,
-    median_of,
     one_torch_thread,
     row,
     spawn,
@@ -51,22 +60,26 @@ GAMES = {
 }
 """Each game's PettingZoo module and the configuration it trains with."""
 BEHAVIOR = "player"
+SEATS = ("first", "second")
+GOAL_SECONDS = 12 * 60
+"""The most a shipped config may train, on a quiet 2-core machine."""
 COLUMNS = (
     Column("game", 14, align="<"),
     Column("seed", 6),
-    Column("steps", 8),
+    Column("steps", 10, ",d"),
     Column("seconds", 9, ".1f"),
-    Column("ELO", 8, ".0f"),
+    Column("opponent", 10),
+    Column("games", 8, ",d"),
     Column("win 1st", 9, ".3f"),
     Column("win 2nd", 9, ".3f"),
     Column("win", 7, ".3f"),
-    Column("not lost", 10, ".3f"),
-    Column("illegal", 9),
-    Column("vs perfect", 12),
+    Column("draw", 7, ".3f"),
+    Column("loss", 7, ".3f"),
+    Column("lost", 6, ",d"),
 )
 
-Player = Callable[[Any, dict[str, np.ndarray], list[int]], int]
-"""A player: (environment, observation, the moves so far) to its move."""
+Player = Callable[[dict[str, np.ndarray]], int]
+"""A player: the observation dictionary of the agent to move to its move."""
 
 
 # -- players ---------------------------------------------------------------------------------
@@ -79,123 +92,118 @@ def onnx_player(path: Path) -> Player:
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
-    def play(env: Any, obs: dict[str, np.ndarray], moves: list[int]) -> int:
+    def play(obs: dict[str, np.ndarray]) -> int:
         feed = {name: np.asarray(obs[name], dtype=np.float32)[None] for name in names}
         return int(np.asarray(session.run(None, feed)[0]).reshape(-1)[0])
 
     return play
 
 
-def random_player(rng: np.random.Generator) -> Player:
-    def play(env: Any, obs: dict[str, np.ndarray], moves: list[int]) -> int:
-        return int(rng.choice(np.flatnonzero(obs["action_mask"])))
+def scripted(name: str) -> Player:
+    """``examples.players:<name>`` as a :data:`Player`."""
+    sys.path.insert(0, str(ROOT))
+    import examples.players
+
+    function = getattr(examples.players, name)
+
+    def play(obs: dict[str, np.ndarray]) -> int:
+        return int(function(obs["observation"], obs["action_mask"]))
 
     return play
 
 
-LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
-"""Tic-tac-toe's lines of three, by cell index.  They are the same whether the cells are
-numbered by rows or by columns, so the board can be kept from the moves alone."""
-
-
-@functools.cache
-def _negamax(board: tuple[int, ...]) -> tuple[int, int]:
-    """(value for the player to move: 1 win, 0 draw, -1 loss; its best move) of ``board``
-    (0 empty, 1 the player to move, 2 the other)."""
-    if any(all(board[i] == 2 for i in line) for line in LINES):
-        return -1, -1
-    empty = [i for i in range(9) if board[i] == 0]
-    if not empty:
-        return 0, -1
-    best = (-2, -1)
-    for move in empty:
-        child = tuple(0 if c == 0 else 3 - c for c in board)  # the other player to move
-        child = (*child[:move], 2, *child[move + 1 :])
-        value = -_negamax(child)[0]
-        if value > best[0]:
-            best = (value, move)
-    return best
-
-
-def perfect_player(env: Any, obs: dict[str, np.ndarray], moves: list[int]) -> int:
-    """Tic-tac-toe's minimax player, on the board the moves so far make."""
-    board = [0] * 9
-    for index, move in enumerate(moves):  # the player to move now owns every other move
-        board[move] = 1 if (len(moves) - index) % 2 == 0 else 2
-    return _negamax(tuple(board))[1]
+def random_player(obs: dict[str, np.ndarray]) -> int:
+    return int(random.choice(np.flatnonzero(obs["action_mask"])))
 
 
 # -- games -----------------------------------------------------------------------------------
 
 
-def play_game(module: Any, players: tuple[Player, Player], seed: int) -> tuple[float, list[bool]]:
-    """One game, ``players[0]`` moving first: the first player's return (+1 win, 0 draw, -1
-    loss) and which of the two made an illegal move (which ends the game, a loss for it)."""
-    env = module.env()
-    env.reset(seed=seed)
-    seats = list(env.agents)
-    returns = dict.fromkeys(seats, 0.0)
-    moves: list[int] = []
-    illegal = [False, False]
-    for agent in env.agent_iter():
-        obs, reward, terminated, truncated, _ = env.last()
-        returns[agent] += float(reward)
-        if terminated or truncated:
-            env.step(None)
-            continue
-        seat = seats.index(agent)
-        move = players[seat](env, obs, moves)
-        illegal[seat] |= not obs["action_mask"][move]
-        moves.append(move)
-        env.step(move)
-    env.close()
-    return returns[seats[0]], illegal
+def match(module: Any, policy: Player, opponent: Player, games: int, seed: int) -> dict[str, Any]:
+    """``games`` games in each seat against ``opponent``: per seat, the policy's games won,
+    drawn and lost (an illegal move of the policy is a loss), and its illegal moves."""
+    report: dict[str, Any] = {}
+    for seat, side in enumerate(SEATS):
+        results: Counter[str] = Counter()
+        for game in range(games):
+            random.seed(seed * 1_000_003 + 2 * game + seat)  # the scripted players' draws
+            env = module.env()
+            env.reset(seed=seed * 1_000_003 + game)
+            me = env.possible_agents[seat]
+            returns = 0.0
+            illegal = False
+            for agent in env.agent_iter():
+                obs, reward, terminated, truncated, _ = env.last()
+                if agent == me:
+                    returns += float(reward)
+                if terminated or truncated:
+                    env.step(None)
+                    continue
+                move = (policy if agent == me else opponent)(obs)
+                illegal |= agent == me and not obs["action_mask"][move]
+                env.step(move)
+            env.close()
+            results["illegal"] += illegal
+            results["loss" if illegal or returns < 0 else "win" if returns > 0 else "draw"] += 1
+        report[side] = dict(results)
+    return report
 
 
-def evaluate(module: Any, policy: Player, games: int, seed: int) -> dict[str, Any]:
-    """``games`` games as first and as second player against random: the policy's win rate
-    on each side and overall, its rate of games not lost, and its illegal moves."""
-    rng = np.random.default_rng(seed)
-    opponent = random_player(rng)
-    results: dict[str, list[float]] = {"first": [], "second": []}
-    illegal = 0
-    for game in range(games):
-        for side, seat in (("first", 0), ("second", 1)):
-            players = (policy, opponent) if seat == 0 else (opponent, policy)
-            first_return, illegal_moves = play_game(module, players, seed * 1_000_003 + game)
-            mine = first_return if seat == 0 else -first_return
-            # PettingZoo gives an illegal mover -1 and its opponent 0: a loss all the same
-            results[side].append(-1.0 if illegal_moves[seat] else mine)
-            illegal += illegal_moves[seat]
-    everything = results["first"] + results["second"]
-    return {
-        "win_first": float(statistics.mean(r > 0 for r in results["first"])),
-        "win_second": float(statistics.mean(r > 0 for r in results["second"])),
-        "win": float(statistics.mean(r > 0 for r in everything)),
-        "not_lost": float(statistics.mean(r >= 0 for r in everything)),
-        "illegal": illegal,
-    }
+def against_every_optimal_move(module: Any, policy: Player) -> dict[str, Any]:
+    """Tic-tac-toe: every game the deterministic ``policy`` plays against a perfect player that
+    may choose any of its optimal moves, in each seat: per seat, the distinct games and how
+    many the policy won, drew and lost."""
+    sys.path.insert(0, str(ROOT))
+    from examples.players import optimal_moves
 
-
-def against_perfect(module: Any, policy: Player) -> list[str]:
-    """The policy's results (win, draw, loss) as first and as second player against minimax."""
-    results = []
-    for seat in (0, 1):
-        players = (policy, perfect_player) if seat == 0 else (perfect_player, policy)
-        first_return, illegal = play_game(module, players, 0)
-        mine = -1.0 if illegal[seat] else (first_return if seat == 0 else -first_return)
-        results.append("win" if mine > 0 else "loss" if mine < 0 else "draw")
-    return results
+    report: dict[str, Any] = {}
+    for seat, side in enumerate(SEATS):
+        results: Counter[str] = Counter()
+        prefixes: list[list[int]] = [[]]
+        while prefixes:  # depth first over the perfect player's choices
+            moves = prefixes.pop()
+            env = module.env()
+            env.reset(seed=0)
+            for move in moves:
+                env.step(move)
+            me = env.possible_agents[seat]
+            for agent in env.agent_iter():
+                obs, _, terminated, truncated, _ = env.last()
+                if terminated or truncated:
+                    mine = env.rewards[me]
+                    results["loss" if mine < 0 else "win" if mine > 0 else "draw"] += 1
+                    break
+                if agent == me:
+                    move = policy(obs)
+                    if not obs["action_mask"][move]:
+                        results["loss"] += 1
+                        results["illegal"] += 1
+                        break
+                    moves = [*moves, move]
+                    env.step(move)
+                    continue
+                board = tuple(
+                    1 if own else 2 if theirs else 0
+                    for own, theirs in np.asarray(obs["observation"]).reshape(-1, 2)
+                )
+                prefixes.extend([*moves, choice] for choice in optimal_moves(board))
+                break
+            env.close()
+        report[side] = dict(results)
+    return report
 
 
 # -- runs ------------------------------------------------------------------------------------
 
 
 def options(game: str, steps: int, seed: int, results: Path) -> dict[str, Any]:
-    """The game's example configuration for ``steps`` steps, into ``results``."""
+    """The game's example configuration (for ``steps`` steps if not 0), into ``results``."""
     config: dict[str, Any] = yaml.safe_load(GAMES[game][1].read_text())
     settings = config["behaviors"][BEHAVIOR]
-    settings.update(max_steps=steps, checkpoint_interval=steps)
+    if steps:
+        settings["max_steps"] = steps
+    settings["checkpoint_interval"] = settings["max_steps"]
+    settings.pop("evaluation", None)  # measured here, after training, on more games
     config["env_settings"]["seed"] = seed
     config["checkpoint_settings"] = {"run_id": game, "results_dir": str(results)}
     config["plugins"] = {"disabled": ["evtrain.stats_writer:default"]}
@@ -203,43 +211,82 @@ def options(game: str, steps: int, seed: int, results: Path) -> dict[str, Any]:
 
 
 def run(game_index: int, steps: int, seed: int, games: int) -> dict[str, Any]:
-    """Train ``game`` (its index in :data:`GAMES`), then evaluate its ONNX policy."""
+    """Train ``game`` (its index in :data:`GAMES`), then play its ONNX policy's matches."""
     import importlib
 
     from pettingzoo.utils.env_logger import EnvLogger
 
-    from evtrain import Bus, StatsEvent, signals
     from evtrain.run.learn import learn
 
     one_torch_thread()
     EnvLogger.suppress_output()  # a warning per illegal move
     game = list(GAMES)[game_index]
     module = importlib.import_module(GAMES[game][0])
-    elo: list[float] = []
-
-    def track(event: StatsEvent) -> None:
-        summary = event.values.get("Self-play/ELO")
-        if summary is not None and summary.num:
-            elo.append(summary.mean)
-
-    with tempfile.TemporaryDirectory() as tmp, Bus() as bus:
-        bus.connect(signals.stats, track)
+    with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        result = learn(options(game, steps, seed, Path(tmp)), bus)
+        result = learn(options(game, steps, seed, Path(tmp)))
         seconds = time.perf_counter() - start
         policy = onnx_player(result.models[BEHAVIOR])
-        report = {"game": game, "seed": seed, "steps": result.steps[BEHAVIOR]}
-        report.update(seconds=seconds, elo=elo[-1] if elo else None)
-        report.update(evaluate(module, policy, games, seed))
+        report: dict[str, Any] = {"game": game, "seed": seed, "steps": result.steps[BEHAVIOR]}
+        report["seconds"] = seconds
+        report["random"] = match(module, policy, random_player, games, seed)
         if game == "tictactoe":
-            report["vs_perfect"] = against_perfect(module, policy)
+            report["perfect"] = against_every_optimal_move(module, policy)
+        else:
+            report["one_ply"] = match(
+                module, policy, scripted("connect_four_one_ply"), games, seed + 1
+            )
     return report
+
+
+def rates(seats: dict[str, Any]) -> dict[str, float]:
+    """Win rate per seat, and win, draw and loss rates over both seats (each seat weighing
+    its share of the games)."""
+    totals: Counter[str] = Counter()
+    for counts in seats.values():
+        totals.update(counts)
+    games = totals["win"] + totals["draw"] + totals["loss"]
+    out = {
+        f"win_{side}": seats[side].get("win", 0) / max(1, sum_games(seats[side])) for side in SEATS
+    }
+    out.update({key: totals[key] / games for key in ("win", "draw", "loss")})
+    out["games"] = games
+    out["lost"] = totals["loss"]
+    return out
+
+
+def sum_games(counts: dict[str, int]) -> int:
+    return counts.get("win", 0) + counts.get("draw", 0) + counts.get("loss", 0)
+
+
+def goals(game: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether every seed met the game's goals, with the figures they are judged on."""
+    seconds_ok = all(r["seconds"] <= GOAL_SECONDS for r in runs)
+    random_wins = [rates(r["random"])["win"] for r in runs]
+    if game == "tictactoe":
+        lost = [rates(r["perfect"])["lost"] for r in runs]
+        return {
+            "games_lost_vs_perfect": lost,
+            "no_loss_vs_perfect": all(n == 0 for n in lost),
+            "not_lost_vs_random": [1 - rates(r["random"])["loss"] for r in runs],
+            "trained_within_12_min": seconds_ok,
+        }
+    one_ply = [statistics.mean(rates(r["one_ply"])[f"win_{s}"] for s in SEATS) for r in runs]
+    return {
+        "win_vs_one_ply": one_ply,
+        "win_vs_one_ply_met": all(w >= 0.80 for w in one_ply),
+        "win_vs_random": random_wins,
+        "win_vs_random_met": all(w >= 0.95 for w in random_wins),
+        "trained_within_12_min": seconds_ok,
+    }
 
 
 def main() -> None:
     parser = make_parser(__doc__)
-    add_run_args(parser, steps=40_000, seeds=[0, 1, 2])
-    parser.add_argument("--games", type=int, default=1000, help="games against random per side")
+    add_run_args(
+        parser, steps=0, seeds=[0, 1, 2], steps_help="steps to train (0: the config's max_steps)"
+    )
+    parser.add_argument("--games", type=int, default=1000, help="games a seat per match")
     parser.add_argument("--envs", nargs="+", choices=sorted(GAMES), default=list(GAMES))
     parser.add_argument("--worker", choices=["run"], help=argparse.SUPPRESS)
     parser.add_argument("args", type=int, nargs="*", help=argparse.SUPPRESS)
@@ -247,34 +294,24 @@ def main() -> None:
     if args.worker:
         print(json.dumps(run(*args.args)))
         return
-    rows = [
+    runs = [
         spawn(__file__, "run", list(GAMES).index(game), args.steps, seed, args.games)
         for game in args.envs
         for seed in args.seeds
     ]
     print(header(COLUMNS))
-    keys = ("game", "seed", "steps", "seconds", "elo", "win_first", "win_second", "win")
-    for r in rows:
-        perfect = "/".join(r.get("vs_perfect", ["-"]))
-        elo = r["elo"] if r["elo"] is not None else float("nan")
-        values = [*(r[k] for k in keys[:4]), elo, *(r[k] for k in keys[5:])]
-        print(row(COLUMNS, [*values, r["not_lost"], r["illegal"], perfect]))
-    summary = {}
-    for game in args.envs:
-        mine = [r for r in rows if r["game"] == game]
-        summary[game] = {
-            key: median_of(mine, key) for key in ("seconds", "win", "not_lost", "win_first")
-        }
-        summary[game]["win_second"] = median_of(mine, "win_second")
-        if game == "tictactoe":
-            summary[game]["all_draws_vs_perfect"] = all(
-                r["vs_perfect"] == ["draw", "draw"] for r in mine
-            )
-        shown = (
-            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary[game].items()
-        )
-        print(f"{game} median of {len(mine)} seed(s): " + ", ".join(shown))
-    write_json("selfplay.json", {"runs": rows, "summary": summary, "games": args.games})
+    for r in runs:
+        for opponent in ("perfect", "one_ply", "random"):
+            if opponent in r:
+                figures = rates(r[opponent])
+                values = [r["game"], r["seed"], r["steps"], r["seconds"], opponent]
+                values += [figures["games"], figures["win_first"], figures["win_second"]]
+                values += [figures["win"], figures["draw"], figures["loss"], figures["lost"]]
+                print(row(COLUMNS, values))
+    summary = {game: goals(game, [r for r in runs if r["game"] == game]) for game in args.envs}
+    for game, figures in summary.items():
+        print(f"{game}: " + ", ".join(f"{key} {value}" for key, value in figures.items()))
+    write_json("selfplay.json", {"runs": runs, "summary": summary, "games": args.games})
 
 
 if __name__ == "__main__":

@@ -543,33 +543,33 @@ def test_ppo_whole_process_evtrain_half(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_selfplay_end_to_end(tmp_path: Path) -> None:
-    args = ("--steps", "256", "--seeds", "0", "--games", "2", "--envs", "tictactoe")
+    """Both games, a few hundred steps: tic-tac-toe's tree of a perfect player's optimal moves
+    played out in each seat, connect four's matches; the goals judged from those figures."""
+    args = ("--steps", "256", "--seeds", "0", "--games", "2")
     done = _run("bench_selfplay.py", *args, out=tmp_path)
-    assert re.search(
-        r"^tictactoe +0 +2048 +\d+\.\d +\d+ +(\d\.\d{3} +){4}\d+ +(win|draw|loss)/(win|draw|loss)$",
-        done.stdout,
-        flags=re.MULTILINE,
-    )
+    for game, opponent in (("tictactoe", "perfect"), ("connect_four", "one_ply")):
+        assert re.search(
+            rf"^{game} +0 +2,048 +\d+\.\d +{opponent} +[\d,]+ +(\d\.\d{{3}} +){{5}}[\d,]+$",
+            done.stdout,
+            flags=re.MULTILINE,
+        ), done.stdout
     report = _report(tmp_path, "selfplay.json")
-    (run,) = report["runs"]
-    assert sorted(run) == [
-        "elo",
-        "game",
-        "illegal",
-        "not_lost",
-        "seconds",
-        "seed",
-        "steps",
-        "vs_perfect",
-        "win",
-        "win_first",
-        "win_second",
-    ]
-    assert sorted(report["summary"]["tictactoe"]) == [
-        "all_draws_vs_perfect",
-        "not_lost",
-        "seconds",
-        "win",
-        "win_first",
-        "win_second",
+    connect_four, tictactoe = sorted(report["runs"], key=lambda r: str(r["game"]))
+    assert sorted(tictactoe) == ["game", "perfect", "random", "seconds", "seed", "steps"]
+    assert sorted(connect_four) == ["game", "one_ply", "random", "seconds", "seed", "steps"]
+    for seats in (tictactoe["random"], connect_four["random"], connect_four["one_ply"]):
+        played = [sum(seats[side].get(k, 0) for k in ("win", "draw", "loss")) for side in seats]
+        assert played == [2, 2]
+    # each of the perfect first player's optimal first moves (all 9 cells) is a game of its own
+    second = tictactoe["perfect"]["second"]
+    assert sum(second.get(k, 0) for k in ("win", "draw", "loss")) >= 9
+    lost = sum(seats.get("loss", 0) for seats in tictactoe["perfect"].values())
+    assert report["summary"]["tictactoe"]["games_lost_vs_perfect"] == [lost]
+    assert report["summary"]["tictactoe"]["no_loss_vs_perfect"] == (lost == 0)
+    assert sorted(report["summary"]["connect_four"]) == [
+        "trained_within_12_min",
+        "win_vs_one_ply",
+        "win_vs_one_ply_met",
+        "win_vs_random",
+        "win_vs_random_met",
     ]

@@ -110,9 +110,9 @@ _RUN_FIRST = (
     "tests/test_example_configs.py",
     "tests/test_sweep.py",
 )
-"""Modules whose tests each run processes for seconds, roughly slowest first: the two
+"""Modules whose tests each run processes for seconds, roughly slowest first: the
 workers take tests one at a time (:class:`_LongestFirst`), the long ones first, so that
-they end together instead of one finishing a long test while the other waits."""
+they end together instead of one finishing a long test while the others wait."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -368,3 +368,34 @@ def end_started(grace_s: float = 5.0) -> None:
         running = [process for process in running if process.poll() is None]
         if not running:
             return
+
+
+TICTACTOE = "pettingzoo.classic.tictactoe_v3:env"
+"""PettingZoo's tic-tac-toe by its factory (both players behavior ``player``, one team each)."""
+
+
+def tictactoe_self_play(max_steps: int, self_play: dict[str, Any], **env: Any) -> dict[str, Any]:
+    """PPO with ``self_play`` on tic-tac-toe, small: 256 steps per update over 4 copies, a
+    summary every 512 steps, a checkpoint every 1024, the JSONL writer; ``env`` over the
+    ``env_settings``."""
+    return {
+        "behaviors": {
+            "player": {
+                "trainer_type": "ppo",
+                "hyperparameters": {"batch_size": 64, "buffer_size": 256, "learning_rate": 1e-3},
+                "network_settings": {
+                    "hidden_units": 32,
+                    "num_layers": 1,
+                    "vis_encode_type": "fully_connected",
+                },
+                "max_steps": max_steps,
+                "time_horizon": 16,
+                "summary_freq": 512,
+                "checkpoint_interval": 1024,
+                "self_play": self_play,
+            }
+        },
+        "env_settings": {"env_id": TICTACTOE, "num_envs": 4, "seed": 3, **env},
+        "writers": {"jsonl": {}},
+        "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
+    }

@@ -24,7 +24,7 @@ from evtrain.trainers.ghost import (
     GhostController,
 )
 from evtrain.trainers.settings import LeagueSettings, PPOSettings, SelfPlaySettings
-from tests.helpers import run_config
+from tests.helpers import run_config, tictactoe_self_play
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
 
@@ -268,42 +268,18 @@ def test_a_league_needs_copies_of_its_own_and_two_teams_of_the_behavior(bus: Bus
 
 # -- through evtrain learn -----------------------------------------------------------------------
 
-TICTACTOE = "pettingzoo.classic.tictactoe_v3:env"
-
 
 def league_options(max_steps: int) -> dict[str, Any]:
-    """PPO with a league on tic-tac-toe: 256 steps per update over 4 copies (and as many for
-    the exploiter), a summary every 512 steps, the exploiter reset every 768 of its steps."""
-    return {
-        "behaviors": {
-            "player": {
-                "trainer_type": "ppo",
-                "hyperparameters": {"batch_size": 64, "buffer_size": 256, "learning_rate": 1e-3},
-                "network_settings": {
-                    "hidden_units": 32,
-                    "num_layers": 1,
-                    "vis_encode_type": "fully_connected",
-                },
-                "max_steps": max_steps,
-                "time_horizon": 16,
-                "summary_freq": 512,
-                "checkpoint_interval": 1024,
-                "self_play": {
-                    "save_steps": 256,
-                    "team_change": 512,
-                    "swap_steps": 256,
-                    "league": {
-                        "exploiter_ratio": 0.5,
-                        "reset_steps": 768,
-                        "win_threshold": 1.0,
-                    },
-                },
-            }
-        },
-        "env_settings": {"env_id": TICTACTOE, "num_envs": 4, "seed": 3},
-        "writers": {"jsonl": {}},
-        "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
+    """PPO with a league on tic-tac-toe (and as many steps per update for the exploiter), the
+    exploiter reset every 768 of its steps."""
+    league = {"exploiter_ratio": 0.5, "reset_steps": 768, "win_threshold": 1.0}
+    self_play: dict[str, Any] = {
+        "save_steps": 256,
+        "team_change": 512,
+        "swap_steps": 256,
+        "league": league,
     }
+    return tictactoe_self_play(max_steps, self_play)
 
 
 def stats_lines(path: Path) -> dict[int, dict[str, Any]]:

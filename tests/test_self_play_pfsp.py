@@ -29,7 +29,7 @@ from evtrain.trainers.ghost import (
     win_rate,
 )
 from evtrain.trainers.settings import PPOSettings, SelfPlaySettings
-from tests.helpers import run_config
+from tests.helpers import run_config, tictactoe_self_play
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
 
@@ -268,39 +268,12 @@ def test_bad_pfsp_keys_are_named_by_their_key(self_play: dict[str, Any], problem
 
 # -- through evtrain learn -----------------------------------------------------------------------
 
-TICTACTOE = "pettingzoo.classic.tictactoe_v3:env"
-
 
 def pfsp_options(max_steps: int) -> dict[str, Any]:
-    """PPO with PFSP on tic-tac-toe: 256 steps per update over 4 copies, a snapshot and a draw
-    every 256 steps, a summary every 512."""
-    return {
-        "behaviors": {
-            "player": {
-                "trainer_type": "ppo",
-                "hyperparameters": {"batch_size": 64, "buffer_size": 256, "learning_rate": 1e-3},
-                "network_settings": {
-                    "hidden_units": 32,
-                    "num_layers": 1,
-                    "vis_encode_type": "fully_connected",
-                },
-                "max_steps": max_steps,
-                "time_horizon": 16,
-                "summary_freq": 512,
-                "checkpoint_interval": 1024,
-                "self_play": {
-                    "save_steps": 256,
-                    "team_change": 768,
-                    "swap_steps": 256,
-                    "play_against_latest_model_ratio": 0.0,
-                    "opponent_sampling": "pfsp",
-                },
-            }
-        },
-        "env_settings": {"env_id": TICTACTOE, "num_envs": 4, "seed": 3},
-        "writers": {"jsonl": {}},
-        "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
-    }
+    """PPO with PFSP on tic-tac-toe: a snapshot and a draw every 256 steps, never the latest."""
+    self_play: dict[str, Any] = {"save_steps": 256, "team_change": 768, "swap_steps": 256}
+    self_play.update(play_against_latest_model_ratio=0.0, opponent_sampling="pfsp")
+    return tictactoe_self_play(max_steps, self_play)
 
 
 def summaries(folder: Path, key: str) -> dict[int, dict[str, Any]]:

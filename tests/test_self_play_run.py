@@ -14,35 +14,15 @@ import pytest
 import torch
 
 from evtrain.trainers.ghost import ELO
-from tests.helpers import run_config
-
-TICTACTOE = "pettingzoo.classic.tictactoe_v3:env"
+from tests.helpers import run_config, tictactoe_self_play
 
 
 def self_play_options(max_steps: int, **env: Any) -> dict[str, Any]:
     """PPO with small self-play periods on tic-tac-toe (both players behavior ``player``, one
-    team each): 256 steps per update over 4 copies, a summary every 512 steps."""
-    return {
-        "behaviors": {
-            "player": {
-                "trainer_type": "ppo",
-                "hyperparameters": {"batch_size": 64, "buffer_size": 256, "learning_rate": 1e-3},
-                "network_settings": {
-                    "hidden_units": 32,
-                    "num_layers": 1,
-                    "vis_encode_type": "fully_connected",
-                },
-                "max_steps": max_steps,
-                "time_horizon": 16,
-                "summary_freq": 512,
-                "checkpoint_interval": 1024,
-                "self_play": {"save_steps": 256, "team_change": 768, "swap_steps": 256},
-            }
-        },
-        "env_settings": {"env_id": TICTACTOE, "num_envs": 4, "seed": 3, **env},
-        "writers": {"jsonl": {}},
-        "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
-    }
+    team each): a snapshot and a draw every 256 steps, the other team every 768."""
+    return tictactoe_self_play(
+        max_steps, {"save_steps": 256, "team_change": 768, "swap_steps": 256}, **env
+    )
 
 
 def elo_summaries(folder: Path) -> dict[int, dict[str, Any]]:

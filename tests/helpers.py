@@ -399,3 +399,15 @@ def tictactoe_self_play(max_steps: int, self_play: dict[str, Any], **env: Any) -
         "writers": {"jsonl": {}},
         "checkpoint_settings": {"run_id": "run", "results_dir": "results"},
     }
+
+
+def saved(stateful: Any) -> dict[str, Any]:
+    """``stateful.state_dict()`` as a checkpoint file holds it, read back as ``--resume`` reads
+    it (``weights_only``)."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(stateful.state_dict(), buffer)
+    buffer.seek(0)
+    state: dict[str, Any] = torch.load(buffer, weights_only=True)
+    return state

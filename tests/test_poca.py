@@ -8,7 +8,6 @@ agent slots as docs/multi-agent.md defines them, which keeps the truth to compar
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -45,7 +44,7 @@ from evtrain.trainers.poca.critic import POCACritic
 from evtrain.trainers.poca.trainer import POCA
 from evtrain.trainers.settings import POCASettings
 from tests.group_envs import TRAINERS, RelayEnv, settings
-from tests.helpers import ROOT, clean_env, config, run_config
+from tests.helpers import ROOT, clean_env, config, run_config, saved
 from tests.helpers import tensorboard_steps as scalar_steps
 from tests.masked_envs import masked_choice
 from tests.multiagent_envs import walkers
@@ -503,14 +502,6 @@ def test_environments_a_group_trainer_cannot_read_are_refused(recording: Recordi
 
 
 # -- checkpoints and the CLI --------------------------------------------------------------------
-
-
-def saved(group: OnPolicyTrainer) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save(group.state_dict(), buffer)
-    buffer.seek(0)
-    state: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return state
 
 
 @pytest.mark.parametrize("kind", ["poca", "mappo"])

@@ -4,7 +4,6 @@ a two-team environment of agent slots (:mod:`tests.self_play_envs`)."""
 
 from __future__ import annotations
 
-import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from evtrain.trainers.ghost import (
     rating_change,
 )
 from evtrain.trainers.settings import NetworkSettings, PPOSettings, SelfPlaySettings
+from tests.helpers import saved
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
 
@@ -269,15 +269,6 @@ def test_self_play_needs_two_teams_of_the_behavior(recording: Recording) -> None
             "it against a team of another behavior with self_play ('duel?team=0', "
             "'<other>?team=1'); or remove self_play",
         )
-
-
-def saved(trainer: PPOTrainer) -> dict[str, Any]:
-    """The state as the checkpoint file holds it, read back as ``--resume`` reads it."""
-    buffer = io.BytesIO()
-    torch.save(trainer.state_dict(), buffer)
-    buffer.seek(0)
-    state: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return state
 
 
 def test_the_checkpoint_keeps_ratings_snapshots_team_and_counters(

@@ -5,7 +5,6 @@ tic-tac-toe run through ``evtrain learn`` that writes and resumes it."""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from pathlib import Path
@@ -24,7 +23,7 @@ from evtrain.trainers.ghost import (
     GhostController,
 )
 from evtrain.trainers.settings import LeagueSettings, PPOSettings, SelfPlaySettings
-from tests.helpers import run_config, tictactoe_self_play
+from tests.helpers import run_config, saved, tictactoe_self_play
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
 
@@ -156,14 +155,6 @@ def test_an_exploiter_starts_again_after_reset_steps_with_its_initial_optimizer(
     assert equal(policy(exploiter.trainer), start)
     assert exploiter.trainer.state_dict()["optimizer"]["state"] == fresh_optimizer["state"] == {}
     assert len(controller.window) == 1  # nothing joined
-
-
-def saved(trainer: PPOTrainer) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save(trainer.state_dict(), buffer)
-    buffer.seek(0)
-    state: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return state
 
 
 def test_the_checkpoint_keeps_the_exploiter_and_an_older_one_starts_it_afresh(bus: Bus) -> None:

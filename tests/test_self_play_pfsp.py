@@ -6,7 +6,6 @@ resumed with its results."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections import Counter
@@ -29,7 +28,7 @@ from evtrain.trainers.ghost import (
     win_rate,
 )
 from evtrain.trainers.settings import PPOSettings, SelfPlaySettings
-from tests.helpers import run_config, tictactoe_self_play
+from tests.helpers import run_config, saved, tictactoe_self_play
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
 
@@ -182,15 +181,6 @@ def test_pfsp_counts_every_game_against_a_snapshot_and_reports_each_draw(bus: Bu
 
 
 # -- the checkpoint ------------------------------------------------------------------------------
-
-
-def saved(trainer: PPOTrainer) -> dict[str, Any]:
-    """The state as the checkpoint file holds it, read back as ``--resume`` reads it."""
-    buffer = io.BytesIO()
-    torch.save(trainer.state_dict(), buffer)
-    buffer.seek(0)
-    state: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return state
 
 
 def test_the_checkpoint_keeps_the_results_and_an_older_one_starts_them_afresh(bus: Bus) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from evtrain.trainers.rewards.curiosity import CuriosityRewardProvider
 from evtrain.trainers.rewards.rnd import RNDRewardProvider
 from evtrain.trainers.settings import CuriositySettings, RewardProviders, RNDSettings
 from evtrain.world import World
+from tests.helpers import saved
 from tests.trainers.helpers import Recording, cartpole_transitions, make_envs, small_ppo
 
 
@@ -205,14 +205,6 @@ def test_ppo_values_terminated_episodes_for_the_intrinsic_rewards_only(
         expected = reward[t, n] + gamma * bootstrap
         assert float(returns[t, n, i]) == pytest.approx(expected, abs=1e-5)
     assert float(advantages[t, n]) == pytest.approx(float((returns[t, n] - v).sum()), abs=1e-5)
-
-
-def saved(trainer: PPOTrainer) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save(trainer.state_dict(), buffer)
-    buffer.seek(0)
-    state: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return state
 
 
 def test_round_trip_restores_the_reward_provider_models_and_optimizers(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import io
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,20 +14,11 @@ from evtrain.trainers import (
     PPOTrainer,
     SACSettings,
     SACTrainer,
-    Trainer,
     make_vector_env,
 )
 from evtrain.trainers.networks.policies import DeterministicPolicy
+from tests.helpers import saved
 from tests.trainers.helpers import Recording, small_ppo, small_sac
-
-
-def saved(trainer: Trainer) -> dict[str, Any]:
-    """The state as a checkpoint file would hold it (and as ``weights_only`` loads it)."""
-    buffer = io.BytesIO()
-    torch.save(trainer.state_dict(), buffer)
-    buffer.seek(0)
-    state: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return state
 
 
 def assert_same_parameters(a: nn.Module, b: nn.Module) -> None:

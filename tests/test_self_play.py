@@ -23,8 +23,9 @@ from evtrain.trainers.ghost import (
     game_score,
     rating_change,
 )
-from evtrain.trainers.settings import NetworkSettings, PPOSettings, SelfPlaySettings
+from evtrain.trainers.settings import NetworkSettings, SelfPlaySettings
 from tests.helpers import saved
+from tests.self_play_duel import duel, turns
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
 
@@ -153,29 +154,6 @@ def test_the_window_round_trips_and_a_smaller_one_keeps_the_newest() -> None:
 @pytest.fixture
 def recording(bus: Bus) -> Recording:
     return Recording(bus, "duel")
-
-
-def duel(
-    reporter: StatsReporter, seed: int = 0, teams: tuple[int, ...] = (0, 1), **self_play: Any
-) -> tuple[PPOTrainer, GhostController]:
-    """PPO (64 steps per update over 4 copies) and its controller, started."""
-    settings = small_ppo(
-        self_play=SelfPlaySettings(**self_play),
-        summary_freq=256,
-        hyperparameters=PPOSettings(batch_size=32, buffer_size=64, learning_rate=0.01, beta=0.0),
-    )
-    trainer = PPOTrainer("duel", settings, DuelSlots(4, teams=teams), reporter, seed=seed)
-    assert settings.self_play is not None
-    controller = GhostController(trainer, settings.self_play)
-    controller.start()
-    return trainer, controller
-
-
-def turns(trainer: PPOTrainer, controller: GhostController, n: int) -> None:
-    """``n`` turns of the runner: an update, then the controller."""
-    for _ in range(n):
-        trainer.advance()
-        controller.after_turn()
 
 
 def test_the_start_saves_the_first_snapshot_and_installs_a_sampling_opponent(

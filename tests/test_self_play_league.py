@@ -22,33 +22,11 @@ from evtrain.trainers.ghost import (
     LATEST,
     GhostController,
 )
-from evtrain.trainers.settings import LeagueSettings, PPOSettings, SelfPlaySettings
+from evtrain.trainers.settings import LeagueSettings, SelfPlaySettings
 from tests.helpers import run_config, saved, tictactoe_self_play
+from tests.self_play_duel import duel, turns
 from tests.self_play_envs import DuelSlots
 from tests.trainers.helpers import Recording, small_ppo
-
-
-def duel(
-    reporter: StatsReporter, seed: int = 0, league: dict[str, Any] | None = None, **self_play: Any
-) -> tuple[PPOTrainer, GhostController]:
-    """PPO (64 steps per update over 4 copies) with a league, its exploiter on 4 copies of
-    its own; started."""
-    settings = small_ppo(
-        self_play=SelfPlaySettings(league=LeagueSettings(**(league or {})), **self_play),
-        summary_freq=256,
-        hyperparameters=PPOSettings(batch_size=32, buffer_size=64, learning_rate=0.01, beta=0.0),
-    )
-    trainer = PPOTrainer("duel", settings, DuelSlots(4), reporter, seed=seed)
-    assert settings.self_play is not None
-    controller = GhostController(trainer, settings.self_play, lambda: DuelSlots(4))
-    controller.start()
-    return trainer, controller
-
-
-def turns(trainer: PPOTrainer, controller: GhostController, n: int) -> None:
-    for _ in range(n):
-        trainer.advance()
-        controller.after_turn()
 
 
 def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:

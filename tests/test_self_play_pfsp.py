@@ -17,20 +17,18 @@ import pytest
 import torch
 
 from evtrain import Bus, ConfigError, RunOptions
-from evtrain.trainers import PPOTrainer
 from evtrain.trainers.ghost import (
     LATEST,
     PFSP_ENTROPY,
     POOL_WIN_RATE,
-    GhostController,
     SnapshotWindow,
     pfsp_weights,
     win_rate,
 )
-from evtrain.trainers.settings import PPOSettings, SelfPlaySettings
+from evtrain.trainers.settings import SelfPlaySettings
 from tests.helpers import run_config, saved, tictactoe_self_play
-from tests.self_play_envs import DuelSlots
-from tests.trainers.helpers import Recording, small_ppo
+from tests.self_play_duel import duel, turns
+from tests.trainers.helpers import Recording
 
 # -- the estimates and the weights, by hand ------------------------------------------------------
 
@@ -70,28 +68,6 @@ def test_the_window_counts_the_results_against_each_snapshot() -> None:
 # -- the controller's draws ----------------------------------------------------------------------
 
 
-def duel(
-    recording: Recording, seed: int = 0, **self_play: Any
-) -> tuple[PPOTrainer, GhostController]:
-    """PPO (64 steps per update over 4 copies) and its controller, started."""
-    settings = small_ppo(
-        self_play=SelfPlaySettings(**self_play),
-        summary_freq=256,
-        hyperparameters=PPOSettings(batch_size=32, buffer_size=64, learning_rate=0.01, beta=0.0),
-    )
-    trainer = PPOTrainer("duel", settings, DuelSlots(4), recording.reporter, seed=seed)
-    assert settings.self_play is not None
-    controller = GhostController(trainer, settings.self_play)
-    controller.start()
-    return trainer, controller
-
-
-def turns(trainer: PPOTrainer, controller: GhostController, n: int) -> None:
-    for _ in range(n):
-        trainer.advance()
-        controller.after_turn()
-
-
 def reported(recording: Recording, key: str) -> list[float]:
     recording.flush()
     return [v for e in recording.stats for v in e.values[key].full_dist] if recording.stats else []
@@ -100,7 +76,7 @@ def reported(recording: Recording, key: str) -> list[float]:
 def test_pfsp_draws_each_snapshot_as_often_as_its_weight(bus: Bus) -> None:
     recording = Recording(bus, "duel")
     trainer, controller = duel(
-        recording, opponent_sampling="pfsp", play_against_latest_model_ratio=0.0, window=4
+        recording.reporter, opponent_sampling="pfsp", play_against_latest_model_ratio=0.0, window=4
     )
     window = controller.window
     for _ in range(3):
@@ -129,7 +105,7 @@ def test_pfsp_draws_each_snapshot_as_often_as_its_weight(bus: Bus) -> None:
 
 def test_the_default_draw_is_ml_agents_uniform_one_and_reports_no_pfsp(bus: Bus) -> None:
     recording = Recording(bus, "duel")
-    trainer, controller = duel(recording, save_steps=64, swap_steps=64, window=4)
+    trainer, controller = duel(recording.reporter, save_steps=64, swap_steps=64, window=4)
     assert controller.settings.opponent_sampling == "uniform"
     assert controller.facing is not None
     first = controller.facing.index
@@ -153,7 +129,7 @@ def test_the_default_draw_is_ml_agents_uniform_one_and_reports_no_pfsp(bus: Bus)
 def test_pfsp_counts_every_game_against_a_snapshot_and_reports_each_draw(bus: Bus) -> None:
     recording = Recording(bus, "duel")
     trainer, controller = duel(
-        recording,
+        recording.reporter,
         opponent_sampling="pfsp",
         play_against_latest_model_ratio=0.0,
         save_steps=64,
@@ -188,12 +164,12 @@ def test_the_checkpoint_keeps_the_results_and_an_older_one_starts_them_afresh(bu
     options: dict[str, Any] = dict(
         opponent_sampling="pfsp", play_against_latest_model_ratio=0.0, save_steps=64, window=3
     )
-    trainer, controller = duel(recording, **options)
+    trainer, controller = duel(recording.reporter, **options)
     turns(trainer, controller, 5)
     state = saved(trainer)
     window = state["attachments"]["self_play"]["window"]
     assert sum(window["games"]) > 0 and len(window["games"]) == len(window["scores"]) == 3
-    resumed, again = duel(recording, seed=5, **options)
+    resumed, again = duel(recording.reporter, seed=5, **options)
     resumed.load_state_dict(state)
     again.start()
     # restored oldest first, as the snapshots are
@@ -205,7 +181,7 @@ def test_the_checkpoint_keeps_the_results_and_an_older_one_starts_them_afresh(bu
     )
     # a checkpoint written before the window kept results: every snapshot unplayed
     del window["games"], window["scores"]
-    older, before = duel(recording, seed=5, **options)
+    older, before = duel(recording.reporter, seed=5, **options)
     older.load_state_dict(state)
     before.start()
     assert (before.window.games, before.window.scores) == ([0, 0, 0], [0.0, 0.0, 0.0])

@@ -4,7 +4,8 @@ trainer), with ML-Agents' names and defaults (re-exported by :mod:`evtrain.train
 What the keys do is :mod:`evtrain.trainers.ghost`'s; here they are declared and range-checked.
 ``opponent_sampling`` and the ``pfsp_`` keys are evtrain's (prioritized fictitious self-play,
 AlphaStar's): unset, a snapshot is drawn uniformly, as ML-Agents draws it; so is ``league``
-(a main exploiter, AlphaStar's): unset, there is none.
+(a main exploiter, AlphaStar's): unset, there is none; and ``random_opponent_ratio``: unset,
+no opponent plays at random.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ class SelfPlaySettings:
     )
     """Probability that a swap draws the learning policy as it is now, instead of a snapshot
     of the window (drawn as ``opponent_sampling`` says)."""
+    random_opponent_ratio: float = attrs.field(default=0.0, validator=[v.ge(0.0), v.le(1.0)])
+    """Probability that a draw takes an opponent whose actions ignore what it observes (the
+    policy with every parameter zero: uniform over the legal moves of a discrete action), before
+    anything else is considered.  evtrain's; 0 (ML-Agents): never.  Its games move no rating."""
     initial_elo: float = 1200.0
     """The ELO rating the policy and every snapshot start from."""
     opponent_sampling: Literal["uniform", "pfsp"] = attrs.field(

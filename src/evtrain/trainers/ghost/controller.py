@@ -16,6 +16,8 @@ the trainer (:meth:`after_turn`), counted in the learning team's steps (the trai
   opponent is drawn anew; a behavior of one team always learns, on its own copies;
 - every ``save_steps`` steps a snapshot of the policy joins the window (the oldest leaves);
 - every ``swap_steps`` the opponents of its seats are drawn anew: with probability
+  ``random_opponent_ratio`` (evtrain's, 0 unset) a policy whose actions ignore what it observes
+  (:func:`~evtrain.trainers.ghost.snapshots.blank`), else with probability
   ``play_against_latest_model_ratio`` the policy as it is now, else a snapshot of the window,
   uniformly (ML-Agents), or with ``opponent_sampling: pfsp`` by the learning side's results
   against each (:mod:`evtrain.trainers.ghost.pfsp`).  ML-Agents counts these in the opponents'
@@ -49,7 +51,7 @@ from evtrain.trainers.ghost.elo import game_score, rating_change
 from evtrain.trainers.ghost.league import MainExploiter
 from evtrain.trainers.ghost.pfsp import PFSP_ENTROPY, POOL_WIN_RATE, entropy, pfsp_weights
 from evtrain.trainers.ghost.seats import Opponent, Seat
-from evtrain.trainers.ghost.snapshots import EXPLOITER, LATEST, SnapshotWindow
+from evtrain.trainers.ghost.snapshots import EXPLOITER, LATEST, RANDOM, SnapshotWindow, blank
 from evtrain.trainers.ghost.teams import EpisodeOutcome, TeamSlots, rivals, team_slots
 
 if TYPE_CHECKING:
@@ -208,10 +210,15 @@ class GhostController:
         return seat
 
     def draw(self, seat: Seat) -> None:
-        """Draw the opponent of ``seat``: the league's exploiter (in its own copies), the policy
-        now, or a snapshot of the window."""
+        """Draw the opponent of ``seat``: a policy that ignores its observation, the league's
+        exploiter (in its own copies), the policy now, or a snapshot of the window."""
         league = self.settings.league
-        if (
+        ratio = self.settings.random_opponent_ratio
+        # no draw at all when it is 0: the draws of every config without it stay as they were
+        if ratio > 0 and self.rng.random() < ratio:
+            parameters = {name for name, _ in seat.opponent.module.named_parameters()}
+            seat.play(RANDOM, blank(self._current_weights(), parameters))
+        elif (
             self.exploiter is not None
             and league is not None
             and seat.envs is self.envs

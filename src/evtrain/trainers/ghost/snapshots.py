@@ -22,6 +22,22 @@ EXPLOITER = -2
 moves no rating, as against :data:`LATEST`."""
 
 
+RANDOM = -3
+"""The opponent index of a policy whose actions ignore its observation (``random_opponent_ratio``):
+rated as the learning policy, so that a game against it moves no rating, as against
+:data:`LATEST`."""
+
+
+def blank(weights: Weights, parameters: set[str]) -> Weights:
+    """``weights`` with the tensors named in ``parameters`` (the module's parameters) zero: the
+    output layer's then no longer depends on the observation (a discrete action's logits are all
+    zero: uniform over the legal moves); buffers (a normaliser's statistics) are kept."""
+    return {
+        key: torch.zeros_like(value) if key in parameters else value
+        for key, value in weights.items()
+    }
+
+
 class SnapshotWindow:
     """Snapshots in a ring of ``size``: the oldest is replaced by each new one (ML-Agents'
     ``policy_snapshots``), and the ratings that go with them.

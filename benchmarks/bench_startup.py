@@ -6,6 +6,8 @@ they see the same machine load.  The first step is recorded by the environment i
 
 * ``python``: an interpreter that does nothing (the floor of any Python tool);
 * ``import torch``: the floor of any torch-based trainer;
+* ``import torch, gymnasium``: the bare imports; issue 35's goal is a 2,048-step ``evtrain
+  learn`` (its final checkpoint and ONNX export included) in at most 1.3 times this;
 * ``torch + gymnasium``: a hand-written minimum — import both, build 8 CartPoles and a 64x64
   MLP, act once, step — the floor of a first step for a torch trainer on Gymnasium;
 * ``evtrain learn``: PPO on CartPole (the rl-zoo config) for 2,048 steps, the whole run too
@@ -122,6 +124,7 @@ def cases(folder: Path, sb3: bool) -> list[tuple[str, list[str]]]:
     found: list[tuple[str, list[str]]] = [
         ("python", [python, "-c", "pass"]),
         ("import torch", [python, "-c", "import torch"]),
+        ("import torch, gymnasium", [python, "-c", "import torch, gymnasium"]),
         ("torch + gymnasium", [python, "-c", MINIMAL]),
         ("evtrain learn", [evtrain, "learn", "config.yaml", "--force", "--run-id", "startup"]),
     ]
@@ -163,7 +166,20 @@ def main() -> None:
             f"| {name} | {'-' if first is None else f'{first:.2f}'} | "
             f"{entry['median_wall_s']:.2f} | {loaded} |"
         )
-    path = write_json("startup.json", {"args": vars(args), "runs": runs, "summary": summary})
+    ratio = (
+        summary["evtrain learn"]["median_wall_s"]
+        / summary["import torch, gymnasium"]["median_wall_s"]
+    )
+    print(f"\nevtrain learn (2,048 steps, export included) / bare import: {ratio:.2f}x (goal 1.3x)")
+    path = write_json(
+        "startup.json",
+        {
+            "args": vars(args),
+            "runs": runs,
+            "summary": summary,
+            "learn_over_bare_import": round(ratio, 3),
+        },
+    )
     print(f"wrote {path}")
 
 

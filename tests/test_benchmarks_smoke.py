@@ -396,14 +396,16 @@ def test_threaded_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_startup_end_to_end(tmp_path: Path) -> None:
     done = _run("bench_startup.py", "--repeats", "1", out=tmp_path)
+    assert "/ bare import: " in done.stdout
     assert (
         "| case (median of 1) | first env step s | whole process s | loaded then |" in done.stdout
     )
     report = _report(tmp_path, "startup.json")
-    assert sorted(report) == ["args", "runs", "summary"]
+    assert sorted(report) == ["args", "learn_over_bare_import", "runs", "summary"]
     assert list(report["summary"]) == [
         "python",
         "import torch",
+        "import torch, gymnasium",
         "torch + gymnasium",
         "evtrain learn",
     ]

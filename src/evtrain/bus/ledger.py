@@ -136,7 +136,11 @@ class Ledger:
             if pending:
                 reader._offered += len(pending)
                 reader.held_events += len(pending)
-                reader.held = sorted(reader.held + pending, key=by_key)
+                held = reader.held
+                out_of_order = held and held[-1][0] > pending[0][0]  # a marker put meanwhile
+                held.extend(pending)
+                if out_of_order:
+                    held.sort(key=by_key)
             return reader.held_events
 
     def _stall(self, reader: Reader) -> None:

@@ -294,6 +294,10 @@ class Reader:
         self._taken = 0
         """Events :meth:`take` counted as offered, on the consumer's thread only."""
         self._dropped = 0
+        """Events the ledger dropped for it, under its lock."""
+        self._discarded = 0
+        """Events its consumer dropped (disabled, closed, or logged while stalled), on the
+        consumer's thread only."""
         self._high_water = 0
         self._sleeping = False
         self.waker: Callable[[], None] = _nothing

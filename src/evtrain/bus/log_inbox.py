@@ -72,8 +72,7 @@ class LogInbox(Reader):
         if stalled:  # events logged since the wait ran out are dropped
             lost = sum(self in token for _, token in copied)
             self._taken += lost
-            with ledger.lock:
-                self._dropped += lost
+            self._discarded += lost
         else:
             mine = [item for item, token in copied if self in token]
             self._taken += len(mine)
@@ -87,8 +86,7 @@ class LogInbox(Reader):
 
     def discard(self) -> None:
         """The consumer took an event it will not hand over (disabled or closed subscriber)."""
-        with self._ledger.lock:
-            self._dropped += 1
+        self._discarded += 1
 
     def abandon(self, handled: int) -> int:
         """The consumer is gone: what is queued is dropped (markers arrive), as is whatever
@@ -101,7 +99,8 @@ class LogInbox(Reader):
             with self.lock:
                 self.abandoned = True
                 held, self.held, self.held_events = self.held, [], 0
-            lost = max(0, self._offered + self._taken - handled - self._dropped)
+            dropped = self._dropped + self._discarded
+            lost = max(0, self._offered + self._taken - handled - dropped)
             self._dropped += lost
             ledger.room.notify_all()
         for _, (t, payload) in held:
@@ -139,7 +138,7 @@ class LogInbox(Reader):
         by a disabled or closed subscriber, or given up at close."""
         with self._ledger.lock:
             late = self._logged() if self.stalled or self.abandoned else 0
-            return self._dropped + late
+            return self._dropped + self._discarded + late
 
     @property
     def high_water(self) -> int:

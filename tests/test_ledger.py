@@ -6,6 +6,7 @@ per-subscriber inbox promised still holds — order across signals, ``block`` lo
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from evtrain import Bus, SaveEvent, StatsEvent, SubscriberStalled, signals
 from evtrain.bus.inbox import Inbox
 from evtrain.bus.ledger import TRIM_EVERY, Route
 from evtrain.bus.log_inbox import LogInbox
+from evtrain.bus.markers import Marker
 from evtrain.testing import Recorder
 from tests.helpers import stats_event
 
@@ -75,6 +77,14 @@ class Counter:
         self.events.append(event)
         if len(self.events) >= self.target:
             self.reached.set()
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` until it holds (within ``WAIT_S``)."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{condition} did not hold within {WAIT_S} s"
+        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -152,6 +162,41 @@ def test_block_on_two_signals_loses_nothing_and_keeps_order_behind_a_slow_subscr
     assert 1 <= metrics.high_water <= 3
 
 
+class Flushed(Held):
+    """A :class:`Held` whose ``flush`` hook (run when a flush marker passes) is recorded."""
+
+    def flush(self) -> None:
+        self.events.append("flush")
+
+
+def test_a_marker_keeps_its_place_among_the_events_set_aside_for_a_full_subscriber(
+    bus: Bus,
+) -> None:
+    slow = Flushed()
+    bus.connect([signals.stats, signals.save], slow, capacity=3, name="slow")
+    bus.connect(signals.stats, Recorder(), name="others")
+    [sub] = [s for s in bus.subscriptions if s.name == "slow"]
+    bus.emit(signals.stats, stats_event(1))
+    assert slow.entered.wait(WAIT_S)
+    next_waits = threading.Event()
+
+    def produce() -> None:
+        emit_mixed(bus, range(2, 5))  # fills its three places
+        next_waits.set()
+        emit_mixed(bus, range(5, 13))  # 5 waits for room
+
+    done = in_thread(produce)
+    assert next_waits.wait(WAIT_S)
+    marker = Marker(1)
+    sub.inbox.put_marker(marker)  # behind 2, 3, 4 (set aside, or still in the log), before 5
+    slow.open.set()
+    done()
+    assert marker.wait(WAIT_S)
+    bus.flush()
+    steps = [e if e == "flush" else e.step for e in slow.events]
+    assert steps == [1, 2, 3, 4, "flush", *range(5, 13), "flush"]
+
+
 def test_a_stalled_subscriber_drops_and_reports_while_its_neighbour_gets_everything(
     held: Held,
 ) -> None:
@@ -167,11 +212,12 @@ def test_a_stalled_subscriber_drops_and_reports_while_its_neighbour_gets_everyth
         # 1, 2 queued; 3 waits block_timeout and is dropped; the rest dropped at once.
         in_thread(lambda: emit_stats(bus, range(1, total + 1)))()
         assert healthy.reached.wait(WAIT_S)
-        # The stalled subscriber does not hold the log: once the healthy one took everything,
-        # the next trim lets go of it all (a trim comes at least every TRIM_EVERY appends).
+        # The stalled subscriber does not hold the log (4,097 entries by now): once the healthy
+        # one took everything, the next trim (at least every TRIM_EVERY appends) lets go of all
+        # but the last TRIM_EVERY + 1 at most, and as many appended since.
         emit_stats(bus, range(total + 1, total + TRIM_EVERY + 2))
         total += TRIM_EVERY + 1
-        assert len(bus._routes.ledger.entries) <= TRIM_EVERY + 1
+        assert len(bus._routes.ledger.entries) <= 2 * (TRIM_EVERY + 1)
         assert bus.metrics()["hung"].dropped == total - 2
         assert stalls.reached.wait(WAIT_S)
         [stall] = stalls.events
@@ -186,6 +232,24 @@ def test_a_stalled_subscriber_drops_and_reports_while_its_neighbour_gets_everyth
         metrics = bus.metrics()["hung"]
         assert (metrics.delivered, metrics.dropped, metrics.queued) == (4, total - 2, 0)
         assert bus.metrics()["healthy"].delivered == total + 2
+
+
+def test_a_subscriber_on_a_rare_signal_does_not_keep_the_others_events(bus: Bus) -> None:
+    saves, stats = Recorder(), Counter(3 * TRIM_EVERY)
+    bus.connect(signals.save, saves, name="saves")
+    bus.connect(signals.stats, stats, name="stats")
+    bus.emit(signals.save, save_event(0))
+    bus.flush()
+    [sub] = [s for s in bus.subscriptions if s.name == "saves"]
+    wait_until(lambda: sub.inbox.sleeping)  # idle 0.25 s: it sleeps until an event for it
+    emit_stats(bus, range(1, 3 * TRIM_EVERY + 1))
+    assert stats.reached.wait(WAIT_S)
+    emit_stats(bus, range(3 * TRIM_EVERY + 1, 4 * TRIM_EVERY + 2))  # at least one trim
+    assert len(bus._routes.ledger.entries) <= 2 * (TRIM_EVERY + 1)
+    bus.emit(signals.save, save_event(4 * TRIM_EVERY + 2))
+    bus.flush()
+    assert [e.step for e in saves.events] == [0, 4 * TRIM_EVERY + 2]
+    assert bus.metrics()["stats"].delivered == 4 * TRIM_EVERY + 1
 
 
 def test_capacity_holds_for_a_subscriber_connected_after_the_log_ran_ahead(

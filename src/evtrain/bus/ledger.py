@@ -151,8 +151,16 @@ class Ledger:
 
     def _trim(self) -> None:
         """Let go of the entries every live reader has passed; count what stalled and abandoned
-        readers would have been handed as dropped; forget abandoned readers no route names."""
-        live = [r.cursor for r in self.readers if not (r.stalled or r.abandoned)]
+        readers would have been handed as dropped; forget abandoned readers no route names.
+
+        A live reader more than :data:`TRIM_EVERY` entries behind (asleep on a rare signal, or
+        slow) has its own events set aside, so it does not keep everyone's in memory."""
+        live = []
+        for reader in self.readers:
+            if not (reader.stalled or reader.abandoned):
+                if self.end - reader.cursor > TRIM_EVERY:
+                    self._hold(reader)
+                live.append(reader.cursor)
         low = min(live, default=self.end)
         base, entries = self.log
         for reader in list(self.readers):

@@ -3,8 +3,9 @@ delivery.
 
 :class:`Bus` is the face: it connects subscribers (each a
 :class:`~evtrain.bus.subscription.Subscription` with its own inbox and dispatcher task; that
-half is :class:`~evtrain.bus.wiring.Wiring`, which it inherits), and ``emit`` appends to the
-inboxes of a signal's subscribers.  It holds the bus-wide state — its settings
+half is :class:`~evtrain.bus.wiring.Wiring`, which it inherits), and ``emit`` appends once to the
+bus's shared log for the subscribers with default settings (:mod:`evtrain.bus.ledger`) and to
+the inbox of each one with a queue of its own.  It holds the bus-wide state — its settings
 (:class:`~evtrain.bus.defaults.BusDefaults`), open or closed, the error waiting for the
 producer — and hands the isolation wrapper (:mod:`evtrain.bus.delivery`) only a
 :class:`~evtrain.bus.delivery.FailureContext`.
@@ -138,7 +139,10 @@ class Bus(Wiring):
         Delivery semantics:
 
         * **Threading.**  Callable from any thread.  No subscriber code and no I/O runs on the
-          caller's thread; the caller pays a lock and an append per subscriber.
+          caller's thread; the caller pays one lock and one append for all the subscribers
+          with default settings (``block``, no ``capacity_bytes``: they read the bus's
+          shared log, :mod:`evtrain.bus.ledger`), plus one per subscriber with a queue of its
+          own (``spool``, a drop policy, ``latest``, ``capacity_bytes``).
         * **Order.**  Each subscriber receives events in the order they were emitted; with
           several producer threads, each producer's order is kept.  No order across subscribers.
         * **Slow subscribers.**  Each has a bounded inbox.  When it is full, ``block`` (default)

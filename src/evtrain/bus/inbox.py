@@ -1,7 +1,10 @@
 """A subscriber's bounded inbox: producers append from any thread, one consumer swaps it out.
 
-The producer side is the hot path of ``Bus.emit``: one uncontended lock, one append, no loop
-wake-up unless the consumer is in its deep sleep (see :mod:`evtrain.bus.dispatch`).  The consumer
+A subscriber gets one when its policy needs work per subscriber at each event (a drop
+policy, ``latest``, ``capacity_bytes``); one with the default settings reads the bus's shared
+log instead (:mod:`evtrain.bus.ledger`).  The producer side is on the path of ``Bus.emit``:
+one uncontended lock, one append, no loop wake-up unless the consumer is in its deep sleep
+(see :mod:`evtrain.bus.dispatch`).  The consumer
 takes everything at once by swapping the container, so a burst of events costs one hand-over.
 
 Its neighbours: the policies it applies (:mod:`evtrain.bus.settings`), what an event weighs

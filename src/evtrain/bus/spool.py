@@ -31,6 +31,7 @@ from typing import Any
 from evtrain.bus.inbox import Inbox, Marker, Overflow, event_size
 from evtrain.bus.journal import Entry, Journal
 from evtrain.bus.journal_writer import WRITE_EVERY_S, JournalWriter
+from evtrain.bus.log_inbox import LogInbox
 from evtrain.bus.replay import Replay, read_back
 
 __all__ = [
@@ -342,8 +343,8 @@ class SpoolInbox:
         return 0
 
 
-AnyInbox = Inbox | SpoolInbox
-"""Either kind of inbox a subscription may have."""
+AnyInbox = Inbox | SpoolInbox | LogInbox
+"""Any kind of inbox a subscription may have."""
 
 
 def _nothing() -> None:

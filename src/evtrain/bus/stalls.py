@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evtrain.bus.inbox import Inbox
+from evtrain.bus.log_inbox import LogInbox
 from evtrain.bus.subscription import Subscription
 from evtrain.events.payloads import SubscriberStalled
 
@@ -24,7 +25,7 @@ logger = logging.getLogger("evtrain.bus")
 def watch_full_inbox(sub: Subscription, report: Callable[[SubscriberStalled], None]) -> None:
     """Have ``sub``'s ``block`` inbox log and ``report`` (never blocking) its timed-out waits."""
     inbox = sub.inbox
-    if not isinstance(inbox, Inbox):
+    if not isinstance(inbox, Inbox | LogInbox):
         return  # spool: never waits
 
     def timed_out(payload: Any, waited: float) -> None:

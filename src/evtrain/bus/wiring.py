@@ -23,6 +23,7 @@ from evtrain.bus.dispatch import Dispatcher
 from evtrain.bus.filters import RankFilter
 from evtrain.bus.inbox import Inbox, Isolation, Overflow, SubscriberSettings, default_key
 from evtrain.bus.journals import JournalPlaces
+from evtrain.bus.log_inbox import LogInbox
 from evtrain.bus.process import isolate, limits
 from evtrain.bus.routes import ANY, Routes
 from evtrain.bus.spool import AnyInbox, SpoolInbox
@@ -207,6 +208,8 @@ class Wiring:
             if overflow is Overflow.SPOOL:
                 journal = self._journals.open(unique, max_bytes, journal_dir)
                 inbox = SpoolInbox(capacity, journal, capacity_bytes)
+            elif overflow is Overflow.BLOCK and capacity_bytes is None:  # the shared log
+                inbox = LogInbox(self._routes.ledger, capacity, block_timeout)
             else:
                 inbox = Inbox(capacity, overflow, key, block_timeout, capacity_bytes)
             self._names.add(unique)

@@ -21,7 +21,7 @@ OPENING_WEIGHTS = (0.5, 0.25, 0.25)
 """How many random moves begin a game, and how often: half the games are the plain game."""
 
 
-class RandomOpenings(BaseWrapper[Any, Any, Any]):
+class RandomOpenings(BaseWrapper[Any, Any, Any]):  # type: ignore[misc]  # untyped to mypy
     """An AEC game whose :meth:`reset` plays ``OPENING_MOVES`` random legal moves (drawn with
     ``OPENING_WEIGHTS``, from a generator seeded by ``reset``'s seed) before handing it over."""
 

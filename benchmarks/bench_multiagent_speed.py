@@ -9,8 +9,11 @@ shapes; only the environment and what the trainer does with a group differ.  Eve
 runs ``--steps`` agent steps (an environment step of spread is 3), ``--repeats`` times,
 alternating, each in its own process with one torch thread.  Steps/s are over the training
 loop (``train`` in the run's ``timers.json``: building the trainers and the final checkpoint
-and export left out), shown with the loop's rollout and update seconds and the whole
-``learn()``'s wall time; the medians over repeats are reported.  ``env-spread`` and
+and export left out), shown with the loop's rollout and update seconds, the whole
+``learn()``'s wall time, and the whole process's (``process s``: from starting the worker to
+its exit, imports included, as a user's ``evtrain learn`` would take); the medians over
+repeats are reported, and each case's median update and process seconds over ``ppo``'s (on
+the same agent slots) when ``ppo`` is among the cases.  ``env-spread`` and
 ``env-cartpole`` are the environments alone under random actions (simple_spread through
 PettingZoo's parallel API, one copy; CartPole through ``gymnasium.make``): the floor under
 each.  Prints a table and writes JSON to
@@ -55,6 +58,7 @@ COLUMNS = (
     Column("update s", 9, ".1f"),
     Column("train s", 8, ".1f"),
     Column("wall s", 7, ".1f"),
+    Column("process s", 10, ".1f"),
 )
 
 
@@ -144,16 +148,22 @@ def main() -> None:
     for _ in range(args.repeats):
         for case in args.cases:
             cmd = [sys.executable, __file__, "--worker", case, "--steps", str(args.steps)]
+            start = time.perf_counter()
             r = run_worker(cmd)
+            r["process_s"] = round(time.perf_counter() - start, 2)
             runs.append(r)
             times = ["-" if t is None else t for t in (r["rollout_s"], r["update_s"])]
             values = (case, r["steps_per_s"], r["env_steps_per_s"], *times)
-            values += (r["train_s"], r["seconds"])
+            values += (r["train_s"], r["seconds"], r["process_s"])
             print(row(COLUMNS, values, " "), flush=True)
     summary = {
         case: {
             "median_steps_per_s": median_of(runs, "steps_per_s", case=case),
             "median_env_steps_per_s": median_of(runs, "env_steps_per_s", case=case),
+            "median_process_s": median_of(runs, "process_s", case=case),
+            "median_update_s": (
+                None if case.startswith("env-") else median_of(runs, "update_s", case=case)
+            ),
         }
         for case in args.cases
     }
@@ -161,6 +171,20 @@ def main() -> None:
         "median agent steps/s: "
         + ", ".join(f"{case} {s['median_steps_per_s']:,.0f}" for case, s in summary.items())
     )
+    if "ppo" in summary:
+        ppo = summary["ppo"]
+        for s in summary.values():
+            s["process_over_ppo"] = round(s["median_process_s"] / ppo["median_process_s"], 2)
+            if s["median_update_s"] is not None:
+                s["update_over_ppo"] = round(s["median_update_s"] / ppo["median_update_s"], 2)
+        print(
+            "median over ppo's, update / process: "
+            + ", ".join(
+                f"{case} {s.get('update_over_ppo', '-')} / {s['process_over_ppo']}"
+                for case, s in summary.items()
+                if case != "ppo"
+            )
+        )
     report = {"args": vars(args), "machine": machine(), "runs": runs, "summary": summary}
     print(f"wrote {write_json('multiagent_speed.json', report)}")
 

@@ -64,7 +64,7 @@ def test_a_run_that_ends_no_episode_says_to_give_more_steps(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_multiagent_speed_end_to_end(tmp_path: Path) -> None:
     # max_steps below one rollout: each trainer runs one rollout (3,600 agent steps) and update
-    cases = ["poca", "ppo-cartpole", "env-spread"]
+    cases = ["poca", "ppo", "ppo-cartpole", "env-spread"]
     done = _run(
         "bench_multiagent_speed.py",
         "--steps",
@@ -78,16 +78,27 @@ def test_multiagent_speed_end_to_end(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].split() == [
         *["case", "agent", "steps/s", "env", "steps/s", "rollout", "s", "update", "s"],
-        *["train", "s", "wall", "s"],
+        *["train", "s", "wall", "s", "process", "s"],
     ]
-    assert [line.split()[0] for line in lines[1:4]] == cases
+    assert [line.split()[0] for line in lines[1:5]] == cases
+    assert lines[6].startswith("median over ppo's, update / process: poca ")
     report = _report(tmp_path, "multiagent_speed.json")
     assert sorted(report) == ["args", "machine", "runs", "summary"]
-    poca, cartpole, env = report["runs"]
+    poca, _, cartpole, env = report["runs"]
     assert (poca["steps"], cartpole["steps"], env["steps"]) == (3600, 3600, 450)
     assert poca["env_steps_per_s"] == pytest.approx(poca["steps_per_s"] / 3, rel=0.01)
     assert cartpole["env_steps_per_s"] == cartpole["steps_per_s"]
     assert poca["rollout_s"] + poca["update_s"] <= poca["train_s"] <= poca["seconds"]
+    assert poca["seconds"] < poca["process_s"]
     assert env["rollout_s"] is None
     assert sorted(report["summary"]) == sorted(cases)
-    assert sorted(report["summary"]["poca"]) == ["median_env_steps_per_s", "median_steps_per_s"]
+    assert sorted(report["summary"]["poca"]) == [
+        *["median_env_steps_per_s", "median_process_s", "median_steps_per_s", "median_update_s"],
+        *["process_over_ppo", "update_over_ppo"],
+    ]
+    summary = report["summary"]
+    assert summary["env-spread"]["median_update_s"] is None
+    assert summary["poca"]["update_over_ppo"] == pytest.approx(
+        summary["poca"]["median_update_s"] / summary["ppo"]["median_update_s"], abs=0.01
+    )
+    assert summary["ppo"]["process_over_ppo"] == 1.0

@@ -104,26 +104,59 @@ class ResidualSelfAttention(nn.Module):
 
     def project(self, entities: torch.Tensor) -> Projected:
         """The entities normalised, and their queries, keys and values: what :meth:`attend`
-        takes.  Row by row, so the projections of sets that share entities can be computed
-        once and gathered (POCA's baselines)."""
-        x = F.layer_norm(entities, (self.embedding_size,))
-        return Projected(x, self.fc_q(x), self.fc_k(x), self.fc_v(x))
+        and :meth:`attend_sets` take.  Row by row, so that sets sharing entities share their
+        projections (POCA's value and baselines)."""
+        E = self.embedding_size
+        x = F.layer_norm(entities, (E,))
+        # one matrix product for the three (the layers keep their own parameters)
+        layers = (self.fc_q, self.fc_k, self.fc_v)
+        weight = torch.cat([layer.weight for layer in layers])
+        bias = torch.cat([layer.bias for layer in layers])
+        q, k, v = F.linear(x, weight, bias).chunk(3, -1)
+        return Projected(x, q, k, v)
 
     def attend(self, p: Projected, present: torch.Tensor) -> torch.Tensor:
         """Attention of the projected entities ``(B, M, E)`` present, averaged: ``(B, E)``."""
-        B, M, E = p.x.shape
-        h = self.num_heads
-        # -- scores of every query entity i against every key entity j, per head; a group is
-        # a few entities, where broadcast products cost less than batched matrix products
-        q = p.q.view(B, M, 1, h, E // h)
-        k = p.k.view(B, 1, M, h, E // h)
-        v = p.v.view(B, 1, M, h, E // h)
-        scores = (q * k).sum(-1) / math.sqrt(E)  # (B, i, j, h)
-        keys = present[:, None, :, None]
+        M = p.x.shape[1]
+        members = torch.arange(M, device=p.x.device)[None]
+        return self.attend_sets(p, members, present[:, None])[:, 0]
+
+    def attend_sets(
+        self, p: Projected, members: torch.Tensor, present: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention within ``S`` sets of the projected entities ``p`` ``(B, K, E)``, each
+        averaged: ``(B, S, E)``.
+
+        Set ``s`` holds the ``M`` entities ``members[s]`` (``(S, M)`` indices into the ``K``,
+        distinct within a set), those where ``present`` ``(B, S, M)``.  Every set is what
+        :meth:`attend` gives for its entities, but sets that share entities share their work:
+        the scores of every pair of the ``K`` entities are one batched matrix product, each
+        set picks its pairs from them, and each set's weights are spread over the ``K``
+        entities (zero outside the set) for one more product with their values.  POCA's
+        critic attends once over its value set and every agent's baseline set this way.
+        """
+        B, K, E = p.x.shape
+        S, M = members.shape
+        h, d = self.num_heads, E // self.num_heads
+        # -- the scores of every key entity against every query entity, per head
+        q, k, v = (y.reshape(B, K, h, d).transpose(1, 2) for y in (p.q, p.k, p.v))
+        pair_scores = torch.matmul(k, q.transpose(-1, -2)) / math.sqrt(E)  # (B, h, K, K)
+        # -- each set's: key n against query m of set s (a softmax over a dimension that is
+        # not the last costs less), the absent keys masked
+        pairs = (members[:, :, None] * K + members[:, None, :]).flatten()
+        scores = pair_scores.flatten(2).index_select(-1, pairs).view(B, h, S, M, M)
+        keys = present[:, None, :, :, None]
         scores = torch.where(keys, scores, torch.full_like(scores, _MASKED))
-        weights = torch.softmax(scores, dim=2)
-        attended = (weights[..., None] * v).sum(2).reshape(B, M, E)
-        # -- residual, normalised, then the average over the entities present
-        out = F.layer_norm(self.fc_out(attended) + p.x, (E,))
+        weights = torch.softmax(scores, dim=-2)
+        # -- each set query's weights over the K entities (zero outside its set), times values
+        spread = members.T[None, None, :, :, None].expand(B, h, M, S, M)
+        spread_weights = weights.new_zeros(B, h, K, S, M).scatter(
+            2, spread, weights.transpose(2, 3)
+        )
+        spread_weights = spread_weights.view(B, h, K, S * M).transpose(-1, -2)
+        attended = torch.matmul(spread_weights, v).transpose(1, 2).reshape(B, S * M, E)
+        # -- residual, normalised, then each set's average over its entities present
+        residual = p.x.index_select(1, members.flatten())
+        out = F.layer_norm(self.fc_out(attended) + residual, (E,)).view(B, S, M, E)
         weight = present.to(out.dtype)[..., None]
-        return (out * weight).sum(1) / (weight.sum(1) + _EPSILON)
+        return (out * weight).sum(2) / (weight.sum(2) + _EPSILON)

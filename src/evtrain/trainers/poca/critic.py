@@ -24,11 +24,7 @@ from gymnasium import spaces
 from torch import nn
 
 from evtrain.trainers.networks.action_heads import action_heads
-from evtrain.trainers.networks.attention import (
-    EntityEmbedding,
-    Projected,
-    ResidualSelfAttention,
-)
+from evtrain.trainers.networks.attention import EntityEmbedding, ResidualSelfAttention
 from evtrain.trainers.networks.mlp import ACTIVATIONS, MLP
 from evtrain.trainers.observations import ObservationLayout
 from evtrain.trainers.settings import NetworkSettings
@@ -80,25 +76,26 @@ class POCACritic(nn.Module):
     def evaluate(
         self, x: torch.Tensor, actions: torch.Tensor, present: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(V, b)`` of each group, sharing the observations' encoding: ``(B,)``, ``(B, G)``."""
-        B, G = present.shape
+        """``(V, b)`` of each group in one attention pass: ``(B,)``, ``(B, G)``.
+
+        The ``2G`` entities of a group (each agent's observation, and its observation and
+        action) are embedded and projected once; the value's set (the observations) and
+        agent ``i``'s baseline set (its observation, the others' observations and actions)
+        are ``G + 1`` sets of them (:meth:`ResidualSelfAttention.attend_sets`), which share
+        their scores and go through the head together."""
+        G = present.shape[1]
         features = self._features(x)
-        own = self.attention.project(self.obs_embedding(features))
-        value = self._head(self.attention.attend(own, present), present)
-        acted = self.attention.project(
-            self.obs_action_embedding(torch.cat([features, self._actions(actions)], -1))
-        )
-        # Agent i's entities: its own observation, and the others' observations and actions
-        # (each projected once, then gathered into the G sets).
-        self_of = torch.eye(G, dtype=torch.bool, device=x.device)[None, :, :, None]
-        entities = Projected(
-            *(
-                torch.where(self_of, o[:, None], a[:, None]).flatten(0, 1)
-                for o, a in zip(own, acted, strict=True)
-            )
-        )
-        mask = (self_of[..., 0] | present[:, None, :]).flatten(0, 1)
-        return value, self._head(self.attention.attend(entities, mask), mask).view(B, G)
+        own = self.obs_embedding(features)
+        acted = self.obs_action_embedding(torch.cat([features, self._actions(actions)], -1))
+        entities = self.attention.project(torch.cat([own, acted], 1))
+        # set 0 is the value's, set 1 + i agent i's baseline: its own observation (entity i)
+        # and the others' observations and actions (entities G + j)
+        self_of = torch.eye(G, dtype=torch.bool, device=x.device)
+        slots = torch.arange(G, device=x.device)
+        members = torch.cat([slots[None], torch.where(self_of, slots, slots + G)])
+        mask = torch.cat([present[:, None], self_of | present[:, None, :]], 1)
+        out = self._head(self.attention.attend_sets(entities, members, mask), mask)
+        return out[:, 0], out[:, 1:]
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, G, D)`` rows to ``(B, G, F)`` features (images through the encoder)."""

@@ -79,20 +79,19 @@ class POCA:
         spec = self.spec
         T, C = rollout.group_rewards.shape
         G = spec.group_size
-        # -- value every group step, the groups after the rollout, truncated copies' finals
-        values = chunked(
+        # -- value and baselines of every group step (one pass, as the update's), the value
+        # of the groups after the rollout and of truncated copies' finals
+        judged = chunked(self._judged, rollout.obs, rollout.actions, rollout.active)
+        b_values = judged[:, 0].view(T, C)
+        b_baselines = judged[:, 1:].view(T, C, G)
+        ends = chunked(
             self.critic.value,
-            torch.cat([rollout.obs, rollout.next_obs, rollout.final_obs]),
-            torch.cat([rollout.active, rollout.next_present, rollout.final_present]),
+            torch.cat([rollout.next_obs, rollout.final_obs]),
+            torch.cat([rollout.next_present, rollout.final_present]),
         )
-        b_values = values[: T * C].view(T, C)
+        next_value = ends[:C]
         group_bootstrap = np.zeros((T, C), dtype=np.float32)
-        group_bootstrap[rollout.final_steps, rollout.final_copies] = (
-            values[(T + 1) * C :].cpu().numpy()
-        )
-        baselines = chunked(self.critic.baseline, rollout.obs, rollout.actions, rollout.active)
-        b_baselines = baselines.view(T, C, G)
-        next_value = values[T * C : (T + 1) * C]
+        group_bootstrap[rollout.final_steps, rollout.final_copies] = ends[C:].cpu().numpy()
         self.b_values, self.group_bootstrap = b_values, group_bootstrap  # kept for inspection
         # -- the group's reward: its agents' own (scaled by strength already) and the group's
         strength = spec.settings.reward_signals.extrinsic.strength
@@ -126,6 +125,13 @@ class POCA:
             "Policy/Extrinsic Baseline Estimate": float(masked_mean(b_baselines, active)),
         }
         return batch, estimates
+
+    def _judged(
+        self, x: torch.Tensor, actions: torch.Tensor, present: torch.Tensor
+    ) -> torch.Tensor:
+        """``(B, 1 + G)``: each group's ``V``, then its agents' baselines."""
+        value, baselines = self.critic.evaluate(x, actions, present)
+        return torch.cat([value[:, None], baselines], 1)
 
     def _critic_loss(
         self, mb: OnPolicyBatch, clip_coef: float

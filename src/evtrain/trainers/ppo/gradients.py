@@ -143,7 +143,8 @@ def ppo_gradients(
     ent_coef: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Add the gradient of PPO's loss on minibatch ``mb`` to the agent's ``.grad``.
+    """Write the gradient of PPO's loss on minibatch ``mb`` into the agent's ``.grad`` (every
+    parameter's: the buffers need no zeroing first).
 
     The loss is ``pg_loss + vf_coef * v_loss - ent_coef * entropy`` with ``mb`` =
     (obs, actions, old log-probs, advantages, returns, ...), as

@@ -224,3 +224,22 @@ def test_a_non_finite_gradient_with_a_finite_loss_is_named_as_the_gradient(bus: 
     assert not skip.update(5, torch.tensor(float("inf")), torch.tensor(1.0))
     assert skip.update(5, torch.tensor(1.0), torch.tensor(1.0))
     assert reporter.get_stats_summaries(SKIPPED_STAT).aggregated_value == 2.0
+
+
+def test_a_step_of_large_finite_numbers_is_finite_and_a_nan_is_found_among_them(
+    bus: Bus,
+) -> None:
+    """Each step's rewards and observations are checked whole first, then row by row."""
+    guard = FiniteGuard("B", "skip", StatsReporter(bus, "B"))
+    rewards = np.full(3, 3e38, dtype=np.float32)
+    observations = np.full((3, 2), 3e38, dtype=np.float32)
+    assert guard.step(1, rewards, observations).tolist() == [True, True, True]
+    observations[1, 0] = np.nan
+    assert guard.step(2, rewards, observations).tolist() == [True, False, True]
+    assert guard.step(3, rewards.astype(np.float64), np.ones((3, 2))).tolist() == [True] * 3
+    rewards[2] = -np.inf
+    assert guard.step(4, rewards, np.ones((3, 2), dtype=np.float32)).tolist() == [
+        True,
+        True,
+        False,
+    ]

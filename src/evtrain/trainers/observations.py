@@ -240,11 +240,9 @@ class ObservationLayout:
         return np.concatenate([_columns(p, obs[p.key], batch) for p in self.parts], axis=1)
 
     def tensor(self, obs: Any, device: torch.device) -> torch.Tensor:
-        """A batch of observations as ``(B, size)`` float32 rows on ``device``, a copy."""
-        if self.keys is None and not self.parts[0].one_hot:
-            x = torch.tensor(obs, dtype=torch.float32, device=device)
-            return x.reshape(x.shape[0], -1)
-        return torch.from_numpy(self.rows(obs)).to(device)
+        """A batch of observations as ``(B, size)`` float32 rows on ``device``, a copy (numpy's
+        copy and cast: a third of ``torch.tensor``'s time for a vector step's few rows)."""
+        return torch.from_numpy(self.rows(obs, copy=True)).to(device)
 
     # -- the networks' side ---------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -132,11 +133,25 @@ def clip_grad_norm_(flat: nn.Parameter, max_norm: float) -> torch.Tensor:
     """Scale a :func:`flatten_parameters` buffer's gradient to norm ``max_norm`` at most.
 
     ``torch.nn.utils.clip_grad_norm_``'s rule (coefficient ``max_norm / (norm + 1e-6)``,
-    capped at 1) in three kernels, without its per-call grouping of tensors by device and
-    dtype, which costs twice as much as the arithmetic on one tensor.  Returns the norm.
+    capped at 1) without its per-call grouping of tensors by device and dtype, which costs
+    twice as much as the arithmetic on one tensor.  Returns the norm.
+
+    On the CPU the coefficient is computed on the norm's value in numpy's float32, the
+    operations torch would run on the 0-d tensor (``max_norm / t`` is ``t.reciprocal() *
+    max_norm``), so the gradient gets the same bits for a fraction of the cost of four
+    kernels; a coefficient of 1 leaves it as it is.  Elsewhere the kernels run on the device,
+    which reading the norm would wait for.
     """
-    if flat.grad is None:
+    grad = flat.grad
+    if grad is None:
         raise ValueError("this parameter has no gradient buffer: use flatten_parameters")
-    norm: torch.Tensor = torch.linalg.vector_norm(flat.grad)
-    flat.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    norm: torch.Tensor = torch.linalg.vector_norm(grad)
+    if grad.device.type != "cpu" or grad.dtype != torch.float32:
+        grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        return norm
+    value = np.float32(norm.item())
+    reciprocal = np.float32(1.0) / (value + np.float32(1e-6))
+    coef = np.minimum(reciprocal * np.float32(max_norm), np.float32(1.0))
+    if coef != 1.0:
+        grad.mul_(float(coef))
     return norm

@@ -203,8 +203,8 @@ class PPO:
         agent (the same numbers, without autograd's per-operation cost), else from autograd.
         """
         flat_params, hp, spec = self.flat_params, self.hp, self.spec
-        zero_grad_(flat_params)
         if self.analytic_gradients and isinstance(self.agent, ActorCritic):
+            # (writes every parameter's gradient: nothing to zero first)
             pg_loss, v_loss, entropy_loss = ppo_gradients(
                 self.agent,
                 mb,
@@ -214,6 +214,7 @@ class PPO:
                 with_entropy=with_entropy,
             )
         else:
+            zero_grad_(flat_params)
             pg_loss, v_loss, entropy_loss = autograd_backward(
                 self.agent,
                 mb,

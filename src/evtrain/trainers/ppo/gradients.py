@@ -19,10 +19,12 @@ autograd for anything else.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import cast
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -35,6 +37,14 @@ _ACTIVATIONS: dict[Callable[[torch.Tensor], torch.Tensor], str] = {
     torch.relu: "relu",
 }
 """Hidden-layer nonlinearities whose derivative is written out here."""
+_ALIGNMENT = 64
+"""Bytes: the alignment of a tensor torch allocates on the CPU."""
+
+
+@functools.lru_cache(maxsize=8)
+def _scalar(value: float) -> torch.Tensor:
+    """``torch.tensor(value)``, made once (the loss's coefficients, read and never written)."""
+    return torch.tensor(value)
 
 
 def supports(agent: nn.Module) -> bool:
@@ -72,15 +82,21 @@ class _Tape:
         self.out = torch.addmm(last.bias, self.inputs[-1], last.weight.t())
 
     def backward(self, grad_out: torch.Tensor) -> None:
-        """Add ``d loss / d parameter`` to each parameter's ``.grad``, given ``d loss / d out``."""
+        """Write ``d loss / d parameter`` into each parameter's ``.grad``, given
+        ``d loss / d out``."""
         grad = grad_out
         for i in range(len(self.layers) - 1, -1, -1):
             layer, x = self.layers[i], self.inputs[i]
             weight_grad, bias_grad = layer.weight.grad, layer.bias.grad
             assert weight_grad is not None and bias_grad is not None  # flatten_parameters' views
-            # AddmmBackward0's product for a weight stored (out, in) and used transposed
-            weight_grad.add_(torch.mm(grad.t(), x))
-            bias_grad.add_(grad.sum(0))
+            # AddmmBackward0's product for a weight stored (out, in) and used transposed,
+            # written into the gradient buffer itself where that is aligned as a new tensor
+            # is (BLAS may take another code path, with other last bits, for other addresses)
+            if weight_grad.data_ptr() % _ALIGNMENT == 0:
+                torch.mm(grad.t(), x, out=weight_grad)
+            else:
+                weight_grad.copy_(torch.mm(grad.t(), x))
+            torch.sum(grad, 0, out=bias_grad)
             if i > 0:
                 grad = torch.mm(grad, layer.weight)
                 if self.relu:
@@ -96,22 +112,26 @@ def _surrogate_grad(
     clip_coef: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The clipped surrogate loss ``-E[min(r A, clip(r) A)]`` and its gradient with respect to
-    ``new_logprob`` (as :func:`~evtrain.trainers.ppo.clipped_surrogate_loss` computes it)."""
+    ``new_logprob`` (as :func:`~evtrain.trainers.ppo.clipped_surrogate_loss` computes it).
+
+    The gradient is autograd's, in fewer operations.  Autograd sends the mean's ``-1/B`` to
+    ``minimum``'s smaller side (half to each on a tie), and ``clamp`` passes it inside
+    ``[1 - eps, 1 + eps]`` only.  Inside, ``clip(r) = r``: the two sides tie, and the halves
+    add up to all of it, exactly (``-1/(2B) A`` is ``-1/B A`` halved).  Outside, the clamped
+    side passes nothing, so ``r A`` gets all of it when it is the smaller and nothing when it
+    is the larger (on a tie outside, ``A = 0``: zero either way).  So the gradient with
+    respect to ``r`` is ``-A/B`` where ``r A <= clip(r) A``, else 0, and ``r`` times that with
+    respect to ``log r``.  (The zeros' signs may differ from autograd's; they vanish when
+    added to the zeros :func:`_categorical` scatters them into.)
+    """
     ratio = torch.exp(new_logprob - old_logprob)
-    clipped = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
     surr1 = ratio * advantages
-    surr2 = clipped * advantages
+    surr2 = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages
     loss = -torch.minimum(surr1, surr2).mean()
-    # d loss / d min: the mean's -1/B; minimum sends half of it to each side on a tie
-    grad_min = torch.full_like(ratio, -1.0).div_(ratio.numel())
-    half = grad_min / 2
-    tie = surr1 == surr2
-    grad1 = torch.where(tie, half, grad_min).masked_fill_(surr1 > surr2, 0.0)
-    grad2 = torch.where(tie, half, grad_min).masked_fill_(surr1 < surr2, 0.0)
-    # clamp passes its gradient inside [1 - eps, 1 + eps] only
-    inside = (ratio >= 1.0 - clip_coef) & (ratio <= 1.0 + clip_coef)
-    grad_ratio = grad1 * advantages + torch.where(inside, grad2 * advantages, 0.0)
-    return loss, grad_ratio * ratio
+    # d loss / d min: the mean's -1/B, as float32 computes it (exact for a power of two)
+    grad_min = float(np.float32(-1.0) / np.float32(ratio.numel()))
+    grad = (advantages * grad_min).mul_(ratio).masked_fill_(surr1 > surr2, 0.0)
+    return loss, grad
 
 
 def ppo_gradients(
@@ -123,7 +143,8 @@ def ppo_gradients(
     ent_coef: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Add the gradient of PPO's loss on minibatch ``mb`` to the agent's ``.grad``.
+    """Write the gradient of PPO's loss on minibatch ``mb`` into the agent's ``.grad`` (every
+    parameter's: the buffers need no zeroing first).
 
     The loss is ``pg_loss + vf_coef * v_loss - ent_coef * entropy`` with ``mb`` =
     (obs, actions, old log-probs, advantages, returns, ...), as
@@ -137,8 +158,9 @@ def ppo_gradients(
         critic = _Tape(agent.critic, mb_obs)
         # -- value loss: mean squared error, scaled by vf_coef in the total loss
         value = critic.out.squeeze(-1) if critic.out.shape[-1] == 1 else critic.out
-        v_loss = torch.nn.functional.mse_loss(value, mb_returns)
-        value_grad = torch.ops.aten.mse_loss_backward(torch.tensor(vf_coef), value, mb_returns, 1)
+        # F.mse_loss's kernel without its Python checks; 1 is "mean" (the stub says str)
+        v_loss = torch._C._nn.mse_loss(value, mb_returns, 1)  # type: ignore[arg-type]
+        value_grad = torch.ops.aten.mse_loss_backward(_scalar(vf_coef), value, mb_returns, 1)
         critic.backward(value_grad.view_as(critic.out))
         if agent.discrete:
             pg_loss, entropy, logits_grad = _categorical(
@@ -178,9 +200,7 @@ def _categorical(
             grad_h = torch.full_like(per_sample, -ent_coef).div_(per_sample.numel())
             grad_plogp = (-grad_h)[:, None].expand_as(log_probs)
             log_probs_grad += grad_plogp * probs + (grad_plogp * log_probs) * probs
-    logits_grad = torch.ops.aten._log_softmax_backward_data(
-        log_probs_grad, log_probs, -1, log_probs.dtype
-    )
+    logits_grad = torch._log_softmax_backward_data(log_probs_grad, log_probs, -1, log_probs.dtype)
     return pg_loss, entropy, logits_grad
 
 
@@ -215,5 +235,5 @@ def _gaussian(
         if ent_coef > 0.0:
             log_std_grad = log_std_grad - ent_coef
     assert log_std.grad is not None  # a view into flatten_parameters' buffer
-    log_std.grad.add_(log_std_grad)
+    log_std.grad.copy_(log_std_grad)
     return pg_loss, entropy, mean_grad

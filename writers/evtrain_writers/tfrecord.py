@@ -116,7 +116,7 @@ class ScalarEventEncoder:
     :param tags: the scalar tags, in the order values are given to :meth:`encode`.
     """
 
-    __slots__ = ("_pack", "_prefixes", "_summary_key", "tags")
+    __slots__ = ("_args", "_pack", "_prefixes", "_summary_key", "tags")
 
     def __init__(self, tags: Sequence[str]) -> None:
         if not tags:
@@ -127,6 +127,9 @@ class ScalarEventEncoder:
         self._summary_key = b"\x2a" + encode_varint(summary_len)
         layout = "".join(f"{len(prefix)}sf" for prefix in self._prefixes)
         self._pack = struct.Struct("<" + layout).pack
+        self._args = [item for prefix in self._prefixes for item in (prefix, 0.0)]
+        """The pack's arguments, prefixes in place: each encode copies it and slices the
+        values in (one C-level copy and assignment, no Python loop)."""
 
     def encode(self, wall_time: float, step: int, values: Sequence[float]) -> bytes:
         """One serialised Event; values beyond float32 range become ±inf like TensorFlow's.
@@ -137,8 +140,8 @@ class ScalarEventEncoder:
             raise ValueError(f"expected {len(self.tags)} values, got {len(values)}")
         step = int(step)
         step_field = _SMALL_STEPS[step] if 0 <= step < 0x80 else b"\x10" + encode_varint(step)
-        # lengths checked above; zip's own check would only repeat it
-        args = [item for pair in zip(self._prefixes, values, strict=False) for item in pair]
+        args = self._args.copy()
+        args[1::2] = values
         try:
             summary = self._pack(*args)
         except (OverflowError, struct.error):

@@ -33,25 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, machine, make_parser, write_json
+from common import ROOT, machine, make_parser, percentiles, write_json
 
 KEYS = tuple(f"Group/Metric {i}" for i in range(10))
 MODES = ("paced", "burst")
-
-
-def percentiles(samples_ns: list[int]) -> dict[str, float]:
-    ordered = sorted(samples_ns)
-    n = len(ordered)
-
-    def at(q: float) -> float:
-        return ordered[min(n - 1, int(q * n))] / 1000.0
-
-    return {
-        "p50_us": at(0.5),
-        "p99_us": at(0.99),
-        "p999_us": at(0.999),
-        "max_us": ordered[-1] / 1000,
-    }
 
 
 def child(subscribers: int, mode: str, events: int, gap_us: int, out: Path) -> None:

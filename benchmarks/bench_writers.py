@@ -40,7 +40,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import log_to_file, machine, make_parser, out_dir, run_child, write_json
+from common import (
+    log_to_file,
+    machine,
+    make_parser,
+    out_dir,
+    percentiles,
+    run_child,
+    write_json,
+)
 
 KEYS = tuple(f"Group/Metric {i}" for i in range(10))
 PACED_EVENTS = 5_000
@@ -56,21 +64,6 @@ CASES = (
     "stalled-drop",
     "stalled-spool",
 )
-
-
-def percentiles(samples_ns: list[int]) -> dict[str, float]:
-    ordered = sorted(samples_ns)
-    n = len(ordered)
-
-    def at(q: float) -> float:
-        return ordered[min(n - 1, int(q * n))] / 1000.0
-
-    return {
-        "p50_us": at(0.5),
-        "p99_us": at(0.99),
-        "p999_us": at(0.999),
-        "max_us": ordered[-1] / 1000.0,
-    }
 
 
 def read_back(directory: Path) -> int:

@@ -438,3 +438,19 @@ def row(columns: Sequence[Column], values: Sequence[Any], sep: str = "") -> str:
         format(v, f"{c.align}{c.width}" if isinstance(v, str) else f"{c.align}{c.width}{c.spec}")
         for c, v in zip(columns, values, strict=True)
     )
+
+
+def percentiles(samples_ns: list[int]) -> dict[str, float]:
+    """p50, p99, p99.9 and the largest of ``samples_ns`` (nanoseconds), in microseconds."""
+    ordered = sorted(samples_ns)
+    n = len(ordered)
+
+    def at(q: float) -> float:
+        return ordered[min(n - 1, int(q * n))] / 1000.0
+
+    return {
+        "p50_us": at(0.5),
+        "p99_us": at(0.99),
+        "p999_us": at(0.999),
+        "max_us": ordered[-1] / 1000.0,
+    }

@@ -219,6 +219,7 @@ def run(game_index: int, steps: int, seed: int, games: int) -> dict[str, Any]:
     from evtrain.run.learn import learn
 
     one_torch_thread()
+    sys.path.insert(0, str(ROOT))  # a config's env_id may name a module of examples/
     EnvLogger.suppress_output()  # a warning per illegal move
     game = list(GAMES)[game_index]
     module = importlib.import_module(GAMES[game][0])

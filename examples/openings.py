@@ -6,7 +6,8 @@ Why: a policy trained on its own games answers the openings it likes itself, and
 player, which may open on any cell (every first move draws), finds the lines it never learned
 to defend.  The random moves belong to no one: the agents' experience starts after them, and
 the game, its rules and its rewards are PettingZoo's own.  The policy that results plays the
-plain game (``benchmarks/bench_selfplay.py`` plays it there).
+plain game (``benchmarks/bench_selfplay.py`` plays it there; the example config's evaluation
+too, with ``env_kwargs: {openings: false}``).
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ class RandomOpenings(BaseWrapper[Any, Any, Any]):  # type: ignore[misc]  # untyp
             self.env.step(int(self._rng.choice(legal)))
 
 
-def tictactoe(**kwargs: Any) -> RandomOpenings:
+def tictactoe(openings: bool = True, **kwargs: Any) -> Any:
     """PettingZoo's ``classic/tictactoe-v3`` (its AEC game, as ``env_id: classic/tictactoe-v3``
-    makes it) with random openings."""
+    makes it) with random openings; ``openings=False`` (e.g. an evaluation's ``env_kwargs``):
+    the plain game."""
     import pettingzoo
 
-    return RandomOpenings(pettingzoo.make("aec", "classic/tictactoe-v3", **kwargs))
+    env = pettingzoo.make("aec", "classic/tictactoe-v3", **kwargs)
+    return RandomOpenings(env) if openings else env

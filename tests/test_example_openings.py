@@ -56,6 +56,15 @@ def test_the_same_seed_opens_the_same_way_and_the_game_plays_to_pettingzoos_end(
     assert sorted(returns.values()) in ([-1.0, 1.0], [0.0, 0.0])  # PettingZoo's rewards
 
 
+def test_openings_false_is_the_plain_game() -> None:
+    env = openings.tictactoe(openings=False)
+    assert not isinstance(env, openings.RandomOpenings)
+    for seed in range(20):
+        env.reset(seed=seed)
+        assert env.agent_selection == env.possible_agents[0]
+        assert env.observe(env.agent_selection)["action_mask"].sum() == 9
+
+
 def test_self_play_trains_on_it_through_the_cli(tmp_path: Path) -> None:
     options = tictactoe_self_play(
         512,

@@ -160,6 +160,10 @@ for folder in sys.argv[1:]:  # one saving process each, forked: torch imported o
     if os.fork() == 0:
         try:
             save_until_killed(folder, os.getppid())
+        except BaseException:  # said before os._exit, which would swallow it
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
         finally:
             os._exit(1)
 for _ in sys.argv[1:]:
@@ -188,7 +192,8 @@ def test_kill_9_at_random_moments_leaves_complete_files(tmp_path: Path) -> None:
             line = proc.stdout.readline()
             if not line.startswith("saved "):
                 proc.kill()
-                pytest.fail(f"a saving process failed: {proc.communicate()[1]}")
+                _, stderr = proc.communicate()
+                pytest.fail(f"a saving process failed: read {line!r} after {savers}; {stderr}")
             savers.append(int(line.split()[1]))
             time.sleep(chance.uniform(0.0, 0.4))
             os.kill(savers[-1], signal.SIGKILL)

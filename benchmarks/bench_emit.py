@@ -33,26 +33,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_writers import make_events
 from common import ROOT, machine, make_parser, percentiles, write_json
 
-KEYS = tuple(f"Group/Metric {i}" for i in range(10))
 MODES = ("paced", "burst")
 
 
 def child(subscribers: int, mode: str, events: int, gap_us: int, out: Path) -> None:
     import evtrain
-    from evtrain import Bus, StatsEvent, StatsSummary, signals
+    from evtrain import Bus, signals
 
-    payloads = [
-        StatsEvent(
-            category="Bench",
-            step=step,
-            values={k: StatsSummary(full_dist=(float(step + i),)) for i, k in enumerate(KEYS)},
-            rank=0,
-            time=0.0,
-        )
-        for step in range(1, events + 1)
-    ]
+    payloads = make_events(events)
     bus = Bus()
     for i in range(subscribers):
 

@@ -114,3 +114,38 @@ def connect_four_one_ply(observation: Any, action_mask: Any) -> int:
         if moves:
             return moves[0]
     return random.choice(legal)
+
+
+def _grid(observation: Any) -> np.ndarray:
+    """The board from the mover's side: 0 empty, 1 its own, 2 the opponent's."""
+    planes = np.asarray(observation)
+    return np.where(planes[:, :, 0] > 0, 1, np.where(planes[:, :, 1] > 0, 2, 0))
+
+
+def safe_moves(grid: np.ndarray, legal: list[int]) -> list[int]:
+    """The columns of ``legal`` after which the opponent (2 on ``grid``) has no immediate win
+    (on the square the move opens above it, or anywhere else)."""
+    safe = []
+    for column in legal:
+        row = _drop(grid, column)
+        if row is None:
+            continue
+        after = grid.copy()
+        after[row, column] = 1
+        replies = [c for c in range(COLUMNS) if _drop(after, c) is not None]
+        if not winning_moves(after, 2, replies):
+            safe.append(column)
+    return safe
+
+
+def connect_four_two_ply(observation: Any, action_mask: Any) -> int:
+    """Wins at once if it can, else blocks the opponent's immediate win, else a uniformly
+    random legal move among those that leave the opponent no immediate win (any legal move if
+    none does): :func:`connect_four_one_ply` that also looks at the opponent's reply."""
+    grid = _grid(observation)
+    legal = [int(c) for c in np.flatnonzero(np.asarray(action_mask))]
+    for player in (1, 2):
+        moves = winning_moves(grid, player, legal)
+        if moves:
+            return moves[0]
+    return random.choice(safe_moves(grid, legal) or legal)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from evtrain import StatsReporter
 from evtrain.trainers import PPOTrainer
 from evtrain.trainers.ghost import GhostController
@@ -42,3 +44,19 @@ def turns(trainer: PPOTrainer, controller: GhostController, n: int) -> None:
     for _ in range(n):
         trainer.advance()
         controller.after_turn()
+
+
+def plays_zero(observation: Any, action_mask: Any) -> int:
+    """A scripted player of the duel (``tests.self_play_duel:plays_zero``): the lowest number,
+    whatever it sees; one agent's observation and no mask are what it is given."""
+    assert np.shape(observation) == (2,) and action_mask is None
+    return 0
+
+
+def plays_two(observation: Any, action_mask: Any) -> int:
+    """A scripted player of the duel: the highest number."""
+    return 2
+
+
+NOT_A_FUNCTION = 3
+"""Named by a test as a scripted player that is not one."""

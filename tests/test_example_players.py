@@ -1,6 +1,6 @@
 """examples/players.py's scripted players, checked against the real PettingZoo games: the
 perfect tic-tac-toe player never loses, the illegal one always does, the one-ply connect four
-player wins at once and blocks when it can."""
+player wins at once and blocks when it can, the two-ply one also never opens a win on top."""
 
 from __future__ import annotations
 
@@ -128,3 +128,39 @@ def test_the_one_ply_player_beats_random() -> None:
     results = [play(env, connect_four_one_ply, random_player(rng), seed)[0] for seed in range(25)]
     results += [play(env, random_player(rng), connect_four_one_ply, seed)[1] for seed in range(25)]
     assert results.count(1.0) >= 45
+
+
+connect_four_two_ply = players.connect_four_two_ply
+
+
+def test_the_two_ply_player_wins_and_blocks_as_the_one_ply_does() -> None:
+    env = position([3, 0, 3, 0, 3, 6])
+    obs = env.observe(env.agent_selection)
+    assert connect_four_two_ply(obs["observation"], obs["action_mask"]) == 3
+    env = position([0, 2, 6, 2, 6, 2])
+    obs = env.observe(env.agent_selection)
+    for seed in range(5):
+        random.seed(seed)
+        assert connect_four_two_ply(obs["observation"], obs["action_mask"]) == 2
+
+
+def test_the_two_ply_player_never_opens_the_square_under_the_opponents_win() -> None:
+    # the second player has three on the second row (columns 4-6): a piece in column 3's
+    # bottom square would let it win on top of it; no one can win or must block now
+    env = position([4, 4, 5, 5, 0, 6, 1, 6])
+    obs = env.observe(env.agent_selection)
+    two_ply, one_ply = set(), set()
+    for seed in range(60):
+        random.seed(seed)
+        two_ply.add(connect_four_two_ply(obs["observation"], obs["action_mask"]))
+        random.seed(seed)
+        one_ply.add(connect_four_one_ply(obs["observation"], obs["action_mask"]))
+    assert 3 in one_ply  # the one-ply player does not look: the position is the test's point
+    assert two_ply == {0, 1, 2, 4, 5, 6}
+
+
+def test_the_two_ply_player_beats_the_one_ply_player() -> None:
+    env = connect_four()
+    results = [play(env, connect_four_two_ply, connect_four_one_ply, s)[0] for s in range(20)]
+    results += [play(env, connect_four_one_ply, connect_four_two_ply, s)[1] for s in range(20)]
+    assert results.count(1.0) > results.count(-1.0)  # 25 to 12 on these seeds

@@ -6,19 +6,28 @@ by a :class:`CoPlayer`: a callable from the batched observations of the agents i
 their actions.  ``AgentSlots.co_players`` holds them by key, ``"<behavior>?team=<N>"`` looked up
 before ``"<behavior>"``; an agent with neither gets uniformly random actions, legal ones where
 its observation carries PettingZoo's ``action_mask`` (:class:`RandomCoPlayer`).
+
+A scripted player, ``function(observation, action_mask) -> action`` for one agent
+(``evaluation.opponents``' and ``self_play.scripted_opponents``' ``module:function``), acts
+through :class:`ScriptedPlayer` (one agent) and :class:`ScriptedCoPlayer` (a batch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from evtrain.errors import ConfigError
+
 ACTION_MASK = "action_mask"
 """PettingZoo's key of the legal actions in a ``Dict`` observation (1: legal)."""
+OBSERVATION = "observation"
+"""PettingZoo's key of the observation proper in a ``Dict`` observation."""
 
 
 class CoPlayer(Protocol):
@@ -106,3 +115,49 @@ def row(batch: Any, index: int) -> Any:
     if isinstance(batch, Mapping):
         return {key: value[index] for key, value in batch.items()}
     return batch[index]
+
+
+class ScriptedPlayer:
+    """``function(observation, action_mask) -> action`` for one agent: its raw observation
+    (the ``observation`` entry of a ``Dict`` observation that has one) and its
+    ``action_mask``, else ``None``."""
+
+    def __init__(self, function: Callable[[Any, Any], Any]) -> None:
+        self.function = function
+
+    def __call__(self, obs: Any) -> Any:
+        if isinstance(obs, Mapping) and OBSERVATION in obs:
+            return self.function(obs[OBSERVATION], obs.get(ACTION_MASK))
+        return self.function(obs, None)
+
+
+class ScriptedCoPlayer:
+    """A :class:`ScriptedPlayer` as a co-player: called on each row of the batch in turn."""
+
+    def __init__(self, player: ScriptedPlayer) -> None:
+        self.player = player
+
+    def __call__(self, obs: Any) -> npt.NDArray[Any]:
+        return np.asarray([self.player(row(obs, i)) for i in range(batch_size(obs))])
+
+
+def import_player(spec: str, where: str) -> Callable[[Any, Any], Any]:
+    """The function ``module:function`` names (``where``: how errors name the setting).
+
+    :raises ConfigError: it cannot be imported, or is not callable.
+    """
+    module_name, _, name = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(
+            [
+                f"{where}: {spec!r} cannot be imported ({type(error).__name__}: {error}); give "
+                "module:function of a module importable from the run's working folder or the "
+                "installed packages"
+            ]
+        ) from None
+    if not callable(found):
+        raise ConfigError([f"{where}: {spec!r} is a {type(found).__name__}, not a function"])
+    function: Callable[[Any, Any], Any] = found
+    return function

@@ -4,12 +4,13 @@ trainer), with ML-Agents' names and defaults (re-exported by :mod:`evtrain.train
 What the keys do is :mod:`evtrain.trainers.ghost`'s; here they are declared and range-checked.
 ``opponent_sampling`` and the ``pfsp_`` keys are evtrain's (prioritized fictitious self-play,
 AlphaStar's): unset, a snapshot is drawn uniformly, as ML-Agents draws it; so is ``league``
-(a main exploiter, AlphaStar's): unset, there is none; and ``random_opponent_ratio``: unset,
-no opponent plays at random.
+(a main exploiter, AlphaStar's): unset, there is none; ``random_opponent_ratio``: unset,
+no opponent plays at random; and ``scripted_opponents``: unset, none plays.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import attrs
@@ -30,6 +31,40 @@ def _one_exploiter(instance: Any, attribute: attrs.Attribute[int], value: int) -
         raise ValueError(
             f"evtrain's league has one main exploiter, got {value}; set exploiters: 1, or "
             "remove league",
+            attribute,
+        )
+
+
+_CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _scripted_specs(instance: Any, attribute: attrs.Attribute[list[str]], value: Any) -> None:
+    if not isinstance(value, list):
+        raise ValueError(
+            f"expected a list of module:function players, got {value!r}",
+            attribute,
+        )
+    for i, spec in enumerate(value):
+        if not isinstance(spec, str) or not _CALLABLE.match(spec):
+            raise ValueError(
+                f"item {i}: expected module:function (a scripted player, "
+                f"function(observation, action_mask) -> action), got {spec!r}",
+                attribute,
+            )
+
+
+def _scripted_ratio(instance: Any, attribute: attrs.Attribute[float], value: float) -> None:
+    players = instance.scripted_opponents
+    if value > 0 and not players:
+        raise ValueError(
+            f"{value} draws a scripted opponent, and scripted_opponents names none; list "
+            "them (module:function), or remove the ratio",
+            attribute,
+        )
+    if players and value == 0:
+        raise ValueError(
+            "0 (unset) never draws the scripted_opponents listed; set the share of draws that "
+            "take one (e.g. scripted_opponent_ratio: 0.5), or remove scripted_opponents",
             attribute,
         )
 
@@ -78,6 +113,16 @@ class SelfPlaySettings:
     """Probability that a draw takes an opponent whose actions ignore what it observes (the
     policy with every parameter zero: uniform over the legal moves of a discrete action), before
     anything else is considered.  evtrain's; 0 (ML-Agents): never.  Its games move no rating."""
+    scripted_opponents: list[str] = attrs.field(factory=list, validator=_scripted_specs)
+    """Scripted players (``module:function``, ``function(observation, action_mask) ->
+    action``, as ``evaluation.opponents`` takes them) a draw may seat in the behavior's own
+    copies instead of a policy (a game of two teams of it).  evtrain's; none unset."""
+    scripted_opponent_ratio: float = attrs.field(
+        default=0.0, validator=[v.ge(0.0), v.le(1.0), _scripted_ratio]
+    )
+    """Probability that a draw which did not take the random opponent takes one of
+    ``scripted_opponents`` (uniformly), before the league's exploiter, the policy now and the
+    window are considered.  Required with them; its games move no rating."""
     initial_elo: float = 1200.0
     """The ELO rating the policy and every snapshot start from."""
     opponent_sampling: Literal["uniform", "pfsp"] = attrs.field(

@@ -23,7 +23,6 @@ A self-playing behavior's win rate in each seat is ``<label>/Win Rate as Team <N
 
 from __future__ import annotations
 
-import importlib
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +42,12 @@ from evtrain.evaluation.opponents import (
     WIN_RATE,
     Opponent,
 )
-from evtrain.multiagent.coplayers import ACTION_MASK, RandomCoPlayer, stack
+from evtrain.multiagent.coplayers import (
+    RandomCoPlayer,
+    ScriptedPlayer,
+    import_player,
+    stack,
+)
 from evtrain.multiagent.mapping import AgentRole
 from evtrain.multiagent.slots import behavior_spaces
 from evtrain.trainers.networks.action_heads import to_env
@@ -54,9 +58,6 @@ Act = Callable[[str, Any], Any]
 
 _RANDOM_STREAM = 0x0FF_0AE
 """Mixed into an episode's seed for the random opponents' draws."""
-
-OBSERVATION = "observation"
-"""PettingZoo's key of the observation proper in a ``Dict`` observation."""
 
 
 @attrs.frozen(kw_only=True)
@@ -161,40 +162,6 @@ def onnx_session(path: Path) -> Any:
     import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 
     return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
-class ScriptedPlayer:
-    """``function(observation, action_mask) -> action`` for one agent (the module's docs)."""
-
-    def __init__(self, function: Callable[[Any, Any], Any]) -> None:
-        self.function = function
-
-    def __call__(self, obs: Any) -> Any:
-        if isinstance(obs, Mapping) and OBSERVATION in obs:
-            return self.function(obs[OBSERVATION], obs.get(ACTION_MASK))
-        return self.function(obs, None)
-
-
-def import_player(spec: str, where: str) -> Callable[[Any, Any], Any]:
-    """The function ``module:function`` names.
-
-    :raises ConfigError: it cannot be imported, or is not callable.
-    """
-    module_name, _, name = spec.partition(":")
-    try:
-        found = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as error:
-        raise ConfigError(
-            [
-                f"{where}: {spec!r} cannot be imported ({type(error).__name__}: {error}); give "
-                "module:function of a module importable from the run's working folder or the "
-                "installed packages"
-            ]
-        ) from None
-    if not callable(found):
-        raise ConfigError([f"{where}: {spec!r} is a {type(found).__name__}, not a function"])
-    function: Callable[[Any, Any], Any] = found
-    return function
 
 
 class Opponents:

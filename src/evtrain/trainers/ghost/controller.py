@@ -17,7 +17,9 @@ the trainer (:meth:`after_turn`), counted in the learning team's steps (the trai
 - every ``save_steps`` steps a snapshot of the policy joins the window (the oldest leaves);
 - every ``swap_steps`` the opponents of its seats are drawn anew: with probability
   ``random_opponent_ratio`` (evtrain's, 0 unset) a policy whose actions ignore what it observes
-  (:func:`~evtrain.trainers.ghost.snapshots.blank`), else with probability
+  (:func:`~evtrain.trainers.ghost.snapshots.blank`), else in its own copies with probability
+  ``scripted_opponent_ratio`` (evtrain's, 0 unset) one of ``scripted_opponents``, a scripted
+  player (:class:`~evtrain.multiagent.coplayers.ScriptedCoPlayer`), else with probability
   ``play_against_latest_model_ratio`` the policy as it is now, else a snapshot of the window,
   uniformly (ML-Agents), or with ``opponent_sampling: pfsp`` by the learning side's results
   against each (:mod:`evtrain.trainers.ghost.pfsp`).  ML-Agents counts these in the opponents'
@@ -47,6 +49,7 @@ import torch
 
 from evtrain.errors import ConfigError
 from evtrain.events.stats import StatsPropertyType
+from evtrain.multiagent.coplayers import ScriptedCoPlayer, ScriptedPlayer, import_player
 from evtrain.trainers.ghost.elo import game_score, rating_change
 from evtrain.trainers.ghost.league import MainExploiter
 from evtrain.trainers.ghost.pfsp import PFSP_ENTROPY, POOL_WIN_RATE, entropy, pfsp_weights
@@ -78,7 +81,8 @@ class GhostController:
         (:mod:`evtrain.trainers.ghost.league`); called once, if there is a league.
     :raises ConfigError: the environments' self-playing agents do not form two teams
         (:func:`~evtrain.trainers.ghost.teams.team_slots`); a league across behaviors, or
-        without ``league_envs``.
+        without ``league_envs``; scripted opponents across behaviors, or one that cannot be
+        imported.
     """
 
     def __init__(
@@ -105,6 +109,8 @@ class GhostController:
         self.learning_team = self.envs.teams[0]
         self.last_save = self.last_team_change = trainer.step
         self._restored = False
+        self.scripted = self._scripted(settings.scripted_opponents)
+        """The players of ``scripted_opponents``, in their order."""
         self.exploiter: MainExploiter | None = None
         """The league's main exploiter (``settings.league``)."""
         if settings.league is not None:
@@ -219,6 +225,12 @@ class GhostController:
             parameters = {name for name, _ in seat.opponent.module.named_parameters()}
             seat.play(RANDOM, blank(self._current_weights(), parameters))
         elif (
+            self.scripted
+            and seat.envs is self.envs
+            and self.rng.random() < self.settings.scripted_opponent_ratio
+        ):
+            seat.play_scripted(self.scripted[int(self.rng.integers(len(self.scripted)))])
+        elif (
             self.exploiter is not None
             and league is not None
             and seat.envs is self.envs
@@ -242,6 +254,21 @@ class GhostController:
         self.trainer.reporter.add_stat(PFSP_ENTROPY, entropy(weights))
         self.trainer.reporter.add_stat(POOL_WIN_RATE, float(np.mean(win_rates)))
         return int(self.rng.choice(len(weights), p=weights))
+
+    def _scripted(self, specs: list[str]) -> list[ScriptedCoPlayer]:
+        key = f"behaviors.{self.trainer.behavior_name}.self_play.scripted_opponents"
+        if specs and len(self.envs.teams) != 2:
+            raise ConfigError(
+                [
+                    f"{key}: a scripted opponent plays the other team of the behavior's own "
+                    "agents, and across behaviors (a team of it against another behavior's) "
+                    "there is none: remove scripted_opponents"
+                ]
+            )
+        return [
+            ScriptedCoPlayer(ScriptedPlayer(import_player(spec, f"{key}[{i}]")))
+            for i, spec in enumerate(specs)
+        ]
 
     def _league_envs(self, make: Callable[[], Any] | None) -> Any:
         key = f"behaviors.{self.trainer.behavior_name}.self_play.league"

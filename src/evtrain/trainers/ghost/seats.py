@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from evtrain.trainers.ghost.snapshots import LATEST, SnapshotWindow, Weights
+from evtrain.multiagent.coplayers import CoPlayer
+from evtrain.trainers.ghost.snapshots import LATEST, SCRIPTED, SnapshotWindow, Weights
 from evtrain.trainers.observations import policy_inputs
 
 if TYPE_CHECKING:
@@ -100,4 +101,10 @@ class Seat:
         self.index = index
         self.opponent.module.load_state_dict(weights)
         self.envs.co_players[self.owner] = self.opponent
+        self.last_swap = self.clock()
+
+    def play_scripted(self, player: CoPlayer) -> None:
+        """From now on, the scripted ``player`` plays (:data:`SCRIPTED`)."""
+        self.index = SCRIPTED
+        self.envs.co_players[self.owner] = player
         self.last_swap = self.clock()

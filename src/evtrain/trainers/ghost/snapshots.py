@@ -27,6 +27,10 @@ RANDOM = -3
 rated as the learning policy, so that a game against it moves no rating, as against
 :data:`LATEST`."""
 
+SCRIPTED = -4
+"""The opponent index of one of ``scripted_opponents`` (a scripted player): rated as the learning
+policy, so that a game against it moves no rating, as against :data:`LATEST`."""
+
 
 def blank(weights: Weights, parameters: set[str]) -> Weights:
     """``weights`` with the tensors named in ``parameters`` (the module's parameters) zero: the

@@ -96,3 +96,13 @@ class DuelSlots(VectorEnv[Any, Any, Any]):
 
     def close_extras(self, **kwargs: Any) -> None:
         pass
+
+
+def one_team_across_behaviors(copies: int = 2) -> DuelSlots:
+    """Duel copies where the behavior is one team, against another self-playing behavior's
+    (``Goalie``): the attributes ``AgentSlots`` has across behaviors."""
+    envs = DuelSlots(copies)
+    envs.teams = [0]
+    envs.self_play_teams = {0: ["duel"], 1: ["Goalie"]}  # type: ignore[attr-defined]
+    envs.rivals = ["Goalie"]  # type: ignore[attr-defined]
+    return envs

@@ -25,7 +25,7 @@ from evtrain.trainers.ghost import (
 from evtrain.trainers.settings import LeagueSettings, SelfPlaySettings
 from tests.helpers import run_config, saved, tictactoe_self_play
 from tests.self_play_duel import duel, turns
-from tests.self_play_envs import DuelSlots
+from tests.self_play_envs import DuelSlots, one_team_across_behaviors
 from tests.trainers.helpers import Recording, small_ppo
 
 
@@ -220,12 +220,7 @@ def test_a_league_needs_copies_of_its_own_and_two_teams_of_the_behavior(bus: Bus
         "own, and env_settings.shared_env shares the environment's copies between behaviors: "
         "remove league, or shared_env",
     )
-    envs = DuelSlots(2)
-    # one team of it against another self-playing behavior's (AgentSlots' attributes)
-    envs.teams = [0]
-    envs.self_play_teams = {0: ["duel"], 1: ["Goalie"]}  # type: ignore[attr-defined]
-    envs.rivals = ["Goalie"]  # type: ignore[attr-defined]
-    one_team = PPOTrainer("duel", settings, envs, reporter, seed=0)
+    one_team = PPOTrainer("duel", settings, one_team_across_behaviors(), reporter, seed=0)
     with pytest.raises(ConfigError) as info:
         GhostController(one_team, settings.self_play, lambda: DuelSlots(2))
     assert info.value.problems == (

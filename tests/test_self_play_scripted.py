@@ -18,23 +18,28 @@ from evtrain.trainers.ghost.snapshots import LATEST, SCRIPTED
 from evtrain.trainers.settings import SelfPlaySettings
 from tests.helpers import run_config, tictactoe_self_play
 from tests.self_play_duel import duel, turns
-from tests.self_play_envs import DuelSlots
+from tests.self_play_envs import one_team_across_behaviors
 from tests.trainers.helpers import Recording, small_ppo
 
 ZERO = "tests.self_play_duel:plays_zero"
 TWO = "tests.self_play_duel:plays_two"
 
 
-def test_every_draw_scripted_plays_its_moves_and_moves_no_rating(bus: Bus) -> None:
+def scripted_duel(bus: Bus, players: list[str], ratio: float) -> tuple[PPOTrainer, GhostController]:
+    """The duel with ``players`` drawn at ``ratio``: a snapshot and a draw every update."""
     recording = Recording(bus, "duel")
-    trainer, controller = duel(
+    return duel(
         recording.reporter,
         save_steps=64,
         swap_steps=64,
         window=4,
-        scripted_opponents=[ZERO],
-        scripted_opponent_ratio=1.0,
+        scripted_opponents=players,
+        scripted_opponent_ratio=ratio,
     )
+
+
+def test_every_draw_scripted_plays_its_moves_and_moves_no_rating(bus: Bus) -> None:
+    trainer, controller = scripted_duel(bus, [ZERO], 1.0)
     seat = controller.facing
     assert seat is not None and seat.index == SCRIPTED
     assert isinstance(trainer.envs.co_players["duel"], ScriptedCoPlayer)
@@ -48,15 +53,7 @@ def test_every_draw_scripted_plays_its_moves_and_moves_no_rating(bus: Bus) -> No
 
 
 def test_a_ratio_between_draws_them_from_the_controllers_generator(bus: Bus) -> None:
-    recording = Recording(bus, "duel")
-    trainer, controller = duel(
-        recording.reporter,
-        save_steps=64,
-        swap_steps=64,
-        window=4,
-        scripted_opponents=[ZERO, TWO],
-        scripted_opponent_ratio=0.5,
-    )
+    trainer, controller = scripted_duel(bus, [ZERO, TWO], 0.5)
     seat = controller.facing
     assert seat is not None
     drawn: list[tuple[int, Any]] = [(seat.index, trainer.envs.co_players["duel"])]
@@ -147,11 +144,7 @@ def test_across_behaviors_it_is_refused(bus: Bus) -> None:
         self_play=SelfPlaySettings(scripted_opponents=[ZERO], scripted_opponent_ratio=1.0)
     )
     assert settings.self_play is not None
-    envs = DuelSlots(2)
-    # one team of it against another self-playing behavior's (AgentSlots' attributes)
-    envs.teams = [0]
-    envs.self_play_teams = {0: ["duel"], 1: ["Goalie"]}  # type: ignore[attr-defined]
-    envs.rivals = ["Goalie"]  # type: ignore[attr-defined]
+    envs = one_team_across_behaviors()
     trainer = PPOTrainer("duel", settings, envs, StatsReporter(bus, "duel"), seed=0)
     with pytest.raises(ConfigError) as info:
         GhostController(trainer, settings.self_play)

@@ -5,14 +5,20 @@ connect_four_selfplay.yaml: PPO with ``self_play``, both agents behavior ``playe
 each) for its own ``max_steps`` (or ``--steps``), in a process of its own with one torch
 thread; ``seconds`` is the wall time of ``learn()`` (imports and the games excluded).  Then the
 exported ``player.onnx``, run by onnxruntime (the most likely action, as evaluation plays it),
-plays against players it never trained against (examples/players.py):
+plays against fixed players (examples/players.py):
 
 * tic-tac-toe, against a **perfect player choosing among all its optimal moves**, in both seats,
   counted **exhaustively**: the policy is deterministic, so the games are the tree of the perfect
   player's choices, every branch played out (``games`` distinct games a seat); and
   ``--games`` games a seat against a uniformly random player;
 * connect four, ``--games`` games a seat against the **1-ply player** (win now if it can, else
-  block the opponent's immediate win, else a random legal move) and as many against random.
+  block the opponent's immediate win, else a random legal move), as many against the **2-ply
+  player** (the same, but its random move never opens a square the opponent wins on next) and
+  against random.
+
+The connect four config trains with the 1-ply player among its opponents
+(``self_play.scripted_opponents``) and a random one (``random_opponent_ratio``): those figures
+measure play against players it met; the 2-ply player it never met.
 
 An illegal move of the policy loses its game, as PettingZoo rules it.
 
@@ -237,6 +243,9 @@ def run(game_index: int, steps: int, seed: int, games: int) -> dict[str, Any]:
             report["one_ply"] = match(
                 module, policy, scripted("connect_four_one_ply"), games, seed + 1
             )
+            report["two_ply"] = match(
+                module, policy, scripted("connect_four_two_ply"), games, seed + 2
+            )
     return report
 
 
@@ -273,9 +282,15 @@ def goals(game: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "trained_within_12_min": seconds_ok,
         }
     one_ply = [statistics.mean(rates(r["one_ply"])[f"win_{s}"] for s in SEATS) for r in runs]
+    two_ply = [
+        statistics.mean(rates(r["two_ply"])[f"win_{s}"] for s in SEATS)
+        for r in runs
+        if "two_ply" in r
+    ]
     return {
         "win_vs_one_ply": one_ply,
         "win_vs_one_ply_met": all(w >= 0.80 for w in one_ply),
+        "win_vs_two_ply": two_ply,
         "win_vs_random": random_wins,
         "win_vs_random_met": all(w >= 0.95 for w in random_wins),
         "trained_within_12_min": seconds_ok,
@@ -302,7 +317,7 @@ def main() -> None:
     ]
     print(header(COLUMNS))
     for r in runs:
-        for opponent in ("perfect", "one_ply", "random"):
+        for opponent in ("perfect", "one_ply", "two_ply", "random"):
             if opponent in r:
                 figures = rates(r[opponent])
                 values = [r["game"], r["seed"], r["steps"], r["seconds"], opponent]

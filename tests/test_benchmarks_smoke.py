@@ -560,7 +560,11 @@ def test_selfplay_end_to_end(tmp_path: Path) -> None:
     played out in each seat, connect four's matches; the goals judged from those figures."""
     args = ("--steps", "256", "--seeds", "0", "--games", "2")
     done = _run("bench_selfplay.py", *args, out=tmp_path)
-    for game, opponent in (("tictactoe", "perfect"), ("connect_four", "one_ply")):
+    for game, opponent in (
+        ("tictactoe", "perfect"),
+        ("connect_four", "one_ply"),
+        ("connect_four", "two_ply"),
+    ):
         assert re.search(
             rf"^{game} +0 +2,048 +\d+\.\d +{opponent} +[\d,]+ +(\d\.\d{{3}} +){{5}}[\d,]+$",
             done.stdout,
@@ -569,8 +573,21 @@ def test_selfplay_end_to_end(tmp_path: Path) -> None:
     report = _report(tmp_path, "selfplay.json")
     connect_four, tictactoe = sorted(report["runs"], key=lambda r: str(r["game"]))
     assert sorted(tictactoe) == ["game", "perfect", "random", "seconds", "seed", "steps"]
-    assert sorted(connect_four) == ["game", "one_ply", "random", "seconds", "seed", "steps"]
-    for seats in (tictactoe["random"], connect_four["random"], connect_four["one_ply"]):
+    assert sorted(connect_four) == [
+        "game",
+        "one_ply",
+        "random",
+        "seconds",
+        "seed",
+        "steps",
+        "two_ply",
+    ]
+    for seats in (
+        tictactoe["random"],
+        connect_four["random"],
+        connect_four["one_ply"],
+        connect_four["two_ply"],
+    ):
         played = [sum(seats[side].get(k, 0) for k in ("win", "draw", "loss")) for side in seats]
         assert played == [2, 2]
     # each of the perfect first player's optimal first moves (all 9 cells) is a game of its own
@@ -585,4 +602,5 @@ def test_selfplay_end_to_end(tmp_path: Path) -> None:
         "win_vs_one_ply_met",
         "win_vs_random",
         "win_vs_random_met",
+        "win_vs_two_ply",
     ]

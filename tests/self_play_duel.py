@@ -3,6 +3,7 @@ as the self-play tests drive it: turns of the runner, an update then the control
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,12 @@ def plays_zero(observation: Any, action_mask: Any) -> int:
 def plays_two(observation: Any, action_mask: Any) -> int:
     """A scripted player of the duel: the highest number."""
     return 2
+
+
+def plays_at_random(observation: Any, action_mask: Any) -> int:
+    """A scripted player of the duel that draws from Python's ``random`` and numpy's global
+    generator, as scripted players do."""
+    return (random.randrange(3) + int(np.random.randint(3))) % 3
 
 
 NOT_A_FUNCTION = 3

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,34 @@ def test_a_ratio_between_draws_them_from_the_controllers_generator(bus: Bus) -> 
             assert player is seat.opponent  # a policy plays again after a scripted one
     assert {SCRIPTED, LATEST} <= {i for i, _ in expected}
     assert {id(p) for i, p in expected if i == SCRIPTED} == {id(p) for p in controller.scripted}
+
+
+def _moves_against_a_random_player(bus: Bus, seed: int) -> list[int]:
+    recording = Recording(bus, "duel")
+    trainer, controller = duel(
+        recording.reporter,
+        seed=seed,
+        swap_steps=64,
+        scripted_opponents=["tests.self_play_duel:plays_at_random"],
+        scripted_opponent_ratio=1.0,
+    )
+    turns(trainer, controller, 2)
+    return [int(m) for m in np.concatenate(trainer.envs.opponent_moves)]
+
+
+def test_a_players_random_draws_repeat_with_the_seed_and_leave_the_global_ones(bus: Bus) -> None:
+    random.seed(5)
+    np.random.seed(5)
+    before = random.getstate(), np.random.get_state()
+    first = _moves_against_a_random_player(bus, seed=0)
+    # the globals as they were: the player drew from streams of its own
+    assert random.getstate() == before[0]
+    assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), before[1], strict=True))
+    random.seed(6)  # someone else's use of the globals changes nothing of the player's draws
+    np.random.seed(6)
+    assert _moves_against_a_random_player(bus, seed=0) == first
+    assert sorted(set(first)) == [0, 1, 2]
+    assert _moves_against_a_random_player(bus, seed=1) != first  # the run's seed seeds them
 
 
 def test_unset_none_is_drawn() -> None:

@@ -15,6 +15,7 @@ through :class:`ScriptedPlayer` (one agent) and :class:`ScriptedCoPlayer` (a bat
 from __future__ import annotations
 
 import importlib
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -132,13 +133,28 @@ class ScriptedPlayer:
 
 
 class ScriptedCoPlayer:
-    """A :class:`ScriptedPlayer` as a co-player: called on each row of the batch in turn."""
+    """A :class:`ScriptedPlayer` as a co-player: called on each row of the batch in turn.
 
-    def __init__(self, player: ScriptedPlayer) -> None:
+    :param seed: the player's own streams of Python's ``random`` and numpy's global generator
+        (where scripted players draw): swapped in for each batch and out after it, so that its
+        draws repeat with the seed and neither disturb nor follow anyone else's.
+    """
+
+    def __init__(self, player: ScriptedPlayer, seed: int) -> None:
         self.player = player
+        self._random = random.Random(seed).getstate()
+        self._numpy = np.random.RandomState(seed).get_state()
 
     def __call__(self, obs: Any) -> npt.NDArray[Any]:
-        return np.asarray([self.player(row(obs, i)) for i in range(batch_size(obs))])
+        outside = random.getstate(), np.random.get_state()
+        random.setstate(self._random)
+        np.random.set_state(self._numpy)
+        try:
+            return np.asarray([self.player(row(obs, i)) for i in range(batch_size(obs))])
+        finally:
+            self._random, self._numpy = random.getstate(), np.random.get_state()
+            random.setstate(outside[0])
+            np.random.set_state(outside[1])
 
 
 def import_player(spec: str, where: str) -> Callable[[Any, Any], Any]:

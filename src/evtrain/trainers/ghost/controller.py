@@ -265,9 +265,10 @@ class GhostController:
                     "there is none: remove scripted_opponents"
                 ]
             )
+        seeds = np.random.SeedSequence([self.trainer.seed, 0x5C817]).generate_state(len(specs))
         return [
-            ScriptedCoPlayer(ScriptedPlayer(import_player(spec, f"{key}[{i}]")))
-            for i, spec in enumerate(specs)
+            ScriptedCoPlayer(ScriptedPlayer(import_player(spec, f"{key}[{i}]")), int(seed))
+            for i, (spec, seed) in enumerate(zip(specs, seeds, strict=True))
         ]
 
     def _league_envs(self, make: Callable[[], Any] | None) -> Any:

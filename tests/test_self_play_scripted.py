@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from evtrain import Bus, ConfigError, RunOptions, StatsReporter
 from evtrain.multiagent.coplayers import ScriptedCoPlayer
@@ -105,6 +106,29 @@ def test_a_players_random_draws_repeat_with_the_seed_and_leave_the_global_ones(b
     assert _moves_against_a_random_player(bus, seed=0) == first
     assert sorted(set(first)) == [0, 1, 2]
     assert _moves_against_a_random_player(bus, seed=1) != first  # the run's seed seeds them
+
+
+def test_a_resumed_controller_goes_on_with_the_players_streams(bus: Bus, tmp_path: Path) -> None:
+    players = ["tests.self_play_duel:plays_at_random"]
+    recording = Recording(bus, "duel")
+    settings: dict[str, Any] = {
+        "swap_steps": 64,
+        "scripted_opponents": players,
+        "scripted_opponent_ratio": 1.0,
+    }
+    trainer, controller = duel(recording.reporter, **settings)
+    turns(trainer, controller, 2)
+    torch.save(controller.state_dict(), tmp_path / "state.pt")  # as a checkpoint holds it
+    done = len(trainer.envs.opponent_moves)
+    turns(trainer, controller, 2)
+    went_on = np.concatenate(trainer.envs.opponent_moves[done:])
+
+    resumed_trainer, resumed = duel(recording.reporter, **settings)
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    turns(resumed_trainer, resumed, 2)
+    moves = np.concatenate(resumed_trainer.envs.opponent_moves)
+    # its first turns were before the load: the two turns after it are the ones that went on
+    assert np.array_equal(moves[-len(went_on) :], went_on)
 
 
 def test_unset_none_is_drawn() -> None:

@@ -143,7 +143,23 @@ class ScriptedCoPlayer:
     def __init__(self, player: ScriptedPlayer, seed: int) -> None:
         self.player = player
         self._random = random.Random(seed).getstate()
-        self._numpy = np.random.RandomState(seed).get_state()
+        self._numpy: Any = np.random.RandomState(seed).get_state()  # legacy: a tuple
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where its two streams are, as plain numbers (a checkpoint's)."""
+        version, keys, gauss = self._random
+        name, numpy_keys, position, has_gauss, cached = self._numpy
+        return {
+            "random": [version, list(keys), gauss],
+            "numpy": [name, numpy_keys.tolist(), position, has_gauss, cached],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on from :meth:`state_dict`'s streams."""
+        version, keys, gauss = state["random"]
+        self._random = (version, tuple(keys), gauss)
+        name, numpy_keys, position, has_gauss, cached = state["numpy"]
+        self._numpy = (name, np.asarray(numpy_keys, np.uint32), position, has_gauss, cached)
 
     def __call__(self, obs: Any) -> npt.NDArray[Any]:
         outside = random.getstate(), np.random.get_state()

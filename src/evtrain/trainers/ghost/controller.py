@@ -303,7 +303,8 @@ class GhostController:
     # -- checkpoints ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Ratings, snapshots, the learning team, the counters and the opponent draws."""
+        """Ratings, snapshots, the learning team, the counters, the opponent draws and the
+        scripted opponents' streams."""
         return {
             "window": self.window.state_dict(),
             "learning_team": self.learning_team,
@@ -311,6 +312,7 @@ class GhostController:
             "last_swap": self.last_swap,
             "last_team_change": self.last_team_change,
             "rng": self.rng.bit_generator.state,
+            **({"scripted": [p.state_dict() for p in self.scripted]} if self.scripted else {}),
             **({} if self.exploiter is None else {"league": self.exploiter.state_dict()}),
         }
 
@@ -323,6 +325,10 @@ class GhostController:
         self.last_save = int(state["last_save"])
         self.last_team_change = int(state["last_team_change"])
         self.rng.bit_generator.state = state["rng"]
+        saved = state.get("scripted", [])
+        if len(saved) == len(self.scripted):  # else (the list changed) they start afresh
+            for player, streams in zip(self.scripted, saved, strict=True):
+                player.load_state_dict(streams)
         if self.exploiter is not None and "league" in state:  # else it starts afresh
             self.exploiter.load_state_dict(state["league"])
         self._restored = True

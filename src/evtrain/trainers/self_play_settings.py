@@ -10,12 +10,12 @@ no opponent plays at random; and ``scripted_opponents``: unset, none plays.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
 
+from evtrain.evaluation.opponents import kind_of
 from evtrain.trainers.network_settings import ABSENT_WHEN_NONE
 
 _positive_int = [v.instance_of(int), v.gt(0)]
@@ -35,9 +35,6 @@ def _one_exploiter(instance: Any, attribute: attrs.Attribute[int], value: int) -
         )
 
 
-_CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
 def _scripted_specs(instance: Any, attribute: attrs.Attribute[list[str]], value: Any) -> None:
     if not isinstance(value, list):
         raise ValueError(
@@ -45,7 +42,7 @@ def _scripted_specs(instance: Any, attribute: attrs.Attribute[list[str]], value:
             attribute,
         )
     for i, spec in enumerate(value):
-        if not isinstance(spec, str) or not _CALLABLE.match(spec):
+        if not isinstance(spec, str) or kind_of(spec) != "callable":
             raise ValueError(
                 f"item {i}: expected module:function (a scripted player, "
                 f"function(observation, action_mask) -> action), got {spec!r}",

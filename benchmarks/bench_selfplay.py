@@ -282,11 +282,7 @@ def goals(game: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "trained_within_12_min": seconds_ok,
         }
     one_ply = [statistics.mean(rates(r["one_ply"])[f"win_{s}"] for s in SEATS) for r in runs]
-    two_ply = [
-        statistics.mean(rates(r["two_ply"])[f"win_{s}"] for s in SEATS)
-        for r in runs
-        if "two_ply" in r
-    ]
+    two_ply = [statistics.mean(rates(r["two_ply"])[f"win_{s}"] for s in SEATS) for r in runs]
     return {
         "win_vs_one_ply": one_ply,
         "win_vs_one_ply_met": all(w >= 0.80 for w in one_ply),

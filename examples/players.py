@@ -93,6 +93,12 @@ def _wins(grid: np.ndarray, row: int, column: int, player: int) -> bool:
     return False
 
 
+def _grid(observation: Any) -> np.ndarray:
+    """The board from the mover's side: 0 empty, 1 its own, 2 the opponent's."""
+    planes = np.asarray(observation)
+    return np.where(planes[:, :, 0] > 0, 1, np.where(planes[:, :, 1] > 0, 2, 0))
+
+
 def winning_moves(grid: np.ndarray, player: int, legal: list[int]) -> list[int]:
     """The columns of ``legal`` where ``player`` (1 or 2 on ``grid``) wins at once."""
     found = []
@@ -106,20 +112,13 @@ def winning_moves(grid: np.ndarray, player: int, legal: list[int]) -> list[int]:
 def connect_four_one_ply(observation: Any, action_mask: Any) -> int:
     """Wins at once if it can, else blocks the opponent's immediate win, else a uniformly
     random legal move."""
-    planes = np.asarray(observation)
-    grid = np.where(planes[:, :, 0] > 0, 1, np.where(planes[:, :, 1] > 0, 2, 0))
+    grid = _grid(observation)
     legal = [int(c) for c in np.flatnonzero(np.asarray(action_mask))]
     for player in (1, 2):  # own win first, then the opponent's to block
         moves = winning_moves(grid, player, legal)
         if moves:
             return moves[0]
     return random.choice(legal)
-
-
-def _grid(observation: Any) -> np.ndarray:
-    """The board from the mover's side: 0 empty, 1 its own, 2 the opponent's."""
-    planes = np.asarray(observation)
-    return np.where(planes[:, :, 0] > 0, 1, np.where(planes[:, :, 1] > 0, 2, 0))
 
 
 def safe_moves(grid: np.ndarray, legal: list[int]) -> list[int]:

@@ -27,11 +27,14 @@ ZERO = "tests.self_play_duel:plays_zero"
 TWO = "tests.self_play_duel:plays_two"
 
 
-def scripted_duel(bus: Bus, players: list[str], ratio: float) -> tuple[PPOTrainer, GhostController]:
+def scripted_duel(
+    bus: Bus, players: list[str], ratio: float, seed: int = 0
+) -> tuple[PPOTrainer, GhostController]:
     """The duel with ``players`` drawn at ``ratio``: a snapshot and a draw every update."""
     recording = Recording(bus, "duel")
     return duel(
         recording.reporter,
+        seed=seed,
         save_steps=64,
         swap_steps=64,
         window=4,
@@ -80,15 +83,11 @@ def test_a_ratio_between_draws_them_from_the_controllers_generator(bus: Bus) -> 
     assert {id(p) for i, p in expected if i == SCRIPTED} == {id(p) for p in controller.scripted}
 
 
+AT_RANDOM = "tests.self_play_duel:plays_at_random"
+
+
 def _moves_against_a_random_player(bus: Bus, seed: int) -> list[int]:
-    recording = Recording(bus, "duel")
-    trainer, controller = duel(
-        recording.reporter,
-        seed=seed,
-        swap_steps=64,
-        scripted_opponents=["tests.self_play_duel:plays_at_random"],
-        scripted_opponent_ratio=1.0,
-    )
+    trainer, controller = scripted_duel(bus, [AT_RANDOM], 1.0, seed=seed)
     turns(trainer, controller, 2)
     return [int(m) for m in np.concatenate(trainer.envs.opponent_moves)]
 
@@ -109,21 +108,14 @@ def test_a_players_random_draws_repeat_with_the_seed_and_leave_the_global_ones(b
 
 
 def test_a_resumed_controller_goes_on_with_the_players_streams(bus: Bus, tmp_path: Path) -> None:
-    players = ["tests.self_play_duel:plays_at_random"]
-    recording = Recording(bus, "duel")
-    settings: dict[str, Any] = {
-        "swap_steps": 64,
-        "scripted_opponents": players,
-        "scripted_opponent_ratio": 1.0,
-    }
-    trainer, controller = duel(recording.reporter, **settings)
+    trainer, controller = scripted_duel(bus, [AT_RANDOM], 1.0)
     turns(trainer, controller, 2)
     torch.save(controller.state_dict(), tmp_path / "state.pt")  # as a checkpoint holds it
     done = len(trainer.envs.opponent_moves)
     turns(trainer, controller, 2)
     went_on = np.concatenate(trainer.envs.opponent_moves[done:])
 
-    resumed_trainer, resumed = duel(recording.reporter, **settings)
+    resumed_trainer, resumed = scripted_duel(bus, [AT_RANDOM], 1.0)
     resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
     turns(resumed_trainer, resumed, 2)
     moves = np.concatenate(resumed_trainer.envs.opponent_moves)

@@ -72,20 +72,28 @@ def tictactoe_perfect(observation: Any, action_mask: Any) -> int:
 
 ROWS, COLUMNS = 6, 7
 
+Grid = list[list[int]]
+"""A connect four board, row by row from the top: 0 empty, 1 the mover's, 2 the opponent's
+(plain lists: the players index single squares, which a list does many times faster than a
+numpy array)."""
 
-def _drop(grid: np.ndarray, column: int) -> int | None:
-    """The row a piece played in ``column`` lands on, or ``None`` when it is full."""
-    empty = np.flatnonzero(grid[:, column] == 0)
-    return int(empty[-1]) if empty.size else None
+
+def _drop(grid: Grid, column: int) -> int | None:
+    """The row a piece played in ``column`` lands on (its lowest empty square), or ``None``
+    when it is full."""
+    for row in range(ROWS - 1, -1, -1):
+        if grid[row][column] == 0:
+            return row
+    return None
 
 
-def _wins(grid: np.ndarray, row: int, column: int, player: int) -> bool:
+def _wins(grid: Grid, row: int, column: int, player: int) -> bool:
     """Whether ``player``'s piece at ``(row, column)`` makes four in a row."""
     for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
         count = 1
         for sign in (1, -1):
             r, c = row + sign * dr, column + sign * dc
-            while 0 <= r < ROWS and 0 <= c < COLUMNS and grid[r, c] == player:
+            while 0 <= r < ROWS and 0 <= c < COLUMNS and grid[r][c] == player:
                 count += 1
                 r, c = r + sign * dr, c + sign * dc
         if count >= 4:
@@ -93,13 +101,14 @@ def _wins(grid: np.ndarray, row: int, column: int, player: int) -> bool:
     return False
 
 
-def _grid(observation: Any) -> np.ndarray:
-    """The board from the mover's side: 0 empty, 1 its own, 2 the opponent's."""
+def _grid(observation: Any) -> Grid:
+    """The board from the mover's side (:data:`Grid`)."""
     planes = np.asarray(observation)
-    return np.where(planes[:, :, 0] > 0, 1, np.where(planes[:, :, 1] > 0, 2, 0))
+    grid: Grid = np.where(planes[:, :, 0] > 0, 1, np.where(planes[:, :, 1] > 0, 2, 0)).tolist()
+    return grid
 
 
-def winning_moves(grid: np.ndarray, player: int, legal: list[int]) -> list[int]:
+def winning_moves(grid: Grid, player: int, legal: list[int]) -> list[int]:
     """The columns of ``legal`` where ``player`` (1 or 2 on ``grid``) wins at once."""
     found = []
     for column in legal:
@@ -121,7 +130,7 @@ def connect_four_one_ply(observation: Any, action_mask: Any) -> int:
     return random.choice(legal)
 
 
-def safe_moves(grid: np.ndarray, legal: list[int]) -> list[int]:
+def safe_moves(grid: Grid, legal: list[int]) -> list[int]:
     """The columns of ``legal`` after which the opponent (2 on ``grid``) has no immediate win
     (on the square the move opens above it, or anywhere else)."""
     safe = []
@@ -129,8 +138,8 @@ def safe_moves(grid: np.ndarray, legal: list[int]) -> list[int]:
         row = _drop(grid, column)
         if row is None:
             continue
-        after = grid.copy()
-        after[row, column] = 1
+        after = [line[:] for line in grid]
+        after[row][column] = 1
         replies = [c for c in range(COLUMNS) if _drop(after, c) is not None]
         if not winning_moves(after, 2, replies):
             safe.append(column)

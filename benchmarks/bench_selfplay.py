@@ -269,6 +269,11 @@ def sum_games(counts: dict[str, int]) -> int:
     return counts.get("win", 0) + counts.get("draw", 0) + counts.get("loss", 0)
 
 
+def seat_means(runs: list[dict[str, Any]], opponent: str) -> list[float]:
+    """Each run's wins against ``opponent``, the mean of its two seats' rates."""
+    return [statistics.mean(rates(r[opponent])[f"win_{s}"] for s in SEATS) for r in runs]
+
+
 def goals(game: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Whether every seed met the game's goals, with the figures they are judged on."""
     seconds_ok = all(r["seconds"] <= GOAL_SECONDS for r in runs)
@@ -281,8 +286,7 @@ def goals(game: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "not_lost_vs_random": [1 - rates(r["random"])["loss"] for r in runs],
             "trained_within_12_min": seconds_ok,
         }
-    one_ply = [statistics.mean(rates(r["one_ply"])[f"win_{s}"] for s in SEATS) for r in runs]
-    two_ply = [statistics.mean(rates(r["two_ply"])[f"win_{s}"] for s in SEATS) for r in runs]
+    one_ply, two_ply = seat_means(runs, "one_ply"), seat_means(runs, "two_ply")
     return {
         "win_vs_one_ply": one_ply,
         "win_vs_one_ply_met": all(w >= 0.80 for w in one_ply),

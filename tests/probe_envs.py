@@ -4,6 +4,7 @@ one returns a NaN at a chosen step (``env_id: tests.probe_envs:poisoned``)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -23,13 +24,19 @@ class _Probe(gym.Wrapper[Any, Any, Any, Any]):
     def step(self, action: Any) -> Any:
         if not _Probe.written:
             _Probe.written = True
+            record = {
+                "modules": sorted(sys.modules),
+                "collector_enabled": gc.isenabled(),
+                "frozen": gc.get_freeze_count(),
+            }
             with open(os.environ[PROBE_FILE], "w") as f:
-                json.dump(sorted(sys.modules), f)
+                json.dump(record, f)
         return self.env.step(action)
 
 
 def first_step_probe(**kwargs: Any) -> gym.Env[Any, Any]:
-    """CartPole-v1 that writes ``sorted(sys.modules)`` at the process's first step."""
+    """CartPole-v1 that writes, at the process's first step, ``sorted(sys.modules)`` and the
+    cyclic garbage collector's state (on or off, objects frozen) as JSON."""
     return _Probe(gym.make("CartPole-v1", **kwargs))
 
 

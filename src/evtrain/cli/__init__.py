@@ -21,6 +21,7 @@ from evtrain.cli.commands import list_plugins, run_demo, run_learn, run_record, 
 from evtrain.cli.compare import run_compare
 from evtrain.cli.overrides import cli_data, options_from_cli, parse_writer_flag
 from evtrain.cli.parser import LEARN_EPILOG, build_parser, parse
+from evtrain.cli.startup import pause_collector, resume_collector
 from evtrain.cli.sweep import run_sweep
 from evtrain.errors import (
     CheckpointError,
@@ -65,8 +66,11 @@ def entry() -> NoReturn:
     (``gc.freeze``): the collections of the interpreter's shutdown would otherwise walk the
     whole of torch's object graph, about half a second on a small machine, for a process
     that is ending anyway (measured in ``benchmarks/bench_startup.py``).  Everything of the
-    run is closed by then; objects are still released by reference count as usual.
+    run is closed by then; objects are still released by reference count as usual.  At the
+    start, the collector is off while the command imports its modules
+    (:mod:`evtrain.cli.startup`).
     """
+    pause_collector()
     code = main()
     gc.freeze()
     sys.exit(code)
@@ -123,10 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The command ``args`` name, run; its exit code."""
+    if args.command == "learn":
+        return run_learn(args)  # resumes the collector once torch is imported
+    resume_collector()
     if args.command == "plugins":
         return list_plugins(args.group or plugins.GROUPS, args.plugins)
-    if args.command == "learn":
-        return run_learn(args)
     if args.command == "sync":
         return run_sync(args)
     if args.command == "record":

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from evtrain import plugins
 from evtrain.cli.overrides import cli_data, interrupted_line
+from evtrain.cli.startup import resume_collector
 from evtrain.config.options import RunOptions
 from evtrain.config.problems import short_repr
 from evtrain.errors import ConfigError
@@ -63,6 +64,8 @@ def run_learn(args: argparse.Namespace) -> int:
     options, types = options_and_types(cli_data(args))  # learn() keeps these trainer types
     # torch only once the config is known good: a config error is reported without it.
     from evtrain.run.learn import learn
+
+    resume_collector()  # the imports are done (evtrain.cli.startup)
 
     # Initialised first: the bus takes its rank from the process group, and only rank 0 shows
     # a progress bar (ranks share one terminal under torchrun).

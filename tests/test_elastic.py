@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -285,17 +284,22 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(
     assert sorted(logged) == expected and set(logged.values()) == {1}
 
 
-def listening(port: int, process: subprocess.Popen[str]) -> None:
-    """Wait (60 s at most) until something accepts connections on ``port`` of 127.0.0.1."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert process.poll() is None, process.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, f"nothing listens on port {port}"
-            time.sleep(0.05)
+JOIN_ONCE_LISTENING = """
+import socket, sys, time
+from torch.distributed.run import main
+print("imported", flush=True)
+deadline = time.monotonic() + 120
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+        break
+    except OSError:
+        assert time.monotonic() < deadline, "nothing listens on the rendezvous port"
+        time.sleep(0.01)
+main(sys.argv[2:])
+"""
+"""``python -c`` this, the rendezvous port and torchrun's arguments: a torchrun agent that
+imports torchrun, prints ``imported``, then runs once something listens on that port."""
 
 
 def agent(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -322,19 +326,25 @@ def test_an_elastic_group_that_loses_a_node_goes_on_with_the_other(tmp_path: Pat
         *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"),
         *("--rdzv-id", "lost-node", "--rdzv-conf", RDZV_CONF),
     ]
-    command = [str(TORCHRUN), *elastic, "-m", "evtrain", "learn", str(path)]
-    # The first agent hosts the rendezvous store: the one that stays.
-    host = agent(command, run_env(tmp_path))
+    arguments = [*elastic, "-m", "evtrain", "learn", str(path)]
+    # Both nodes must be in the first rendezvous, which the host closes 1 s after it joined
+    # (RDZV_CONF): the second agent has imported torchrun first, and joins as soon as the host
+    # listens, instead of starting then (seconds of imports on two busy cores).
+    lost = agent(
+        [sys.executable, "-c", JOIN_ONCE_LISTENING, str(port), *arguments],
+        {**run_env(tmp_path), "EVTRAIN_PROBE_NODE": "lost"},
+    )
     try:
-        listening(port, host)
-        lost = agent(command, {**run_env(tmp_path), "EVTRAIN_PROBE_NODE": "lost"})
+        assert lost.stdout is not None and lost.stdout.readline() == "imported\n", lost.poll()
+        # The first agent to listen hosts the rendezvous store: the one that stays.
+        host = agent([str(TORCHRUN), *arguments], run_env(tmp_path))
         try:
             _, stderr = host.communicate(timeout=300)
             lost.communicate(timeout=60)
         finally:
-            lost.kill()
+            host.kill()
     finally:
-        host.kill()
+        lost.kill()
     assert host.returncode == 0, stderr[-4000:]
     assert lost.returncode == -signal.SIGKILL
     run = tmp_path / "results" / "run"

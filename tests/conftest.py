@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import signal
@@ -14,12 +13,13 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 from evtrain import Bus
+from evtrain.cli.startup import pause_collector, resume_collector
 from tests.helpers import PLUGIN, end_started
 from tests.writers.mlflow_server import MlflowServer
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # A worker collects without the cyclic garbage collector: see pytest_collection_finish.
-    gc.disable()
+    pause_collector()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -128,9 +128,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     collector's reach (it lives as long as the worker) and the collector is on again for the
     tests."""
     del session
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
+    resume_collector()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,7 +4,8 @@ Importing torch makes some 190,000 objects the collector tracks, and the collect
 allocations trigger walk them again and again: three full collections and some 400 younger
 ones during ``import torch, gymnasium`` and evtrain's modules, 0.15-0.25 s of a start that
 takes 1.3-1.6 s on a small machine.  :func:`evtrain.cli.entry` therefore switches the
-collector off (:func:`pause_collector`) before anything is imported, and the command switches it
+collector off (:func:`pause_collector`) before the command imports what it needs (only
+``evtrain.cli`` itself, without torch, is imported before it), and the command switches it
 back on once its heavy modules are in (:func:`resume_collector`: ``evtrain learn`` right after
 torch, which it imports only once the config is known good; the other commands before they
 start).  Resuming first freezes what is alive (``gc.freeze``), so the run's own collections skip

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import google_crc32c
 
-_crc32c = google_crc32c.value
+crc32c = google_crc32c.value
+"""crc32c (Castagnoli) of a bytes-like object, unmasked: Google's C code."""
+_crc32c = crc32c
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:

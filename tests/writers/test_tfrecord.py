@@ -86,7 +86,11 @@ def test_file_version_event_parses() -> None:
     assert event.step == 0
 
 
-@pytest.mark.parametrize("step", [0, 1, 127, 128, 10**12, -5])
+@pytest.mark.parametrize(
+    "step",
+    # each varint length's first and last value (the step field is unrolled up to 2**28)
+    [0, 1, 127, 128, 2**14 - 1, 2**14, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 10**12, -5],
+)
 def test_scalar_event_equals_protobuf_encoding(step: int) -> None:
     tags = ["Environment/Cumulative Reward", "Policy/Learning Rate", "é" * 70]
     values = [1.5, -0.25, 3.0]
@@ -149,6 +153,18 @@ def test_event_file_buffers_until_flush(tmp_path: Path) -> None:
     assert parse(records[0]).file_version == FILE_VERSION
     assert records[1:] == [event]
     writer.close()
+
+
+def test_records_of_every_size_are_framed_with_both_checksums(tmp_path: Path) -> None:
+    # Headers of sizes up to 4096 bytes are kept once made; each size twice, so that the
+    # second record of a size is framed with the kept header.
+    writer = EventFileWriter(tmp_path)
+    sizes = [0, 1, 127, 128, 4095, 4096, 4097, 70_000]
+    events = [bytes([size % 251]) * size for size in sizes for _ in range(2)]
+    for event in events:
+        writer.write_event(event)
+    writer.close()
+    assert read_records(writer.path)[1:] == events
 
 
 def test_event_file_writes_full_chunks(tmp_path: Path) -> None:

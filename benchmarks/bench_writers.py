@@ -20,6 +20,10 @@ measures, in the producer's thread:
 ``stalled-drop`` and ``stalled-spool`` emit past a subscriber that never returns (capacity
 1,000): the first drops the oldest, the second journals everything to disk and loses nothing.
 
+``tensorboard-alone`` is the TensorBoard writer without a bus: ``write_stats`` called N times in
+the producer's thread (its CPU time per event, first pass and a second one once warm), to tell
+the writer's own cost from the hand-over's.
+
 ``no-subscribers`` is the floor: ``emit`` with nobody listening (type check and route lookup),
 to tell the bus's own cost from the machine's (paced calls run on cold caches after a sleep).
 
@@ -57,6 +61,7 @@ CASES = (
     "torch",
     "no-subscribers",
     "tensorboard",
+    "tensorboard-alone",
     "console",
     "gauge",
     "defaults",
@@ -224,6 +229,28 @@ def run_evtrain(case: str, n: int, results: Path) -> dict[str, Any]:
     return out
 
 
+def run_alone(n: int, results: Path) -> dict[str, Any]:
+    """The TensorBoard writer without a bus: ``write_stats`` in this thread, twice over."""
+    from evtrain_writers import TensorboardWriter
+
+    out: dict[str, Any] = {"case": "tensorboard-alone", "events": n, "scalars": n * len(KEYS)}
+    events = make_events(n)
+    for label in ("first", "warm"):
+        writer = TensorboardWriter(results / label, hidden_keys=["Is Training", "Step"])
+        write = writer.write_stats
+        start, cpu = time.perf_counter(), time.thread_time()
+        for event in events:
+            write(event.category, event.values, event.step)
+        writer.close()
+        out[f"{label}_us_per_event"] = (time.thread_time() - cpu) / n * 1e6
+        out[f"{label}_s"] = time.perf_counter() - start
+    out["scalars_per_s"] = out["scalars"] / out["warm_s"]
+    out["burst_emit"] = {"p50_us": out["warm_us_per_event"], "p99_us": 0.0}
+    out["read_back"] = read_back(results / "warm")
+    out["lost"] = out["scalars"] - out["read_back"]
+    return out
+
+
 # -- torch's SummaryWriter ---------------------------------------------------------------------
 
 
@@ -260,7 +287,12 @@ def run_torch(n: int, results: Path) -> dict[str, Any]:
 def child(case: str, n: int, out_file: Path) -> None:
     with tempfile.TemporaryDirectory(prefix=f"evtrain-bench-{case}-") as tmp:
         results = Path(tmp)
-        result = run_torch(n, results) if case == "torch" else run_evtrain(case, n, results)
+        if case == "torch":
+            result = run_torch(n, results)
+        elif case == "tensorboard-alone":
+            result = run_alone(n, results)
+        else:
+            result = run_evtrain(case, n, results)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out_file.write_text(json.dumps(result))
     os._exit(0)  # a stalled subscriber thread must not hold the process
@@ -310,6 +342,13 @@ def main() -> None:
             f"{r['scalars_per_s']:>15,.0f}{fmt(ratio, '.1f') + ('x' if ratio else ''):>10}"
             f"{fmt(r.get('read_back'), ',d'):>12}{fmt(r.get('lost'), ',d'):>7}"
             f"{r['peak_rss_mb']:>13.1f}"
+        )
+    if "tensorboard-alone" in by_case:
+        r = by_case["tensorboard-alone"]
+        print(
+            f"  tensorboard-alone: write_stats without a bus, thread CPU "
+            f"{r['first_us_per_event']:.2f} us an event in a first pass, "
+            f"{r['warm_us_per_event']:.2f} warm (its 'burst emit p50' column)"
         )
     if "stalled-drop" in by_case:
         r = by_case["stalled-drop"]

@@ -215,7 +215,8 @@ def test_gpu_check_without_cuda_stops_at_once_saying_why(tmp_path: Path) -> None
 def test_writers_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "writers.json"
     args = ["--events", "100", "--torch-events", "100", "--cases", "no-subscribers"]
-    done = _run("bench_writers.py", *args, "tensorboard", "--out", str(out), out=tmp_path)
+    cases = ["tensorboard", "tensorboard-alone"]
+    done = _run("bench_writers.py", *args, *cases, "--out", str(out), out=tmp_path)
     assert " ".join(done.stdout.split("\n")[0].split()) == (
         "case paced emit p50/p99/p99.9 us burst emit p50/p99 us scalars/s e2e vs torch "
         "read back lost peak RSS MB"
@@ -225,9 +226,13 @@ def test_writers_end_to_end(tmp_path: Path) -> None:
     assert sorted(report) == ["cases", "meta"]
     assert sorted(report["meta"]) == ["cpus", "date", "events", "machine", "python", "torch_events"]
     assert (report["meta"]["events"], report["meta"]["torch_events"]) == (100, 100)
-    floor, tensorboard = report["cases"]
+    floor, tensorboard, alone = report["cases"]
     assert (floor["case"], tensorboard["case"]) == ("no-subscribers", "tensorboard")
     assert (floor["scalars"], tensorboard["read_back"], tensorboard["lost"]) == (1000, 1000, 0)
+    # the writer without a bus: its files hold every scalar, its time per event is its own
+    assert (alone["case"], alone["read_back"], alone["lost"]) == ("tensorboard-alone", 1000, 0)
+    assert alone["first_us_per_event"] > 0 and alone["warm_us_per_event"] > 0
+    assert "tensorboard-alone: write_stats without a bus, thread CPU" in done.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["writers.json"]
 
 

@@ -10,10 +10,9 @@ import google_crc32c
 
 crc32c = google_crc32c.value
 """crc32c (Castagnoli) of a bytes-like object, unmasked: Google's C code."""
-_crc32c = crc32c
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """The TFRecord checksum of ``data``: crc32c (Castagnoli), rotated and offset."""
-    crc: int = _crc32c(data)
+    crc: int = crc32c(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF

@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -37,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if not hasattr(config, "workerinput"):  # pytest's own process, before any worker
         _write_bytecode()
+        _torchrun_logs(config)
     if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
         signal.signal(signal.SIGHUP, _hangup_ignored)
     else:
@@ -52,6 +54,18 @@ def _write_bytecode() -> None:
     The caches go where Python puts them (``__pycache__``, ignored by git)."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+
+
+def _torchrun_logs(config: pytest.Config) -> None:
+    """Every ``torchrun`` the tests start makes its log folder in ``/tmp``
+    (``torchelastic_*``, empty unless it redirects the ranks' output), and an agent killed on
+    purpose never removes it: about twenty a run.  ``PET_LOG_DIR`` (torchrun's ``--log-dir``
+    from the environment) puts the suite's into one folder, removed when pytest ends."""
+    if "PET_LOG_DIR" in os.environ:
+        return
+    folder = tempfile.mkdtemp(prefix="evtrain-tests-torchrun-")
+    os.environ["PET_LOG_DIR"] = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 _SUITE = os.getpid()

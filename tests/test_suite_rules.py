@@ -138,3 +138,44 @@ def test_a_signal_to_pytest_ends_the_processes_its_fixtures_started(
         assert suite.returncode == 2 and "KeyboardInterrupt" in output, output
     else:
         assert suite.returncode == -getattr(signal, name), output
+
+
+TORCHRUN_LOGS = """
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+
+
+def test_torchrun_logs_in_the_suites_folder():
+    folder = Path(os.environ["PET_LOG_DIR"])
+    Path("log_dir").write_text(str(folder))
+    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "1", "--no-python", "true"]
+    subprocess.run(command, check=True, timeout=120)
+    assert [path.name for path in folder.iterdir()] != []
+"""
+
+
+def test_torchruns_log_folders_go_into_one_folder_removed_when_pytest_ends(
+    tmp_path: Path,
+) -> None:
+    """Each ``torchrun`` makes a log folder (``torchelastic_*`` in ``/tmp`` by default, left
+    behind by a killed agent): the suite points them all at one folder (``PET_LOG_DIR``),
+    which goes when pytest ends."""
+    (tmp_path / "test_torchrun_logs.py").write_text(TORCHRUN_LOGS)
+    env = clean_env(PYTHONPATH=str(ROOT))
+    env.pop("PET_LOG_DIR", None)  # the outer suite's: this pytest makes its own
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert suite.returncode == 0, suite.stdout + suite.stderr
+    log_dir = Path((tmp_path / "log_dir").read_text())
+    assert log_dir.name.startswith("evtrain-tests-torchrun-")
+    assert not log_dir.exists()

@@ -92,6 +92,9 @@ def test_base_port_5004_waits_for_the_editor_and_trains_it(tmp_path: Path) -> No
         )
     )
     assert learn.wait(timeout=180) == 0, "".join(seen)
+    while (line := lines.get(timeout=30)) is not None:  # the reader has read to the end
+        seen.append(line)
+    learn.stderr.close()  # else finalized at the worker's exit, with a ResourceWarning
     assert play.wait(timeout=30) == 0  # told to quit at the end, as the Editor is
     assert (tmp_path / "results/editor/Basic.onnx").exists()
     assert not (tmp_path / "results/editor/run_logs/Player-0.log").exists()  # nothing started

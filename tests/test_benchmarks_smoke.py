@@ -25,7 +25,7 @@ OPTIONS: dict[str, list[str]] = {
     "bench_bus_overhead.py": ["--steps", "--repeats"],
     "bench_cooperation.py": ["--steps", "--seeds", "--variants", "--envs", "--game"],
     "bench_curiosity.py": ["--steps", "--seeds", "--strength", "--providers"],
-    "bench_emit.py": ["--events", "--subscribers", "--modes", "--gap-us", "--baseline"],
+    "bench_emit.py": ["--events", "--subscribers", "--modes", "--gap-us", "--baseline", "--poll-s"],
     "bench_distributed.py": ["--steps", "--repeats", "--hidden-units"],
     "bench_evaluation.py": ["--steps", "--repeats", "--every", "--episodes"],
     "bench_gpu.py": ["--cases", "--updates", "--warmup", "--budget", "--threads"],
@@ -102,13 +102,18 @@ def test_isolation_end_to_end(tmp_path: Path) -> None:
 
 
 def test_emit_end_to_end(tmp_path: Path) -> None:
-    done = _run("bench_emit.py", "--events", "200", "--subscribers", "0", "2", out=tmp_path)
-    assert re.search(r"^burst +2 +this +[\d.]+ +[\d.]+ +[\d.]+ +\d+ +[\d.]+ +yes$", done.stdout,
-                     flags=re.MULTILINE), done.stdout  # fmt: skip
+    done = _run(
+        "bench_emit.py", "--events", "200", "--subscribers", "0", "2", "--poll-s", "0.2",
+        out=tmp_path,
+    )  # fmt: skip
+    assert re.search(r"^burst +2 +this +[\d.]+ +[\d.]+ +[\d.]+ +\d+ +[\d.]+ +[\d.]+ +yes$",
+                     done.stdout, flags=re.MULTILINE), done.stdout  # fmt: skip
     report = _report(tmp_path, "emit.json")
     cases = [(c["mode"], c["subscribers"], c["all_delivered"]) for c in report["cases"]]
     assert cases == [(m, n, True) for m in ("paced", "burst") for n in (0, 2)]
     assert set(report["cases"][0]["emit"]) == {"p50_us", "p99_us", "p999_us", "max_us"}
+    assert set(report["cases"][0]["timer"]) == {"p50_us", "p99_us", "p999_us", "max_us"}
+    assert report["poll_s"] == 0.2 and {c["poll_s"] for c in report["cases"]} == {0.2}
 
 
 def test_bus_overhead_end_to_end(tmp_path: Path) -> None:

@@ -143,10 +143,9 @@ def test_a_signal_to_pytest_ends_the_processes_its_fixtures_started(
 TORCHRUN_LOGS = """
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-TORCHRUN = Path(sys.executable).parent / "torchrun"
+from tests.torchrun_runs import TORCHRUN
 
 
 def test_torchrun_logs_in_the_suites_folder():

@@ -185,7 +185,7 @@ def floor_evtrain_update(updates: int) -> dict[str, Any]:
         faults = minor_faults()
         start = time.perf_counter()
         for _ in range(updates):
-            trainer._update()
+            trainer._learn(1, trainer.hp.learning_rate, trainer.step)  # as a step learns
         elapsed = time.perf_counter() - start
         faults = minor_faults() - faults
         envs.close()

@@ -149,7 +149,7 @@ def floor_update(updates: int) -> dict[str, Any]:
             trainer.advance()
         start = time.perf_counter()
         for _ in range(updates):
-            trainer._update()
+            trainer._learn(1, trainer.hp.learning_rate, trainer.step)  # as a step learns
         elapsed = time.perf_counter() - start
         envs.close()
     return {"floor": "discrete SAC update", "seconds_per": elapsed / updates}

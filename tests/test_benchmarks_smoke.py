@@ -456,6 +456,23 @@ def test_sac_workers(script: str, worker: list[str], tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "worker", "floor"),
+    [
+        ("bench_sac.py", "floor-evtrain", "evtrain update"),
+        ("bench_sac_discrete.py", "floor-update", "discrete SAC update"),
+    ],
+)
+def test_sac_update_floors(script: str, worker: str, floor: str, tmp_path: Path) -> None:
+    # The update floors call the off-policy loop's own learning step, a private method, so a
+    # change to the loop can break them: both once called a method the loop no longer had.
+    done = _run(script, "--worker", worker, "3", out=tmp_path)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["floor"] == floor
+    assert result["seconds_per"] > 0
+
+
+@pytest.mark.slow
 def test_sweep_end_to_end(tmp_path: Path) -> None:
     args = ["--trials", "2", "--workers", "2", "--steps", "400", "--seeds", "0"]
     done = _run("bench_sweep.py", *args, out=tmp_path)

@@ -153,8 +153,8 @@ def save_until_killed(folder, parent):
     while os.getppid() == parent:  # a test that failed half-way leaves no saver behind
         step += 1
         manager.save(step, {"step": step, "data": torch.full((500_000,), float(step))})
-        if step == 1:
-            print("saved", os.getpid(), flush=True)
+        if step == 1:  # one write, so the savers' lines never interleave on the shared pipe
+            os.write(1, f"saved {os.getpid()}\\n".encode())
 
 for folder in sys.argv[1:]:  # one saving process each, forked: torch imported once
     if os.fork() == 0:

@@ -5,8 +5,10 @@ per-subscriber inbox promised still holds — order across signals, ``block`` lo
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -309,3 +311,32 @@ def test_a_subscriber_disabled_mid_run_drops_and_counts_while_the_others_go_on()
         assert (metrics.failed, metrics.disabled, metrics.delivered) == (3, True, 3)
         assert metrics.dropped == 7
         assert [e.step for e in ok.events] == list(range(10))
+
+
+def test_a_closed_bus_keeps_no_event_alive_and_its_counts_stand(tmp_path: Path) -> None:
+    # The last entries (fewer than TRIM_EVERY) used to stay in the log after close, alive
+    # through the readers' reference cycles until a full garbage collection, and each
+    # subscription kept the payload it handled last. Default, own-queue and spool subscribers.
+    gc.disable()  # freed by reference counting alone, or the test fails
+    try:
+        bus = Bus(journal_dir=tmp_path)
+        bus.connect(signals.stats, lambda event: None, name="a")
+        bus.connect((signals.stats, signals.save), lambda event: None, name="b")
+        bus.connect(signals.stats, lambda event: None, name="own", overflow="drop_oldest")
+        bus.connect(signals.stats, lambda event: None, name="spooled", overflow="spool")
+        refs = []
+        for step in range(10):
+            event = stats_event(step, loss=float(step))
+            refs.append(weakref.ref(event))
+            bus.emit(signals.stats, event)
+        del event
+        bus.emit(signals.save, save_event(10))
+        report = bus.close()
+        assert report.undelivered == {}
+        assert bus._routes.ledger.entries == []
+        assert [ref() for ref in refs] == [None] * 10
+        metrics = bus.metrics()
+        assert (metrics["a"].delivered, metrics["a"].dropped) == (10, 0)
+        assert (metrics["b"].delivered, metrics["b"].dropped) == (11, 0)
+    finally:
+        gc.enable()

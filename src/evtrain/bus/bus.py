@@ -252,6 +252,7 @@ class Bus(Wiring):
             for sub in subs:
                 if sub in self._subscriptions:
                     self._unroute(sub)
+            self._routes.ledger.trim()
             self._report = report
             self._closed = True
         if interrupted is not None:

@@ -115,6 +115,13 @@ class Ledger:
             if reader in token:
                 reader.wake()
 
+    def trim(self) -> None:
+        """Let go now of what the appends let go of every :data:`TRIM_EVERY`: a closing bus
+        calls it once its readers are abandoned, so that its last entries (up to that many
+        events) are not kept alive until the garbage collector finds the readers' cycles."""
+        with self.lock:
+            self._trim()
+
     # -- the slow path, with the lock held -----------------------------------------------------
 
     def since(self, reader: Reader, upto: int | None = None) -> list[Entry]:

@@ -235,6 +235,8 @@ class Subscription:
     def abandon(self) -> int:
         """Nobody consumes the inbox any more: returns the events now lost (queued, or in flight
         on a stuck subscriber), counted as dropped; 0 on a second call."""
+        if not self.busy_since:
+            self.busy_with = None  # the last call's payload: no call needs it any more
         return self.inbox.abandon(self.delivered)
 
     def metrics(self) -> SubscriberMetrics:

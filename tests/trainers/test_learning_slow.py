@@ -40,12 +40,14 @@ def test_sac_learns_pendulum(recording: Recording) -> None:
     )
     envs = make_vector_env("Pendulum-v1", 1)
     trainer = SACTrainer("Test", settings, envs, recording.reporter, seed=0)
-    while trainer.step < 6000:
+    while trainer.step < 10_000:
         trainer.advance()
     envs.close()
     returns = episode_returns(recording)
     # A random policy scores about -1200; a swung-up, balanced pendulum better than -200.
-    assert np.mean(returns[-5:]) > -300
+    # 12 seeds, the mean of the last 10 episodes: -109 to -261 at 10k steps (at 6k steps, the
+    # last 5 of 8 seeds: -124 to -534, 3 under -300: too early for a seed on another CPU).
+    assert np.mean(returns[-10:]) > -400
 
 
 def test_sac_learns_cartpole_with_discrete_actions(recording: Recording) -> None:

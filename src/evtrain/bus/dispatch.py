@@ -71,12 +71,20 @@ class Worker(threading.Thread):
         consumes(self._inbox)
         while (job := self._jobs.get()) is not None:
             deliver_batch, done = job
-            try:
-                deliver_batch()
-            except BaseException as error:  # handed to the dispatcher, which re-raises it
-                done(error)
-            else:
-                done(None)
+            del job
+            error = _attempt(deliver_batch)
+            # The batch goes before done() lets the dispatcher on: a closed bus keeps no event.
+            del deliver_batch
+            done(error)
+
+
+def _attempt(job: Callable[[], None]) -> BaseException | None:
+    """Run ``job``; what escaped it, for the dispatcher to re-raise."""
+    try:
+        job()
+    except BaseException as error:
+        return error
+    return None
 
 
 class _Task:
